@@ -1,0 +1,159 @@
+// Fused kernels: one host kernel per IR op over whole tensors, used by the `fused` engine.
+// oneDNN primitives for convolution, matmul, batch norm and pooling; vectorised OpenMP loops
+// for the rest (one threading runtime: the OpenMP that oneDNN itself uses).
+//
+// Every kernel object is built once, when the engine is prepared, from its shape: it creates
+// its oneDNN primitive(s) and allocates any scratch/workspace there, so run() allocates nothing
+// (fresh pages are very expensive on the hosts we run on). run() may be called any number of
+// times. Semantics, layouts and argument meanings are exactly those of reference.h, applied to
+// the whole tensor (out = all elements, red = the whole reduction); results agree with the
+// reference kernels within f32 rounding.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "ipu_backend/kernels/kernel_types.h"
+
+namespace ipu::kernels::fused {
+
+// Number of threads the fused kernels use (OpenMP); set once at start-up.
+void setNumThreads(int threads);
+int numThreads();
+
+class Conv2dForward {
+ public:
+  explicit Conv2dForward(const Conv2dShape& s);
+  ~Conv2dForward();
+  void run(const float* x, const float* w, float* y);  // [N,H,W,C] x [K,R,S,C/G] -> [N,OH,OW,K]
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+class Conv2dBackwardData {
+ public:
+  explicit Conv2dBackwardData(const Conv2dShape& s);
+  ~Conv2dBackwardData();
+  void run(const float* dy, const float* w, float* dx);
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+class Conv2dBackwardFilter {
+ public:
+  explicit Conv2dBackwardFilter(const Conv2dShape& s);
+  ~Conv2dBackwardFilter();
+  void run(const float* x, const float* dy, float* dw);
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+class MatMul {
+ public:
+  explicit MatMul(const MatMulShape& s);
+  ~MatMul();
+  void run(const float* a, const float* b, float* c);
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Training-mode batch norm over x viewed as [rows, C]: batch statistics (biased variance).
+class BatchNormForwardTraining {
+ public:
+  BatchNormForwardTraining(i64 rows, i64 c, float eps);
+  ~BatchNormForwardTraining();
+  void run(const float* x, const float* gamma, const float* beta, float* y, float* mean,
+           float* var);
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+class BatchNormForwardInference {
+ public:
+  BatchNormForwardInference(i64 rows, i64 c, float eps);
+  ~BatchNormForwardInference();
+  void run(const float* x, const float* gamma, const float* beta, const float* mean,
+           const float* var, float* y);
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Backward of training-mode batch norm: dx, dgamma (= sumDyXhat), dbeta (= sumDy).
+class BatchNormBackward {
+ public:
+  BatchNormBackward(i64 rows, i64 c, float eps);
+  ~BatchNormBackward();
+  void run(const float* x, const float* dy, const float* gamma, const float* mean,
+           const float* var, float* dx, float* dgamma, float* dbeta);
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+class MaxPoolForward {
+ public:
+  explicit MaxPoolForward(const Pool2dShape& s);
+  ~MaxPoolForward();
+  void run(const float* x, float* y);
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Recomputes the argmax workspace from x internally (the IR carries no opaque workspaces).
+class MaxPoolBackward {
+ public:
+  explicit MaxPoolBackward(const Pool2dShape& s);
+  ~MaxPoolBackward();
+  void run(const float* x, const float* dy, float* dx);
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+class AvgPoolForward {
+ public:
+  explicit AvgPoolForward(const Pool2dShape& s);
+  ~AvgPoolForward();
+  void run(const float* x, float* y);
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+class AvgPoolBackward {
+ public:
+  explicit AvgPoolBackward(const Pool2dShape& s);
+  ~AvgPoolBackward();
+  void run(const float* dy, float* dx);
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// ---- loops (stateless; whole tensors) ------------------------------------------------------
+void unary(UnaryKind kind, float alpha, const float* x, float* y, i64 count);
+void unaryGrad(UnaryKind kind, float alpha, const float* x, const float* dy, float* dx,
+               i64 count);
+void binary(BinaryKind kind, const BroadcastShape& s, const float* a, const float* b, float* y);
+void reduce(ReduceKind kind, const ReduceShape& s, const float* x, float* y);
+void transpose(const std::vector<i64>& inDims, const std::vector<int>& perm, const float* x,
+               float* y);
+void softmaxCrossEntropy(i64 n, i64 classes, float smoothing, const float* logits,
+                         const std::int32_t* labels, float* loss);
+void softmaxCrossEntropyGrad(i64 n, i64 classes, float smoothing, const float* logits,
+                             const std::int32_t* labels, const float* dloss, float* dlogits);
+void softmax(i64 rows, i64 cols, const float* x, float* y);
+void softmaxGrad(i64 rows, i64 cols, const float* y, const float* dy, float* dx);
+// Same semantics as ref::sgdMomentumUpdate / ref::emaUpdate, parallelised.
+void sgdMomentumUpdate(float lr, float momentum, float weightDecay, bool nesterov, float* w,
+                       float* v, const float* g, i64 count);
+void emaUpdate(float momentum, float scale, float* running, const float* value, i64 count);
+
+}  // namespace ipu::kernels::fused

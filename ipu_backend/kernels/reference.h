@@ -1,0 +1,100 @@
+// Reference kernels: plain, readable loops that the `tile` engine runs per vertex.
+//
+// Contract shared by every kernel here:
+//   * A kernel computes the output elements with flat indices [out.begin, out.end) and writes
+//     them to `y`, where y[0] is output element out.begin (the vertex's own output region).
+//   * Inputs are Windows indexed by global flat index; the planner guarantees that every index a
+//     kernel reads lies inside the window it was given (the window's assert checks it).
+//   * Kernels with a `red` (reduction) range compute *partial* results summed over only that part
+//     of the reduction, so the planner can split a reduction across tiles and add the partials in
+//     a later compute set. Passing the full reduction range gives the complete result.
+//   * Bad data that only shows at run time (a label out of range) throws std::invalid_argument
+//     with a message naming the index and the value.
+// Shapes are in the comments; see kernel_types.h for the dimension letters and layouts.
+#pragma once
+
+#include <cstdint>
+
+#include "ipu_backend/kernels/kernel_types.h"
+
+namespace ipu::kernels::ref {
+
+using W = Window<float>;
+
+// ---- convolution --------------------------------------------------------------------------
+// y[N,OH,OW,K] = conv(x[N,H,W,C], w[K,R,S,C/G]) (cross-correlation, as every framework).
+void conv2dForward(const Conv2dShape& s, W x, W w, float* y, Range out);
+// dx[N,H,W,C] from dy[N,OH,OW,K] and w.
+void conv2dBackwardData(const Conv2dShape& s, W dy, W w, float* dx, Range out);
+// dw[K,R,S,C/G] summed over batch images red = [n0, n1) only.
+void conv2dBackwardFilter(const Conv2dShape& s, W x, W dy, float* dw, Range out, Range red);
+
+// ---- matmul -------------------------------------------------------------------------------
+// c[batch,M,N] = op(a) x op(b), summed over k in red = [k0, k1) only (partials).
+void matMul(const MatMulShape& s, W a, W b, float* c, Range out, Range red);
+
+// ---- elementwise --------------------------------------------------------------------------
+// y[i] = f(x[i]); alpha is used by UnaryKind::Scale.
+void unary(UnaryKind kind, float alpha, W x, float* y, Range out);
+// dx[i] = dy[i] * f'(x[i]) for every UnaryKind (x is the forward *input*).
+void unaryGrad(UnaryKind kind, float alpha, W x, W dy, float* dx, Range out);
+// y = a (op) b with numpy broadcasting.
+void binary(BinaryKind kind, const BroadcastShape& s, W a, W b, float* y, Range out);
+
+// ---- reductions ---------------------------------------------------------------------------
+// y[outElems] = reduce over the reduced dims, restricted to reduced flat indices in `red`.
+// Mean divides by the *full* reducedCount() so that partial means add up to the mean.
+void reduce(ReduceKind kind, const ReduceShape& s, W x, float* y, Range out, Range red);
+
+// ---- layout -------------------------------------------------------------------------------
+// y = permute(x) with y.dims[i] = x.dims[perm[i]]; rank <= 6.
+void transpose(const std::vector<i64>& inDims, const std::vector<int>& perm, W x, float* y,
+               Range out);
+
+// ---- pooling ------------------------------------------------------------------------------
+// y[N,OH,OW,C]; padded cells never win a max and are excluded from averages unless
+// countIncludePad. A window entirely in padding gives 0 (max) / 0 (avg).
+void maxPoolForward(const Pool2dShape& s, W x, float* y, Range out);
+// dx[N,H,W,C]: each dy goes to the first (row-major in the window) maximum of its window.
+void maxPoolBackward(const Pool2dShape& s, W x, W dy, float* dx, Range out);
+void avgPoolForward(const Pool2dShape& s, W x, float* y, Range out);
+void avgPoolBackward(const Pool2dShape& s, W dy, float* dx, Range out);
+
+// ---- batch norm over x viewed as [rows, C] (rows = N*H*W for NHWC) -------------------------
+// Partial per-channel sums over rows in `red`: sum[c] = sum x, sumSq[c] = sum x^2, for the
+// channels in `out` (out indexes channels; sum/sumSq hold out.size() values each).
+void batchNormSums(i64 rows, i64 c, W x, float* sum, float* sumSq, Range out, Range red);
+// y = (x - mean) * rsqrt(var + eps) * gamma + beta, elementwise over out (flat indices of x).
+void batchNormNormalize(i64 rows, i64 c, float eps, W x, W mean, W var, W gamma, W beta, float* y,
+                        Range out);
+// Partial per-channel backward sums over rows in `red`, for the channels in `out`:
+//   sumDy[c] = sum dy, sumDyXhat[c] = sum dy * (x - mean) * rsqrt(var + eps).
+void batchNormBackwardSums(i64 rows, i64 c, float eps, W x, W dy, W mean, W var, float* sumDy,
+                           float* sumDyXhat, Range out, Range red);
+// dx = gamma * rsqrt(var+eps) / rows * (rows * dy - sumDy - xhat * sumDyXhat), over out.
+void batchNormBackwardData(i64 rows, i64 c, float eps, W x, W dy, W mean, W var, W gamma,
+                           W sumDy, W sumDyXhat, float* dx, Range out);
+
+// ---- loss ---------------------------------------------------------------------------------
+// Per-sample softmax cross-entropy with label smoothing eps over logits[N, classes]:
+//   target = (1 - eps) * onehot(label) + eps / classes;  loss[n] = -sum target * log_softmax.
+// out indexes samples.
+void softmaxCrossEntropy(i64 classes, float smoothing, W logits, Window<std::int32_t> labels,
+                         float* loss, Range out);
+// dlogits[n, j] = dloss[n] * (softmax[n, j] - target[n, j]); out indexes flat logits elements.
+void softmaxCrossEntropyGrad(i64 classes, float smoothing, W logits, Window<std::int32_t> labels,
+                             W dloss, float* dlogits, Range out);
+// Softmax over the last dimension of x viewed as [rows, cols]; out indexes flat elements.
+void softmax(i64 cols, W x, float* y, Range out);
+// dx = y * (dy - sum_j dy_j * y_j) per row, from the softmax *output* y.
+void softmaxGrad(i64 cols, W y, W dy, float* dx, Range out);
+
+// ---- optimizer and state updates (in place, elementwise over `count` local elements) --------
+// PyTorch SGD semantics: g' = g + wd * w;  v = momentum * v + g';  w -= lr * (nesterov ?
+// g' + momentum * v : v). With momentum == 0, v is untouched and w -= lr * g'.
+void sgdMomentumUpdate(float lr, float momentum, float weightDecay, bool nesterov, float* w,
+                       float* v, const float* g, i64 count);
+// running = momentum * running + (1 - momentum) * scale * value  (scale: e.g. n/(n-1)).
+void emaUpdate(float momentum, float scale, float* running, const float* value, i64 count);
+
+}  // namespace ipu::kernels::ref
