@@ -1,0 +1,243 @@
+// Fused kernel objects against hand-written oneDNN calls of the same shapes and the same user
+// layouts (nhwc activations, ohwi weights, row-major matrices). The direct versions do what a
+// oneDNN user with those layouts does: weights in the primitive's preferred format (any) with a
+// reorder from/to the user layout on every call, primitives and memories created once.
+// Goal: ours / direct < 1.10 in time.
+#include <benchmark/benchmark.h>
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <random>
+#include <unordered_map>
+#include <vector>
+
+#include "ipu_backend/kernels/fused.h"
+
+namespace {
+
+using dnnl::memory;
+using ipu::kernels::Conv2dShape;
+using ipu::kernels::i64;
+using ipu::kernels::MatMulShape;
+using Tag = memory::format_tag;
+using Dt = memory::data_type;
+
+constexpr int kThreads = 2;
+
+std::vector<float> randomVec(i64 n, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(gen);
+  return v;
+}
+
+void setFlops(benchmark::State& state, double flops) {
+  state.SetItemsProcessed(static_cast<int64_t>(flops) * state.iterations());
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops * 1e-9 * double(state.iterations()), benchmark::Counter::kIsRate);
+}
+
+Conv2dShape resnetConv(i64 hw, i64 c) {
+  Conv2dShape s;
+  s.n = 32, s.h = s.w = hw, s.c = s.k = c, s.r = s.s = 3;
+  s.padTop = s.padLeft = s.padBottom = s.padRight = 1;
+  return s;
+}
+
+Conv2dShape convFromArgs(const benchmark::State& state) {
+  return resnetConv(state.range(0), state.range(1));
+}
+
+// ---- direct oneDNN -------------------------------------------------------------------------
+
+dnnl::engine& engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+struct DirectConv {
+  memory::desc src, dst, userW, anyW;
+  memory::dims strides, dil, padL, padR;
+  explicit DirectConv(const Conv2dShape& s)
+      : src({s.n, s.c, s.h, s.w}, Dt::f32, Tag::nhwc),
+        dst({s.n, s.k, s.outH(), s.outW()}, Dt::f32, Tag::nhwc),
+        userW({s.k, s.c, s.r, s.s}, Dt::f32, Tag::ohwi),
+        anyW({s.k, s.c, s.r, s.s}, Dt::f32, Tag::any),
+        strides{s.strideH, s.strideW},
+        dil{s.dilH - 1, s.dilW - 1},
+        padL{s.padTop, s.padLeft},
+        padR{s.padBottom, s.padRight} {}
+  dnnl::convolution_forward::primitive_desc forwardPd() const {
+    return {{dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, src, anyW, dst,
+             strides, dil, padL, padR},
+            engine()};
+  }
+};
+
+void BM_DirectConvForward(benchmark::State& state) {
+  const Conv2dShape s = convFromArgs(state);
+  auto x = randomVec(s.inputElems(), 1), w = randomVec(s.weightElems(), 2);
+  std::vector<float> y(s.outputElems());
+  DirectConv d(s);
+  dnnl::stream stream(engine());
+  const auto pd = d.forwardPd();
+  dnnl::convolution_forward conv(pd);
+  memory xm(d.src, engine(), x.data()), ym(d.dst, engine(), y.data());
+  memory wUser(d.userW, engine(), w.data()), wm = wUser;
+  dnnl::reorder wReorder;
+  if (pd.weights_desc() != d.userW) {
+    wm = memory(pd.weights_desc(), engine());
+    wReorder = dnnl::reorder(wUser, wm);
+  }
+  for (auto _ : state) {
+    if (wm != wUser) wReorder.execute(stream, wUser, wm);
+    conv.execute(stream, {{DNNL_ARG_SRC, xm}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, ym}});
+    stream.wait();
+  }
+  setFlops(state, 2.0 * double(s.macs()));
+}
+
+void BM_DirectConvBackwardData(benchmark::State& state) {
+  const Conv2dShape s = convFromArgs(state);
+  auto dy = randomVec(s.outputElems(), 1), w = randomVec(s.weightElems(), 2);
+  std::vector<float> dx(s.inputElems());
+  DirectConv d(s);
+  dnnl::stream stream(engine());
+  dnnl::convolution_backward_data::primitive_desc pd(
+      {dnnl::algorithm::convolution_direct, d.src, d.anyW, d.dst, d.strides, d.dil, d.padL, d.padR},
+      engine(), d.forwardPd());
+  dnnl::convolution_backward_data conv(pd);
+  memory dym(d.dst, engine(), dy.data()), dxm(d.src, engine(), dx.data());
+  memory wUser(d.userW, engine(), w.data()), wm = wUser;
+  dnnl::reorder wReorder;
+  if (pd.weights_desc() != d.userW) {
+    wm = memory(pd.weights_desc(), engine());
+    wReorder = dnnl::reorder(wUser, wm);
+  }
+  for (auto _ : state) {
+    if (wm != wUser) wReorder.execute(stream, wUser, wm);
+    conv.execute(stream,
+                 {{DNNL_ARG_DIFF_DST, dym}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DIFF_SRC, dxm}});
+    stream.wait();
+  }
+  setFlops(state, 2.0 * double(s.macs()));
+}
+
+void BM_DirectConvBackwardFilter(benchmark::State& state) {
+  const Conv2dShape s = convFromArgs(state);
+  auto x = randomVec(s.inputElems(), 1), dy = randomVec(s.outputElems(), 2);
+  std::vector<float> dw(s.weightElems());
+  DirectConv d(s);
+  dnnl::stream stream(engine());
+  dnnl::convolution_backward_weights::primitive_desc pd(
+      {dnnl::algorithm::convolution_direct, d.src, d.anyW, d.dst, d.strides, d.dil, d.padL, d.padR},
+      engine(), d.forwardPd());
+  dnnl::convolution_backward_weights conv(pd);
+  memory xm(d.src, engine(), x.data()), dym(d.dst, engine(), dy.data());
+  memory dwUser(d.userW, engine(), dw.data()), dwm = dwUser;
+  dnnl::reorder dwReorder;
+  if (pd.diff_weights_desc() != d.userW) {
+    dwm = memory(pd.diff_weights_desc(), engine());
+    dwReorder = dnnl::reorder(dwm, dwUser);
+  }
+  for (auto _ : state) {
+    conv.execute(stream,
+                 {{DNNL_ARG_SRC, xm}, {DNNL_ARG_DIFF_DST, dym}, {DNNL_ARG_DIFF_WEIGHTS, dwm}});
+    if (dwm != dwUser) dwReorder.execute(stream, dwm, dwUser);
+    stream.wait();
+  }
+  setFlops(state, 2.0 * double(s.macs()));
+}
+
+void BM_DirectMatMul(benchmark::State& state) {
+  const i64 m = state.range(0), k = state.range(1), n = state.range(2);
+  auto a = randomVec(m * k, 1), b = randomVec(k * n, 2);
+  std::vector<float> c(m * n);
+  dnnl::stream stream(engine());
+  const memory::desc ad({m, k}, Dt::f32, Tag::ab), bd({k, n}, Dt::f32, Tag::ab),
+      cd({m, n}, Dt::f32, Tag::ab);
+  dnnl::matmul::primitive_desc pd({ad, bd, cd}, engine());
+  dnnl::matmul mm(pd);
+  memory am(ad, engine(), a.data()), bm(bd, engine(), b.data()), cm(cd, engine(), c.data());
+  for (auto _ : state) {
+    mm.execute(stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+    stream.wait();
+  }
+  setFlops(state, 2.0 * double(m) * double(k) * double(n));
+}
+
+// ---- ours ----------------------------------------------------------------------------------
+
+void BM_OursConvForward(benchmark::State& state) {
+  const Conv2dShape s = convFromArgs(state);
+  auto x = randomVec(s.inputElems(), 1), w = randomVec(s.weightElems(), 2);
+  std::vector<float> y(s.outputElems());
+  ipu::kernels::fused::Conv2dForward conv(s);
+  for (auto _ : state) conv.run(x.data(), w.data(), y.data());
+  setFlops(state, 2.0 * double(s.macs()));
+}
+
+void BM_OursConvBackwardData(benchmark::State& state) {
+  const Conv2dShape s = convFromArgs(state);
+  auto dy = randomVec(s.outputElems(), 1), w = randomVec(s.weightElems(), 2);
+  std::vector<float> dx(s.inputElems());
+  ipu::kernels::fused::Conv2dBackwardData conv(s);
+  for (auto _ : state) conv.run(dy.data(), w.data(), dx.data());
+  setFlops(state, 2.0 * double(s.macs()));
+}
+
+void BM_OursConvBackwardFilter(benchmark::State& state) {
+  const Conv2dShape s = convFromArgs(state);
+  auto x = randomVec(s.inputElems(), 1), dy = randomVec(s.outputElems(), 2);
+  std::vector<float> dw(s.weightElems());
+  ipu::kernels::fused::Conv2dBackwardFilter conv(s);
+  for (auto _ : state) conv.run(x.data(), dy.data(), dw.data());
+  setFlops(state, 2.0 * double(s.macs()));
+}
+
+void BM_OursMatMul(benchmark::State& state) {
+  MatMulShape s;
+  s.m = state.range(0), s.k = state.range(1), s.n = state.range(2);
+  auto a = randomVec(s.aElems(), 1), b = randomVec(s.bElems(), 2);
+  std::vector<float> c(s.cElems());
+  ipu::kernels::fused::MatMul mm(s);
+  for (auto _ : state) mm.run(a.data(), b.data(), c.data());
+  setFlops(state, 2.0 * double(s.macs()));
+}
+
+// Args: {H=W, C=K} for convs (N=32, 3x3, pad 1); {M, K, N} for matmuls. Ours and direct are
+// registered next to each other so that they run under the same machine conditions.
+void convArgs(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"hw", "c"})
+      ->Args({56, 64})
+      ->Args({14, 256})
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+}
+void matmulArgs(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"m", "k", "n"})
+      ->Args({2048, 1024, 1024})
+      ->Args({32, 2048, 1000})
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+}
+
+BENCHMARK(BM_OursConvForward)->Apply(convArgs);
+BENCHMARK(BM_DirectConvForward)->Apply(convArgs);
+BENCHMARK(BM_OursConvBackwardData)->Apply(convArgs);
+BENCHMARK(BM_DirectConvBackwardData)->Apply(convArgs);
+BENCHMARK(BM_OursConvBackwardFilter)->Apply(convArgs);
+BENCHMARK(BM_DirectConvBackwardFilter)->Apply(convArgs);
+BENCHMARK(BM_OursMatMul)->Apply(matmulArgs);
+BENCHMARK(BM_DirectMatMul)->Apply(matmulArgs);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ipu::kernels::fused::setNumThreads(kThreads);  // also the OpenMP team size of the direct calls
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

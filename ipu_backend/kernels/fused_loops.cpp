@@ -1,0 +1,610 @@
+// Fused elementwise / reduction / layout / loss / optimizer loops: OpenMP over contiguous
+// chunks, with the element function specialised per kind so the inner loops vectorise.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "ipu_backend/kernels/elementwise_math.h"
+#include "ipu_backend/kernels/fused.h"
+#include "ipu_backend/kernels/onednn_common.h"
+
+namespace ipu::kernels::fused {
+namespace {
+
+// Below this many elements a parallel region costs more than it saves.
+constexpr i64 kParallelMin = 1 << 14;
+
+// Splits [0, count) into one contiguous chunk per thread and calls f(begin, end) on each.
+template <typename F>
+void parallelChunks(i64 count, F&& f) {
+  detail::syncThreads();
+  if (count < kParallelMin || numThreads() == 1) {
+    f(i64{0}, count);
+    return;
+  }
+#pragma omp parallel
+  {
+    const i64 t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const i64 begin = count * t / nt, end = count * (t + 1) / nt;
+    if (begin < end) f(begin, end);
+  }
+}
+
+// Same, for a loop over `rows` independent rows of `cols` elements each.
+template <typename F>
+void parallelRows(i64 rows, i64 cols, F&& f) {
+  detail::syncThreads();
+  if (rows * cols < kParallelMin || rows == 1 || numThreads() == 1) {
+    f(i64{0}, rows);
+    return;
+  }
+#pragma omp parallel
+  {
+    const i64 t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const i64 begin = rows * t / nt, end = rows * (t + 1) / nt;
+    if (begin < end) f(begin, end);
+  }
+}
+
+// Per-calling-thread scratch for reduction partials: grows once, then is reused.
+float* scratch(i64 n) {
+  thread_local std::vector<float> buf;
+  if (static_cast<i64>(buf.size()) < n) buf.resize(n);
+  return buf.data();
+}
+
+// ---- unary ---------------------------------------------------------------------------------
+
+template <UnaryKind K>
+void unaryLoop(float alpha, const float* x, float* y, i64 count) {
+  parallelChunks(count, [&](i64 b, i64 e) {
+#pragma omp simd
+    for (i64 i = b; i < e; ++i) y[i] = kernels::detail::unaryValue(K, alpha, x[i]);
+  });
+}
+
+template <UnaryKind K>
+void unaryGradLoop(float alpha, const float* x, const float* dy, float* dx, i64 count) {
+  parallelChunks(count, [&](i64 b, i64 e) {
+#pragma omp simd
+    for (i64 i = b; i < e; ++i) dx[i] = dy[i] * kernels::detail::unaryDerivative(K, alpha, x[i]);
+  });
+}
+
+// Calls f.template operator()<K>() for the run-time kind.
+template <typename F>
+void dispatchUnary(UnaryKind kind, F&& f) {
+  switch (kind) {
+#define IPU_UNARY_CASE(k) \
+  case UnaryKind::k:      \
+    return f.template operator()<UnaryKind::k>();
+    IPU_UNARY_CASE(Identity)
+    IPU_UNARY_CASE(Relu)
+    IPU_UNARY_CASE(Neg)
+    IPU_UNARY_CASE(Exp)
+    IPU_UNARY_CASE(Log)
+    IPU_UNARY_CASE(Sqrt)
+    IPU_UNARY_CASE(Rsqrt)
+    IPU_UNARY_CASE(Square)
+    IPU_UNARY_CASE(Sigmoid)
+    IPU_UNARY_CASE(Tanh)
+    IPU_UNARY_CASE(Gelu)
+    IPU_UNARY_CASE(Swish)
+    IPU_UNARY_CASE(Scale)
+#undef IPU_UNARY_CASE
+  }
+}
+
+// ---- binary --------------------------------------------------------------------------------
+
+// Broadcast shape with size-1 dimensions dropped and mergeable neighbours fused, so the common
+// cases (same shape, scalar, per-channel vector) become rank 1 or 2.
+struct Collapsed {
+  int rank = 0;
+  i64 dims[BroadcastShape::kMaxRank] = {};
+  i64 sa[BroadcastShape::kMaxRank] = {};
+  i64 sb[BroadcastShape::kMaxRank] = {};
+};
+
+Collapsed collapse(const BroadcastShape& s) {
+  Collapsed c;
+  for (int d = 0; d < s.rank; ++d) {
+    if (s.outDims[d] == 1) continue;
+    const int last = c.rank - 1;
+    // Dim d folds into the previous kept one when both operands walk them as one dimension.
+    if (last >= 0 && c.sa[last] == s.aStrides[d] * s.outDims[d] &&
+        c.sb[last] == s.bStrides[d] * s.outDims[d]) {
+      c.dims[last] *= s.outDims[d];
+      c.sa[last] = s.aStrides[d];
+      c.sb[last] = s.bStrides[d];
+      continue;
+    }
+    c.dims[c.rank] = s.outDims[d];
+    c.sa[c.rank] = s.aStrides[d];
+    c.sb[c.rank] = s.bStrides[d];
+    ++c.rank;
+  }
+  if (c.rank == 0) {  // a single element
+    c.rank = 1;
+    c.dims[0] = 1;
+    c.sa[0] = c.sb[0] = 1;
+  }
+  return c;
+}
+
+// Innermost loop over n elements, specialised on the operands' inner strides (0 or 1).
+template <BinaryKind K>
+void binaryRow(const float* a, i64 sa, const float* b, i64 sb, float* y, i64 n) {
+  if (sa == 1 && sb == 1) {
+#pragma omp simd
+    for (i64 i = 0; i < n; ++i) y[i] = kernels::detail::binaryValue(K, a[i], b[i]);
+  } else if (sa == 1 && sb == 0) {
+    const float bv = b[0];
+#pragma omp simd
+    for (i64 i = 0; i < n; ++i) y[i] = kernels::detail::binaryValue(K, a[i], bv);
+  } else if (sa == 0 && sb == 1) {
+    const float av = a[0];
+#pragma omp simd
+    for (i64 i = 0; i < n; ++i) y[i] = kernels::detail::binaryValue(K, av, b[i]);
+  } else {
+    for (i64 i = 0; i < n; ++i) y[i] = kernels::detail::binaryValue(K, a[i * sa], b[i * sb]);
+  }
+}
+
+template <BinaryKind K>
+void binaryLoop(const Collapsed& c, const float* a, const float* b, float* y) {
+  const int inner = c.rank - 1;
+  const i64 cols = c.dims[inner];
+  i64 total = 1;
+  for (int d = 0; d < c.rank; ++d) total *= c.dims[d];
+  parallelChunks(total, [&](i64 begin, i64 end) {
+    // Unflatten the chunk start into outer coordinates, then walk rows with an odometer.
+    i64 coord[BroadcastShape::kMaxRank] = {};
+    i64 aOff = 0, bOff = 0;
+    i64 row = begin / cols, col = begin % cols;
+    for (int d = inner - 1; d >= 0; --d) {
+      coord[d] = row % c.dims[d];
+      row /= c.dims[d];
+      aOff += coord[d] * c.sa[d];
+      bOff += coord[d] * c.sb[d];
+    }
+    for (i64 e = begin; e < end;) {
+      const i64 len = std::min(cols - col, end - e);
+      binaryRow<K>(a + aOff + col * c.sa[inner], c.sa[inner], b + bOff + col * c.sb[inner],
+                   c.sb[inner], y + e, len);
+      e += len;
+      col = 0;
+      for (int d = inner - 1; d >= 0; --d) {
+        aOff += c.sa[d];
+        bOff += c.sb[d];
+        if (++coord[d] < c.dims[d]) break;
+        aOff -= c.sa[d] * c.dims[d];
+        bOff -= c.sb[d] * c.dims[d];
+        coord[d] = 0;
+      }
+    }
+  });
+}
+
+// ---- reduce --------------------------------------------------------------------------------
+
+struct ReduceOp {
+  ReduceKind kind;
+  float identity() const {
+    return kind == ReduceKind::Max ? -std::numeric_limits<float>::infinity() : 0.0f;
+  }
+};
+
+// Reduce x viewed as [O, R, I] over R into y[O, I].
+void reduceORI(ReduceKind kind, i64 o, i64 r, i64 in, const float* x, float* y, float scale) {
+  const bool isMax = kind == ReduceKind::Max;
+  const float init = ReduceOp{kind}.identity();
+  // Accumulates rows [r0, r1) of block ob into acc[0..in).
+  auto accumulate = [&](i64 ob, i64 r0, i64 r1, float* acc) {
+    const float* base = x + ob * r * in;
+    if (in == 1) {
+      float a = acc[0];
+      if (isMax) {
+#pragma omp simd reduction(max : a)
+        for (i64 j = r0; j < r1; ++j) a = std::max(a, base[j]);
+      } else {
+#pragma omp simd reduction(+ : a)
+        for (i64 j = r0; j < r1; ++j) a += base[j];
+      }
+      acc[0] = a;
+      return;
+    }
+    for (i64 j = r0; j < r1; ++j) {
+      const float* row = base + j * in;
+      if (isMax) {
+#pragma omp simd
+        for (i64 i = 0; i < in; ++i) acc[i] = std::max(acc[i], row[i]);
+      } else {
+#pragma omp simd
+        for (i64 i = 0; i < in; ++i) acc[i] += row[i];
+      }
+    }
+  };
+  const int nt = numThreads();
+  const i64 total = o * r * in;
+  if (o >= nt || total < kParallelMin || nt == 1) {
+    parallelRows(o, r * in, [&](i64 b, i64 e) {
+      for (i64 ob = b; ob < e; ++ob) {
+        float* acc = y + ob * in;
+        std::fill(acc, acc + in, init);
+        accumulate(ob, 0, r, acc);
+      }
+    });
+  } else {
+    // Few outputs, long reduction (e.g. [N*H*W, C] -> [C]): each thread reduces a slice of R
+    // into its own partial; partials are then combined in thread order (deterministic).
+    float* part = scratch(static_cast<i64>(nt) * o * in);
+    const i64 outElems = o * in;
+#pragma omp parallel num_threads(nt)
+    {
+      const i64 t = omp_get_thread_num(), tn = omp_get_num_threads();
+      float* mine = part + t * outElems;
+      std::fill(mine, mine + outElems, init);
+      const i64 r0 = r * t / tn, r1 = r * (t + 1) / tn;
+      for (i64 ob = 0; ob < o; ++ob) accumulate(ob, r0, r1, mine + ob * in);
+#pragma omp barrier
+      const i64 e0 = outElems * t / tn, e1 = outElems * (t + 1) / tn;
+      for (i64 i = e0; i < e1; ++i) {
+        float a = part[i];
+        for (i64 p = 1; p < tn; ++p) {
+          a = isMax ? std::max(a, part[p * outElems + i]) : a + part[p * outElems + i];
+        }
+        y[i] = a;
+      }
+    }
+  }
+  if (scale != 1.0f) {
+    const i64 n = o * in;
+    for (i64 i = 0; i < n; ++i) y[i] *= scale;
+  }
+}
+
+// Any pattern of reduced dimensions: one output element at a time.
+void reduceGeneric(ReduceKind kind, const std::vector<i64>& dims, const std::vector<bool>& red,
+                   const float* x, float* y, float scale) {
+  const int rank = static_cast<int>(dims.size());
+  std::vector<i64> strides(rank);
+  for (i64 d = rank - 1, st = 1; d >= 0; --d) {
+    strides[d] = st;
+    st *= dims[d];
+  }
+  i64 outElems = 1, redElems = 1;
+  for (int d = 0; d < rank; ++d) (red[d] ? redElems : outElems) *= dims[d];
+  const bool isMax = kind == ReduceKind::Max;
+  parallelRows(outElems, redElems, [&](i64 b, i64 e) {
+    for (i64 o = b; o < e; ++o) {
+      i64 base = 0;
+      for (i64 d = rank - 1, rest = o; d >= 0; --d) {
+        if (red[d]) continue;
+        base += (rest % dims[d]) * strides[d];
+        rest /= dims[d];
+      }
+      float acc = ReduceOp{kind}.identity();
+      for (i64 rr = 0; rr < redElems; ++rr) {
+        i64 off = base;
+        for (i64 d = rank - 1, rest = rr; d >= 0; --d) {
+          if (!red[d]) continue;
+          off += (rest % dims[d]) * strides[d];
+          rest /= dims[d];
+        }
+        acc = isMax ? std::max(acc, x[off]) : acc + x[off];
+      }
+      y[o] = acc * scale;
+    }
+  });
+}
+
+// ---- transpose -----------------------------------------------------------------------------
+
+constexpr i64 kTile = 32;
+
+}  // namespace
+
+// ---- public entry points ---------------------------------------------------------------------
+
+void unary(UnaryKind kind, float alpha, const float* x, float* y, i64 count) {
+  dispatchUnary(kind, [&]<UnaryKind K>() { unaryLoop<K>(alpha, x, y, count); });
+}
+
+void unaryGrad(UnaryKind kind, float alpha, const float* x, const float* dy, float* dx, i64 count) {
+  dispatchUnary(kind, [&]<UnaryKind K>() { unaryGradLoop<K>(alpha, x, dy, dx, count); });
+}
+
+void binary(BinaryKind kind, const BroadcastShape& s, const float* a, const float* b, float* y) {
+  const Collapsed c = collapse(s);
+  switch (kind) {
+    case BinaryKind::Add:
+      return binaryLoop<BinaryKind::Add>(c, a, b, y);
+    case BinaryKind::Sub:
+      return binaryLoop<BinaryKind::Sub>(c, a, b, y);
+    case BinaryKind::Mul:
+      return binaryLoop<BinaryKind::Mul>(c, a, b, y);
+    case BinaryKind::Div:
+      return binaryLoop<BinaryKind::Div>(c, a, b, y);
+    case BinaryKind::Max:
+      return binaryLoop<BinaryKind::Max>(c, a, b, y);
+    case BinaryKind::Min:
+      return binaryLoop<BinaryKind::Min>(c, a, b, y);
+  }
+}
+
+void reduce(ReduceKind kind, const ReduceShape& s, const float* x, float* y) {
+  // Collapse: drop size-1 dims, fuse neighbours with the same reduced flag.
+  std::vector<i64> dims;
+  std::vector<bool> red;
+  for (size_t d = 0; d < s.inDims.size(); ++d) {
+    if (s.inDims[d] == 1) continue;
+    if (!dims.empty() && red.back() == s.reduced[d]) {
+      dims.back() *= s.inDims[d];
+    } else {
+      dims.push_back(s.inDims[d]);
+      red.push_back(s.reduced[d]);
+    }
+  }
+  const float scale = kind == ReduceKind::Mean ? 1.0f / float(s.reducedCount()) : 1.0f;
+  const int nRed = static_cast<int>(std::count(red.begin(), red.end(), true));
+  if (nRed == 0) {  // nothing to reduce: a copy
+    const i64 n = s.inElems();
+    parallelChunks(n, [&](i64 b, i64 e) {
+      for (i64 i = b; i < e; ++i) y[i] = x[i] * scale;
+    });
+    return;
+  }
+  if (nRed == 1) {  // [O, R, I]
+    const size_t rd = std::find(red.begin(), red.end(), true) - red.begin();
+    const i64 o = rd > 0 ? dims[0] : 1;
+    const i64 in = rd + 1 < dims.size() ? dims[rd + 1] : 1;
+    return reduceORI(kind, o, dims[rd], in, x, y, scale);
+  }
+  reduceGeneric(kind, dims, red, x, y, scale);
+}
+
+void transpose(const std::vector<i64>& inDims, const std::vector<int>& perm, const float* x,
+               float* y) {
+  // Collapse: drop size-1 input dims, then fuse input dims that stay adjacent and in order in
+  // the output. dims/perm below describe the collapsed problem.
+  const int rank0 = static_cast<int>(inDims.size());
+  std::vector<int> keep(rank0, -1);  // input dim -> index among non-unit dims
+  std::vector<i64> d1;
+  for (int d = 0; d < rank0; ++d) {
+    if (inDims[d] != 1) {
+      keep[d] = static_cast<int>(d1.size());
+      d1.push_back(inDims[d]);
+    }
+  }
+  std::vector<int> p1;
+  for (int d = 0; d < rank0; ++d) {
+    if (keep[perm[d]] >= 0) p1.push_back(keep[perm[d]]);
+  }
+  // Groups of output positions whose input dims are consecutive.
+  std::vector<std::vector<int>> groups;
+  for (int q = 0; q < static_cast<int>(p1.size()); ++q) {
+    if (!groups.empty() && groups.back().back() + 1 == p1[q]) {
+      groups.back().push_back(p1[q]);
+    } else {
+      groups.push_back({p1[q]});
+    }
+  }
+  // Collapsed input dims are the groups ordered by their first input dim.
+  const int rank = static_cast<int>(groups.size());
+  std::vector<int> order(rank);
+  for (int g = 0; g < rank; ++g) order[g] = g;
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return groups[a][0] < groups[b][0]; });
+  std::vector<i64> dims(rank);     // collapsed input dims
+  std::vector<int> outToIn(rank);  // collapsed perm
+  for (int j = 0; j < rank; ++j) {
+    const auto& g = groups[order[j]];
+    dims[j] = 1;
+    for (int d : g) dims[j] *= d1[d];
+    outToIn[order[j]] = j;
+  }
+  i64 total = 1;
+  for (i64 d : inDims) total *= d;
+  if (rank <= 1) {
+    parallelChunks(total,
+                   [&](i64 b, i64 e) { std::memcpy(y + b, x + b, (e - b) * sizeof(float)); });
+    return;
+  }
+  std::vector<i64> inStride(rank), outDims(rank), outStride(rank);
+  for (i64 d = rank - 1, st = 1; d >= 0; --d) {
+    inStride[d] = st;
+    st *= dims[d];
+  }
+  for (int q = 0; q < rank; ++q) outDims[q] = dims[outToIn[q]];
+  for (i64 q = rank - 1, st = 1; q >= 0; --q) {
+    outStride[q] = st;
+    st *= outDims[q];
+  }
+  const int a = outToIn[rank - 1], b = rank - 1;  // input dims innermost in y / in x
+  if (a == b) {
+    // Innermost dim unmoved: copy contiguous rows of dims[b] elements.
+    const i64 cols = dims[b], rows = total / cols;
+    parallelRows(rows, cols, [&](i64 begin, i64 end) {
+      for (i64 row = begin; row < end; ++row) {
+        i64 rest = row, inOff = 0;
+        for (int q = rank - 2; q >= 0; --q) {
+          inOff += (rest % outDims[q]) * inStride[outToIn[q]];
+          rest /= outDims[q];
+        }
+        std::memcpy(y + row * cols, x + inOff, cols * sizeof(float));
+      }
+    });
+    return;
+  }
+  // Otherwise transpose the (A, B) planes in tiles, for every combination of the other dims.
+  int bOut = 0;  // output position of input dim b
+  for (int q = 0; q < rank; ++q) {
+    if (outToIn[q] == b) bOut = q;
+  }
+  const i64 na = dims[a], nb = dims[b];
+  const i64 sa = inStride[a], sbOut = outStride[bOut];
+  std::vector<int> others;  // output positions of the remaining dims
+  for (int q = 0; q < rank - 1; ++q) {
+    if (q != bOut) others.push_back(q);
+  }
+  i64 nOther = 1;
+  for (int q : others) nOther *= outDims[q];
+  const i64 aTiles = (na + kTile - 1) / kTile;
+  parallelRows(nOther * aTiles, kTile * nb, [&](i64 begin, i64 end) {
+    for (i64 job = begin; job < end; ++job) {
+      i64 rest = job / aTiles, inOff = 0, outOff = 0;
+      for (int i = static_cast<int>(others.size()) - 1; i >= 0; --i) {
+        const int q = others[i];
+        const i64 coord = rest % outDims[q];
+        rest /= outDims[q];
+        inOff += coord * inStride[outToIn[q]];
+        outOff += coord * outStride[q];
+      }
+      const i64 a0 = (job % aTiles) * kTile, a1 = std::min(na, a0 + kTile);
+      for (i64 b0 = 0; b0 < nb; b0 += kTile) {
+        const i64 b1 = std::min(nb, b0 + kTile);
+        for (i64 ib = b0; ib < b1; ++ib) {
+          for (i64 ia = a0; ia < a1; ++ia) y[outOff + ib * sbOut + ia] = x[inOff + ia * sa + ib];
+        }
+      }
+    }
+  });
+}
+
+namespace {
+
+void checkLabels(i64 n, i64 classes, const std::int32_t* labels) {
+  for (i64 i = 0; i < n; ++i) {
+    if (labels[i] < 0 || labels[i] >= classes) {
+      throw std::invalid_argument("softmax cross-entropy: sample " + std::to_string(i) +
+                                  " has label " + std::to_string(labels[i]) + " outside [0, " +
+                                  std::to_string(classes) + ")");
+    }
+  }
+}
+
+float rowMax(const float* x, i64 n) {
+  float m = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : m)
+  for (i64 j = 0; j < n; ++j) m = std::max(m, x[j]);
+  return m;
+}
+
+float rowSumExp(const float* x, i64 n, float max) {
+  float s = 0;
+#pragma omp simd reduction(+ : s)
+  for (i64 j = 0; j < n; ++j) s += std::exp(x[j] - max);
+  return s;
+}
+
+}  // namespace
+
+void softmaxCrossEntropy(i64 n, i64 classes, float smoothing, const float* logits,
+                         const std::int32_t* labels, float* loss) {
+  checkLabels(n, classes, labels);  // before the parallel region: it must not throw
+  const float offTarget = smoothing / float(classes);
+  parallelRows(n, classes, [&](i64 b, i64 e) {
+    for (i64 r = b; r < e; ++r) {
+      const float* x = logits + r * classes;
+      const float m = rowMax(x, classes);
+      const float lse = m + std::log(rowSumExp(x, classes, m));
+      float sumX = 0;
+#pragma omp simd reduction(+ : sumX)
+      for (i64 j = 0; j < classes; ++j) sumX += x[j];
+      // -sum_j target_j (x_j - lse) with sum_j target_j == 1.
+      loss[r] = lse - (1.0f - smoothing) * x[labels[r]] - offTarget * sumX;
+    }
+  });
+}
+
+void softmaxCrossEntropyGrad(i64 n, i64 classes, float smoothing, const float* logits,
+                             const std::int32_t* labels, const float* dloss, float* dlogits) {
+  checkLabels(n, classes, labels);
+  const float offTarget = smoothing / float(classes);
+  parallelRows(n, classes, [&](i64 b, i64 e) {
+    for (i64 r = b; r < e; ++r) {
+      const float* x = logits + r * classes;
+      float* dx = dlogits + r * classes;
+      const float m = rowMax(x, classes);
+      const float scale = dloss[r] / rowSumExp(x, classes, m);
+      const float shift = dloss[r] * offTarget;
+#pragma omp simd
+      for (i64 j = 0; j < classes; ++j) dx[j] = std::exp(x[j] - m) * scale - shift;
+      dx[labels[r]] -= dloss[r] * (1.0f - smoothing);
+    }
+  });
+}
+
+void softmax(i64 rows, i64 cols, const float* x, float* y) {
+  parallelRows(rows, cols, [&](i64 b, i64 e) {
+    for (i64 r = b; r < e; ++r) {
+      const float* xr = x + r * cols;
+      float* yr = y + r * cols;
+      const float m = rowMax(xr, cols);
+      float s = 0;
+#pragma omp simd reduction(+ : s)
+      for (i64 j = 0; j < cols; ++j) {
+        yr[j] = std::exp(xr[j] - m);
+        s += yr[j];
+      }
+      const float inv = 1.0f / s;
+#pragma omp simd
+      for (i64 j = 0; j < cols; ++j) yr[j] *= inv;
+    }
+  });
+}
+
+void softmaxGrad(i64 rows, i64 cols, const float* y, const float* dy, float* dx) {
+  parallelRows(rows, cols, [&](i64 b, i64 e) {
+    for (i64 r = b; r < e; ++r) {
+      const float* yr = y + r * cols;
+      const float* gr = dy + r * cols;
+      float* dr = dx + r * cols;
+      float dot = 0;
+#pragma omp simd reduction(+ : dot)
+      for (i64 j = 0; j < cols; ++j) dot += gr[j] * yr[j];
+#pragma omp simd
+      for (i64 j = 0; j < cols; ++j) dr[j] = yr[j] * (gr[j] - dot);
+    }
+  });
+}
+
+void sgdMomentumUpdate(float lr, float momentum, float weightDecay, bool nesterov, float* w,
+                       float* v, const float* g, i64 count) {
+  parallelChunks(count, [&](i64 b, i64 e) {
+    if (momentum == 0.0f) {
+#pragma omp simd
+      for (i64 i = b; i < e; ++i) w[i] -= lr * (g[i] + weightDecay * w[i]);
+    } else if (nesterov) {
+#pragma omp simd
+      for (i64 i = b; i < e; ++i) {
+        const float grad = g[i] + weightDecay * w[i];
+        v[i] = momentum * v[i] + grad;
+        w[i] -= lr * (grad + momentum * v[i]);
+      }
+    } else {
+#pragma omp simd
+      for (i64 i = b; i < e; ++i) {
+        const float grad = g[i] + weightDecay * w[i];
+        v[i] = momentum * v[i] + grad;
+        w[i] -= lr * v[i];
+      }
+    }
+  });
+}
+
+void emaUpdate(float momentum, float scale, float* running, const float* value, i64 count) {
+  const float k = (1.0f - momentum) * scale;
+  parallelChunks(count, [&](i64 b, i64 e) {
+#pragma omp simd
+    for (i64 i = b; i < e; ++i) running[i] = momentum * running[i] + k * value[i];
+  });
+}
+
+}  // namespace ipu::kernels::fused

@@ -1,0 +1,563 @@
+// oneDNN-backed fused kernels: convolution, matmul, batch norm, pooling.
+// Each object creates its primitives, reorder buffers and scratchpads up front; run() binds the
+// caller's pointers to pre-made memory objects and executes.
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <optional>
+
+#include "ipu_backend/kernels/fused.h"
+#include "ipu_backend/kernels/onednn_common.h"
+
+namespace ipu::kernels::fused {
+
+using detail::bind;
+using detail::ownedMemory;
+using detail::Prim;
+using detail::userMemory;
+using dnnl::memory;
+using Tag = memory::format_tag;
+using Dt = memory::data_type;
+
+namespace {
+
+// ---- convolution descriptors ----------------------------------------------------------------
+
+struct ConvDescs {
+  memory::desc src, dst;     // user layouts: nhwc
+  memory::desc userWeights;  // [K,R,S,C/G]: ohwi, or gohwi with groups
+  memory::desc anyWeights;   // same dims, format chosen by the primitive
+  memory::dims strides, dilates, padL, padR;
+};
+
+ConvDescs convDescs(const Conv2dShape& s) {
+  ConvDescs d;
+  d.src = memory::desc({s.n, s.c, s.h, s.w}, Dt::f32, Tag::nhwc);
+  d.dst = memory::desc({s.n, s.k, s.outH(), s.outW()}, Dt::f32, Tag::nhwc);
+  const memory::dims wdims = s.groups > 1
+                                 ? memory::dims{s.groups, s.kPerGroup(), s.cPerGroup(), s.r, s.s}
+                                 : memory::dims{s.k, s.c, s.r, s.s};
+  d.userWeights = memory::desc(wdims, Dt::f32, s.groups > 1 ? Tag::gohwi : Tag::ohwi);
+  d.anyWeights = memory::desc(wdims, Dt::f32, Tag::any);
+  d.strides = {s.strideH, s.strideW};
+  d.dilates = {s.dilH - 1, s.dilW - 1};  // oneDNN counts the gaps, not the step
+  d.padL = {s.padTop, s.padLeft};
+  d.padR = {s.padBottom, s.padRight};
+  return d;
+}
+
+dnnl::convolution_forward::primitive_desc convForwardPd(const ConvDescs& d,
+                                                        const dnnl::primitive_attr& attr) {
+  dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_training,
+                                       dnnl::algorithm::convolution_direct, d.src, d.anyWeights,
+                                       d.dst, d.strides, d.dilates, d.padL, d.padR);
+  return dnnl::convolution_forward::primitive_desc(desc, attr, detail::cpuEngine());
+}
+
+// The primitive-format weights: the user's memory itself when the formats agree, else an
+// owned buffer plus a reorder between it and the user memory.
+struct WeightsBinding {
+  memory user;       // bound to the caller's pointer per run
+  memory primitive;  // == user when no reorder is needed
+  Prim reorder;      // user -> primitive (inputs) or primitive -> user (gradients)
+};
+
+WeightsBinding bindWeights(const memory::desc& userMd, const memory::desc& primMd, bool toUser) {
+  WeightsBinding b;
+  b.user = userMemory(userMd);
+  if (primMd == userMd) {
+    b.primitive = b.user;
+  } else {
+    b.primitive = ownedMemory(primMd);
+    b.reorder = toUser ? detail::makeReorder(b.primitive, b.user)
+                       : detail::makeReorder(b.user, b.primitive);
+  }
+  return b;
+}
+
+}  // namespace
+
+// ---- Conv2dForward -------------------------------------------------------------------------
+
+struct Conv2dForward::Impl {
+  memory x, y;
+  WeightsBinding w;
+  Prim conv;
+};
+
+Conv2dForward::Conv2dForward(const Conv2dShape& s) : impl_(std::make_unique<Impl>()) {
+  detail::syncThreads();
+  const ConvDescs d = convDescs(s);
+  const auto pd = convForwardPd(d, detail::userScratchpadAttr());
+  impl_->x = userMemory(d.src);
+  impl_->y = userMemory(d.dst);
+  impl_->w = bindWeights(d.userWeights, pd.weights_desc(), /*toUser=*/false);
+  impl_->conv = Prim(pd, dnnl::convolution_forward(pd));
+  impl_->conv.arg(DNNL_ARG_SRC, impl_->x);
+  impl_->conv.arg(DNNL_ARG_WEIGHTS, impl_->w.primitive);
+  impl_->conv.arg(DNNL_ARG_DST, impl_->y);
+}
+
+Conv2dForward::~Conv2dForward() = default;
+
+void Conv2dForward::run(const float* x, const float* w, float* y) {
+  detail::syncThreads();
+  bind(impl_->x, x);
+  bind(impl_->w.user, w);
+  bind(impl_->y, y);
+  if (impl_->w.reorder.valid()) impl_->w.reorder.execute();
+  impl_->conv.execute();
+  detail::waitStream();
+}
+
+// ---- Conv2dBackwardData --------------------------------------------------------------------
+
+struct Conv2dBackwardData::Impl {
+  memory dy, dx;
+  WeightsBinding w;
+  Prim conv;
+};
+
+Conv2dBackwardData::Conv2dBackwardData(const Conv2dShape& s) : impl_(std::make_unique<Impl>()) {
+  detail::syncThreads();
+  const ConvDescs d = convDescs(s);
+  const auto hint = convForwardPd(d, dnnl::primitive_attr());
+  dnnl::convolution_backward_data::desc desc(dnnl::algorithm::convolution_direct, d.src,
+                                             d.anyWeights, d.dst, d.strides, d.dilates, d.padL,
+                                             d.padR);
+  dnnl::convolution_backward_data::primitive_desc pd(desc, detail::userScratchpadAttr(),
+                                                     detail::cpuEngine(), hint);
+  impl_->dy = userMemory(d.dst);
+  impl_->dx = userMemory(d.src);
+  impl_->w = bindWeights(d.userWeights, pd.weights_desc(), /*toUser=*/false);
+  impl_->conv = Prim(pd, dnnl::convolution_backward_data(pd));
+  impl_->conv.arg(DNNL_ARG_DIFF_DST, impl_->dy);
+  impl_->conv.arg(DNNL_ARG_WEIGHTS, impl_->w.primitive);
+  impl_->conv.arg(DNNL_ARG_DIFF_SRC, impl_->dx);
+}
+
+Conv2dBackwardData::~Conv2dBackwardData() = default;
+
+void Conv2dBackwardData::run(const float* dy, const float* w, float* dx) {
+  detail::syncThreads();
+  bind(impl_->dy, dy);
+  bind(impl_->w.user, w);
+  bind(impl_->dx, dx);
+  if (impl_->w.reorder.valid()) impl_->w.reorder.execute();
+  impl_->conv.execute();
+  detail::waitStream();
+}
+
+// ---- Conv2dBackwardFilter ------------------------------------------------------------------
+
+struct Conv2dBackwardFilter::Impl {
+  memory x, dy;
+  WeightsBinding dw;
+  Prim conv;
+};
+
+Conv2dBackwardFilter::Conv2dBackwardFilter(const Conv2dShape& s) : impl_(std::make_unique<Impl>()) {
+  detail::syncThreads();
+  const ConvDescs d = convDescs(s);
+  const auto hint = convForwardPd(d, dnnl::primitive_attr());
+  dnnl::convolution_backward_weights::desc desc(dnnl::algorithm::convolution_direct, d.src,
+                                                d.anyWeights, d.dst, d.strides, d.dilates, d.padL,
+                                                d.padR);
+  dnnl::convolution_backward_weights::primitive_desc pd(desc, detail::userScratchpadAttr(),
+                                                        detail::cpuEngine(), hint);
+  impl_->x = userMemory(d.src);
+  impl_->dy = userMemory(d.dst);
+  impl_->dw = bindWeights(d.userWeights, pd.diff_weights_desc(), /*toUser=*/true);
+  impl_->conv = Prim(pd, dnnl::convolution_backward_weights(pd));
+  impl_->conv.arg(DNNL_ARG_SRC, impl_->x);
+  impl_->conv.arg(DNNL_ARG_DIFF_DST, impl_->dy);
+  impl_->conv.arg(DNNL_ARG_DIFF_WEIGHTS, impl_->dw.primitive);
+}
+
+Conv2dBackwardFilter::~Conv2dBackwardFilter() = default;
+
+void Conv2dBackwardFilter::run(const float* x, const float* dy, float* dw) {
+  detail::syncThreads();
+  bind(impl_->x, x);
+  bind(impl_->dy, dy);
+  bind(impl_->dw.user, dw);
+  impl_->conv.execute();
+  if (impl_->dw.reorder.valid()) impl_->dw.reorder.execute();
+  detail::waitStream();
+}
+
+// ---- MatMul --------------------------------------------------------------------------------
+
+struct MatMul::Impl {
+  memory a, b, c;
+  Prim mm;
+};
+
+MatMul::MatMul(const MatMulShape& s) : impl_(std::make_unique<Impl>()) {
+  detail::syncThreads();
+  i64 batch = s.batch, m = s.m;
+  if (s.broadcastB && !s.transA) {
+    // A shared B over row-major A batches is one tall GEMM: [batch*M, K] x [K, N].
+    m *= batch;
+    batch = 1;
+  }
+  const i64 k = s.k, n = s.n;
+  memory::desc a, b, c;
+  if (batch == 1) {
+    a = memory::desc({m, k}, Dt::f32, s.transA ? memory::dims{1, m} : memory::dims{k, 1});
+    b = memory::desc({k, n}, Dt::f32, s.transB ? memory::dims{1, k} : memory::dims{n, 1});
+    c = memory::desc({m, n}, Dt::f32, memory::dims{n, 1});
+  } else {
+    const i64 bBatch = s.broadcastB ? 1 : batch;
+    a = memory::desc({batch, m, k}, Dt::f32,
+                     s.transA ? memory::dims{m * k, 1, m} : memory::dims{m * k, k, 1});
+    b = memory::desc({bBatch, k, n}, Dt::f32,
+                     s.transB ? memory::dims{k * n, 1, k} : memory::dims{k * n, n, 1});
+    c = memory::desc({batch, m, n}, Dt::f32, memory::dims{m * n, n, 1});
+  }
+  dnnl::matmul::desc desc(a, b, c);
+  dnnl::matmul::primitive_desc pd(desc, detail::userScratchpadAttr(), detail::cpuEngine());
+  impl_->a = userMemory(a);
+  impl_->b = userMemory(b);
+  impl_->c = userMemory(c);
+  impl_->mm = Prim(pd, dnnl::matmul(pd));
+  impl_->mm.arg(DNNL_ARG_SRC, impl_->a);
+  impl_->mm.arg(DNNL_ARG_WEIGHTS, impl_->b);
+  impl_->mm.arg(DNNL_ARG_DST, impl_->c);
+}
+
+MatMul::~MatMul() = default;
+
+void MatMul::run(const float* a, const float* b, float* c) {
+  detail::syncThreads();
+  bind(impl_->a, a);
+  bind(impl_->b, b);
+  bind(impl_->c, c);
+  impl_->mm.execute();
+  detail::waitStream();
+}
+
+// ---- batch norm ----------------------------------------------------------------------------
+
+namespace {
+
+using Flags = dnnl::normalization_flags;
+
+// [rows, C] as an N x C x 1 x 1 nhwc tensor: same bytes as "nc", but it selects oneDNN's
+// channels-last (nspc) implementations, which vectorise over C.
+memory::desc bnData(i64 rows, i64 c) {
+  return memory::desc({rows, c, 1, 1}, Dt::f32, Tag::nhwc);
+}
+memory::desc bnChannels(i64 c) {
+  return memory::desc({c}, Dt::f32, Tag::x);
+}
+
+dnnl::batch_normalization_forward::primitive_desc bnForwardPd(dnnl::prop_kind prop, i64 rows, i64 c,
+                                                              float eps, Flags flags,
+                                                              const dnnl::primitive_attr& attr) {
+  dnnl::batch_normalization_forward::desc desc(prop, bnData(rows, c), eps, flags);
+  return dnnl::batch_normalization_forward::primitive_desc(desc, attr, detail::cpuEngine());
+}
+
+}  // namespace
+
+struct BatchNormForwardTraining::Impl {
+  memory x, gamma, beta, y, mean, var;
+  Prim bn;
+};
+
+BatchNormForwardTraining::BatchNormForwardTraining(i64 rows, i64 c, float eps)
+    : impl_(std::make_unique<Impl>()) {
+  detail::syncThreads();
+  const auto pd = bnForwardPd(dnnl::prop_kind::forward_training, rows, c, eps,
+                              Flags::use_scale | Flags::use_shift, detail::userScratchpadAttr());
+  Impl& p = *impl_;
+  p.x = userMemory(pd.src_desc());
+  p.y = userMemory(pd.dst_desc());
+  p.gamma = userMemory(bnChannels(c));
+  p.beta = userMemory(bnChannels(c));
+  p.mean = userMemory(pd.mean_desc());
+  p.var = userMemory(pd.variance_desc());
+  p.bn = Prim(pd, dnnl::batch_normalization_forward(pd));
+  p.bn.arg(DNNL_ARG_SRC, p.x);
+  p.bn.arg(DNNL_ARG_SCALE, p.gamma);
+  p.bn.arg(DNNL_ARG_SHIFT, p.beta);
+  p.bn.arg(DNNL_ARG_DST, p.y);
+  p.bn.arg(DNNL_ARG_MEAN, p.mean);
+  p.bn.arg(DNNL_ARG_VARIANCE, p.var);
+}
+
+BatchNormForwardTraining::~BatchNormForwardTraining() = default;
+
+void BatchNormForwardTraining::run(const float* x, const float* gamma, const float* beta, float* y,
+                                   float* mean, float* var) {
+  detail::syncThreads();
+  Impl& p = *impl_;
+  bind(p.x, x);
+  bind(p.gamma, gamma);
+  bind(p.beta, beta);
+  bind(p.y, y);
+  bind(p.mean, mean);
+  bind(p.var, var);
+  p.bn.execute();
+  detail::waitStream();
+}
+
+struct BatchNormForwardInference::Impl {
+  memory x, gamma, beta, mean, var, y;
+  Prim bn;
+};
+
+BatchNormForwardInference::BatchNormForwardInference(i64 rows, i64 c, float eps)
+    : impl_(std::make_unique<Impl>()) {
+  detail::syncThreads();
+  const auto pd = bnForwardPd(dnnl::prop_kind::forward_inference, rows, c, eps,
+                              Flags::use_global_stats | Flags::use_scale | Flags::use_shift,
+                              detail::userScratchpadAttr());
+  Impl& p = *impl_;
+  p.x = userMemory(pd.src_desc());
+  p.y = userMemory(pd.dst_desc());
+  p.gamma = userMemory(bnChannels(c));
+  p.beta = userMemory(bnChannels(c));
+  p.mean = userMemory(pd.mean_desc());
+  p.var = userMemory(pd.variance_desc());
+  p.bn = Prim(pd, dnnl::batch_normalization_forward(pd));
+  p.bn.arg(DNNL_ARG_SRC, p.x);
+  p.bn.arg(DNNL_ARG_SCALE, p.gamma);
+  p.bn.arg(DNNL_ARG_SHIFT, p.beta);
+  p.bn.arg(DNNL_ARG_MEAN, p.mean);
+  p.bn.arg(DNNL_ARG_VARIANCE, p.var);
+  p.bn.arg(DNNL_ARG_DST, p.y);
+}
+
+BatchNormForwardInference::~BatchNormForwardInference() = default;
+
+void BatchNormForwardInference::run(const float* x, const float* gamma, const float* beta,
+                                    const float* mean, const float* var, float* y) {
+  detail::syncThreads();
+  Impl& p = *impl_;
+  bind(p.x, x);
+  bind(p.gamma, gamma);
+  bind(p.beta, beta);
+  bind(p.mean, mean);
+  bind(p.var, var);
+  bind(p.y, y);
+  p.bn.execute();
+  detail::waitStream();
+}
+
+struct BatchNormBackward::Impl {
+  memory x, dy, gamma, mean, var, dx, dgamma, dbeta;
+  Prim bn;
+};
+
+BatchNormBackward::BatchNormBackward(i64 rows, i64 c, float eps) : impl_(std::make_unique<Impl>()) {
+  detail::syncThreads();
+  const Flags flags = Flags::use_scale | Flags::use_shift;
+  const auto hint =
+      bnForwardPd(dnnl::prop_kind::forward_training, rows, c, eps, flags, dnnl::primitive_attr());
+  dnnl::batch_normalization_backward::desc desc(dnnl::prop_kind::backward, bnData(rows, c),
+                                                bnData(rows, c), eps, flags);
+  dnnl::batch_normalization_backward::primitive_desc pd(desc, detail::userScratchpadAttr(),
+                                                        detail::cpuEngine(), hint);
+  Impl& p = *impl_;
+  p.x = userMemory(pd.src_desc());
+  p.dy = userMemory(pd.diff_dst_desc());
+  p.dx = userMemory(pd.diff_src_desc());
+  p.gamma = userMemory(bnChannels(c));
+  p.dgamma = userMemory(bnChannels(c));
+  p.dbeta = userMemory(bnChannels(c));
+  p.mean = userMemory(pd.mean_desc());
+  p.var = userMemory(pd.variance_desc());
+  p.bn = Prim(pd, dnnl::batch_normalization_backward(pd));
+  p.bn.arg(DNNL_ARG_SRC, p.x);
+  p.bn.arg(DNNL_ARG_DIFF_DST, p.dy);
+  p.bn.arg(DNNL_ARG_SCALE, p.gamma);
+  // oneDNN 2.6 counts SHIFT as a backward input when use_shift is set (it needs use_shift to
+  // produce DIFF_SHIFT) but never reads it: an owned dummy satisfies the argument check.
+  p.bn.arg(DNNL_ARG_SHIFT, ownedMemory(bnChannels(c)));
+  p.bn.arg(DNNL_ARG_MEAN, p.mean);
+  p.bn.arg(DNNL_ARG_VARIANCE, p.var);
+  p.bn.arg(DNNL_ARG_DIFF_SRC, p.dx);
+  p.bn.arg(DNNL_ARG_DIFF_SCALE, p.dgamma);
+  p.bn.arg(DNNL_ARG_DIFF_SHIFT, p.dbeta);
+}
+
+BatchNormBackward::~BatchNormBackward() = default;
+
+void BatchNormBackward::run(const float* x, const float* dy, const float* gamma, const float* mean,
+                            const float* var, float* dx, float* dgamma, float* dbeta) {
+  detail::syncThreads();
+  Impl& p = *impl_;
+  bind(p.x, x);
+  bind(p.dy, dy);
+  bind(p.gamma, gamma);
+  bind(p.mean, mean);
+  bind(p.var, var);
+  bind(p.dx, dx);
+  bind(p.dgamma, dgamma);
+  bind(p.dbeta, dbeta);
+  p.bn.execute();
+  detail::waitStream();
+}
+
+// ---- pooling -------------------------------------------------------------------------------
+
+namespace {
+
+struct PoolDescs {
+  memory::desc src, dst;
+  memory::dims strides, kernel, padL, padR;
+};
+
+PoolDescs poolDescs(const Pool2dShape& s) {
+  return PoolDescs{memory::desc({s.n, s.c, s.h, s.w}, Dt::f32, Tag::nhwc),
+                   memory::desc({s.n, s.c, s.outH(), s.outW()}, Dt::f32, Tag::nhwc),
+                   {s.strideH, s.strideW},
+                   {s.kh, s.kw},
+                   {s.padTop, s.padLeft},
+                   {s.padBottom, s.padRight}};
+}
+
+dnnl::algorithm avgAlgorithm(const Pool2dShape& s) {
+  return s.countIncludePad ? dnnl::algorithm::pooling_avg_include_padding
+                           : dnnl::algorithm::pooling_avg_exclude_padding;
+}
+
+dnnl::pooling_forward::primitive_desc poolForwardPd(const PoolDescs& d, dnnl::prop_kind prop,
+                                                    dnnl::algorithm alg,
+                                                    const dnnl::primitive_attr& attr) {
+  dnnl::pooling_forward::desc desc(prop, alg, d.src, d.dst, d.strides, d.kernel, d.padL, d.padR);
+  return dnnl::pooling_forward::primitive_desc(desc, attr, detail::cpuEngine());
+}
+
+}  // namespace
+
+struct MaxPoolForward::Impl {
+  memory x, y;
+  Prim pool;
+};
+
+MaxPoolForward::MaxPoolForward(const Pool2dShape& s) : impl_(std::make_unique<Impl>()) {
+  detail::syncThreads();
+  const PoolDescs d = poolDescs(s);
+  // forward_inference: no argmax workspace is needed when only y is wanted.
+  const auto pd = poolForwardPd(d, dnnl::prop_kind::forward_inference, dnnl::algorithm::pooling_max,
+                                detail::userScratchpadAttr());
+  impl_->x = userMemory(d.src);
+  impl_->y = userMemory(d.dst);
+  impl_->pool = Prim(pd, dnnl::pooling_forward(pd));
+  impl_->pool.arg(DNNL_ARG_SRC, impl_->x);
+  impl_->pool.arg(DNNL_ARG_DST, impl_->y);
+}
+
+MaxPoolForward::~MaxPoolForward() = default;
+
+void MaxPoolForward::run(const float* x, float* y) {
+  detail::syncThreads();
+  bind(impl_->x, x);
+  bind(impl_->y, y);
+  impl_->pool.execute();
+  detail::waitStream();
+}
+
+struct MaxPoolBackward::Impl {
+  memory x, dy, dx;
+  Prim forward, backward;  // forward recomputes the workspace into owned y/workspace buffers
+};
+
+MaxPoolBackward::MaxPoolBackward(const Pool2dShape& s) : impl_(std::make_unique<Impl>()) {
+  detail::syncThreads();
+  const PoolDescs d = poolDescs(s);
+  const auto fwdPd = poolForwardPd(d, dnnl::prop_kind::forward_training,
+                                   dnnl::algorithm::pooling_max, detail::userScratchpadAttr());
+  dnnl::pooling_backward::desc desc(dnnl::algorithm::pooling_max, d.src, d.dst, d.strides, d.kernel,
+                                    d.padL, d.padR);
+  dnnl::pooling_backward::primitive_desc bwdPd(desc, detail::userScratchpadAttr(),
+                                               detail::cpuEngine(), fwdPd);
+  Impl& p = *impl_;
+  p.x = userMemory(d.src);
+  p.dy = userMemory(d.dst);
+  p.dx = userMemory(d.src);
+  const memory y = ownedMemory(fwdPd.dst_desc());
+  const memory ws = ownedMemory(fwdPd.workspace_desc());
+  p.forward = Prim(fwdPd, dnnl::pooling_forward(fwdPd));
+  p.forward.arg(DNNL_ARG_SRC, p.x);
+  p.forward.arg(DNNL_ARG_DST, y);
+  p.forward.arg(DNNL_ARG_WORKSPACE, ws);
+  p.backward = Prim(bwdPd, dnnl::pooling_backward(bwdPd));
+  p.backward.arg(DNNL_ARG_DIFF_DST, p.dy);
+  p.backward.arg(DNNL_ARG_WORKSPACE, ws);
+  p.backward.arg(DNNL_ARG_DIFF_SRC, p.dx);
+}
+
+MaxPoolBackward::~MaxPoolBackward() = default;
+
+void MaxPoolBackward::run(const float* x, const float* dy, float* dx) {
+  detail::syncThreads();
+  bind(impl_->x, x);
+  bind(impl_->dy, dy);
+  bind(impl_->dx, dx);
+  impl_->forward.execute();
+  impl_->backward.execute();
+  detail::waitStream();
+}
+
+struct AvgPoolForward::Impl {
+  memory x, y;
+  Prim pool;
+};
+
+AvgPoolForward::AvgPoolForward(const Pool2dShape& s) : impl_(std::make_unique<Impl>()) {
+  detail::syncThreads();
+  const PoolDescs d = poolDescs(s);
+  const auto pd = poolForwardPd(d, dnnl::prop_kind::forward_inference, avgAlgorithm(s),
+                                detail::userScratchpadAttr());
+  impl_->x = userMemory(d.src);
+  impl_->y = userMemory(d.dst);
+  impl_->pool = Prim(pd, dnnl::pooling_forward(pd));
+  impl_->pool.arg(DNNL_ARG_SRC, impl_->x);
+  impl_->pool.arg(DNNL_ARG_DST, impl_->y);
+}
+
+AvgPoolForward::~AvgPoolForward() = default;
+
+void AvgPoolForward::run(const float* x, float* y) {
+  detail::syncThreads();
+  bind(impl_->x, x);
+  bind(impl_->y, y);
+  impl_->pool.execute();
+  detail::waitStream();
+}
+
+struct AvgPoolBackward::Impl {
+  memory dy, dx;
+  Prim pool;
+};
+
+AvgPoolBackward::AvgPoolBackward(const Pool2dShape& s) : impl_(std::make_unique<Impl>()) {
+  detail::syncThreads();
+  const PoolDescs d = poolDescs(s);
+  const auto hint =
+      poolForwardPd(d, dnnl::prop_kind::forward_training, avgAlgorithm(s), dnnl::primitive_attr());
+  dnnl::pooling_backward::desc desc(avgAlgorithm(s), d.src, d.dst, d.strides, d.kernel, d.padL,
+                                    d.padR);
+  dnnl::pooling_backward::primitive_desc pd(desc, detail::userScratchpadAttr(), detail::cpuEngine(),
+                                            hint);
+  impl_->dy = userMemory(d.dst);
+  impl_->dx = userMemory(d.src);
+  impl_->pool = Prim(pd, dnnl::pooling_backward(pd));
+  impl_->pool.arg(DNNL_ARG_DIFF_DST, impl_->dy);
+  impl_->pool.arg(DNNL_ARG_DIFF_SRC, impl_->dx);
+}
+
+AvgPoolBackward::~AvgPoolBackward() = default;
+
+void AvgPoolBackward::run(const float* dy, float* dx) {
+  detail::syncThreads();
+  bind(impl_->dy, dy);
+  bind(impl_->dx, dx);
+  impl_->pool.execute();
+  detail::waitStream();
+}
+
+}  // namespace ipu::kernels::fused

@@ -1,0 +1,53 @@
+// Internal to the fused kernels: the process-wide oneDNN engine/stream and a prepared
+// primitive execution whose argument list is built once, so run() only rebinds pointers.
+#pragma once
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <vector>
+
+namespace ipu::kernels::fused::detail {
+
+dnnl::engine& cpuEngine();
+dnnl::stream& cpuStream();
+
+// Makes the calling thread's OpenMP team size equal numThreads() (the ICV is per thread and
+// oneDNN sizes its parallel work from it, both at primitive creation and at execution).
+void syncThreads();
+
+// A memory object over user-owned data, created without a buffer (the pointer is bound per run).
+dnnl::memory userMemory(const dnnl::memory::desc& md);
+// A memory object owning a buffer, allocated and touched now so run() never faults new pages.
+dnnl::memory ownedMemory(const dnnl::memory::desc& md);
+
+inline void bind(const dnnl::memory& m, const void* p) {
+  // oneDNN only reads inputs; its API takes non-const handles.
+  m.set_data_handle(const_cast<void*>(p));
+}
+
+// Attributes every fused primitive is created with: scratchpad owned by us (see Prim).
+dnnl::primitive_attr userScratchpadAttr();
+
+// One primitive plus the arguments it executes with. The memories are owned here; their data
+// handles may be rebound between executions.
+class Prim {
+ public:
+  Prim() = default;
+  // Takes the primitive descriptor to allocate the scratchpad it asks for (if any).
+  Prim(const dnnl::primitive_desc_base& pd, dnnl::primitive prim);
+  void arg(int key, const dnnl::memory& m);
+  void execute() const;  // on cpuStream(), without waiting
+  bool valid() const { return static_cast<bool>(prim_); }
+
+ private:
+  dnnl::primitive prim_;
+  std::vector<dnnl::memory> mems_;
+  std::vector<dnnl_exec_arg_t> args_;
+};
+
+// A reorder between two memories (created once; executed with Prim::execute).
+Prim makeReorder(const dnnl::memory& from, const dnnl::memory& to);
+
+void waitStream();
+
+}  // namespace ipu::kernels::fused::detail

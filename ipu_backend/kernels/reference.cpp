@@ -1,0 +1,469 @@
+// Reference kernels: straightforward loops, one output element at a time, accumulating in
+// double so that they are a trustworthy yardstick for the fused kernels.
+#include "ipu_backend/kernels/reference.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+#include "ipu_backend/kernels/elementwise_math.h"
+
+namespace ipu::kernels::ref {
+namespace {
+
+void checkLabel(i64 sample, std::int32_t label, i64 classes) {
+  if (label < 0 || label >= classes) {
+    throw std::invalid_argument("softmax cross-entropy: sample " + std::to_string(sample) +
+                                " has label " + std::to_string(label) + " outside [0, " +
+                                std::to_string(classes) + ")");
+  }
+}
+
+// Row statistics of a softmax over x[row, 0..cols): the max and sum_j exp(x_j - max).
+struct SoftmaxRow {
+  double max = 0;
+  double sumExp = 0;
+};
+
+SoftmaxRow softmaxRow(i64 cols, const W& x, i64 row) {
+  SoftmaxRow r;
+  r.max = -std::numeric_limits<double>::infinity();
+  for (i64 j = 0; j < cols; ++j) r.max = std::max(r.max, double(x[row * cols + j]));
+  for (i64 j = 0; j < cols; ++j) r.sumExp += std::exp(double(x[row * cols + j]) - r.max);
+  return r;
+}
+
+}  // namespace
+
+// ---- convolution --------------------------------------------------------------------------
+
+void conv2dForward(const Conv2dShape& s, W x, W w, float* y, Range out) {
+  const i64 oh = s.outH(), ow = s.outW(), cpg = s.cPerGroup(), kpg = s.kPerGroup();
+  for (i64 o = out.begin; o < out.end; ++o) {
+    // o = ((n * OH + p) * OW + q) * K + k
+    const i64 k = o % s.k, q = (o / s.k) % ow, p = (o / (s.k * ow)) % oh, n = o / (s.k * ow * oh);
+    const i64 c0 = (k / kpg) * cpg;  // first input channel of k's group
+    double acc = 0;
+    for (i64 r = 0; r < s.r; ++r) {
+      const i64 ih = p * s.strideH - s.padTop + r * s.dilH;
+      if (ih < 0 || ih >= s.h) continue;
+      for (i64 t = 0; t < s.s; ++t) {
+        const i64 iw = q * s.strideW - s.padLeft + t * s.dilW;
+        if (iw < 0 || iw >= s.w) continue;
+        for (i64 c = 0; c < cpg; ++c) {
+          acc += double(x[((n * s.h + ih) * s.w + iw) * s.c + c0 + c]) *
+                 w[((k * s.r + r) * s.s + t) * cpg + c];
+        }
+      }
+    }
+    y[o - out.begin] = float(acc);
+  }
+}
+
+void conv2dBackwardData(const Conv2dShape& s, W dy, W w, float* dx, Range out) {
+  const i64 oh = s.outH(), ow = s.outW(), cpg = s.cPerGroup(), kpg = s.kPerGroup();
+  for (i64 i = out.begin; i < out.end; ++i) {
+    // i = ((n * H + ih) * W + iw) * C + c
+    const i64 c = i % s.c, iw = (i / s.c) % s.w, ih = (i / (s.c * s.w)) % s.h,
+              n = i / (s.c * s.w * s.h);
+    const i64 g = c / cpg, cl = c % cpg;
+    double acc = 0;
+    for (i64 r = 0; r < s.r; ++r) {
+      // Output row p reads input row p * strideH - padTop + r * dilH; solve for p == ih.
+      const i64 ph = ih + s.padTop - r * s.dilH;
+      if (ph < 0 || ph % s.strideH != 0 || ph / s.strideH >= oh) continue;
+      const i64 p = ph / s.strideH;
+      for (i64 t = 0; t < s.s; ++t) {
+        const i64 qw = iw + s.padLeft - t * s.dilW;
+        if (qw < 0 || qw % s.strideW != 0 || qw / s.strideW >= ow) continue;
+        const i64 q = qw / s.strideW;
+        for (i64 k = g * kpg; k < (g + 1) * kpg; ++k) {
+          acc += double(dy[((n * oh + p) * ow + q) * s.k + k]) *
+                 w[((k * s.r + r) * s.s + t) * cpg + cl];
+        }
+      }
+    }
+    dx[i - out.begin] = float(acc);
+  }
+}
+
+void conv2dBackwardFilter(const Conv2dShape& s, W x, W dy, float* dw, Range out, Range red) {
+  const i64 oh = s.outH(), ow = s.outW(), cpg = s.cPerGroup(), kpg = s.kPerGroup();
+  for (i64 i = out.begin; i < out.end; ++i) {
+    // i = ((k * R + r) * S + t) * C/G + cl
+    const i64 cl = i % cpg, t = (i / cpg) % s.s, r = (i / (cpg * s.s)) % s.r,
+              k = i / (cpg * s.s * s.r);
+    const i64 c = (k / kpg) * cpg + cl;
+    double acc = 0;
+    for (i64 n = red.begin; n < red.end; ++n) {
+      for (i64 p = 0; p < oh; ++p) {
+        const i64 ih = p * s.strideH - s.padTop + r * s.dilH;
+        if (ih < 0 || ih >= s.h) continue;
+        for (i64 q = 0; q < ow; ++q) {
+          const i64 iw = q * s.strideW - s.padLeft + t * s.dilW;
+          if (iw < 0 || iw >= s.w) continue;
+          acc += double(x[((n * s.h + ih) * s.w + iw) * s.c + c]) *
+                 dy[((n * oh + p) * ow + q) * s.k + k];
+        }
+      }
+    }
+    dw[i - out.begin] = float(acc);
+  }
+}
+
+// ---- matmul -------------------------------------------------------------------------------
+
+void matMul(const MatMulShape& s, W a, W b, float* c, Range out, Range red) {
+  for (i64 o = out.begin; o < out.end; ++o) {
+    // o = (batch * M + i) * N + j
+    const i64 j = o % s.n, i = (o / s.n) % s.m, bt = o / (s.n * s.m);
+    const i64 aBase = bt * s.m * s.k, bBase = (s.broadcastB ? 0 : bt) * s.k * s.n;
+    double acc = 0;
+    for (i64 kk = red.begin; kk < red.end; ++kk) {
+      const float av = s.transA ? a[aBase + kk * s.m + i] : a[aBase + i * s.k + kk];
+      const float bv = s.transB ? b[bBase + j * s.k + kk] : b[bBase + kk * s.n + j];
+      acc += double(av) * bv;
+    }
+    c[o - out.begin] = float(acc);
+  }
+}
+
+// ---- elementwise --------------------------------------------------------------------------
+
+void unary(UnaryKind kind, float alpha, W x, float* y, Range out) {
+  for (i64 i = out.begin; i < out.end; ++i) {
+    y[i - out.begin] = detail::unaryValue(kind, alpha, x[i]);
+  }
+}
+
+void unaryGrad(UnaryKind kind, float alpha, W x, W dy, float* dx, Range out) {
+  for (i64 i = out.begin; i < out.end; ++i) {
+    dx[i - out.begin] = dy[i] * detail::unaryDerivative(kind, alpha, x[i]);
+  }
+}
+
+void binary(BinaryKind kind, const BroadcastShape& s, W a, W b, float* y, Range out) {
+  for (i64 o = out.begin; o < out.end; ++o) {
+    // Unflatten o into output coordinates, innermost first, and apply operand strides.
+    i64 rest = o, ai = 0, bi = 0;
+    for (int d = s.rank - 1; d >= 0; --d) {
+      const i64 coord = rest % s.outDims[d];
+      rest /= s.outDims[d];
+      ai += coord * s.aStrides[d];
+      bi += coord * s.bStrides[d];
+    }
+    y[o - out.begin] = detail::binaryValue(kind, a[ai], b[bi]);
+  }
+}
+
+// ---- reductions ---------------------------------------------------------------------------
+
+void reduce(ReduceKind kind, const ReduceShape& s, W x, float* y, Range out, Range red) {
+  const int rank = static_cast<int>(s.inDims.size());
+  std::vector<i64> strides(rank);  // row-major strides of x
+  for (i64 d = rank - 1, st = 1; d >= 0; --d) {
+    strides[d] = st;
+    st *= s.inDims[d];
+  }
+  for (i64 o = out.begin; o < out.end; ++o) {
+    // Offset of the kept coordinates: unflatten o over the kept dims only.
+    i64 keptOffset = 0;
+    for (i64 d = rank - 1, rest = o; d >= 0; --d) {
+      if (s.reduced[d]) continue;
+      keptOffset += (rest % s.inDims[d]) * strides[d];
+      rest /= s.inDims[d];
+    }
+    double acc = kind == ReduceKind::Max ? -std::numeric_limits<double>::infinity() : 0.0;
+    for (i64 r = red.begin; r < red.end; ++r) {
+      i64 offset = keptOffset;
+      for (i64 d = rank - 1, rest = r; d >= 0; --d) {
+        if (!s.reduced[d]) continue;
+        offset += (rest % s.inDims[d]) * strides[d];
+        rest /= s.inDims[d];
+      }
+      const double v = x[offset];
+      acc = kind == ReduceKind::Max ? std::max(acc, v) : acc + v;
+    }
+    if (kind == ReduceKind::Mean) acc /= double(s.reducedCount());
+    y[o - out.begin] = float(acc);
+  }
+}
+
+// ---- layout -------------------------------------------------------------------------------
+
+void transpose(const std::vector<i64>& inDims, const std::vector<int>& perm, W x, float* y,
+               Range out) {
+  const int rank = static_cast<int>(inDims.size());
+  std::vector<i64> inStrides(rank);
+  for (i64 d = rank - 1, st = 1; d >= 0; --d) {
+    inStrides[d] = st;
+    st *= inDims[d];
+  }
+  for (i64 o = out.begin; o < out.end; ++o) {
+    // Output dim d has extent inDims[perm[d]] and walks x with stride inStrides[perm[d]].
+    i64 src = 0;
+    for (i64 d = rank - 1, rest = o; d >= 0; --d) {
+      const i64 extent = inDims[perm[d]];
+      src += (rest % extent) * inStrides[perm[d]];
+      rest /= extent;
+    }
+    y[o - out.begin] = x[src];
+  }
+}
+
+// ---- pooling ------------------------------------------------------------------------------
+
+void maxPoolForward(const Pool2dShape& s, W x, float* y, Range out) {
+  const i64 oh = s.outH(), ow = s.outW();
+  for (i64 o = out.begin; o < out.end; ++o) {
+    const i64 c = o % s.c, q = (o / s.c) % ow, p = (o / (s.c * ow)) % oh, n = o / (s.c * ow * oh);
+    bool found = false;
+    float best = 0;
+    for (i64 i = 0; i < s.kh; ++i) {
+      const i64 ih = p * s.strideH - s.padTop + i;
+      if (ih < 0 || ih >= s.h) continue;
+      for (i64 j = 0; j < s.kw; ++j) {
+        const i64 iw = q * s.strideW - s.padLeft + j;
+        if (iw < 0 || iw >= s.w) continue;
+        const float v = x[((n * s.h + ih) * s.w + iw) * s.c + c];
+        if (!found || v > best) best = v;
+        found = true;
+      }
+    }
+    y[o - out.begin] = best;
+  }
+}
+
+void maxPoolBackward(const Pool2dShape& s, W x, W dy, float* dx, Range out) {
+  const i64 oh = s.outH(), ow = s.outW();
+  for (i64 idx = out.begin; idx < out.end; ++idx) {
+    const i64 c = idx % s.c, iw = (idx / s.c) % s.w, ih = (idx / (s.c * s.w)) % s.h,
+              n = idx / (s.c * s.w * s.h);
+    double acc = 0;
+    // Every output (p, q) whose window covers (ih, iw) at window cell (i, j).
+    for (i64 i = 0; i < s.kh; ++i) {
+      const i64 ph = ih + s.padTop - i;
+      if (ph < 0 || ph % s.strideH != 0 || ph / s.strideH >= oh) continue;
+      const i64 p = ph / s.strideH;
+      for (i64 j = 0; j < s.kw; ++j) {
+        const i64 qw = iw + s.padLeft - j;
+        if (qw < 0 || qw % s.strideW != 0 || qw / s.strideW >= ow) continue;
+        const i64 q = qw / s.strideW;
+        // Find that window's first maximum; the gradient goes there only.
+        i64 argH = -1, argW = -1;
+        float best = 0;
+        for (i64 wi = 0; wi < s.kh; ++wi) {
+          const i64 hh = p * s.strideH - s.padTop + wi;
+          if (hh < 0 || hh >= s.h) continue;
+          for (i64 wj = 0; wj < s.kw; ++wj) {
+            const i64 ww = q * s.strideW - s.padLeft + wj;
+            if (ww < 0 || ww >= s.w) continue;
+            const float v = x[((n * s.h + hh) * s.w + ww) * s.c + c];
+            if (argH < 0 || v > best) {
+              best = v;
+              argH = hh;
+              argW = ww;
+            }
+          }
+        }
+        if (argH == ih && argW == iw) acc += dy[((n * oh + p) * ow + q) * s.c + c];
+      }
+    }
+    dx[idx - out.begin] = float(acc);
+  }
+}
+
+namespace {
+
+// Number of cells an average over window (p, q) divides by.
+i64 avgDivisor(const Pool2dShape& s, i64 p, i64 q) {
+  if (s.countIncludePad) return s.kh * s.kw;
+  const i64 h0 = p * s.strideH - s.padTop, w0 = q * s.strideW - s.padLeft;
+  const i64 hs = std::min(h0 + s.kh, s.h) - std::max<i64>(h0, 0);
+  const i64 ws = std::min(w0 + s.kw, s.w) - std::max<i64>(w0, 0);
+  return std::max<i64>(hs, 0) * std::max<i64>(ws, 0);
+}
+
+}  // namespace
+
+void avgPoolForward(const Pool2dShape& s, W x, float* y, Range out) {
+  const i64 oh = s.outH(), ow = s.outW();
+  for (i64 o = out.begin; o < out.end; ++o) {
+    const i64 c = o % s.c, q = (o / s.c) % ow, p = (o / (s.c * ow)) % oh, n = o / (s.c * ow * oh);
+    double acc = 0;
+    for (i64 i = 0; i < s.kh; ++i) {
+      const i64 ih = p * s.strideH - s.padTop + i;
+      if (ih < 0 || ih >= s.h) continue;
+      for (i64 j = 0; j < s.kw; ++j) {
+        const i64 iw = q * s.strideW - s.padLeft + j;
+        if (iw < 0 || iw >= s.w) continue;
+        acc += x[((n * s.h + ih) * s.w + iw) * s.c + c];
+      }
+    }
+    const i64 div = avgDivisor(s, p, q);
+    y[o - out.begin] = div > 0 ? float(acc / double(div)) : 0.0f;
+  }
+}
+
+void avgPoolBackward(const Pool2dShape& s, W dy, float* dx, Range out) {
+  const i64 oh = s.outH(), ow = s.outW();
+  for (i64 idx = out.begin; idx < out.end; ++idx) {
+    const i64 c = idx % s.c, iw = (idx / s.c) % s.w, ih = (idx / (s.c * s.w)) % s.h,
+              n = idx / (s.c * s.w * s.h);
+    double acc = 0;
+    for (i64 i = 0; i < s.kh; ++i) {
+      const i64 ph = ih + s.padTop - i;
+      if (ph < 0 || ph % s.strideH != 0 || ph / s.strideH >= oh) continue;
+      const i64 p = ph / s.strideH;
+      for (i64 j = 0; j < s.kw; ++j) {
+        const i64 qw = iw + s.padLeft - j;
+        if (qw < 0 || qw % s.strideW != 0 || qw / s.strideW >= ow) continue;
+        const i64 q = qw / s.strideW;
+        acc += double(dy[((n * oh + p) * ow + q) * s.c + c]) / double(avgDivisor(s, p, q));
+      }
+    }
+    dx[idx - out.begin] = float(acc);
+  }
+}
+
+// ---- batch norm ---------------------------------------------------------------------------
+
+void batchNormSums(i64 rows, i64 c, W x, float* sum, float* sumSq, Range out, Range red) {
+  (void)rows;
+  for (i64 ch = out.begin; ch < out.end; ++ch) {
+    double s1 = 0, s2 = 0;
+    for (i64 r = red.begin; r < red.end; ++r) {
+      const double v = x[r * c + ch];
+      s1 += v;
+      s2 += v * v;
+    }
+    sum[ch - out.begin] = float(s1);
+    sumSq[ch - out.begin] = float(s2);
+  }
+}
+
+void batchNormNormalize(i64 rows, i64 c, float eps, W x, W mean, W var, W gamma, W beta, float* y,
+                        Range out) {
+  (void)rows;
+  for (i64 i = out.begin; i < out.end; ++i) {
+    const i64 ch = i % c;
+    const double inv = 1.0 / std::sqrt(double(var[ch]) + eps);
+    y[i - out.begin] = float((x[i] - double(mean[ch])) * inv * gamma[ch] + beta[ch]);
+  }
+}
+
+void batchNormBackwardSums(i64 rows, i64 c, float eps, W x, W dy, W mean, W var, float* sumDy,
+                           float* sumDyXhat, Range out, Range red) {
+  (void)rows;
+  for (i64 ch = out.begin; ch < out.end; ++ch) {
+    const double inv = 1.0 / std::sqrt(double(var[ch]) + eps);
+    double s1 = 0, s2 = 0;
+    for (i64 r = red.begin; r < red.end; ++r) {
+      const double g = dy[r * c + ch];
+      s1 += g;
+      s2 += g * (x[r * c + ch] - double(mean[ch])) * inv;
+    }
+    sumDy[ch - out.begin] = float(s1);
+    sumDyXhat[ch - out.begin] = float(s2);
+  }
+}
+
+void batchNormBackwardData(i64 rows, i64 c, float eps, W x, W dy, W mean, W var, W gamma, W sumDy,
+                           W sumDyXhat, float* dx, Range out) {
+  for (i64 i = out.begin; i < out.end; ++i) {
+    const i64 ch = i % c;
+    const double inv = 1.0 / std::sqrt(double(var[ch]) + eps);
+    const double xhat = (x[i] - double(mean[ch])) * inv;
+    dx[i - out.begin] = float(gamma[ch] * inv / double(rows) *
+                              (double(rows) * dy[i] - sumDy[ch] - xhat * sumDyXhat[ch]));
+  }
+}
+
+// ---- loss ---------------------------------------------------------------------------------
+
+void softmaxCrossEntropy(i64 classes, float smoothing, W logits, Window<std::int32_t> labels,
+                         float* loss, Range out) {
+  for (i64 n = out.begin; n < out.end; ++n) {
+    const std::int32_t label = labels[n];
+    checkLabel(n, label, classes);
+    const SoftmaxRow row = softmaxRow(classes, logits, n);
+    const double logSum = std::log(row.sumExp);
+    double acc = 0;
+    for (i64 j = 0; j < classes; ++j) {
+      const double target = (j == label ? 1.0 - smoothing : 0.0) + double(smoothing) / classes;
+      const double logSoftmax = logits[n * classes + j] - row.max - logSum;
+      acc -= target * logSoftmax;
+    }
+    loss[n - out.begin] = float(acc);
+  }
+}
+
+void softmaxCrossEntropyGrad(i64 classes, float smoothing, W logits, Window<std::int32_t> labels,
+                             W dloss, float* dlogits, Range out) {
+  i64 cachedRow = -1;
+  SoftmaxRow row;
+  for (i64 i = out.begin; i < out.end; ++i) {
+    const i64 n = i / classes, j = i % classes;
+    const std::int32_t label = labels[n];
+    if (n != cachedRow) {  // row statistics once per sample
+      checkLabel(n, label, classes);
+      row = softmaxRow(classes, logits, n);
+      cachedRow = n;
+    }
+    const double p = std::exp(logits[i] - row.max) / row.sumExp;
+    const double target = (j == label ? 1.0 - smoothing : 0.0) + double(smoothing) / classes;
+    dlogits[i - out.begin] = float(dloss[n] * (p - target));
+  }
+}
+
+void softmax(i64 cols, W x, float* y, Range out) {
+  i64 cachedRow = -1;
+  SoftmaxRow row;
+  for (i64 i = out.begin; i < out.end; ++i) {
+    const i64 r = i / cols;
+    if (r != cachedRow) {
+      row = softmaxRow(cols, x, r);
+      cachedRow = r;
+    }
+    y[i - out.begin] = float(std::exp(x[i] - row.max) / row.sumExp);
+  }
+}
+
+void softmaxGrad(i64 cols, W y, W dy, float* dx, Range out) {
+  i64 cachedRow = -1;
+  double dot = 0;  // sum_j dy_j * y_j of the current row
+  for (i64 i = out.begin; i < out.end; ++i) {
+    const i64 r = i / cols;
+    if (r != cachedRow) {
+      dot = 0;
+      for (i64 j = 0; j < cols; ++j) dot += double(dy[r * cols + j]) * y[r * cols + j];
+      cachedRow = r;
+    }
+    dx[i - out.begin] = float(y[i] * (dy[i] - dot));
+  }
+}
+
+// ---- optimizer and state updates ----------------------------------------------------------
+
+void sgdMomentumUpdate(float lr, float momentum, float weightDecay, bool nesterov, float* w,
+                       float* v, const float* g, i64 count) {
+  for (i64 i = 0; i < count; ++i) {
+    const float grad = g[i] + weightDecay * w[i];
+    if (momentum == 0.0f) {
+      w[i] -= lr * grad;
+      continue;
+    }
+    v[i] = momentum * v[i] + grad;
+    w[i] -= lr * (nesterov ? grad + momentum * v[i] : v[i]);
+  }
+}
+
+void emaUpdate(float momentum, float scale, float* running, const float* value, i64 count) {
+  for (i64 i = 0; i < count; ++i) {
+    running[i] = momentum * running[i] + (1.0f - momentum) * scale * value[i];
+  }
+}
+
+}  // namespace ipu::kernels::ref

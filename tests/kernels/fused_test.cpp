@@ -1,0 +1,402 @@
+// Fused kernels against the reference kernels over whole tensors, including ResNet-like
+// convolution shapes at small batch and batched / broadcast matmuls.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "ipu_backend/kernels/fused.h"
+#include "tests/kernels/test_util.h"
+
+namespace ipu::kernels {
+namespace {
+
+using testing::all;
+using testing::closeRel;
+using testing::randomVec;
+using testing::Vec;
+using testing::win;
+
+constexpr float kTol = 1e-4f;
+
+class Fused : public ::testing::Test {
+ protected:
+  // Two threads so that the parallel paths (and oneDNN's threading) are exercised.
+  void SetUp() override { fused::setNumThreads(2); }
+};
+
+struct ConvCase {
+  std::string name;
+  Conv2dShape s;
+};
+
+Conv2dShape conv(i64 n, i64 hw, i64 c, i64 k, i64 rs, i64 stride, i64 pad, i64 groups = 1,
+                 i64 dil = 1) {
+  Conv2dShape s;
+  s.n = n, s.h = s.w = hw, s.c = c, s.k = k, s.r = s.s = rs;
+  s.strideH = s.strideW = stride;
+  s.padTop = s.padLeft = s.padBottom = s.padRight = pad;
+  s.groups = groups;
+  s.dilH = s.dilW = dil;
+  return s;
+}
+
+std::vector<ConvCase> convCases() {
+  std::vector<ConvCase> cases = {
+      {"resnet3x3s1", conv(2, 14, 32, 32, 3, 1, 1)},
+      {"resnet3x3s2", conv(2, 14, 32, 32, 3, 2, 1)},
+      {"pointwise", conv(2, 14, 32, 64, 1, 1, 0)},
+      {"pointwiseS2", conv(2, 14, 64, 32, 1, 2, 0)},
+      {"stem7x7s2", conv(2, 32, 3, 16, 7, 2, 3)},
+      {"depthwise", conv(2, 14, 32, 32, 3, 1, 1, 32)},
+      {"depthwiseS2", conv(2, 14, 16, 16, 3, 2, 1, 16)},
+      {"grouped", conv(2, 10, 16, 32, 3, 1, 1, 4)},
+      {"dilated", conv(2, 12, 8, 12, 3, 1, 2, 1, 2)},
+      {"oddChannels", conv(1, 9, 5, 7, 3, 1, 1)},
+  };
+  Conv2dShape asym = conv(2, 11, 8, 12, 3, 2, 0);
+  asym.padTop = 1, asym.padLeft = 0, asym.padBottom = 2, asym.padRight = 1;
+  asym.w = 13, asym.strideW = 1, asym.dilH = 2;
+  cases.push_back({"asymmetric", asym});
+  return cases;
+}
+
+TEST_F(Fused, Conv2dAllPasses) {
+  unsigned seed = 1;
+  for (const auto& [name, s] : convCases()) {
+    SCOPED_TRACE(name);
+    const Vec x = randomVec(s.inputElems(), seed++), w = randomVec(s.weightElems(), seed++),
+              dy = randomVec(s.outputElems(), seed++);
+    Vec y(s.outputElems()), dx(s.inputElems()), dw(s.weightElems());
+    fused::Conv2dForward fwd(s);
+    fused::Conv2dBackwardData bwdData(s);
+    fused::Conv2dBackwardFilter bwdFilter(s);
+    for (int rep = 0; rep < 2; ++rep) {  // run() is repeatable
+      fwd.run(x.data(), w.data(), y.data());
+      bwdData.run(dy.data(), w.data(), dx.data());
+      bwdFilter.run(x.data(), dy.data(), dw.data());
+    }
+    EXPECT_TRUE(closeRel(y, testing::refConvFwd(s, x, w), kTol));
+    EXPECT_TRUE(closeRel(dx, testing::refConvBwdData(s, dy, w), kTol));
+    EXPECT_TRUE(closeRel(dw, testing::refConvBwdFilter(s, x, dy), kTol));
+  }
+}
+
+TEST_F(Fused, MatMul) {
+  std::vector<MatMulShape> shapes;
+  for (int flags = 0; flags < 8; ++flags) {
+    MatMulShape s;
+    s.batch = 3, s.m = 17, s.k = 33, s.n = 9;
+    s.transA = flags & 1, s.transB = flags & 2, s.broadcastB = flags & 4;
+    shapes.push_back(s);
+    s.batch = 1, s.broadcastB = false, s.m = 64, s.k = 48, s.n = 80;
+    shapes.push_back(s);
+  }
+  MatMulShape bert;  // [batch*seq, hidden] x shared weight
+  bert.batch = 4, bert.m = 16, bert.k = 64, bert.n = 96, bert.broadcastB = true;
+  shapes.push_back(bert);
+  MatMulShape head;  // classifier: M=8, K=256, N=100, weight transposed
+  head.m = 8, head.k = 256, head.n = 100, head.transB = true;
+  shapes.push_back(head);
+  unsigned seed = 50;
+  for (const auto& s : shapes) {
+    SCOPED_TRACE(::testing::Message() << "batch " << s.batch << " m " << s.m << " tA " << s.transA
+                                      << " tB " << s.transB << " bB " << s.broadcastB);
+    const Vec a = randomVec(s.aElems(), seed++), b = randomVec(s.bElems(), seed++);
+    Vec c(s.cElems());
+    fused::MatMul mm(s);
+    mm.run(a.data(), b.data(), c.data());
+    EXPECT_TRUE(closeRel(c, testing::refMatMul(s, a, b), kTol));
+  }
+}
+
+TEST_F(Fused, BatchNorm) {
+  const std::pair<i64, i64> shapes[] = {{2 * 7 * 7, 32}, {1000, 3}, {2 * 14 * 14, 64}, {5, 17}};
+  unsigned seed = 100;
+  const float eps = 1e-5f;
+  for (const auto& [rows, c] : shapes) {
+    SCOPED_TRACE(::testing::Message() << rows << "x" << c);
+    const Vec x = randomVec(rows * c, seed++, -2, 3), gamma = randomVec(c, seed++, 0.5f, 1.5f),
+              beta = randomVec(c, seed++), dy = randomVec(rows * c, seed++);
+    Vec mean, var;
+    testing::refBnStats(rows, c, x, mean, var);
+    Vec yRef(rows * c);
+    ref::batchNormNormalize(rows, c, eps, win(x), win(mean), win(var), win(gamma), win(beta),
+                            yRef.data(), all(rows * c));
+
+    Vec y(rows * c), fMean(c), fVar(c);
+    fused::BatchNormForwardTraining train(rows, c, eps);
+    train.run(x.data(), gamma.data(), beta.data(), y.data(), fMean.data(), fVar.data());
+    EXPECT_TRUE(closeRel(fMean, mean, kTol));
+    EXPECT_TRUE(closeRel(fVar, var, kTol));
+    EXPECT_TRUE(closeRel(y, yRef, kTol));
+
+    // Inference with other statistics than the batch's own.
+    const Vec rMean = randomVec(c, seed++), rVar = randomVec(c, seed++, 0.5f, 2.0f);
+    Vec yInf(rows * c), yInfRef(rows * c);
+    fused::BatchNormForwardInference inf(rows, c, eps);
+    inf.run(x.data(), gamma.data(), beta.data(), rMean.data(), rVar.data(), yInf.data());
+    ref::batchNormNormalize(rows, c, eps, win(x), win(rMean), win(rVar), win(gamma), win(beta),
+                            yInfRef.data(), all(rows * c));
+    EXPECT_TRUE(closeRel(yInf, yInfRef, kTol));
+
+    Vec sumDy(c), sumDyXhat(c), dxRef(rows * c);
+    ref::batchNormBackwardSums(rows, c, eps, win(x), win(dy), win(mean), win(var), sumDy.data(),
+                               sumDyXhat.data(), all(c), all(rows));
+    ref::batchNormBackwardData(rows, c, eps, win(x), win(dy), win(mean), win(var), win(gamma),
+                               win(sumDy), win(sumDyXhat), dxRef.data(), all(rows * c));
+    Vec dx(rows * c), dgamma(c), dbeta(c);
+    fused::BatchNormBackward bwd(rows, c, eps);
+    bwd.run(x.data(), dy.data(), gamma.data(), mean.data(), var.data(), dx.data(), dgamma.data(),
+            dbeta.data());
+    EXPECT_TRUE(closeRel(dx, dxRef, kTol));
+    EXPECT_TRUE(closeRel(dgamma, sumDyXhat, kTol));
+    EXPECT_TRUE(closeRel(dbeta, sumDy, kTol));
+  }
+}
+
+Pool2dShape pool(i64 n, i64 hw, i64 c, i64 k, i64 stride, i64 pad) {
+  Pool2dShape s;
+  s.n = n, s.h = s.w = hw, s.c = c, s.kh = s.kw = k, s.strideH = s.strideW = stride;
+  s.padTop = s.padLeft = s.padBottom = s.padRight = pad;
+  return s;
+}
+
+TEST_F(Fused, Pooling) {
+  std::vector<Pool2dShape> shapes = {pool(2, 16, 8, 3, 2, 1),  // ResNet stem max pool
+                                     pool(2, 8, 16, 2, 2, 0), pool(2, 7, 32, 7, 1, 0),  // global
+                                     pool(1, 9, 5, 3, 1, 1)};
+  Pool2dShape asym = pool(2, 10, 4, 3, 2, 0);
+  asym.padTop = 1, asym.padRight = 2, asym.kw = 4, asym.w = 11;
+  shapes.push_back(asym);
+  unsigned seed = 200;
+  for (const auto& base : shapes) {
+    for (bool include : {false, true}) {
+      Pool2dShape s = base;
+      s.countIncludePad = include;
+      SCOPED_TRACE(::testing::Message()
+                   << s.h << "x" << s.w << " k" << s.kh << "x" << s.kw << " include " << include);
+      const Vec x = testing::distinctVec(s.inputElems(), seed++, 0.01f),
+                dy = randomVec(s.outputElems(), seed++);
+      const i64 no = s.outputElems(), ni = s.inputElems();
+      Vec y(no), yRef(no), dx(ni), dxRef(ni);
+      fused::MaxPoolForward(s).run(x.data(), y.data());
+      ref::maxPoolForward(s, win(x), yRef.data(), all(no));
+      EXPECT_TRUE(closeRel(y, yRef, kTol));
+      fused::MaxPoolBackward mpb(s);
+      mpb.run(x.data(), dy.data(), dx.data());
+      mpb.run(x.data(), dy.data(), dx.data());  // repeatable (dx fully overwritten)
+      ref::maxPoolBackward(s, win(x), win(dy), dxRef.data(), all(ni));
+      EXPECT_TRUE(closeRel(dx, dxRef, kTol));
+      fused::AvgPoolForward(s).run(x.data(), y.data());
+      ref::avgPoolForward(s, win(x), yRef.data(), all(no));
+      EXPECT_TRUE(closeRel(y, yRef, kTol));
+      fused::AvgPoolBackward(s).run(dy.data(), dx.data());
+      ref::avgPoolBackward(s, win(dy), dxRef.data(), all(ni));
+      EXPECT_TRUE(closeRel(dx, dxRef, kTol));
+    }
+  }
+}
+
+// After a ReLU many windows hold several zeros: the gradient must still go to the first
+// maximum of each window, as in the reference.
+TEST_F(Fused, MaxPoolBackwardTies) {
+  for (const Pool2dShape& s : {pool(2, 16, 8, 3, 2, 1), pool(1, 8, 16, 2, 2, 0)}) {
+    Vec x = randomVec(s.inputElems(), 250);
+    for (float& v : x) v = std::max(v, 0.0f);
+    for (i64 i = 0; i < s.inputElems(); i += 7) x[i] = 0.5f;  // some tied positive maxima too
+    const Vec dy = randomVec(s.outputElems(), 251);
+    Vec dx(s.inputElems()), dxRef(s.inputElems());
+    fused::MaxPoolBackward(s).run(x.data(), dy.data(), dx.data());
+    ref::maxPoolBackward(s, win(x), win(dy), dxRef.data(), all(s.inputElems()));
+    EXPECT_TRUE(closeRel(dx, dxRef, kTol));
+  }
+}
+
+const UnaryKind kUnaryKinds[] = {
+    UnaryKind::Identity, UnaryKind::Relu,  UnaryKind::Neg,    UnaryKind::Exp,     UnaryKind::Log,
+    UnaryKind::Sqrt,     UnaryKind::Rsqrt, UnaryKind::Square, UnaryKind::Sigmoid, UnaryKind::Tanh,
+    UnaryKind::Gelu,     UnaryKind::Swish, UnaryKind::Scale};
+
+TEST_F(Fused, UnaryAndGrad) {
+  for (i64 n : {i64{7}, i64{100003}}) {  // serial and parallel paths
+    for (UnaryKind kind : kUnaryKinds) {
+      SCOPED_TRACE(::testing::Message() << "kind " << int(kind) << " n " << n);
+      const bool positive =
+          kind == UnaryKind::Log || kind == UnaryKind::Sqrt || kind == UnaryKind::Rsqrt;
+      const Vec x = randomVec(n, 300 + int(kind), positive ? 0.1f : -4.0f, 4.0f),
+                dy = randomVec(n, 400 + int(kind));
+      Vec y(n), yRef(n), dx(n), dxRef(n);
+      fused::unary(kind, 0.3f, x.data(), y.data(), n);
+      ref::unary(kind, 0.3f, win(x), yRef.data(), all(n));
+      EXPECT_TRUE(closeRel(y, yRef, kTol));
+      fused::unaryGrad(kind, 0.3f, x.data(), dy.data(), dx.data(), n);
+      ref::unaryGrad(kind, 0.3f, win(x), win(dy), dxRef.data(), all(n));
+      EXPECT_TRUE(closeRel(dx, dxRef, kTol));
+    }
+  }
+}
+
+TEST_F(Fused, BinaryBroadcast) {
+  using Dims = std::vector<i64>;
+  const std::pair<Dims, Dims> cases[] = {
+      {{2, 14, 14, 32}, {2, 14, 14, 32}},        // same shape
+      {{2, 14, 14, 32}, {32}},                   // per-channel (bias)
+      {{2, 14, 14, 32}, {}},                     // scalar b
+      {{}, {3, 5}},                              // scalar a
+      {{64, 300}, {64, 1}},                      // b broadcast along the last dim
+      {{4, 1, 6}, {5, 1}},                       // both broadcast
+      {{2, 1, 3, 1, 4, 5}, {1, 3, 1, 2, 1, 5}},  // rank 6
+      {{1}, {1}},
+      {{300, 1, 128}, {300, 64, 1}},  // large, parallel, mixed
+  };
+  const BinaryKind kinds[] = {BinaryKind::Add, BinaryKind::Sub, BinaryKind::Mul,
+                              BinaryKind::Div, BinaryKind::Max, BinaryKind::Min};
+  unsigned seed = 500;
+  for (const auto& [ad, bd] : cases) {
+    const auto s = BroadcastShape::make(ad, bd);
+    i64 na = 1, nb = 1;
+    for (i64 d : ad) na *= d;
+    for (i64 d : bd) nb *= d;
+    const Vec a = randomVec(na, seed++), b = randomVec(nb, seed++, 0.5f, 2.0f);
+    for (BinaryKind kind : kinds) {
+      SCOPED_TRACE(::testing::Message() << "case " << seed << " kind " << int(kind));
+      Vec y(s.outElems()), yRef(s.outElems());
+      fused::binary(kind, s, a.data(), b.data(), y.data());
+      ref::binary(kind, s, win(a), win(b), yRef.data(), all(s.outElems()));
+      EXPECT_TRUE(closeRel(y, yRef, kTol));
+    }
+  }
+}
+
+TEST_F(Fused, Reduce) {
+  const ReduceShape cases[] = {
+      {{2 * 14 * 14, 64}, {true, false}},  // leading: [N*H*W, C] -> [C] (parallel partials)
+      {{2, 14, 14, 64}, {true, true, true, false}},
+      {{300, 200}, {false, true}},                 // trailing rows
+      {{2, 49, 256}, {false, true, false}},        // global average pool style
+      {{4, 5, 6}, {true, true, true}},             // everything
+      {{100000}, {true}},                          // one long vector
+      {{4, 5, 6}, {false, false, false}},          // nothing
+      {{3, 4, 5, 6}, {true, false, true, false}},  // generic pattern
+      {{1, 7, 1, 3}, {true, false, true, true}},   // size-1 dims
+  };
+  unsigned seed = 600;
+  for (const auto& s : cases) {
+    const Vec x = randomVec(s.inElems(), seed++);
+    for (ReduceKind kind : {ReduceKind::Sum, ReduceKind::Mean, ReduceKind::Max}) {
+      SCOPED_TRACE(::testing::Message() << "case " << seed << " kind " << int(kind));
+      Vec y(s.outElems()), yRef(s.outElems());
+      fused::reduce(kind, s, x.data(), y.data());
+      ref::reduce(kind, s, win(x), yRef.data(), all(s.outElems()), all(s.reducedCount()));
+      EXPECT_TRUE(closeRel(y, yRef, kTol));
+    }
+  }
+}
+
+TEST_F(Fused, Transpose) {
+  using Dims = std::vector<i64>;
+  const std::pair<Dims, std::vector<int>> cases[] = {
+      {{2, 14, 14, 32}, {0, 3, 1, 2}},  // NHWC -> NCHW
+      {{2, 32, 14, 14}, {0, 2, 3, 1}},  // NCHW -> NHWC
+      {{100, 70}, {1, 0}},
+      {{3, 4, 5}, {0, 1, 2}},  // identity
+      {{3, 4, 5}, {1, 0, 2}},  // innermost unmoved
+      {{2, 3, 4, 5, 6}, {4, 2, 0, 3, 1}},
+      {{1, 5, 1, 7}, {3, 2, 1, 0}},     // size-1 dims
+      {{8, 16, 12, 64}, {0, 2, 1, 3}},  // BERT head split
+      {{2, 3, 4, 5, 6, 2}, {5, 4, 3, 2, 1, 0}},
+  };
+  unsigned seed = 700;
+  for (const auto& [dims, perm] : cases) {
+    i64 n = 1;
+    for (i64 d : dims) n *= d;
+    const Vec x = randomVec(n, seed++);
+    Vec y(n), yRef(n);
+    fused::transpose(dims, perm, x.data(), y.data());
+    ref::transpose(dims, perm, win(x), yRef.data(), all(n));
+    EXPECT_EQ(y, yRef) << "case " << seed;
+  }
+}
+
+TEST_F(Fused, SoftmaxAndCrossEntropy) {
+  const std::pair<i64, i64> shapes[] = {{4, 10}, {64, 1000}, {3, 1}};
+  unsigned seed = 800;
+  for (const auto& [rows, cols] : shapes) {
+    SCOPED_TRACE(::testing::Message() << rows << "x" << cols);
+    const i64 n = rows * cols;
+    const Vec x = randomVec(n, seed++, -5, 5), dy = randomVec(n, seed++);
+    Vec y(n), yRef(n), dx(n), dxRef(n);
+    fused::softmax(rows, cols, x.data(), y.data());
+    ref::softmax(cols, win(x), yRef.data(), all(n));
+    EXPECT_TRUE(closeRel(y, yRef, kTol));
+    fused::softmaxGrad(rows, cols, yRef.data(), dy.data(), dx.data());
+    ref::softmaxGrad(cols, win(yRef), win(dy), dxRef.data(), all(n));
+    EXPECT_TRUE(closeRel(dx, dxRef, kTol));
+
+    std::vector<std::int32_t> labels(rows);
+    for (i64 i = 0; i < rows; ++i) labels[i] = std::int32_t((i * 7919) % cols);
+    const auto lw = Window<std::int32_t>::whole(labels.data(), rows);
+    const Vec dloss = randomVec(rows, seed++);
+    for (float smoothing : {0.0f, 0.1f}) {
+      Vec loss(rows), lossRef(rows), dl(n), dlRef(n);
+      fused::softmaxCrossEntropy(rows, cols, smoothing, x.data(), labels.data(), loss.data());
+      ref::softmaxCrossEntropy(cols, smoothing, win(x), lw, lossRef.data(), all(rows));
+      EXPECT_TRUE(closeRel(loss, lossRef, kTol));
+      fused::softmaxCrossEntropyGrad(rows, cols, smoothing, x.data(), labels.data(), dloss.data(),
+                                     dl.data());
+      ref::softmaxCrossEntropyGrad(cols, smoothing, win(x), lw, win(dloss), dlRef.data(), all(n));
+      EXPECT_TRUE(closeRel(dl, dlRef, kTol));
+    }
+  }
+}
+
+TEST_F(Fused, LabelOutOfRangeMessage) {
+  const Vec logits(4 * 10, 0.0f);
+  const std::vector<std::int32_t> labels = {0, 1, 2, 10};
+  Vec loss(4), dloss(4, 1.0f), dl(40);
+  try {
+    fused::softmaxCrossEntropy(4, 10, 0.0f, logits.data(), labels.data(), loss.data());
+    FAIL() << "expected std::invalid_argument";
+  } catch (const std::invalid_argument& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("sample 3"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("label 10"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("[0, 10)"), std::string::npos) << msg;
+  }
+  EXPECT_THROW(fused::softmaxCrossEntropyGrad(4, 10, 0.0f, logits.data(), labels.data(),
+                                              dloss.data(), dl.data()),
+               std::invalid_argument);
+}
+
+TEST_F(Fused, OptimizerUpdates) {
+  for (i64 n : {i64{5}, i64{50001}}) {
+    for (int variant = 0; variant < 3; ++variant) {
+      const float momentum = variant == 0 ? 0.0f : 0.9f;
+      const bool nesterov = variant == 2;
+      Vec w = randomVec(n, 900), v = randomVec(n, 901);
+      const Vec g = randomVec(n, 902);
+      Vec wRef = w, vRef = v;
+      fused::sgdMomentumUpdate(0.1f, momentum, 1e-4f, nesterov, w.data(), v.data(), g.data(), n);
+      ref::sgdMomentumUpdate(0.1f, momentum, 1e-4f, nesterov, wRef.data(), vRef.data(), g.data(),
+                             n);
+      EXPECT_TRUE(closeRel(w, wRef, 1e-6f)) << variant;
+      EXPECT_TRUE(closeRel(v, vRef, 1e-6f)) << variant;
+    }
+    Vec r = randomVec(n, 903), rRef = r;
+    const Vec val = randomVec(n, 904);
+    fused::emaUpdate(0.9f, 1.01f, r.data(), val.data(), n);
+    ref::emaUpdate(0.9f, 1.01f, rRef.data(), val.data(), n);
+    EXPECT_TRUE(closeRel(r, rRef, 1e-6f));
+  }
+}
+
+TEST_F(Fused, NumThreads) {
+  fused::setNumThreads(1);
+  EXPECT_EQ(fused::numThreads(), 1);
+  fused::setNumThreads(2);
+  EXPECT_EQ(fused::numThreads(), 2);
+  EXPECT_THROW(fused::setNumThreads(0), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace ipu::kernels
