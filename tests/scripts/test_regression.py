@@ -1,0 +1,321 @@
+"""Tests of scripts/bench_regression.py, update_baseline.py, record_tta.py and nightly.sh."""
+import json
+import os
+import shutil
+import stat
+import subprocess
+
+import pytest
+
+from conftest import FIXTURES, REPO, SCRIPTS
+
+import bench_regression as br
+
+G = os.path.join(FIXTURES, "gbench")
+OURS = os.path.join(FIXTURES, "mlperf", "Ours")
+PY = "/usr/bin/python3"
+
+
+def _cmp(old, new, **kw):
+    return br.run(os.path.join(G, old), os.path.join(G, new), **kw)
+
+
+def _by_name(doc):
+    return {r["name"]: r for r in doc["benchmarks"]}
+
+
+def test_loads_iterations_and_ignores_aggregates():
+    data, ctx = br.load_gbench_file(os.path.join(G, "baseline.json"))
+    assert set(data) == {"BM_Conv2d/64/3", "BM_MatMul/512", "BM_Compile/resnet50"}
+    assert all(len(e["times_ns"]) == 10 for e in data.values())
+    # time units are normalised to ns
+    assert 0.8e6 < min(data["BM_MatMul/512"]["times_ns"]) < 0.9e6
+    assert 2.4e9 < min(data["BM_Compile/resnet50"]["times_ns"]) < 2.6e9
+    assert ctx["host_name"] == "nightly"
+
+
+def test_injected_20pct_slowdown_is_flagged():
+    doc = _cmp("baseline.json", "slowdown_20pct.json")
+    rows = _by_name(doc)
+    r = rows["BM_MatMul/512"]
+    assert r["status"] == "regression" and doc["status"] == "fail"
+    assert doc["failing"] == ["BM_MatMul/512"]
+    assert r["change"] == pytest.approx(0.20, abs=0.03) and r["p_value"] < 0.001
+    assert rows["BM_Conv2d/64/3"]["status"] == "ok"
+    lines = br.summary_lines(doc["benchmarks"], doc["tta"])
+    line = next(s for s in lines if s.startswith("REGRESSION"))
+    # names the benchmark, the old and new medians and the p-value
+    assert "BM_MatMul/512" in line and "us ->" in line and "p=" in line
+
+
+def test_identical_runs_are_not_flagged():
+    doc = _cmp("baseline.json", "baseline.json")
+    assert doc["status"] == "pass"
+    assert all(r["status"] == "ok" and r["change"] == 0.0 and r["p_value"] > 0.4
+               for r in doc["benchmarks"])
+
+
+def test_noise_is_not_flagged():
+    doc = _cmp("baseline.json", "rerun_noise.json")
+    assert doc["status"] == "pass", doc["failing"]
+
+
+def test_small_significant_change_below_threshold_is_not_flagged():
+    doc = _cmp("baseline.json", "small_slowdown_2pct.json")
+    r = _by_name(doc)["BM_Conv2d/64/3"]
+    assert r["p_value"] < 0.05 and 0.0 < r["change"] < 0.05
+    assert r["status"] == "ok" and doc["status"] == "pass"
+    # ...but a tighter threshold flags it.
+    doc = _cmp("baseline.json", "small_slowdown_2pct.json", threshold=0.01)
+    assert _by_name(doc)["BM_Conv2d/64/3"]["status"] == "regression"
+
+
+def test_improvement_is_reported_not_failed():
+    doc = _cmp("slowdown_20pct.json", "baseline.json")
+    assert _by_name(doc)["BM_MatMul/512"]["status"] == "improvement"
+    assert doc["status"] == "pass"
+
+
+def test_missing_benchmark_is_reported():
+    doc = _cmp("baseline.json", "missing_and_new.json")
+    rows = _by_name(doc)
+    assert rows["BM_Compile/resnet50"]["status"] == "missing"
+    assert rows["BM_Softmax/1024"]["status"] == "new_only"
+    assert doc["status"] == "pass"
+    lines = br.summary_lines(doc["benchmarks"], [])
+    assert any(s.startswith("MISSING: BM_Compile/resnet50") for s in lines)
+    assert _cmp("baseline.json", "missing_and_new.json", fail_on_missing=True)["status"] == "fail"
+
+
+def test_too_few_repetitions_are_not_tested(tmp_path):
+    d = json.load(open(os.path.join(G, "slowdown_20pct.json")))
+    d["benchmarks"] = [b for b in d["benchmarks"]
+                       if b["run_type"] == "iteration" and b["repetition_index"] < 2]
+    p = tmp_path / "two.json"
+    p.write_text(json.dumps(d))
+    doc = br.run(os.path.join(G, "baseline.json"), str(p))
+    assert all(r["status"] == "insufficient" for r in doc["benchmarks"])
+
+
+def test_error_occurred_entries(tmp_path):
+    d = json.load(open(os.path.join(G, "baseline.json")))
+    for b in d["benchmarks"]:
+        if b["name"] == "BM_MatMul/512":
+            b["error_occurred"], b["error_message"] = True, "out of memory"
+    p = tmp_path / "err.json"
+    p.write_text(json.dumps(d))
+    doc = br.run(os.path.join(G, "baseline.json"), str(p))
+    assert _by_name(doc)["BM_MatMul/512"]["status"] == "error"
+
+
+def test_cli_exit_codes_and_output(tmp_path):
+    script = os.path.join(SCRIPTS, "bench_regression.py")
+    out = tmp_path / "c.json"
+    p = subprocess.run([PY, "-B", script, os.path.join(G, "baseline.json"),
+                        os.path.join(G, "slowdown_20pct.json"), "--json-out", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1
+    assert "| BM_MatMul/512 | REGRESSION |" in p.stdout
+    assert "REGRESSION: BM_MatMul/512" in p.stderr
+    assert json.loads(out.read_text())["status"] == "fail"
+    p = subprocess.run([PY, "-B", script, os.path.join(G, "baseline.json"),
+                        os.path.join(G, "rerun_noise.json")],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    p = subprocess.run([PY, "-B", script, os.path.join(G, "baseline.json"), str(bad)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "cannot read" in p.stderr
+
+
+def test_folders_are_merged(tmp_path):
+    old, new = tmp_path / "old", tmp_path / "new"
+    old.mkdir()
+    new.mkdir()
+    shutil.copy(os.path.join(G, "baseline.json"), old / "kernels_bench.json")
+    shutil.copy(os.path.join(G, "slowdown_20pct.json"), new / "kernels_bench.json")
+    (new / "comparison.json").write_text('{"status": "pass"}')  # not a benchmark file
+    doc = br.run(str(old), str(new))
+    assert doc["failing"] == ["BM_MatMul/512"]
+
+
+# ----------------------------------------------------------------- time to accuracy
+def _tta(tmp_path, name, **kw):
+    rec = {"name": "resnet/ipu-pod1/mini", "status": "success", "converged": True,
+           "time_to_train_s": 100.0, "final_quality": 0.80, "epochs_to_converge": 10}
+    rec.update(kw)
+    d = tmp_path / name
+    d.mkdir()
+    (d / "tta.json").write_text(json.dumps({"kind": "time_to_accuracy", "runs": [rec]}))
+    return str(d)
+
+
+def test_convergence_regression_is_caught(tmp_path):
+    base = _tta(tmp_path, "base")
+    assert br.run(base, _tta(tmp_path, "same", time_to_train_s=105.0))["status"] == "pass"
+    for i, kw in enumerate([dict(converged=False, status="aborted"),
+                            dict(final_quality=0.70),
+                            dict(epochs_to_converge=14),
+                            dict(time_to_train_s=150.0)]):
+        doc = br.run(base, _tta(tmp_path, f"bad{i}", **kw))
+        assert doc["status"] == "fail", kw
+        assert doc["tta"][0]["status"] == "regression"
+
+
+def test_record_tta_from_result_package(tmp_path):
+    out = tmp_path / "tta.json"
+    p = subprocess.run([PY, "-B", os.path.join(SCRIPTS, "record_tta.py"), OURS, "-o", str(out),
+                        "--label", "mini"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    runs = {r["name"]: r for r in json.loads(out.read_text())["runs"]}
+    r0 = runs["resnet/ipu-pod16-emu/mini#0"]
+    assert r0["converged"] and r0["time_to_train_s"] == pytest.approx(1800.0)
+    assert r0["modeled_time_to_train_s"] == pytest.approx(27 * 60.0)
+    assert not runs["resnet/ipu-pod16-emu/mini#4"]["converged"]
+
+
+# ----------------------------------------------------------------- update_baseline
+def _run_dir(tmp_path, name, bench_file, comparison=None, tta=None):
+    d = tmp_path / name
+    d.mkdir()
+    shutil.copy(os.path.join(G, bench_file), d / "kernels_bench.json")
+    if comparison is not None:
+        (d / "comparison.json").write_text(json.dumps(comparison))
+    if tta is not None:
+        (d / "tta.json").write_text(json.dumps({"runs": [tta]}))
+    return d
+
+
+def _update(*args):
+    return subprocess.run([PY, "-B", os.path.join(SCRIPTS, "update_baseline.py"), *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_update_baseline_copies_a_good_run(tmp_path):
+    run = _run_dir(tmp_path, "run", "rerun_noise.json", {"status": "pass", "failing": []},
+                   {"name": "x", "converged": True})
+    base = tmp_path / "baseline"
+    p = _update(str(run), "--baseline", str(base))
+    assert p.returncode == 0, p.stderr
+    assert (base / "kernels_bench.json").read_bytes() == (run / "kernels_bench.json").read_bytes()
+    assert (base / "tta.json").exists()
+    man = json.loads((base / "baseline_manifest.json").read_text())
+    assert man["files"] == ["kernels_bench.json", "tta.json"] and not man["forced"]
+    # and bench_regression ignores the manifest
+    assert br.run(str(base), str(run))["status"] == "pass"
+
+
+def test_update_baseline_refuses_failed_comparison_unless_forced(tmp_path):
+    run = _run_dir(tmp_path, "run", "slowdown_20pct.json",
+                   {"status": "fail", "failing": ["BM_MatMul/512"]})
+    base = tmp_path / "baseline"
+    p = _update(str(run), "--baseline", str(base))
+    assert p.returncode == 1 and "FAILED its comparison" in p.stderr
+    assert "BM_MatMul/512" in p.stderr and not base.exists()
+    p = _update(str(run), "--baseline", str(base), "--force")
+    assert p.returncode == 0, p.stderr
+    assert json.loads((base / "baseline_manifest.json").read_text())["forced"]
+
+
+def test_update_baseline_refuses_non_converged_tta(tmp_path):
+    run = _run_dir(tmp_path, "run", "baseline.json", {"status": "pass"},
+                   {"name": "resnet/x", "converged": False, "status": "aborted"})
+    p = _update(str(run), "--baseline", str(tmp_path / "b"))
+    assert p.returncode == 1 and "did not converge" in p.stderr
+
+
+def test_update_baseline_dry_run_and_prune(tmp_path):
+    run = _run_dir(tmp_path, "run", "baseline.json", {"status": "pass"})
+    base = tmp_path / "baseline"
+    base.mkdir()
+    (base / "old_bench.json").write_text(open(os.path.join(G, "baseline.json")).read())
+    p = _update(str(run), "--baseline", str(base), "--prune", "--dry-run")
+    assert p.returncode == 0 and "would remove" in p.stdout
+    assert (base / "old_bench.json").exists() and not (base / "kernels_bench.json").exists()
+    p = _update(str(run), "--baseline", str(base), "--prune")
+    assert p.returncode == 0
+    assert not (base / "old_bench.json").exists() and (base / "kernels_bench.json").exists()
+
+
+# ----------------------------------------------------------------- nightly.sh end to end
+FAKE_BENCH = """#!/bin/sh
+# Fake Google Benchmark executable: copies a fixture to --benchmark_out.
+for a in "$@"; do
+  case "$a" in --benchmark_out=*) out="${a#--benchmark_out=}";; esac
+done
+echo "fake bench $*"
+cp "%s" "$out"
+"""
+
+FAKE_HARNESS = """#!/bin/sh
+# Fake harness: writes a small MLPerf result package into --results-dir.
+while [ $# -gt 0 ]; do
+  case "$1" in --results-dir) dir="$2"; shift;; esac
+  shift
+done
+mkdir -p "$dir/Ours/results/ipu-pod1-emu/resnet"
+cp "%s" "$dir/Ours/results/ipu-pod1-emu/resnet/result_0.txt"
+"""
+
+
+def _exe(path, text):
+    path.write_text(text)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+
+
+def _nightly(tmp_path, fixture, baseline_dir, harness=True):
+    build = tmp_path / "build"
+    (build / "benchmarks" / "kernels").mkdir(parents=True, exist_ok=True)
+    _exe(build / "benchmarks" / "kernels" / "kernels_bench",
+         FAKE_BENCH % os.path.join(G, fixture))
+    (build / "benchmarks" / "kernels" / "not_a_bench.txt").write_text("x")
+    if harness:
+        (build / "harness").mkdir(exist_ok=True)
+        _exe(build / "harness" / "run_benchmark", FAKE_HARNESS % os.path.join(
+            OURS, "results", "ipu-pod16-emu", "resnet", "result_0.txt"))
+    out = tmp_path / ("out_" + fixture.replace(".json", ""))
+    env = dict(os.environ, NIGHTLY_SKIP_BUILD="1", NIGHTLY_BUILD_DIR=str(build),
+               NIGHTLY_OUT=str(out), NIGHTLY_BASELINE=str(baseline_dir),
+               NIGHTLY_GIT_REV="test", NIGHTLY_REPETITIONS="10", PYTHONDONTWRITEBYTECODE="1")
+    env.pop("GITHUB_STEP_SUMMARY", None)
+    p = subprocess.run(["bash", os.path.join(SCRIPTS, "nightly.sh")], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=300)
+    return p, out
+
+
+def test_nightly_end_to_end(tmp_path):
+    base = tmp_path / "baseline"
+    base.mkdir()
+    # No baseline yet: passes and says how to record one.
+    p, out = _nightly(tmp_path, "baseline.json", base)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "no baseline" in p.stdout and (out / "kernels_bench.json").exists()
+    assert "--benchmark_repetitions=10" in (out / "kernels_bench.log").read_text()
+    tta = json.loads((out / "tta.json").read_text())
+    assert tta["runs"][0]["name"] == "resnet/ipu-pod1-emu/mini"
+    assert tta["runs"][0]["converged"]
+    # Record it deliberately, then a noisy re-run passes and a slowdown fails.
+    assert _update(str(out), "--baseline", str(base)).returncode == 0
+    p, out2 = _nightly(tmp_path, "rerun_noise.json", base)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert json.loads((out2 / "comparison.json").read_text())["status"] == "pass"
+    p, out3 = _nightly(tmp_path, "slowdown_20pct.json", base)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "REGRESSION: BM_MatMul/512" in p.stderr
+    assert json.loads((out3 / "comparison.json").read_text())["status"] == "fail"
+    # ...and that failed run cannot become the baseline without --force.
+    assert _update(str(out3), "--baseline", str(base)).returncode == 1
+
+
+def test_nightly_without_harness(tmp_path):
+    p, out = _nightly(tmp_path, "baseline.json", tmp_path, harness=False)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "does not exist yet; skipping the time-to-accuracy runs" in p.stdout
+    assert not (out / "tta.json").exists()
+
+
+def test_workflow_file_runs_nightly():
+    wf = open(os.path.join(REPO, ".github", "workflows", "nightly.yml")).read()
+    assert "schedule:" in wf and "cron:" in wf
+    assert "scripts/nightly.sh" in wf and "upload-artifact" in wf
