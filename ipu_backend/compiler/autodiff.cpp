@@ -1,0 +1,282 @@
+#include "ipu_backend/compiler/autodiff.h"
+
+#include <algorithm>
+#include <numeric>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "ipu_backend/ir/builder.h"
+#include "ipu_backend/ir/op_defs.h"
+
+namespace ipu {
+namespace {
+
+// Sums dy over the dimensions along which `target` was broadcast to dy's shape.
+int reduceToShape(Builder& b, int dy, const Shape& target) {
+  const Shape& s = b.graph().tensor(dy).shape;
+  if (s == target) return dy;
+  size_t lead = s.size() - target.size();
+  std::vector<i64> axes;
+  for (size_t d = 0; d < s.size(); ++d)
+    if (d < lead || (target[d - lead] == 1 && s[d] != 1)) axes.push_back(static_cast<i64>(d));
+  int r = b.reduceSum(dy, axes, /*keep=*/true);
+  return b.reshape(r, target.empty() ? Shape{} : target);
+}
+
+class GradBuilder {
+ public:
+  GradBuilder(Graph& g) : g_(g), b_(g) {}
+
+  void accumulate(int t, int grad) {
+    auto it = grads_.find(t);
+    if (it == grads_.end()) {
+      grads_[t] = grad;
+    } else {
+      it->second = b_.add(it->second, grad);
+    }
+  }
+  int grad(int t) const {
+    auto it = grads_.find(t);
+    return it == grads_.end() ? -1 : it->second;
+  }
+  const std::map<int, int>& all() const { return grads_; }
+
+  // Applies the gradient rule of `op` given dy for its outputs. needs[i]: input i needs a grad.
+  void rule(const Op& op, const std::vector<bool>& needs) {
+    auto in = [&](int i) { return op.inputs[i]; };
+    auto T = [&](int id) -> const Tensor& { return g_.tensor(id); };
+    int dy = grad(op.outputs.empty() ? -1 : op.outputs[0]);
+    const std::string label = fmt::format("{} '{}'", opName(op.kind),
+                                          op.outputs.empty() ? "" : T(op.outputs[0]).name);
+    auto noRule = [&](const char* why) {
+      throw GraphError(fmt::format("autodiff: {} has no gradient rule ({})", label, why));
+    };
+    switch (op.kind) {
+      case OpKind::Conv2d: {
+        if (needs[0]) {
+          Attrs a = op.attrs;
+          a.set("input_shape", T(in(0)).shape);
+          accumulate(in(0), g_.addOp1(OpKind::Conv2dBackwardData, {dy, in(1)}, a));
+        }
+        if (needs[1]) {
+          Attrs a = op.attrs;
+          const Shape& w = T(in(1)).shape;
+          a.set("kernel", std::vector<i64>{w[1], w[2]});
+          accumulate(in(1), g_.addOp1(OpKind::Conv2dBackwardFilter, {in(0), dy}, a));
+        }
+        return;
+      }
+      case OpKind::MatMul: {
+        bool ta = op.attrs.getBool("trans_a", false), tb = op.attrs.getBool("trans_b", false);
+        int A = in(0), B = in(1);
+        const Shape &as = T(A).shape, &bs = T(B).shape;
+        bool bcast = bs.size() == 2 && as.size() > 2;
+        if (needs[0]) {
+          int da = -1;
+          if (!ta) da = tb ? b_.matmul(dy, B, false, false) : b_.matmul(dy, B, false, true);
+          else da = tb ? b_.matmul(B, dy, true, true) : b_.matmul(B, dy, false, true);
+          accumulate(A, da);
+        }
+        if (needs[1]) {
+          int db = -1;
+          if (bcast && !ta) {
+            // Fold the batch into M: [batch*M, K]^T x [batch*M, N] (dense layers over sequences).
+            i64 k = as.back(), m = numElements(as) / k;
+            int a2 = b_.reshape(A, {m, k});
+            int d2 = b_.reshape(dy, {m, T(dy).shape.back()});
+            db = tb ? b_.matmul(d2, a2, true, false) : b_.matmul(a2, d2, true, false);
+          } else {
+            if (!ta) db = tb ? b_.matmul(dy, A, true, false) : b_.matmul(A, dy, true, false);
+            else db = tb ? b_.matmul(dy, A, true, true) : b_.matmul(A, dy, false, false);
+            if (bcast) {
+              std::vector<i64> axes(as.size() - 2);
+              std::iota(axes.begin(), axes.end(), 0);
+              db = b_.reduceSum(db, axes);
+            }
+          }
+          accumulate(B, db);
+        }
+        return;
+      }
+      case OpKind::BatchNormTrain: {
+        if (grad(op.outputs[1]) >= 0 || grad(op.outputs[2]) >= 0)
+          noRule("the loss depends on the batch statistics outputs");
+        int bw = g_.addOp(OpKind::BatchNormBackward,
+                          {in(0), dy, in(1), op.outputs[1], op.outputs[2]}, op.attrs);
+        const auto& o = g_.op(bw).outputs;
+        if (needs[0]) accumulate(in(0), o[0]);
+        if (needs[1]) accumulate(in(1), o[1]);
+        if (needs[2]) accumulate(in(2), o[2]);
+        return;
+      }
+      case OpKind::Unary: {
+        if (needs[0]) accumulate(in(0), g_.addOp1(OpKind::UnaryGrad, {in(0), dy}, op.attrs));
+        return;
+      }
+      case OpKind::Binary: {
+        const std::string& fn = op.attrs.getString("fn");
+        const Shape &sa = T(in(0)).shape, &sb = T(in(1)).shape;
+        if (fn == "add" || fn == "sub") {
+          if (needs[0]) accumulate(in(0), reduceToShape(b_, dy, sa));
+          if (needs[1]) {
+            int d = reduceToShape(b_, dy, sb);
+            accumulate(in(1), fn == "sub" ? b_.unary("neg", d) : d);
+          }
+        } else if (fn == "mul") {
+          if (needs[0]) accumulate(in(0), reduceToShape(b_, b_.mul(dy, in(1)), sa));
+          if (needs[1]) accumulate(in(1), reduceToShape(b_, b_.mul(dy, in(0)), sb));
+        } else if (fn == "div") {
+          if (needs[0]) accumulate(in(0), reduceToShape(b_, b_.binary("div", dy, in(1)), sa));
+          if (needs[1]) {
+            // d(a/b)/db = -(a/b)/b = -y/b
+            int t = b_.binary("div", b_.mul(dy, op.outputs[0]), in(1));
+            accumulate(in(1), reduceToShape(b_, b_.unary("neg", t), sb));
+          }
+        } else {
+          noRule("binary max/min are not differentiable here yet");
+        }
+        return;
+      }
+      case OpKind::Reduce: {
+        const std::string& fn = op.attrs.getString("fn");
+        if (fn == "max") noRule("reduce max");
+        const Tensor& x = T(in(0));
+        Shape kept = x.shape;
+        i64 count = 1;
+        for (i64 ax : op.attrs.getInts("axes")) {
+          count *= kept[ax];
+          kept[ax] = 1;
+        }
+        int d = b_.reshape(dy, kept);
+        if (fn == "mean") d = b_.scale(d, 1.0 / static_cast<double>(count));
+        accumulate(in(0), b_.broadcast(d, x.shape));
+        return;
+      }
+      case OpKind::Broadcast:
+        accumulate(in(0), reduceToShape(b_, dy, T(in(0)).shape));
+        return;
+      case OpKind::Reshape:
+        accumulate(in(0), b_.reshape(dy, T(in(0)).shape));
+        return;
+      case OpKind::Transpose: {
+        const auto& perm = op.attrs.getInts("perm");
+        std::vector<i64> inv(perm.size());
+        for (size_t i = 0; i < perm.size(); ++i) inv[perm[i]] = static_cast<i64>(i);
+        accumulate(in(0), b_.transpose(dy, inv));
+        return;
+      }
+      case OpKind::MaxPool:
+        accumulate(in(0), g_.addOp1(OpKind::MaxPoolGrad, {in(0), dy}, op.attrs));
+        return;
+      case OpKind::AvgPool: {
+        Attrs a = op.attrs;
+        a.set("input_shape", T(in(0)).shape);
+        accumulate(in(0), g_.addOp1(OpKind::AvgPoolGrad, {dy}, a));
+        return;
+      }
+      case OpKind::Softmax:
+        accumulate(in(0), g_.addOp1(OpKind::SoftmaxGrad, {op.outputs[0], dy}, {}));
+        return;
+      case OpKind::SoftmaxCrossEntropy:
+        if (needs[1]) noRule("labels are not differentiable");
+        accumulate(in(0),
+                   g_.addOp1(OpKind::SoftmaxCrossEntropyGrad, {in(0), in(1), dy}, op.attrs));
+        return;
+      case OpKind::Constant:
+        return;
+      default:
+        noRule("it is a backward or update op");
+    }
+  }
+
+ private:
+  Graph& g_;
+  Builder b_;
+  std::map<int, int> grads_;
+};
+
+}  // namespace
+
+GradientResult appendBackward(Graph& g, int loss, const std::vector<int>& wrt, double seed) {
+  const Tensor& L = g.tensor(loss);
+  if (L.elements() != 1)
+    throw GraphError(fmt::format("autodiff: loss '{}' must have one element, has shape {}",
+                                 L.name, shapeStr(L.shape)));
+  const size_t nOpsBefore = g.ops().size();
+  // Forward reachability from wrt, and backward reachability from the loss.
+  std::vector<bool> fromWrt(g.tensors().size(), false), toLoss(g.tensors().size(), false);
+  for (int t : wrt) fromWrt[t] = true;
+  for (const Op& op : g.ops()) {
+    bool any = std::any_of(op.inputs.begin(), op.inputs.end(), [&](int t) { return fromWrt[t]; });
+    if (any)
+      for (int o : op.outputs) fromWrt[o] = true;
+  }
+  toLoss[loss] = true;
+  for (size_t i = nOpsBefore; i-- > 0;) {
+    const Op& op = g.op(static_cast<int>(i));
+    bool any = std::any_of(op.outputs.begin(), op.outputs.end(), [&](int t) { return toLoss[t]; });
+    if (any)
+      for (int t : op.inputs) toLoss[t] = true;
+  }
+
+  GradBuilder gb(g);
+  Builder b(g);
+  gb.accumulate(loss, b.constant(L.shape, seed, L.dtype, g.uniqueName("loss_grad_seed")));
+  for (size_t i = nOpsBefore; i-- > 0;) {
+    const Op op = g.op(static_cast<int>(i));  // copy: adding ops may reallocate
+    bool hasGrad = std::any_of(op.outputs.begin(), op.outputs.end(),
+                               [&](int t) { return gb.grad(t) >= 0; });
+    if (!hasGrad) continue;
+    std::vector<bool> needs(op.inputs.size());
+    bool anyNeed = false;
+    for (size_t k = 0; k < op.inputs.size(); ++k) {
+      int t = op.inputs[k];
+      needs[k] = fromWrt[t] && toLoss[t] && isFloat(g.tensor(t).dtype);
+      anyNeed = anyNeed || needs[k];
+    }
+    if (anyNeed) gb.rule(op, needs);
+  }
+  GradientResult r;
+  for (int t : wrt)
+    if (int d = gb.grad(t); d >= 0) r.grads[t] = d;
+  r.opsAdded = static_cast<int>(g.ops().size() - nOpsBefore);
+  return r;
+}
+
+OptimizerState appendSgdUpdate(Graph& g, const std::map<int, int>& grads, int lr,
+                               const SgdOptions& opts) {
+  OptimizerState st;
+  for (const auto& [var, grad] : grads) {
+    const Tensor w = g.tensor(var);
+    int v = g.addVariable(w.name + "/momentum", w.shape, w.dtype);
+    st.stateVariables.push_back(v);
+    Attrs a{{"momentum", opts.momentum},
+            {"weight_decay", opts.decay(w) ? opts.weightDecay : 0.0}};
+    if (opts.nesterov) a.set("nesterov", true);
+    g.addOp(OpKind::SgdUpdate, {var, v, grad, lr}, a);
+  }
+  return st;
+}
+
+std::vector<int> trainableVariables(const Graph& g) {
+  std::set<int> state, read;
+  for (const Op& op : g.ops()) {
+    const OpDef& d = opDef(op.kind);
+    for (size_t i = 0; i < op.inputs.size(); ++i) {
+      bool written = std::find(d.writesInputs.begin(), d.writesInputs.end(),
+                               static_cast<int>(i)) != d.writesInputs.end();
+      // sgd_update writes the weight (input 0) but the weight is trainable; its momentum is state.
+      if (written && !(op.kind == OpKind::SgdUpdate && i == 0)) state.insert(op.inputs[i]);
+      if (!written) read.insert(op.inputs[i]);
+    }
+  }
+  std::vector<int> out;
+  for (const Tensor& t : g.tensors())
+    if (t.kind == TensorKind::Variable && read.count(t.id) && !state.count(t.id) &&
+        isFloat(t.dtype))
+      out.push_back(t.id);
+  return out;
+}
+
+}  // namespace ipu

@@ -1,0 +1,854 @@
+#include "ipu_backend/compiler/compiler.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <tuple>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "ipu_backend/compiler/op_shapes.h"
+#include "ipu_backend/ir/op_defs.h"
+
+namespace ipu {
+namespace {
+
+i64 ceilDiv(i64 a, i64 b) { return (a + b - 1) / b; }
+
+// ---- tile mapping ---------------------------------------------------------------------------
+
+// Linear mapping: contiguous grain-aligned runs spread over as many tiles as the size warrants.
+// Buffers of equal size get equal mappings, so elementwise ops between them stay tile-local; the
+// start tile is derived from the size so that many small tensors do not all land on tile 0.
+std::vector<TileSlice> linearMapping(const Buffer& b, const Target& t) {
+  i64 es = sizeOf(b.dtype);
+  i64 grain = std::max<i64>(1, t.grainBytes / es);
+  i64 maxTiles = std::max<i64>(1, b.bytes() / t.minBytesPerTile);
+  i64 tiles = std::min<i64>(t.numTiles, std::max<i64>(1, std::min(maxTiles, ceilDiv(b.elements, grain))));
+  i64 per = ceilDiv(ceilDiv(b.elements, tiles), grain) * grain;
+  i64 start = static_cast<i64>((static_cast<std::uint64_t>(b.elements) * 2654435761ULL) %
+                               static_cast<std::uint64_t>(t.numTiles));
+  std::vector<TileSlice> m;
+  for (i64 i = 0, e = 0; e < b.elements; ++i, e += per)
+    m.push_back({static_cast<int>((start + i) % t.numTiles), e, std::min(b.elements, e + per), 0});
+  return m;
+}
+
+// ---- input windows --------------------------------------------------------------------------
+
+struct NeedWindow {
+  int buffer;
+  i64 begin, end;
+};
+
+Range rowsOf(Range elems, i64 rowLen) {
+  return {elems.begin / rowLen, (elems.end - 1) / rowLen + 1};
+}
+
+// The contiguous range of NHWC rows (n*H + h) of an [N,H,W,C] tensor that output rows
+// [oRows.begin, oRows.end) of an [N,OH,OW,K] tensor read through a window of `taps` rows with
+// the given stride/offset; clamped to valid rows.
+Range inputRowsForOutputRows(Range oRows, i64 oh, i64 h, i64 stride, i64 padTop, i64 span) {
+  i64 n0 = oRows.begin / oh, y0 = oRows.begin % oh;
+  i64 n1 = (oRows.end - 1) / oh, y1 = (oRows.end - 1) % oh;
+  i64 lo = std::clamp<i64>(y0 * stride - padTop, 0, h - 1);
+  i64 hi = std::clamp<i64>(y1 * stride - padTop + span - 1, 0, h - 1);
+  return {n0 * h + lo, n1 * h + hi + 1};
+}
+
+// Output rows (n*OH + oh) that read input rows [iRows) (the transpose of the map above).
+Range outputRowsForInputRows(Range iRows, i64 oh, i64 h, i64 stride, i64 padTop, i64 span) {
+  i64 n0 = iRows.begin / h, y0 = iRows.begin % h;
+  i64 n1 = (iRows.end - 1) / h, y1 = (iRows.end - 1) % h;
+  // oh reads rows [oh*stride - padTop, oh*stride - padTop + span)
+  i64 lo = std::clamp<i64>(ceilDiv(std::max<i64>(0, y0 + padTop - span + 1), stride), 0, oh - 1);
+  i64 hi = std::clamp<i64>((y1 + padTop) / stride, 0, oh - 1);
+  return {n0 * oh + lo, n1 * oh + hi + 1};
+}
+
+// Bounding range of input flat indices read by a broadcast (stride-0) map over an output range.
+Range broadcastBounds(const kernels::BroadcastShape& s, const i64* strides, Range out,
+                      i64 inElems) {
+  if (out.size() > 8192) return {0, inElems};
+  i64 lo = inElems, hi = 0;
+  for (i64 o = out.begin; o < out.end; ++o) {
+    i64 rem = o, idx = 0;
+    for (int d = s.rank - 1; d >= 0; --d) {
+      idx += (rem % s.outDims[d]) * strides[d];
+      rem /= s.outDims[d];
+    }
+    lo = std::min(lo, idx);
+    hi = std::max(hi, idx + 1);
+  }
+  return {lo, hi};
+}
+
+Range transposeBounds(const Shape& in, const std::vector<i64>& perm, Range out) {
+  i64 inElems = numElements(in);
+  if (out.size() > 8192 || in.empty()) return {0, inElems};
+  size_t r = in.size();
+  std::vector<i64> inStride(r, 1), outDims(r);
+  for (size_t d = r - 1; d-- > 0;) inStride[d] = inStride[d + 1] * in[d + 1];
+  for (size_t d = 0; d < r; ++d) outDims[d] = in[perm[d]];
+  i64 lo = inElems, hi = 0;
+  for (i64 o = out.begin; o < out.end; ++o) {
+    i64 rem = o, idx = 0;
+    for (size_t d = r; d-- > 0;) {
+      idx += (rem % outDims[d]) * inStride[perm[d]];
+      rem /= outDims[d];
+    }
+    lo = std::min(lo, idx);
+    hi = std::max(hi, idx + 1);
+  }
+  return {lo, hi};
+}
+
+// Input flat-index bounds of a reduction restricted to an output range and a reduced range.
+Range reduceBounds(const kernels::ReduceShape& s, Range out, Range red) {
+  size_t r = s.inDims.size();
+  if (r == 0) return {0, 1};  // a scalar reduced over no axes
+  std::vector<i64> stride(r, 1);
+  for (size_t d = r - 1; d-- > 0;) stride[d] = stride[d + 1] * s.inDims[d + 1];
+  auto part = [&](i64 flat, bool reducedDims) {
+    i64 idx = 0;
+    for (size_t d = r; d-- > 0;) {
+      if (s.reduced[d] != reducedDims) continue;
+      idx += (flat % s.inDims[d]) * stride[d];
+      flat /= s.inDims[d];
+    }
+    return idx;
+  };
+  auto bounds = [&](Range rg, bool reducedDims) -> std::pair<i64, i64> {
+    // The map is row-major over the selected dims; scanning is exact, cap it for huge ranges
+    // where the first/last index are then used with the whole extent in between.
+    i64 lo = part(rg.begin, reducedDims), hi = part(rg.end - 1, reducedDims);
+    if (rg.size() <= 65536)
+      for (i64 i = rg.begin; i < rg.end; ++i) {
+        i64 v = part(i, reducedDims);
+        lo = std::min(lo, v);
+        hi = std::max(hi, v);
+      }
+    else
+      lo = 0, hi = s.inElems() - 1;
+    return {lo, hi};
+  };
+  auto [olo, ohi] = bounds(out, false);
+  auto [rlo, rhi] = bounds(red, true);
+  return {std::max<i64>(0, olo + rlo), std::min(s.inElems(), ohi + rhi + 1)};
+}
+
+// ---- the planner ----------------------------------------------------------------------------
+
+class Planner {
+ public:
+  Planner(Executable& exe) : exe_(exe), g_(exe.graph), t_(exe.target) {}
+
+  void run() {
+    createTensorBuffers();
+    for (const Op& op : g_.ops()) {
+      exe_.opFirstComputeSet.push_back(static_cast<int>(exe_.computeSets.size()));
+      planOp(op);
+    }
+    buildProgram();
+    allocateArenas();
+    planExchanges();
+  }
+
+ private:
+  // -- buffers --
+  void createTensorBuffers() {
+    for (const Tensor& t : g_.tensors()) {
+      Buffer b{t.name, t.elements(), t.dtype, t.id, t.kind == TensorKind::Variable};
+      exe_.buffers.push_back(b);
+      exe_.mapping.push_back(linearMapping(b, t_));
+    }
+  }
+  // A [parts, elems] partials buffer whose row p follows `like`'s mapping rotated by p * shift.
+  int addPartials(const std::string& name, int like, i64 parts, i64 rowElems) {
+    Buffer b{name, parts * rowElems, DType::F32, -1, false};
+    exe_.buffers.push_back(b);
+    const auto& base = exe_.mapping[like];
+    std::vector<TileSlice> m;
+    i64 shift = std::max<i64>(1, t_.numTiles / parts);
+    for (i64 p = 0; p < parts; ++p)
+      for (const TileSlice& s : base)
+        m.push_back({static_cast<int>((s.tile + p * shift) % t_.numTiles), p * rowElems + s.begin,
+                     p * rowElems + s.end, 0});
+    exe_.mapping.push_back(std::move(m));
+    return static_cast<int>(exe_.buffers.size() - 1);
+  }
+  // Two partial rows per part ([parts][2][c]: sums and sums of squares), following `like` ([c]).
+  int addPairPartials(const std::string& name, int like, i64 parts, i64 c) {
+    Buffer b{name, parts * 2 * c, DType::F32, -1, false};
+    exe_.buffers.push_back(b);
+    std::vector<TileSlice> m;
+    i64 shift = std::max<i64>(1, t_.numTiles / parts);
+    for (i64 p = 0; p < parts; ++p)
+      for (int half = 0; half < 2; ++half)
+        for (const TileSlice& s : exe_.mapping[like])
+          m.push_back({static_cast<int>((s.tile + p * shift) % t_.numTiles),
+                       (p * 2 + half) * c + s.begin, (p * 2 + half) * c + s.end, 0});
+    std::sort(m.begin(), m.end(), [](auto& a, auto& b) { return a.begin < b.begin; });
+    exe_.mapping.push_back(std::move(m));
+    return static_cast<int>(exe_.buffers.size() - 1);
+  }
+
+  ComputeSet& newComputeSet(const Op& op, int phase, const std::string& what) {
+    ComputeSet cs;
+    const std::string label = op.outputs.empty() ? g_.tensor(op.inputs[0]).name
+                                                 : g_.tensor(op.outputs[0]).name;
+    cs.name = fmt::format("{}/{}{}", label, opName(op.kind), what.empty() ? "" : "/" + what);
+    cs.op = op.id;
+    cs.phase = phase;
+    exe_.computeSets.push_back(std::move(cs));
+    return exe_.computeSets.back();
+  }
+
+  Vertex vertexOn(int tile, std::vector<NeedWindow> ins, std::vector<OutRegion> outs, Range work,
+                  Range red = {}, int part = 0) {
+    Vertex v;
+    v.tile = tile;
+    for (const NeedWindow& w : ins) {
+      Window win;
+      win.buffer = w.buffer;
+      win.begin = w.begin;
+      win.end = std::max(w.end, w.begin + 1);
+      v.inputs.push_back(win);
+    }
+    v.outputs = std::move(outs);
+    v.work = work;
+    v.red = red;
+    v.part = part;
+    return v;
+  }
+
+  i64 windowBudgetBytes() const { return t_.bytesPerTile / 4; }
+
+  // Elementwise-style op: one vertex per slice of the output buffer `out`; `windows` gives the
+  // inputs for an output range.
+  template <typename F>
+  void perOutputSlice(const Op& op, int out, F windows, const std::string& what = "") {
+    ComputeSet& cs = newComputeSet(op, 0, what);
+    for (const TileSlice& s : exe_.mapping[out]) {
+      Range r{s.begin, s.end};
+      cs.vertices.push_back(vertexOn(s.tile, windows(r), {{out, s.begin, s.end}}, r));
+    }
+  }
+
+  // Reduction over an outer dimension with P partials then a combining compute set.
+  // `windows(outRange, redRange)`; writes partial rows or `out` directly when P == 1.
+  template <typename F>
+  void splitReduction(const Op& op, int out, i64 redExtent, i64 bytesPerRedUnit, F windows,
+                      bool combineMax = false) {
+    const std::vector<TileSlice> outMap = exe_.mapping[out];  // copy: partials add mappings
+    i64 memParts = ceilDiv(bytesPerRedUnit * redExtent, windowBudgetBytes());
+    i64 parParts = std::max<i64>(1, std::min<i64>(8, t_.numTiles / static_cast<i64>(outMap.size())));
+    i64 parts = std::clamp<i64>(std::max(memParts, parParts), 1, redExtent);
+    if (parts == 1) {
+      ComputeSet& cs = newComputeSet(op, 0, "");
+      for (const TileSlice& s : outMap) {
+        Range r{s.begin, s.end}, red{0, redExtent};
+        cs.vertices.push_back(vertexOn(s.tile, windows(r, red), {{out, s.begin, s.end}}, r, red));
+      }
+      return;
+    }
+    i64 e = exe_.buffers[out].elements;
+    int partials = addPartials(exe_.buffers[out].name + "/partials", out, parts, e);
+    {
+      ComputeSet& cs = newComputeSet(op, 0, "partials");
+      for (i64 p = 0; p < parts; ++p) {
+        Range red{redExtent * p / parts, redExtent * (p + 1) / parts};
+        for (const TileSlice& s : outMap) {
+          Range r{s.begin, s.end};
+          int tile = exe_.sliceOf(partials, p * e + s.begin).tile;
+          cs.vertices.push_back(vertexOn(tile, windows(r, red),
+                                         {{partials, p * e + s.begin, p * e + s.end}}, r, red,
+                                         static_cast<int>(p)));
+        }
+      }
+    }
+    ComputeSet& cs = newComputeSet(op, 1, combineMax ? "max_partials" : "sum_partials");
+    for (const TileSlice& s : outMap) {
+      std::vector<NeedWindow> ins;
+      for (i64 p = 0; p < parts; ++p) ins.push_back({partials, p * e + s.begin, p * e + s.end});
+      cs.vertices.push_back(vertexOn(s.tile, ins, {{out, s.begin, s.end}}, {s.begin, s.end},
+                                     {0, parts}));
+    }
+  }
+
+  // Batch-norm style per-channel sums over rows with partials [P][2][C] then a finalize set.
+  // phase 0 windows(channels, rows); finalize writes outA/outB per channel slice.
+  template <typename F, typename G>
+  void channelSums(const Op& op, i64 rows, i64 c, i64 bytesPerRow, int like, F windows,
+                   G finalizeWindows, int outA, int outB) {
+    i64 parts = std::clamp<i64>(
+        std::max(ceilDiv(bytesPerRow * rows, windowBudgetBytes()),
+                 std::min<i64>(16, t_.numTiles / static_cast<i64>(exe_.mapping[like].size()))),
+        1, rows);
+    int partials = addPairPartials(exe_.buffers[outA].name + "/partial_sums", like, parts, c);
+    {
+      ComputeSet& cs = newComputeSet(op, 0, "channel_sums");
+      for (i64 p = 0; p < parts; ++p) {
+        Range red{rows * p / parts, rows * (p + 1) / parts};
+        for (const TileSlice& s : exe_.mapping[like]) {
+          Range ch{s.begin, s.end};
+          int tile = exe_.sliceOf(partials, p * 2 * c + s.begin).tile;
+          cs.vertices.push_back(vertexOn(tile, windows(ch, red),
+                                         {{partials, p * 2 * c + s.begin, p * 2 * c + s.end},
+                                          {partials, (p * 2 + 1) * c + s.begin,
+                                           (p * 2 + 1) * c + s.end}},
+                                         ch, red, static_cast<int>(p)));
+        }
+      }
+    }
+    ComputeSet& cs = newComputeSet(op, 1, "finalize");
+    for (const TileSlice& s : exe_.mapping[like]) {
+      std::vector<NeedWindow> ins = finalizeWindows(Range{s.begin, s.end});
+      for (i64 p = 0; p < parts; ++p) {
+        ins.push_back({partials, p * 2 * c + s.begin, p * 2 * c + s.end});
+        ins.push_back({partials, (p * 2 + 1) * c + s.begin, (p * 2 + 1) * c + s.end});
+      }
+      cs.vertices.push_back(vertexOn(s.tile, ins, {{outA, s.begin, s.end}, {outB, s.begin, s.end}},
+                                     {s.begin, s.end}, {0, parts}));
+    }
+  }
+
+  NeedWindow whole(int buf) const { return {buf, 0, exe_.buffers[buf].elements}; }
+
+  void planOp(const Op& op) {
+    auto in = [&](int i) { return op.inputs[i]; };
+    auto elems = [&](int t) { return g_.tensor(t).elements(); };
+    int out = op.outputs.empty() ? -1 : op.outputs[0];
+    switch (op.kind) {
+      case OpKind::Unary:
+      case OpKind::Reshape:
+        perOutputSlice(op, out, [&](Range r) {
+          return std::vector<NeedWindow>{{in(0), r.begin, r.end}};
+        });
+        return;
+      case OpKind::UnaryGrad:
+        perOutputSlice(op, out, [&](Range r) {
+          return std::vector<NeedWindow>{{in(0), r.begin, r.end}, {in(1), r.begin, r.end}};
+        });
+        return;
+      case OpKind::Binary:
+      case OpKind::Broadcast: {
+        auto bs = binaryShapeOf(g_, op);
+        perOutputSlice(op, out, [&, bs](Range r) {
+          std::vector<NeedWindow> w;
+          Range a = broadcastBounds(bs, bs.aStrides, r, elems(in(0)));
+          w.push_back({in(0), a.begin, a.end});
+          if (op.kind == OpKind::Binary) {
+            Range b = broadcastBounds(bs, bs.bStrides, r, elems(in(1)));
+            w.push_back({in(1), b.begin, b.end});
+          }
+          return w;
+        });
+        return;
+      }
+      case OpKind::Transpose: {
+        Shape s = g_.tensor(in(0)).shape;
+        auto perm = op.attrs.getInts("perm");
+        perOutputSlice(op, out, [&, s, perm](Range r) {
+          Range b = transposeBounds(s, perm, r);
+          return std::vector<NeedWindow>{{in(0), b.begin, b.end}};
+        });
+        return;
+      }
+      case OpKind::Constant:
+        perOutputSlice(op, out, [](Range) { return std::vector<NeedWindow>{}; });
+        return;
+      case OpKind::Conv2d: {
+        auto s = convShapeOf(g_, op);
+        i64 oRowLen = s.outW() * s.k, iRowLen = s.w * s.c;
+        perOutputSlice(op, out, [&, s, oRowLen, iRowLen](Range r) {
+          Range rows = inputRowsForOutputRows(rowsOf(r, oRowLen), s.outH(), s.h, s.strideH,
+                                              s.padTop, s.dilH * (s.r - 1) + 1);
+          return std::vector<NeedWindow>{{in(0), rows.begin * iRowLen, rows.end * iRowLen},
+                                         whole(in(1))};
+        });
+        return;
+      }
+      case OpKind::Conv2dBackwardData: {
+        auto s = convShapeOf(g_, op);
+        i64 oRowLen = s.outW() * s.k, iRowLen = s.w * s.c;
+        perOutputSlice(op, out, [&, s, oRowLen, iRowLen](Range r) {
+          Range rows = outputRowsForInputRows(rowsOf(r, iRowLen), s.outH(), s.h, s.strideH,
+                                              s.padTop, s.dilH * (s.r - 1) + 1);
+          return std::vector<NeedWindow>{{in(0), rows.begin * oRowLen, rows.end * oRowLen},
+                                         whole(in(1))};
+        });
+        return;
+      }
+      case OpKind::Conv2dBackwardFilter: {
+        auto s = convShapeOf(g_, op);
+        i64 xImg = s.h * s.w * s.c, dyImg = s.outH() * s.outW() * s.k;
+        splitReduction(op, out, s.n, (xImg + dyImg) * 4, [&, xImg, dyImg](Range, Range red) {
+          return std::vector<NeedWindow>{{in(0), red.begin * xImg, red.end * xImg},
+                                         {in(1), red.begin * dyImg, red.end * dyImg}};
+        });
+        return;
+      }
+      case OpKind::MatMul: {
+        auto s = matMulShapeOf(g_, op);
+        perOutputSlice(op, out, [&, s](Range r) {
+          Range rows = rowsOf(r, s.n);  // rows of C over batch*M
+          i64 b0 = rows.begin / s.m, b1 = (rows.end - 1) / s.m + 1;
+          NeedWindow a = s.transA ? NeedWindow{in(0), b0 * s.m * s.k, b1 * s.m * s.k}
+                                  : NeedWindow{in(0), rows.begin * s.k, rows.end * s.k};
+          NeedWindow b = s.broadcastB ? whole(in(1))
+                                      : NeedWindow{in(1), b0 * s.k * s.n, b1 * s.k * s.n};
+          return std::vector<NeedWindow>{a, b};
+        });
+        return;
+      }
+      case OpKind::Reduce: {
+        auto s = reduceShapeOf(g_, op);
+        i64 outE = s.outElems();
+        bool isMax = reduceKindOf(op) == kernels::ReduceKind::Max;
+        splitReduction(op, out, s.reducedCount(), 4 * outE,
+                       [&, s](Range r, Range red) {
+                         Range b = reduceBounds(s, r, red);
+                         return std::vector<NeedWindow>{{in(0), b.begin, b.end}};
+                       },
+                       isMax);
+        return;
+      }
+      case OpKind::MaxPool:
+      case OpKind::AvgPool: {
+        auto s = poolShapeOf(g_, op);
+        i64 oRowLen = s.outW() * s.c, iRowLen = s.w * s.c;
+        perOutputSlice(op, out, [&, s, oRowLen, iRowLen](Range r) {
+          Range rows = inputRowsForOutputRows(rowsOf(r, oRowLen), s.outH(), s.h, s.strideH,
+                                              s.padTop, s.kh);
+          return std::vector<NeedWindow>{{in(0), rows.begin * iRowLen, rows.end * iRowLen}};
+        });
+        return;
+      }
+      case OpKind::MaxPoolGrad:
+      case OpKind::AvgPoolGrad: {
+        auto s = poolShapeOf(g_, op);
+        i64 oRowLen = s.outW() * s.c, iRowLen = s.w * s.c;
+        bool isMax = op.kind == OpKind::MaxPoolGrad;
+        perOutputSlice(op, out, [&, s, oRowLen, iRowLen, isMax](Range r) {
+          Range oRows = outputRowsForInputRows(rowsOf(r, iRowLen), s.outH(), s.h, s.strideH,
+                                               s.padTop, s.kh);
+          NeedWindow dy{in(isMax ? 1 : 0), oRows.begin * oRowLen, oRows.end * oRowLen};
+          if (!isMax) return std::vector<NeedWindow>{dy};
+          // The argmax of each window is recomputed from x: read every input row they cover.
+          Range xRows = inputRowsForOutputRows(oRows, s.outH(), s.h, s.strideH, s.padTop, s.kh);
+          return std::vector<NeedWindow>{{in(0), xRows.begin * iRowLen, xRows.end * iRowLen},
+                                         dy};
+        });
+        return;
+      }
+      case OpKind::Softmax:
+      case OpKind::SoftmaxGrad: {
+        i64 cols = g_.tensor(in(0)).shape.back();
+        perOutputSlice(op, out, [&, cols](Range r) {
+          Range rows = rowsOf(r, cols);
+          std::vector<NeedWindow> w;
+          for (int i = 0; i < static_cast<int>(op.inputs.size()); ++i)
+            w.push_back({in(i), rows.begin * cols, rows.end * cols});
+          return w;
+        });
+        return;
+      }
+      case OpKind::SoftmaxCrossEntropy: {
+        i64 cls = g_.tensor(in(0)).shape[1];
+        perOutputSlice(op, out, [&, cls](Range r) {
+          return std::vector<NeedWindow>{{in(0), r.begin * cls, r.end * cls},
+                                         {in(1), r.begin, r.end}};
+        });
+        return;
+      }
+      case OpKind::SoftmaxCrossEntropyGrad: {
+        i64 cls = g_.tensor(in(0)).shape[1];
+        perOutputSlice(op, out, [&, cls](Range r) {
+          Range rows = rowsOf(r, cls);
+          return std::vector<NeedWindow>{{in(0), rows.begin * cls, rows.end * cls},
+                                         {in(1), rows.begin, rows.end},
+                                         {in(2), rows.begin, rows.end}};
+        });
+        return;
+      }
+      case OpKind::BatchNormInference:
+        perOutputSlice(op, out, [&](Range r) {
+          return std::vector<NeedWindow>{{in(0), r.begin, r.end}, whole(in(1)), whole(in(2)),
+                                         whole(in(3)), whole(in(4))};
+        });
+        return;
+      case OpKind::BatchNormTrain: {
+        auto [rows, c] = rowsChannelsOf(g_, in(0));
+        int mean = op.outputs[1], var = op.outputs[2];
+        channelSums(
+            op, rows, c, c * 4, mean,
+            [&, c](Range ch, Range red) {
+              return std::vector<NeedWindow>{
+                  {in(0), red.begin * c + ch.begin, (red.end - 1) * c + ch.end}};
+            },
+            [](Range) { return std::vector<NeedWindow>{}; }, mean, var);
+        ComputeSet& cs = newComputeSet(op, 2, "normalize");
+        for (const TileSlice& s : exe_.mapping[out]) {
+          Range r{s.begin, s.end};
+          cs.vertices.push_back(vertexOn(s.tile,
+                                         {{in(0), r.begin, r.end}, whole(mean), whole(var),
+                                          whole(in(1)), whole(in(2))},
+                                         {{out, r.begin, r.end}}, r));
+        }
+        return;
+      }
+      case OpKind::BatchNormBackward: {
+        // inputs: x, dy, gamma, mean, var; outputs: dx, dgamma, dbeta
+        auto [rows, c] = rowsChannelsOf(g_, in(0));
+        int dgamma = op.outputs[1], dbeta = op.outputs[2];
+        channelSums(
+            op, rows, c, 2 * c * 4, dbeta,
+            [&, c](Range ch, Range red) {
+              i64 b = red.begin * c + ch.begin, e = (red.end - 1) * c + ch.end;
+              return std::vector<NeedWindow>{{in(0), b, e}, {in(1), b, e}, whole(in(3)),
+                                             whole(in(4))};
+            },
+            [](Range) { return std::vector<NeedWindow>{}; }, dbeta, dgamma);
+        ComputeSet& cs = newComputeSet(op, 2, "input_grad");
+        for (const TileSlice& s : exe_.mapping[out]) {
+          Range r{s.begin, s.end};
+          cs.vertices.push_back(vertexOn(s.tile,
+                                         {{in(0), r.begin, r.end}, {in(1), r.begin, r.end},
+                                          whole(in(3)), whole(in(4)), whole(in(2)), whole(dbeta),
+                                          whole(dgamma)},
+                                         {{out, r.begin, r.end}}, r));
+        }
+        return;
+      }
+      case OpKind::SgdUpdate: {
+        ComputeSet& cs = newComputeSet(op, 0, "");
+        for (const TileSlice& s : exe_.mapping[in(0)]) {
+          Range r{s.begin, s.end};
+          cs.vertices.push_back(vertexOn(s.tile, {{in(2), r.begin, r.end}, whole(in(3))},
+                                         {{in(0), r.begin, r.end}, {in(1), r.begin, r.end}}, r));
+        }
+        return;
+      }
+      case OpKind::EmaUpdate: {
+        ComputeSet& cs = newComputeSet(op, 0, "");
+        for (const TileSlice& s : exe_.mapping[in(0)]) {
+          Range r{s.begin, s.end};
+          cs.vertices.push_back(
+              vertexOn(s.tile, {{in(1), r.begin, r.end}}, {{in(0), r.begin, r.end}}, r));
+        }
+        return;
+      }
+    }
+    throw CompileError(fmt::format("internal: no tile plan for op '{}'", opName(op.kind)), -1, 0,
+                       0);
+  }
+
+  // -- program --
+  void buildProgram() {
+    Program& p = exe_.program;
+    p.deviceIterations = exe_.options.deviceIterations;
+    for (const Tensor& t : g_.tensors())
+      if (t.kind == TensorKind::Input) p.body.push_back({Program::Step::Kind::StreamIn, t.id});
+    for (size_t i = 0; i < exe_.computeSets.size(); ++i)
+      p.body.push_back({Program::Step::Kind::Execute, static_cast<int>(i)});
+    for (int o : g_.outputs()) p.body.push_back({Program::Step::Kind::StreamOut, o});
+  }
+
+  // -- arenas: liveness-based first-fit placement per tile --
+  struct Item {
+    int start, end;  // compute-set indices, inclusive
+    i64 bytes;
+    i64* offset;
+    int buffer;      // for the overflow report (-1: gather buffer)
+    std::string label;
+  };
+
+  void allocateArenas() {
+    const int T = static_cast<int>(t_.numTiles);
+    const int nCs = static_cast<int>(exe_.computeSets.size());
+    // Liveness of every buffer in compute-set indices.
+    std::vector<int> first(exe_.buffers.size(), nCs), last(exe_.buffers.size(), -1);
+    for (int c = 0; c < nCs; ++c) {
+      for (const Vertex& v : exe_.computeSets[c].vertices) {
+        for (const Window& w : v.inputs) {
+          first[w.buffer] = std::min(first[w.buffer], c);
+          last[w.buffer] = std::max(last[w.buffer], c);
+        }
+        for (const OutRegion& o : v.outputs) {
+          first[o.buffer] = std::min(first[o.buffer], c);
+          last[o.buffer] = std::max(last[o.buffer], c);
+        }
+      }
+    }
+    for (const Tensor& t : g_.tensors())
+      if (t.kind == TensorKind::Input) first[t.id] = -1;  // streamed in before the first set
+    for (int o : g_.outputs()) last[o] = nCs;           // streamed out after the last set
+
+    std::vector<std::vector<Item>> items(T);
+    exe_.tileMemory.assign(T, {});
+    for (size_t b = 0; b < exe_.buffers.size(); ++b) {
+      const Buffer& buf = exe_.buffers[b];
+      for (TileSlice& s : exe_.mapping[b]) {
+        i64 bytes = (s.end - s.begin) * sizeOf(buf.dtype);
+        if (buf.alwaysLive) {
+          items[s.tile].push_back({-2, nCs + 1, bytes, &s.offset, static_cast<int>(b),
+                                   fmt::format("'{}'", buf.name)});
+        } else {
+          int st = first[b], en = std::max(last[b], first[b]);
+          if (st > nCs) st = en = 0;  // never touched: still give it a home
+          items[s.tile].push_back({st, en, bytes, &s.offset, static_cast<int>(b),
+                                   fmt::format("'{}'", buf.name)});
+        }
+      }
+    }
+    // Gather buffers: a vertex input window not contained in one local slice. Vertices on one
+    // tile that need the same window in the same compute set share one buffer and one exchange.
+    std::vector<std::pair<Window*, Window*>> sharedWindows;  // (duplicate, owner)
+    for (int c = 0; c < nCs; ++c) {
+      ComputeSet& cs = exe_.computeSets[c];
+      std::map<std::tuple<int, int, i64, i64>, Window*> owners;
+      for (Vertex& v : cs.vertices) {
+        for (Window& w : v.inputs) {
+          const TileSlice& s = exe_.sliceOf(w.buffer, w.begin);
+          w.gather = !(s.tile == v.tile && w.end <= s.end);
+          if (!w.gather) continue;
+          auto [it, inserted] = owners.try_emplace({v.tile, w.buffer, w.begin, w.end}, &w);
+          if (!inserted) {
+            w.shared = true;
+            sharedWindows.emplace_back(&w, it->second);
+            continue;
+          }
+          items[v.tile].push_back({c, c, (w.end - w.begin) * sizeOf(exe_.buffers[w.buffer].dtype),
+                                   &w.gatherOffset, -1,
+                                   fmt::format("'{}' exchange buffer for {}",
+                                               exe_.buffers[w.buffer].name, cs.name)});
+        }
+      }
+    }
+    // Code and vertex state, always live.
+    std::vector<i64> fixed(T, 0);
+    std::vector<std::map<std::pair<int, int>, bool>> codelets(T);
+    for (const ComputeSet& cs : exe_.computeSets)
+      for (const Vertex& v : cs.vertices) {
+        fixed[v.tile] += t_.vertexStateBytes;
+        auto key = std::make_pair(static_cast<int>(g_.op(cs.op).kind), cs.phase);
+        if (!codelets[v.tile][key]) {
+          codelets[v.tile][key] = true;
+          fixed[v.tile] += t_.codeBytesPerCodelet;
+        }
+      }
+
+    exe_.arenaBytes.assign(T, 0);
+    for (int tile = 0; tile < T; ++tile) placeTile(tile, items[tile], fixed[tile]);
+    for (auto& [dup, owner] : sharedWindows) dup->gatherOffset = owner->gatherOffset;
+    checkMemory(items);
+  }
+
+  void placeTile(int tile, std::vector<Item>& items, i64 fixedBytes) {
+    TileMemory& mem = exe_.tileMemory[tile];
+    i64 alwaysLiveBytes = 0;
+    // Always-live first, packed from offset 0.
+    for (Item& it : items)
+      if (it.start == -2) {
+        *it.offset = alwaysLiveBytes;
+        alwaysLiveBytes += (it.bytes + 7) / 8 * 8;
+      }
+    mem.alwaysLive = alwaysLiveBytes + fixedBytes;
+    // Not-always-live: sweep in start order; first fit among blocks whose lifetimes overlap.
+    std::vector<Item*> order;
+    for (Item& it : items)
+      if (it.start != -2) order.push_back(&it);
+    std::stable_sort(order.begin(), order.end(),
+                     [](const Item* a, const Item* b) { return a->start < b->start; });
+    std::vector<Item*> active;  // sorted by offset
+    i64 extent = 0;
+    for (Item* it : order) {
+      active.erase(std::remove_if(active.begin(), active.end(),
+                                  [&](const Item* a) { return a->end < it->start; }),
+                   active.end());
+      i64 size = (it->bytes + 7) / 8 * 8, pos = 0;
+      for (const Item* a : active) {
+        if (*a->offset - pos >= size) break;
+        pos = std::max(pos, *a->offset + (a->bytes + 7) / 8 * 8);
+      }
+      *it->offset = pos;
+      extent = std::max(extent, pos + size);
+      active.insert(std::upper_bound(active.begin(), active.end(), it,
+                                     [](const Item* a, const Item* b) {
+                                       return *a->offset < *b->offset;
+                                     }),
+                    it);
+    }
+    // Shift not-always-live blocks above the always-live region.
+    for (Item* it : order) *it->offset += alwaysLiveBytes;
+    mem.peakNotAlwaysLive = extent;
+    exe_.arenaBytes[tile] = alwaysLiveBytes + extent;
+  }
+
+  void checkMemory(const std::vector<std::vector<Item>>& items) {
+    int worst = 0;
+    for (int t = 0; t < static_cast<int>(t_.numTiles); ++t)
+      if (exe_.tileMemory[t].total() > exe_.tileMemory[worst].total()) worst = t;
+    const TileMemory& m = exe_.tileMemory[worst];
+    if (m.total() <= t_.bytesPerTile || !exe_.options.checkMemory) return;
+    int over = 0;
+    for (const TileMemory& tm : exe_.tileMemory) over += tm.total() > t_.bytesPerTile;
+    // Largest occupants of the worst tile at its peak: always-live ones and those live then.
+    const auto& its = items[worst];
+    int peakAt = 0;
+    i64 peakBytes = -1;
+    std::map<int, i64> liveAt;
+    for (const Item& it : its)
+      if (it.start != -2)
+        for (int c = it.start; c <= it.end; ++c) liveAt[c] += it.bytes;
+    for (const auto& [c, b] : liveAt)
+      if (b > peakBytes) peakBytes = b, peakAt = c;
+    std::map<std::string, i64> byLabel;
+    for (const Item& it : its)
+      if (it.start == -2 || (it.start <= peakAt && peakAt <= it.end)) byLabel[it.label] += it.bytes;
+    std::vector<std::pair<i64, std::string>> occ;
+    for (const auto& [l, b] : byLabel) occ.emplace_back(b, l);
+    std::sort(occ.rbegin(), occ.rend());
+    std::string list;
+    for (size_t i = 0; i < std::min<size_t>(6, occ.size()); ++i)
+      list += fmt::format("\n    {} {} B", occ[i].second, occ[i].first);
+    const std::string peakSet =
+        peakAt >= 0 && peakAt < static_cast<int>(exe_.computeSets.size())
+            ? exe_.computeSets[peakAt].name
+            : std::string("the host stream copies");
+    throw CompileError(
+        fmt::format("out of tile memory on {}: tile {} needs {} B ({} B always live + {} B peak "
+                    "not always live) but has {} B; {} tile(s) overflow. Largest occupants of "
+                    "tile {} (peak during {}):{}\n  hint: reduce the micro-batch, use a target with more tiles, "
+                    "or shard the model over more IPUs",
+                    t_.name, worst, m.total(), m.alwaysLive, m.peakNotAlwaysLive, t_.bytesPerTile,
+                    over, worst, peakSet, list),
+        worst, m.total(), t_.bytesPerTile);
+  }
+
+  // -- exchange: copies into gather buffers --
+  void planExchanges() {
+    for (ComputeSet& cs : exe_.computeSets)
+      for (const Vertex& v : cs.vertices)
+        for (const Window& w : v.inputs) {
+          if (!w.gather || w.shared) continue;
+          i64 es = sizeOf(exe_.buffers[w.buffer].dtype);
+          const auto& m = exe_.mapping[w.buffer];
+          auto it = std::upper_bound(m.begin(), m.end(), w.begin,
+                                     [](i64 e, const TileSlice& s) { return e < s.begin; });
+          for (--it; it != m.end() && it->begin < w.end; ++it) {
+            i64 b = std::max(w.begin, it->begin), e = std::min(w.end, it->end);
+            if (b >= e) continue;
+            cs.exchange.push_back({it->tile, v.tile, it->offset + (b - it->begin) * es,
+                                   w.gatherOffset + (b - w.begin) * es, (e - b) * es});
+          }
+        }
+  }
+
+  Executable& exe_;
+  const Graph& g_;
+  const Target& t_;
+};
+
+}  // namespace
+
+i64 ComputeSet::exchangeBytes() const {
+  i64 b = 0;
+  for (const ExchangeCopy& c : exchange)
+    if (c.srcTile != c.dstTile) b += c.bytes;
+  return b;
+}
+
+const TileSlice& Executable::sliceOf(int buffer, i64 e) const {
+  const auto& m = mapping.at(buffer);
+  auto it = std::upper_bound(m.begin(), m.end(), e,
+                             [](i64 x, const TileSlice& s) { return x < s.begin; });
+  if (it == m.begin()) throw CompileError("internal: element outside mapping", -1, 0, 0);
+  return *(--it);
+}
+
+std::string Program::describe(const Executable& exe) const {
+  std::string s = fmt::format("Repeat({}) {{\n", deviceIterations);
+  for (const Step& st : body) {
+    switch (st.kind) {
+      case Step::Kind::StreamIn:
+        s += fmt::format("  StreamCopy(host -> {})\n", exe.buffers[st.index].name);
+        break;
+      case Step::Kind::StreamOut:
+        s += fmt::format("  StreamCopy({} -> host)\n", exe.buffers[st.index].name);
+        break;
+      case Step::Kind::Execute: {
+        const ComputeSet& cs = exe.computeSets[st.index];
+        if (!cs.exchange.empty())
+          s += fmt::format("  Exchange({} copies, {} B between tiles)\n  Sync\n",
+                           cs.exchange.size(), cs.exchangeBytes());
+        s += fmt::format("  Execute({}: {} vertices)\n", cs.name, cs.vertices.size());
+        break;
+      }
+    }
+  }
+  return s + "}\n";
+}
+
+nlohmann::json Executable::report() const {
+  nlohmann::json r;
+  r["target"] = {{"name", target.name},
+                 {"tiles", target.numTiles},
+                 {"bytes_per_tile", target.bytesPerTile}};
+  i64 maxTotal = 0, sum = 0;
+  int worst = 0;
+  std::vector<i64> hist(10, 0);
+  for (size_t t = 0; t < tileMemory.size(); ++t) {
+    i64 tot = tileMemory[t].total();
+    sum += tot;
+    if (tot > maxTotal) maxTotal = tot, worst = static_cast<int>(t);
+    i64 bin = std::min<i64>(9, tot * 10 / std::max<i64>(1, target.bytesPerTile));
+    ++hist[bin];
+  }
+  i64 vertices = 0, exch = 0, copies = 0;
+  for (const ComputeSet& cs : computeSets) {
+    vertices += static_cast<i64>(cs.vertices.size());
+    exch += cs.exchangeBytes();
+    copies += static_cast<i64>(cs.exchange.size());
+  }
+  r["memory"] = {
+      {"max_tile_bytes", maxTotal},
+      {"max_tile", worst},
+      {"mean_tile_bytes", tileMemory.empty() ? 0.0 : static_cast<double>(sum) / tileMemory.size()},
+      {"total_bytes", sum},
+      {"fits", maxTotal <= target.bytesPerTile},
+      {"histogram_tenths_of_capacity", hist},
+      {"max_tile_always_live", tileMemory.empty() ? 0 : tileMemory[worst].alwaysLive},
+      {"max_tile_not_always_live", tileMemory.empty() ? 0 : tileMemory[worst].peakNotAlwaysLive}};
+  r["program"] = {{"compute_sets", computeSets.size()},
+                  {"vertices", vertices},
+                  {"exchange_bytes", exch},
+                  {"exchange_copies", copies},
+                  {"device_iterations", program.deviceIterations},
+                  {"ops", graph.ops().size()},
+                  {"tensors", graph.tensors().size()}};
+  r["compile_seconds"] = compileSeconds;
+  std::vector<std::pair<i64, std::string>> big;
+  for (const Buffer& b : buffers) big.emplace_back(b.bytes(), b.name);
+  std::sort(big.rbegin(), big.rend());
+  nlohmann::json top = nlohmann::json::array();
+  for (size_t i = 0; i < std::min<size_t>(10, big.size()); ++i)
+    top.push_back({{"name", big[i].second}, {"bytes", big[i].first}});
+  r["largest_buffers"] = top;
+  return r;
+}
+
+Executable compile(Graph graph, const Target& target, const CompileOptions& options) {
+  auto t0 = std::chrono::steady_clock::now();
+  if (options.deviceIterations < 1)
+    throw CompileError("deviceIterations must be >= 1", -1, 0, 0);
+  Executable exe{std::move(graph), target, options, {}, {}, {}, {}, {}, {}, {}, 0.0};
+  Planner(exe).run();
+  exe.compileSeconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return exe;
+}
+
+}  // namespace ipu

@@ -1,0 +1,29 @@
+// The compiler driver: verifies the graph, maps every buffer onto tiles, splits every op into
+// vertices, plans the exchanges and the per-tile arenas, checks tile memory, and emits the BSP
+// program. Throws CompileError (with the worst tile, its bytes, the capacity and the largest
+// occupants) when a tile overflows and options.checkMemory is set.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+#include "ipu_backend/compiler/executable.h"
+
+namespace ipu {
+
+class CompileError : public std::runtime_error {
+ public:
+  CompileError(const std::string& msg, int tile, i64 bytes, i64 capacity)
+      : std::runtime_error(msg), tile_(tile), bytes_(bytes), capacity_(capacity) {}
+  int tile() const { return tile_; }
+  i64 bytes() const { return bytes_; }
+  i64 capacity() const { return capacity_; }
+
+ private:
+  int tile_;
+  i64 bytes_, capacity_;
+};
+
+Executable compile(Graph graph, const Target& target, const CompileOptions& options = {});
+
+}  // namespace ipu

@@ -1,0 +1,125 @@
+// What the compiler produces: tile mappings of every buffer, compute sets of vertices with their
+// statically planned exchanges, per-tile arena layouts, the BSP program, and the memory report.
+// Both engine modes run this same structure.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ipu_backend/ir/graph.h"
+#include "ipu_backend/kernels/kernel_types.h"
+#include "ipu_backend/target/target.h"
+
+namespace ipu {
+
+using kernels::Range;
+
+// A buffer is anything that lives in tile memory: an IR tensor, or a compiler temporary
+// (partial sums of a split reduction, gather buffers are separate: see Window).
+struct Buffer {
+  std::string name;
+  i64 elements = 0;
+  DType dtype = DType::F32;
+  int tensor = -1;        // IR tensor id, or -1 for a temporary
+  bool alwaysLive = false;  // variables: live for the whole program
+  i64 bytes() const { return elements * sizeOf(dtype); }
+};
+
+// A contiguous run of a buffer's elements held by one tile, at `offset` bytes into its arena.
+struct TileSlice {
+  int tile = 0;
+  i64 begin = 0, end = 0;  // element range
+  i64 offset = 0;          // byte offset in the tile arena
+};
+
+// Where a vertex reads one input from. If `gather` is false the window lies inside one slice on
+// the vertex's own tile and is read in place; otherwise the exchange fills a gather buffer of
+// (end - begin) elements at `gatherOffset` in the vertex's tile arena before the compute phase.
+struct Window {
+  int buffer = -1;
+  i64 begin = 0, end = 0;
+  bool gather = false;
+  bool shared = false;  // another vertex on the same tile gathers the same window: reuse it
+  i64 gatherOffset = 0;
+};
+
+// One output region of a vertex: elements [begin, end) of `buffer`, inside one slice on the
+// vertex's tile (so a vertex only ever writes its own tile's memory).
+struct OutRegion {
+  int buffer = -1;
+  i64 begin = 0, end = 0;
+};
+
+struct Vertex {
+  int tile = 0;
+  std::vector<Window> inputs;
+  std::vector<OutRegion> outputs;
+  Range work;     // op-specific: output elements / channels / samples this vertex computes
+  Range red;      // op-specific reduction sub-range for partials (empty: none)
+  int part = 0;   // which partial (row of a partials buffer) this vertex writes
+};
+
+// A statically scheduled copy between tile arenas (src and dst byte offsets).
+struct ExchangeCopy {
+  int srcTile = 0, dstTile = 0;
+  i64 srcOffset = 0, dstOffset = 0;
+  i64 bytes = 0;
+};
+
+// One BSP superstep group: exchange (copies) -> sync -> compute (vertices).
+struct ComputeSet {
+  std::string name;
+  int op = -1;     // IR op id
+  int phase = 0;   // ops with several phases (split reductions, batch norm) have several sets
+  std::vector<Vertex> vertices;
+  std::vector<ExchangeCopy> exchange;
+  i64 exchangeBytes() const;
+};
+
+// The program: per device iteration, host stream copies in, the compute sets in order, stream
+// copies out; the whole body repeats `deviceIterations` times per host call.
+struct Program {
+  struct Step {
+    enum class Kind { StreamIn, Execute, StreamOut } kind;
+    int index;  // buffer id for streams, compute-set id for Execute
+  };
+  int deviceIterations = 1;
+  std::vector<Step> body;
+  std::string describe(const struct Executable& exe) const;
+};
+
+struct TileMemory {
+  i64 alwaysLive = 0;    // variables, code, vertex state
+  i64 peakNotAlwaysLive = 0;
+  i64 total() const { return alwaysLive + peakNotAlwaysLive; }
+};
+
+struct CompileOptions {
+  int deviceIterations = 1;
+  bool checkMemory = true;  // false: report only (the report still says which tiles overflow)
+};
+
+struct Executable {
+  Graph graph;
+  Target target;
+  CompileOptions options;
+  std::vector<Buffer> buffers;                 // [0, graph.tensors().size()) are the IR tensors
+  std::vector<std::vector<TileSlice>> mapping;  // per buffer, sorted by begin
+  std::vector<ComputeSet> computeSets;
+  std::vector<int> opFirstComputeSet;           // per IR op
+  std::vector<TileMemory> tileMemory;           // per tile
+  std::vector<i64> arenaBytes;                  // per tile: bytes the tile engine allocates
+  Program program;
+  double compileSeconds = 0;
+
+  // JSON compile report: per-tile memory (max, mean, histogram), vertex and compute-set counts,
+  // exchange bytes, the largest buffers.
+  nlohmann::json report() const;
+  // The slice of `buffer` that holds element `e`.
+  const TileSlice& sliceOf(int buffer, i64 e) const;
+};
+
+}  // namespace ipu

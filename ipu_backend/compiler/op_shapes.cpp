@@ -1,0 +1,123 @@
+#include "ipu_backend/compiler/op_shapes.h"
+
+#include <fmt/format.h>
+
+namespace ipu {
+
+kernels::Conv2dShape convShapeOf(const Graph& g, const Op& op) {
+  kernels::Conv2dShape s;
+  Shape x, w;
+  switch (op.kind) {
+    case OpKind::Conv2d:
+      x = g.tensor(op.inputs[0]).shape;
+      w = g.tensor(op.inputs[1]).shape;
+      break;
+    case OpKind::Conv2dBackwardData:
+      x = op.attrs.getInts("input_shape");
+      w = g.tensor(op.inputs[1]).shape;
+      break;
+    case OpKind::Conv2dBackwardFilter:
+      x = g.tensor(op.inputs[0]).shape;
+      w = g.tensor(op.outputs[0]).shape;
+      break;
+    default: throw GraphError("convShapeOf: not a convolution op");
+  }
+  s.n = x[0], s.h = x[1], s.w = x[2], s.c = x[3];
+  s.k = w[0], s.r = w[1], s.s = w[2];
+  const auto& st = op.attrs.getInts("stride");
+  const auto& pd = op.attrs.getInts("pad");
+  const auto& dl = op.attrs.getInts("dilation");
+  s.strideH = st[0], s.strideW = st[1];
+  s.padTop = pd[0], s.padLeft = pd[1], s.padBottom = pd[2], s.padRight = pd[3];
+  s.dilH = dl[0], s.dilW = dl[1];
+  s.groups = op.attrs.getInt("groups");
+  return s;
+}
+
+kernels::MatMulShape matMulShapeOf(const Graph& g, const Op& op) {
+  const Shape& a = g.tensor(op.inputs[0]).shape;
+  const Shape& b = g.tensor(op.inputs[1]).shape;
+  kernels::MatMulShape s;
+  s.transA = op.attrs.getBool("trans_a", false);
+  s.transB = op.attrs.getBool("trans_b", false);
+  size_t ra = a.size(), rb = b.size();
+  s.m = s.transA ? a[ra - 1] : a[ra - 2];
+  s.k = s.transA ? a[ra - 2] : a[ra - 1];
+  s.n = s.transB ? b[rb - 2] : b[rb - 1];
+  s.batch = 1;
+  for (size_t d = 0; d + 2 < ra; ++d) s.batch *= a[d];
+  s.broadcastB = rb == 2 && s.batch > 1;
+  return s;
+}
+
+kernels::Pool2dShape poolShapeOf(const Graph& g, const Op& op) {
+  Shape x = op.kind == OpKind::AvgPoolGrad ? op.attrs.getInts("input_shape")
+                                           : g.tensor(op.inputs[0]).shape;
+  kernels::Pool2dShape s;
+  s.n = x[0], s.h = x[1], s.w = x[2], s.c = x[3];
+  const auto& k = op.attrs.getInts("kernel");
+  const auto& st = op.attrs.getInts("stride");
+  const auto& pd = op.attrs.getInts("pad");
+  s.kh = k[0], s.kw = k[1];
+  s.strideH = st[0], s.strideW = st[1];
+  s.padTop = pd[0], s.padLeft = pd[1], s.padBottom = pd[2], s.padRight = pd[3];
+  s.countIncludePad = op.attrs.getBool("count_include_pad", false);
+  return s;
+}
+
+kernels::ReduceShape reduceShapeOf(const Graph& g, const Op& op) {
+  kernels::ReduceShape s;
+  s.inDims = g.tensor(op.inputs[0]).shape;
+  s.reduced.assign(s.inDims.size(), false);
+  for (i64 a : op.attrs.getInts("axes")) s.reduced[a] = true;
+  return s;
+}
+
+kernels::UnaryKind unaryKindOf(const Op& op) {
+  using U = kernels::UnaryKind;
+  const std::string& f = op.attrs.getString("fn");
+  static const std::pair<const char*, U> table[] = {
+      {"identity", U::Identity}, {"relu", U::Relu},       {"neg", U::Neg},
+      {"exp", U::Exp},           {"log", U::Log},         {"sqrt", U::Sqrt},
+      {"rsqrt", U::Rsqrt},       {"square", U::Square},   {"sigmoid", U::Sigmoid},
+      {"tanh", U::Tanh},         {"gelu", U::Gelu},       {"swish", U::Swish},
+      {"scale", U::Scale}};
+  for (const auto& [n, k] : table)
+    if (f == n) return k;
+  throw GraphError(fmt::format("unknown unary function '{}'", f));
+}
+
+kernels::BinaryKind binaryKindOf(const Op& op) {
+  using B = kernels::BinaryKind;
+  const std::string& f = op.attrs.getString("fn");
+  static const std::pair<const char*, B> table[] = {{"add", B::Add}, {"sub", B::Sub},
+                                                    {"mul", B::Mul}, {"div", B::Div},
+                                                    {"max", B::Max}, {"min", B::Min}};
+  for (const auto& [n, k] : table)
+    if (f == n) return k;
+  throw GraphError(fmt::format("unknown binary function '{}'", f));
+}
+
+kernels::ReduceKind reduceKindOf(const Op& op) {
+  const std::string& f = op.attrs.getString("fn");
+  if (f == "sum") return kernels::ReduceKind::Sum;
+  if (f == "mean") return kernels::ReduceKind::Mean;
+  if (f == "max") return kernels::ReduceKind::Max;
+  throw GraphError(fmt::format("unknown reduce function '{}'", f));
+}
+
+kernels::BroadcastShape binaryShapeOf(const Graph& g, const Op& op) {
+  if (op.kind == OpKind::Broadcast) {
+    // y = x broadcast to shape: a binary add with an implicit scalar zero, b stride 0.
+    return kernels::BroadcastShape::make(g.tensor(op.inputs[0]).shape, {1});
+  }
+  return kernels::BroadcastShape::make(g.tensor(op.inputs[0]).shape,
+                                       g.tensor(op.inputs[1]).shape);
+}
+
+RowsC rowsChannelsOf(const Graph& g, int tensor) {
+  const Shape& s = g.tensor(tensor).shape;
+  return {numElements(s) / s.back(), s.back()};
+}
+
+}  // namespace ipu

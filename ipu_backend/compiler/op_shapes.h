@@ -1,0 +1,25 @@
+// Translation of IR op attributes into the kernels' shape structs. Shared by the planner (to
+// compute input windows) and the engine (to call kernels), so both read attributes one way.
+#pragma once
+
+#include "ipu_backend/ir/graph.h"
+#include "ipu_backend/kernels/kernel_types.h"
+
+namespace ipu {
+
+kernels::Conv2dShape convShapeOf(const Graph& g, const Op& op);  // any of the three conv ops
+kernels::MatMulShape matMulShapeOf(const Graph& g, const Op& op);
+kernels::Pool2dShape poolShapeOf(const Graph& g, const Op& op);  // pools and their grads
+kernels::ReduceShape reduceShapeOf(const Graph& g, const Op& op);
+kernels::UnaryKind unaryKindOf(const Op& op);
+kernels::BinaryKind binaryKindOf(const Op& op);
+kernels::ReduceKind reduceKindOf(const Op& op);
+// Broadcast of input `which` of a binary/broadcast op to the op's output shape.
+kernels::BroadcastShape binaryShapeOf(const Graph& g, const Op& op);
+// Rows and channels of a batch-norm input viewed as [rows, C].
+struct RowsC {
+  i64 rows, c;
+};
+RowsC rowsChannelsOf(const Graph& g, int tensor);
+
+}  // namespace ipu

@@ -1,0 +1,12 @@
+# The backend library proper (IR, compiler, engine) on top of the kernels.
+add_library(ipu_backend STATIC
+  ${CMAKE_CURRENT_LIST_DIR}/ir/graph.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/ir/op_defs.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/ir/builder.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/ir/text.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/compiler/autodiff.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/compiler/op_shapes.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/compiler/compiler.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/engine/engine.cpp)
+target_link_libraries(ipu_backend PUBLIC ipu_kernels fmt::fmt nlohmann_json::nlohmann_json
+                                         OpenMP::OpenMP_CXX)

@@ -1,0 +1,59 @@
+// The engine runs a compiled Executable on the CPU host, in one of two modes over the same
+// program:
+//   Tile  - each vertex reads and writes only its own tile's arena; exchanges are real copies
+//           between arenas; reference kernels. The literal IPU semantics, slow, for verification.
+//   Fused - the vertices of one op run as one host kernel (oneDNN or vectorised loops) on whole
+//           tensors. Fast; agrees with Tile within floating-point tolerance.
+// All memory is allocated once, at construction: nothing is allocated per step.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ipu_backend/compiler/executable.h"
+
+namespace ipu {
+
+enum class EngineMode { Tile, Fused };
+std::string_view engineModeName(EngineMode m);
+EngineMode parseEngineMode(std::string_view s);  // "tile" | "fused"; throws on anything else
+
+class Engine {
+ public:
+  Engine(std::shared_ptr<const Executable> exe, EngineMode mode = EngineMode::Fused);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  const Executable& executable() const { return *exe_; }
+  EngineMode mode() const { return mode_; }
+
+  // Host access to a tensor's current contents. Variables (weights, optimizer state) and graph
+  // outputs always hold their value; other activations only while live, as on the device (their
+  // tile memory is reused): mark a tensor as a graph output to read it after run().
+  // `bytes` must equal the tensor's size.
+  void writeTensor(int tensor, const void* data, size_t bytes);
+  void readTensor(int tensor, void* data, size_t bytes) const;
+  void writeTensor(const std::string& name, const std::vector<float>& v);
+  std::vector<float> readFloats(const std::string& name) const;
+  std::vector<float> readFloats(int tensor) const;
+
+  // Host streams. Inputs are read and outputs written at run(): the host buffer holds one
+  // tensor per device iteration, back to back (deviceIterations x tensor bytes). The pointer
+  // must stay valid until the next connect.
+  void connectInput(int tensor, const void* data);
+  void connectOutput(int tensor, void* data);
+
+  // Runs the program once: deviceIterations training steps.
+  void run();
+
+ private:
+  struct Impl;
+  std::shared_ptr<const Executable> exe_;
+  EngineMode mode_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ipu

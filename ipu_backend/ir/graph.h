@@ -1,0 +1,164 @@
+// The graph IR: tensors (shape, dtype, kind), ops in program order, attributes.
+//
+// A Graph is a static dataflow program, as PopART builds one: one training step (forward,
+// backward, optimizer update) is one graph. Tensors are SSA values except Variables (weights,
+// optimizer state, running statistics), which persist across steps and are written only by
+// side-effecting update ops (sgd_update, ema_update). Inputs are fed by host streams every step.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+#include "ipu_backend/ir/dtype.h"
+
+namespace ipu {
+
+using i64 = std::int64_t;
+using Shape = std::vector<i64>;
+
+std::string shapeStr(const Shape& s);  // "[32,56,56,64]"
+i64 numElements(const Shape& s);
+
+// Errors found while building or checking a graph (bad shapes, unknown attributes, ...).
+// Messages name the op and the tensors involved.
+class GraphError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+enum class TensorKind : std::uint8_t {
+  Input,       // host stream in, new data every step (images, labels, learning rate)
+  Variable,    // persistent state: weights, momentum, running statistics
+  Activation,  // produced by an op inside the step
+};
+std::string_view tensorKindName(TensorKind k);
+
+struct Tensor {
+  int id = -1;
+  std::string name;
+  Shape shape;
+  DType dtype = DType::F32;
+  TensorKind kind = TensorKind::Activation;
+  int producer = -1;  // op id for activations
+
+  i64 elements() const { return numElements(shape); }
+  i64 bytes() const { return elements() * sizeOf(dtype); }
+};
+
+using AttrValue = std::variant<bool, i64, double, std::string, std::vector<i64>>;
+
+// Op attributes, kept sorted by key so the text form is canonical.
+class Attrs {
+ public:
+  Attrs() = default;
+  Attrs(std::initializer_list<std::pair<const std::string, AttrValue>> init) : map_(init) {}
+
+  bool has(const std::string& k) const { return map_.count(k) != 0; }
+  void set(const std::string& k, AttrValue v) { map_[k] = std::move(v); }
+  const std::map<std::string, AttrValue>& all() const { return map_; }
+
+  i64 getInt(const std::string& k) const;
+  double getFloat(const std::string& k) const;  // accepts an integer value too
+  bool getBool(const std::string& k) const;
+  const std::string& getString(const std::string& k) const;
+  const std::vector<i64>& getInts(const std::string& k) const;
+  i64 getInt(const std::string& k, i64 dflt) const { return has(k) ? getInt(k) : dflt; }
+  double getFloat(const std::string& k, double dflt) const { return has(k) ? getFloat(k) : dflt; }
+  bool getBool(const std::string& k, bool dflt) const { return has(k) ? getBool(k) : dflt; }
+
+  bool operator==(const Attrs& o) const { return map_ == o.map_; }
+
+ private:
+  const AttrValue& at(const std::string& k) const;
+  std::map<std::string, AttrValue> map_;
+};
+
+enum class OpKind : std::uint8_t {
+  Conv2d,
+  Conv2dBackwardData,
+  Conv2dBackwardFilter,
+  MatMul,
+  BatchNormTrain,
+  BatchNormInference,
+  BatchNormBackward,
+  Unary,
+  UnaryGrad,
+  Binary,
+  Reduce,
+  Broadcast,
+  Reshape,
+  Transpose,
+  MaxPool,
+  MaxPoolGrad,
+  AvgPool,
+  AvgPoolGrad,
+  Softmax,
+  SoftmaxGrad,
+  SoftmaxCrossEntropy,
+  SoftmaxCrossEntropyGrad,
+  Constant,
+  SgdUpdate,
+  EmaUpdate,
+};
+
+struct Op {
+  int id = -1;
+  OpKind kind = OpKind::Constant;
+  std::vector<int> inputs;   // tensor ids
+  std::vector<int> outputs;  // tensor ids (empty for pure side-effect ops)
+  Attrs attrs;
+};
+
+class Graph {
+ public:
+  explicit Graph(std::string name = "main") : name_(std::move(name)) {}
+
+  const std::string& name() const { return name_; }
+
+  // Declares a host-fed input or a persistent variable. Names must be unique.
+  int addInput(const std::string& name, Shape shape, DType dtype = DType::F32);
+  int addVariable(const std::string& name, Shape shape, DType dtype = DType::F32);
+
+  // Appends an op: checks inputs and attributes, infers output shapes (GraphError on mismatch,
+  // naming the op and the shapes), creates the outputs. `outputNames` may be empty (generated
+  // names) or give one name per output. Returns the op id.
+  int addOp(OpKind kind, std::vector<int> inputs, Attrs attrs,
+            std::vector<std::string> outputNames = {});
+  // Convenience: the first output of the op just added.
+  int addOp1(OpKind kind, std::vector<int> inputs, Attrs attrs, std::string outputName = "");
+
+  // Marks a tensor to be streamed back to the host every step.
+  void markOutput(int tensor);
+
+  const Tensor& tensor(int id) const { return tensors_.at(static_cast<size_t>(id)); }
+  const Op& op(int id) const { return ops_.at(static_cast<size_t>(id)); }
+  const std::vector<Tensor>& tensors() const { return tensors_; }
+  const std::vector<Op>& ops() const { return ops_; }
+  const std::vector<int>& outputs() const { return outputs_; }
+  // -1 if absent.
+  int find(const std::string& name) const;
+  int get(const std::string& name) const;  // throws GraphError naming the tensor
+
+  // Consumers (op ids) of each tensor, in program order.
+  std::vector<std::vector<int>> consumers() const;
+
+  // A unique tensor name with the given stem ("conv_3", "conv_4", ...).
+  std::string uniqueName(const std::string& stem) const;
+
+ private:
+  int addTensor(const std::string& name, Shape shape, DType dtype, TensorKind kind, int producer);
+
+  std::string name_;
+  std::vector<Tensor> tensors_;
+  std::vector<Op> ops_;
+  std::vector<int> outputs_;
+  std::unordered_map<std::string, int> byName_;
+  mutable std::unordered_map<std::string, int> nameCounters_;
+};
+
+}  // namespace ipu

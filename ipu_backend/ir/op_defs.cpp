@@ -1,0 +1,449 @@
+#include "ipu_backend/ir/op_defs.h"
+
+#include <algorithm>
+#include <array>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+namespace ipu {
+namespace {
+
+using A = AttrType;
+
+const std::vector<AttrSpec> kConvAttrs = {{"stride", A::Ints, true},
+                                          {"pad", A::Ints, true},
+                                          {"dilation", A::Ints, true},
+                                          {"groups", A::Int, true}};
+const std::vector<AttrSpec> kPoolAttrs = {
+    {"kernel", A::Ints, true}, {"stride", A::Ints, true}, {"pad", A::Ints, true}};
+
+std::vector<AttrSpec> with(std::vector<AttrSpec> base, std::vector<AttrSpec> extra) {
+  base.insert(base.end(), extra.begin(), extra.end());
+  return base;
+}
+
+const std::vector<OpDef>& table() {
+  static const std::vector<OpDef> defs = {
+      {OpKind::Conv2d, "conv2d", 2, 1, {}, kConvAttrs},
+      {OpKind::Conv2dBackwardData, "conv2d_backward_data", 2, 1, {},
+       with(kConvAttrs, {{"input_shape", A::Ints, true}})},
+      {OpKind::Conv2dBackwardFilter, "conv2d_backward_filter", 2, 1, {},
+       with(kConvAttrs, {{"kernel", A::Ints, true}})},
+      {OpKind::MatMul, "matmul", 2, 1, {},
+       {{"trans_a", A::Bool, false}, {"trans_b", A::Bool, false}}},
+      {OpKind::BatchNormTrain, "batch_norm_train", 3, 3, {}, {{"eps", A::Float, true}}},
+      {OpKind::BatchNormInference, "batch_norm_inference", 5, 1, {}, {{"eps", A::Float, true}}},
+      {OpKind::BatchNormBackward, "batch_norm_backward", 5, 3, {}, {{"eps", A::Float, true}}},
+      {OpKind::Unary, "unary", 1, 1, {}, {{"fn", A::String, true}, {"alpha", A::Float, false}}},
+      {OpKind::UnaryGrad, "unary_grad", 2, 1, {},
+       {{"fn", A::String, true}, {"alpha", A::Float, false}}},
+      {OpKind::Binary, "binary", 2, 1, {}, {{"fn", A::String, true}}},
+      {OpKind::Reduce, "reduce", 1, 1, {},
+       {{"fn", A::String, true}, {"axes", A::Ints, true}, {"keep_dims", A::Bool, false}}},
+      {OpKind::Broadcast, "broadcast", 1, 1, {}, {{"shape", A::Ints, true}}},
+      {OpKind::Reshape, "reshape", 1, 1, {}, {{"shape", A::Ints, true}}},
+      {OpKind::Transpose, "transpose", 1, 1, {}, {{"perm", A::Ints, true}}},
+      {OpKind::MaxPool, "max_pool", 1, 1, {}, kPoolAttrs},
+      {OpKind::MaxPoolGrad, "max_pool_grad", 2, 1, {}, kPoolAttrs},
+      {OpKind::AvgPool, "avg_pool", 1, 1, {},
+       with(kPoolAttrs, {{"count_include_pad", A::Bool, false}})},
+      {OpKind::AvgPoolGrad, "avg_pool_grad", 1, 1, {},
+       with(kPoolAttrs, {{"count_include_pad", A::Bool, false}, {"input_shape", A::Ints, true}})},
+      {OpKind::Softmax, "softmax", 1, 1, {}, {}},
+      {OpKind::SoftmaxGrad, "softmax_grad", 2, 1, {}, {}},
+      {OpKind::SoftmaxCrossEntropy, "softmax_cross_entropy", 2, 1, {},
+       {{"smoothing", A::Float, false}}},
+      {OpKind::SoftmaxCrossEntropyGrad, "softmax_cross_entropy_grad", 3, 1, {},
+       {{"smoothing", A::Float, false}}},
+      {OpKind::Constant, "constant", 0, 1, {},
+       {{"shape", A::Ints, true}, {"value", A::Float, true}, {"dtype", A::String, false}}},
+      {OpKind::SgdUpdate, "sgd_update", 4, 0, {0, 1},
+       {{"momentum", A::Float, true},
+        {"weight_decay", A::Float, true},
+        {"nesterov", A::Bool, false}}},
+      {OpKind::EmaUpdate, "ema_update", 2, 0, {0},
+       {{"momentum", A::Float, true}, {"scale", A::Float, false}}},
+  };
+  return defs;
+}
+
+[[noreturn]] void fail(const std::string& label, const std::string& msg) {
+  throw GraphError(fmt::format("{}: {}", label, msg));
+}
+
+const char* attrTypeName(AttrType t) {
+  switch (t) {
+    case A::Bool: return "bool";
+    case A::Int: return "int";
+    case A::Float: return "float";
+    case A::String: return "string";
+    case A::Ints: return "int list";
+  }
+  return "?";
+}
+
+bool attrMatches(const AttrValue& v, AttrType t) {
+  switch (t) {
+    case A::Bool: return std::holds_alternative<bool>(v);
+    case A::Int: return std::holds_alternative<i64>(v);
+    case A::Float: return std::holds_alternative<double>(v) || std::holds_alternative<i64>(v);
+    case A::String: return std::holds_alternative<std::string>(v);
+    case A::Ints: return std::holds_alternative<std::vector<i64>>(v);
+  }
+  return false;
+}
+
+void checkAttrs(const OpDef& def, const Attrs& attrs, const std::string& label) {
+  for (const auto& [key, value] : attrs.all()) {
+    auto it = std::find_if(def.attrs.begin(), def.attrs.end(),
+                           [&](const AttrSpec& s) { return s.name == key; });
+    if (it == def.attrs.end()) {
+      std::vector<std::string> valid;
+      for (const auto& s : def.attrs) valid.emplace_back(s.name);
+      fail(label, fmt::format("unknown attribute '{}' (valid: {})", key, fmt::join(valid, ", ")));
+    }
+    if (!attrMatches(value, it->type))
+      fail(label, fmt::format("attribute '{}' must be a {}", key, attrTypeName(it->type)));
+  }
+  for (const auto& s : def.attrs)
+    if (s.required && !attrs.has(std::string(s.name)))
+      fail(label, fmt::format("missing required attribute '{}' ({})", s.name, attrTypeName(s.type)));
+}
+
+void expectRank(const Tensor& t, size_t rank, const std::string& label, const char* role) {
+  if (t.shape.size() != rank)
+    fail(label, fmt::format("{} '{}' must have rank {}, got {}", role, t.name, rank,
+                            shapeStr(t.shape)));
+}
+
+void expectIntsLen(const Attrs& a, const char* key, size_t n, const std::string& label) {
+  if (a.getInts(key).size() != n)
+    fail(label, fmt::format("attribute '{}' must have {} values", key, n));
+}
+
+void expectFloat(const Tensor& t, const std::string& label, const char* role) {
+  if (!isFloat(t.dtype))
+    fail(label, fmt::format("{} '{}' must be a floating-point tensor, got {}", role, t.name,
+                            dtypeName(t.dtype)));
+}
+
+void expectSameShape(const Tensor& a, const Tensor& b, const std::string& label) {
+  if (a.shape != b.shape)
+    fail(label, fmt::format("shapes of '{}' {} and '{}' {} must be equal", a.name,
+                            shapeStr(a.shape), b.name, shapeStr(b.shape)));
+}
+
+struct ConvGeom {
+  i64 oh, ow;
+};
+
+ConvGeom convGeometry(const Shape& x, i64 r, i64 s, const Attrs& a, const std::string& label) {
+  expectIntsLen(a, "stride", 2, label);
+  expectIntsLen(a, "pad", 4, label);
+  const auto& st = a.getInts("stride");
+  const auto& pd = a.getInts("pad");
+  std::vector<i64> dl = a.has("dilation") ? a.getInts("dilation") : std::vector<i64>{1, 1};
+  if (dl.size() != 2) fail(label, "attribute 'dilation' must have 2 values");
+  if (st[0] < 1 || st[1] < 1 || dl[0] < 1 || dl[1] < 1)
+    fail(label, "stride and dilation must be >= 1");
+  for (i64 p : pd)
+    if (p < 0) fail(label, "padding must be >= 0");
+  i64 effR = dl[0] * (r - 1) + 1, effS = dl[1] * (s - 1) + 1;
+  i64 hp = x[1] + pd[0] + pd[2], wp = x[2] + pd[1] + pd[3];
+  if (hp < effR || wp < effS)
+    fail(label, fmt::format("window {}x{} (dilated) is larger than the padded input {}x{} of {}",
+                            effR, effS, hp, wp, shapeStr(x)));
+  return {(hp - effR) / st[0] + 1, (wp - effS) / st[1] + 1};
+}
+
+}  // namespace
+
+const OpDef& opDef(OpKind kind) {
+  const auto& t = table();
+  for (const auto& d : t)
+    if (d.kind == kind) return d;
+  throw GraphError("internal: op kind missing from the op table");
+}
+
+const OpDef* findOpDef(std::string_view name) {
+  for (const auto& d : table())
+    if (d.name == name) return &d;
+  return nullptr;
+}
+
+bool hasSideEffects(OpKind k) { return !opDef(k).writesInputs.empty(); }
+
+const std::vector<std::string_view>& unaryFunctionNames() {
+  static const std::vector<std::string_view> v = {"identity", "relu",    "neg",  "exp",
+                                                  "log",      "sqrt",    "rsqrt", "square",
+                                                  "sigmoid",  "tanh",    "gelu", "swish",
+                                                  "scale"};
+  return v;
+}
+const std::vector<std::string_view>& binaryFunctionNames() {
+  static const std::vector<std::string_view> v = {"add", "sub", "mul", "div", "max", "min"};
+  return v;
+}
+const std::vector<std::string_view>& reduceFunctionNames() {
+  static const std::vector<std::string_view> v = {"sum", "mean", "max"};
+  return v;
+}
+
+Shape broadcastShapes(const Shape& a, const Shape& b, const std::string& label) {
+  size_t rank = std::max(a.size(), b.size());
+  Shape out(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    i64 da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
+    i64 db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
+    if (da != db && da != 1 && db != 1)
+      fail(label, fmt::format("shapes {} and {} do not broadcast (dimension {}: {} vs {})",
+                              shapeStr(a), shapeStr(b), i, da, db));
+    out[i] = std::max(da, db);
+  }
+  return out;
+}
+
+std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Tensor*>& in,
+                                         const Attrs& a, const std::string& label) {
+  const OpDef& def = opDef(kind);
+  if (static_cast<int>(in.size()) != def.numInputs)
+    fail(label, fmt::format("expects {} inputs, got {}", def.numInputs, in.size()));
+  checkAttrs(def, a, label);
+  for (size_t i = 0; i < in.size(); ++i) {
+    bool labelsSlot =
+        (kind == OpKind::SoftmaxCrossEntropy || kind == OpKind::SoftmaxCrossEntropyGrad) && i == 1;
+    bool layoutOp = kind == OpKind::Reshape || kind == OpKind::Transpose;
+    if (in[i]->dtype == DType::I32 && !labelsSlot && !layoutOp)
+      fail(label, fmt::format("input '{}' is i32; this op takes floating-point tensors",
+                              in[i]->name));
+  }
+
+  auto fnCheck = [&](const std::vector<std::string_view>& valid) {
+    const std::string& fn = a.getString("fn");
+    if (std::find(valid.begin(), valid.end(), fn) == valid.end())
+      fail(label, fmt::format("unknown function fn=\"{}\" (valid: {})", fn, fmt::join(valid, ", ")));
+  };
+
+  switch (kind) {
+    case OpKind::Conv2d: {
+      const Tensor &x = *in[0], &w = *in[1];
+      expectRank(x, 4, label, "input [N,H,W,C]");
+      expectRank(w, 4, label, "weight [K,R,S,C/G]");
+      i64 g = a.getInt("groups");
+      if (g < 1 || x.shape[3] % g != 0 || w.shape[0] % g != 0)
+        fail(label, fmt::format("groups={} must divide input channels {} and output channels {}",
+                                g, x.shape[3], w.shape[0]));
+      if (w.shape[3] * g != x.shape[3])
+        fail(label, fmt::format("weight '{}' {} expects {} input channels per group, input '{}' "
+                                "{} has {} channels for {} groups",
+                                w.name, shapeStr(w.shape), w.shape[3], x.name, shapeStr(x.shape),
+                                x.shape[3], g));
+      auto geo = convGeometry(x.shape, w.shape[1], w.shape[2], a, label);
+      return {{{x.shape[0], geo.oh, geo.ow, w.shape[0]}, x.dtype}};
+    }
+    case OpKind::Conv2dBackwardData: {
+      const Tensor &dy = *in[0], &w = *in[1];
+      expectRank(dy, 4, label, "gradient [N,OH,OW,K]");
+      expectRank(w, 4, label, "weight [K,R,S,C/G]");
+      const auto& xs = a.getInts("input_shape");
+      if (xs.size() != 4) fail(label, "attribute 'input_shape' must have 4 values");
+      auto geo = convGeometry(xs, w.shape[1], w.shape[2], a, label);
+      if (dy.shape != Shape{xs[0], geo.oh, geo.ow, w.shape[0]})
+        fail(label, fmt::format("gradient '{}' {} does not match the output {} of input {}",
+                                dy.name, shapeStr(dy.shape),
+                                shapeStr({xs[0], geo.oh, geo.ow, w.shape[0]}), shapeStr(xs)));
+      return {{xs, dy.dtype}};
+    }
+    case OpKind::Conv2dBackwardFilter: {
+      const Tensor &x = *in[0], &dy = *in[1];
+      expectRank(x, 4, label, "input [N,H,W,C]");
+      expectRank(dy, 4, label, "gradient [N,OH,OW,K]");
+      const auto& ks = a.getInts("kernel");
+      if (ks.size() != 2) fail(label, "attribute 'kernel' must have 2 values");
+      i64 g = a.getInt("groups");
+      if (g < 1 || x.shape[3] % g != 0 || dy.shape[3] % g != 0)
+        fail(label, "groups must divide input and output channels");
+      auto geo = convGeometry(x.shape, ks[0], ks[1], a, label);
+      if (dy.shape != Shape{x.shape[0], geo.oh, geo.ow, dy.shape[3]})
+        fail(label, fmt::format("gradient '{}' {} does not match input '{}' {}", dy.name,
+                                shapeStr(dy.shape), x.name, shapeStr(x.shape)));
+      return {{{dy.shape[3], ks[0], ks[1], x.shape[3] / g}, x.dtype}};
+    }
+    case OpKind::MatMul: {
+      const Tensor &x = *in[0], &y = *in[1];
+      if (x.shape.size() < 2 || y.shape.size() < 2)
+        fail(label, fmt::format("operands must have rank >= 2, got '{}' {} and '{}' {}", x.name,
+                                shapeStr(x.shape), y.name, shapeStr(y.shape)));
+      bool ta = a.getBool("trans_a", false), tb = a.getBool("trans_b", false);
+      size_t ra = x.shape.size(), rb = y.shape.size();
+      i64 m = ta ? x.shape[ra - 1] : x.shape[ra - 2];
+      i64 k = ta ? x.shape[ra - 2] : x.shape[ra - 1];
+      i64 kb = tb ? y.shape[rb - 1] : y.shape[rb - 2];
+      i64 n = tb ? y.shape[rb - 2] : y.shape[rb - 1];
+      if (k != kb)
+        fail(label, fmt::format("contraction dimensions differ: '{}' {} gives K={}, '{}' {} gives "
+                                "K={} (trans_a={}, trans_b={})",
+                                x.name, shapeStr(x.shape), k, y.name, shapeStr(y.shape), kb, ta,
+                                tb));
+      Shape batch(x.shape.begin(), x.shape.end() - 2);
+      if (rb > 2 && Shape(y.shape.begin(), y.shape.end() - 2) != batch)
+        fail(label, fmt::format("batch dimensions of '{}' {} and '{}' {} must match (or the "
+                                "second operand must be rank 2)",
+                                x.name, shapeStr(x.shape), y.name, shapeStr(y.shape)));
+      Shape out = batch;
+      out.push_back(m);
+      out.push_back(n);
+      return {{out, x.dtype}};
+    }
+    case OpKind::BatchNormTrain:
+    case OpKind::BatchNormInference:
+    case OpKind::BatchNormBackward: {
+      const Tensor& x = *in[0];
+      if (x.shape.size() < 2) fail(label, "input must have rank >= 2 (channels innermost)");
+      i64 c = x.shape.back();
+      auto expectC = [&](const Tensor& t) {
+        if (t.shape != Shape{c})
+          fail(label, fmt::format("'{}' {} must have shape [{}] (channels of '{}' {})", t.name,
+                                  shapeStr(t.shape), c, x.name, shapeStr(x.shape)));
+      };
+      if (kind == OpKind::BatchNormBackward) {
+        expectSameShape(x, *in[1], label);
+        for (int i = 2; i < 5; ++i) expectC(*in[i]);
+        return {{x.shape, x.dtype}, {{c}, DType::F32}, {{c}, DType::F32}};
+      }
+      for (size_t i = 1; i < in.size(); ++i) expectC(*in[i]);
+      if (kind == OpKind::BatchNormTrain)
+        return {{x.shape, x.dtype}, {{c}, DType::F32}, {{c}, DType::F32}};
+      return {{x.shape, x.dtype}};
+    }
+    case OpKind::Unary:
+      fnCheck(unaryFunctionNames());
+      expectFloat(*in[0], label, "input");
+      return {{in[0]->shape, in[0]->dtype}};
+    case OpKind::UnaryGrad:
+      fnCheck(unaryFunctionNames());
+      expectSameShape(*in[0], *in[1], label);
+      return {{in[0]->shape, in[0]->dtype}};
+    case OpKind::Binary:
+      fnCheck(binaryFunctionNames());
+      if (in[0]->dtype != in[1]->dtype)
+        fail(label, fmt::format("dtypes of '{}' ({}) and '{}' ({}) differ", in[0]->name,
+                                dtypeName(in[0]->dtype), in[1]->name, dtypeName(in[1]->dtype)));
+      if (in[0]->shape.size() > 6 || in[1]->shape.size() > 6) fail(label, "rank must be <= 6");
+      return {{broadcastShapes(in[0]->shape, in[1]->shape, label), in[0]->dtype}};
+    case OpKind::Reduce: {
+      fnCheck(reduceFunctionNames());
+      const Tensor& x = *in[0];
+      std::vector<bool> red(x.shape.size(), false);
+      for (i64 ax : a.getInts("axes")) {
+        if (ax < 0 || ax >= static_cast<i64>(x.shape.size()) || red[ax])
+          fail(label, fmt::format("invalid or repeated axis {} for '{}' {}", ax, x.name,
+                                  shapeStr(x.shape)));
+        red[ax] = true;
+      }
+      bool keep = a.getBool("keep_dims", false);
+      Shape out;
+      for (size_t d = 0; d < x.shape.size(); ++d)
+        if (!red[d])
+          out.push_back(x.shape[d]);
+        else if (keep)
+          out.push_back(1);
+      return {{out, x.dtype}};
+    }
+    case OpKind::Broadcast: {
+      const Shape& target = a.getInts("shape");
+      if (broadcastShapes(in[0]->shape, target, label) != target)
+        fail(label, fmt::format("'{}' {} does not broadcast to {}", in[0]->name,
+                                shapeStr(in[0]->shape), shapeStr(target)));
+      return {{target, in[0]->dtype}};
+    }
+    case OpKind::Reshape: {
+      const Shape& s = a.getInts("shape");
+      if (numElements(s) != in[0]->elements() ||
+          std::any_of(s.begin(), s.end(), [](i64 d) { return d < 1; }))
+        fail(label, fmt::format("cannot reshape '{}' {} ({} elements) to {}", in[0]->name,
+                                shapeStr(in[0]->shape), in[0]->elements(), shapeStr(s)));
+      return {{s, in[0]->dtype}};
+    }
+    case OpKind::Transpose: {
+      const auto& perm = a.getInts("perm");
+      const Shape& s = in[0]->shape;
+      std::vector<bool> seen(s.size(), false);
+      if (perm.size() != s.size()) fail(label, "perm must have one entry per dimension");
+      Shape out;
+      for (i64 p : perm) {
+        if (p < 0 || p >= static_cast<i64>(s.size()) || seen[p])
+          fail(label, fmt::format("perm {} is not a permutation of rank {}",
+                                  shapeStr(perm), s.size()));
+        seen[p] = true;
+        out.push_back(s[p]);
+      }
+      return {{out, in[0]->dtype}};
+    }
+    case OpKind::MaxPool:
+    case OpKind::AvgPool:
+    case OpKind::MaxPoolGrad:
+    case OpKind::AvgPoolGrad: {
+      const auto& k = a.getInts("kernel");
+      if (k.size() != 2) fail(label, "attribute 'kernel' must have 2 values");
+      Shape xs = kind == OpKind::AvgPoolGrad ? a.getInts("input_shape") : in[0]->shape;
+      if (xs.size() != 4) fail(label, fmt::format("input must be [N,H,W,C], got {}", shapeStr(xs)));
+      auto geo = convGeometry(xs, k[0], k[1], a, label);
+      Shape ys = {xs[0], geo.oh, geo.ow, xs[3]};
+      if (kind == OpKind::MaxPool || kind == OpKind::AvgPool) return {{ys, in[0]->dtype}};
+      const Tensor& dy = kind == OpKind::MaxPoolGrad ? *in[1] : *in[0];
+      if (dy.shape != ys)
+        fail(label, fmt::format("gradient '{}' {} must have the pooled shape {}", dy.name,
+                                shapeStr(dy.shape), shapeStr(ys)));
+      return {{xs, dy.dtype}};
+    }
+    case OpKind::Softmax:
+      if (in[0]->shape.empty()) fail(label, "input must have rank >= 1");
+      return {{in[0]->shape, in[0]->dtype}};
+    case OpKind::SoftmaxGrad:
+      expectSameShape(*in[0], *in[1], label);
+      return {{in[0]->shape, in[0]->dtype}};
+    case OpKind::SoftmaxCrossEntropy:
+    case OpKind::SoftmaxCrossEntropyGrad: {
+      const Tensor &lg = *in[0], &lb = *in[1];
+      expectRank(lg, 2, label, "logits [N,classes]");
+      expectFloat(lg, label, "logits");
+      if (lb.dtype != DType::I32 || lb.shape != Shape{lg.shape[0]})
+        fail(label, fmt::format("labels '{}' must be i32[{}] for logits '{}' {}, got {}{}",
+                                lb.name, lg.shape[0], lg.name, shapeStr(lg.shape),
+                                dtypeName(lb.dtype), shapeStr(lb.shape)));
+      double eps = a.getFloat("smoothing", 0.0);
+      if (eps < 0.0 || eps >= 1.0) fail(label, "smoothing must be in [0, 1)");
+      if (kind == OpKind::SoftmaxCrossEntropy) return {{{lg.shape[0]}, lg.dtype}};
+      if (in[2]->shape != Shape{lg.shape[0]})
+        fail(label, fmt::format("loss gradient '{}' {} must be [{}]", in[2]->name,
+                                shapeStr(in[2]->shape), lg.shape[0]));
+      return {{lg.shape, lg.dtype}};
+    }
+    case OpKind::Constant: {
+      DType dt = DType::F32;
+      if (a.has("dtype")) {
+        auto p = parseDType(a.getString("dtype"));
+        if (!p) fail(label, fmt::format("unknown dtype '{}'", a.getString("dtype")));
+        dt = *p;
+      }
+      return {{a.getInts("shape"), dt}};
+    }
+    case OpKind::SgdUpdate: {
+      const Tensor &w = *in[0], &v = *in[1], &g = *in[2], &lr = *in[3];
+      expectSameShape(w, v, label);
+      expectSameShape(w, g, label);
+      if (!lr.shape.empty() && lr.shape != Shape{1})
+        fail(label, fmt::format("learning rate '{}' must be a scalar, got {}", lr.name,
+                                shapeStr(lr.shape)));
+      return {};
+    }
+    case OpKind::EmaUpdate:
+      expectSameShape(*in[0], *in[1], label);
+      return {};
+  }
+  fail(label, "internal: unhandled op kind");
+}
+
+}  // namespace ipu

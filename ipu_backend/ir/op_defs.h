@@ -1,0 +1,54 @@
+// The op table: the text name of every OpKind, its arity, its attribute schema, whether it has
+// side effects, and its shape/dtype inference. One place, so the builder, the text parser, the
+// verifier and the passes all agree on what an op is.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ipu_backend/ir/graph.h"
+
+namespace ipu {
+
+enum class AttrType : std::uint8_t { Bool, Int, Float, String, Ints };
+
+struct AttrSpec {
+  std::string_view name;
+  AttrType type;
+  bool required;
+};
+
+struct OpDef {
+  OpKind kind;
+  std::string_view name;     // text-form name, e.g. "conv2d"
+  int numInputs;             // exact arity
+  int numOutputs;            // 0 for side-effect-only ops
+  std::vector<int> writesInputs;  // inputs updated in place (must be Variables)
+  std::vector<AttrSpec> attrs;
+};
+
+const OpDef& opDef(OpKind kind);
+const OpDef* findOpDef(std::string_view name);
+inline std::string_view opName(OpKind k) { return opDef(k).name; }
+bool hasSideEffects(OpKind k);
+
+struct TensorType {
+  Shape shape;
+  DType dtype;
+};
+
+// Checks attributes against the schema and infers output types. Throws GraphError whose message
+// names the op (`opLabel`, e.g. "conv2d 'stage1_unit1_conv1'"), the offending tensors and shapes.
+std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Tensor*>& inputs,
+                                         const Attrs& attrs, const std::string& opLabel);
+
+// Valid values of the `fn` attribute of unary / binary / reduce.
+const std::vector<std::string_view>& unaryFunctionNames();
+const std::vector<std::string_view>& binaryFunctionNames();
+const std::vector<std::string_view>& reduceFunctionNames();
+
+// Numpy broadcasting of two shapes; throws GraphError naming the op and both shapes.
+Shape broadcastShapes(const Shape& a, const Shape& b, const std::string& opLabel);
+
+}  // namespace ipu

@@ -1,0 +1,389 @@
+// Every op: forward against a plain reference (the readable kernels on whole tensors, which the
+// kernel tests check against hand-computed values), backward against central finite
+// differences, and tile mode equal to fused mode.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "ipu_backend/compiler/op_shapes.h"
+#include "ipu_backend/kernels/reference.h"
+#include "tests/backend/op_test_util.h"
+
+namespace ipu::testing {
+namespace {
+
+namespace ref = kernels::ref;
+using Vals = std::vector<std::vector<float>>;
+using FW = kernels::Window<float>;
+
+FW whole(const std::vector<float>& v) { return FW::whole(v.data(), static_cast<i64>(v.size())); }
+
+struct Case {
+  OpCase op;
+  // Plain reference of the forward output from the input values.
+  std::function<std::vector<float>(const Vals&)> reference;
+  float fdStep = 1e-2f;
+  double fdTol = 2e-2;
+};
+
+std::vector<float> call(i64 n, const std::function<void(float*, kernels::Range)>& f) {
+  std::vector<float> y(static_cast<size_t>(n));
+  f(y.data(), {0, n});
+  return y;
+}
+
+Case convCase(std::string name, Shape x, Shape w, Conv2dOptions o) {
+  Case c;
+  c.op.name = name;
+  c.op.inputs = {{"x", x}, {"w", w}};
+  c.op.build = [o](Builder& b, const std::vector<int>& v, const std::vector<int>&) {
+    return b.conv2d(v[0], v[1], o, "y");
+  };
+  c.reference = [x, w, o](const Vals& v) {
+    kernels::Conv2dShape s{x[0], x[1], x[2], x[3], w[0], w[1], w[2], o.strideH, o.strideW,
+                           o.padTop, o.padLeft, o.padBottom, o.padRight, o.dilH, o.dilW, o.groups};
+    return call(s.outputElems(),
+                [&](float* y, kernels::Range r) { ref::conv2dForward(s, whole(v[0]), whole(v[1]), y, r); });
+  };
+  return c;
+}
+
+Case matmulCase(std::string name, Shape a, Shape bs, bool ta, bool tb) {
+  Case c;
+  c.op.name = name;
+  c.op.inputs = {{"a", a}, {"b", bs}};
+  c.op.build = [ta, tb](Builder& b, const std::vector<int>& v, const std::vector<int>&) {
+    return b.matmul(v[0], v[1], ta, tb, "y");
+  };
+  c.reference = [a, bs, ta, tb](const Vals& v) {
+    Graph g;
+    Builder b(g);
+    int y = b.matmul(b.variable("a", a), b.variable("b", bs), ta, tb);
+    auto s = matMulShapeOf(g, g.op(g.tensor(y).producer));
+    return call(s.cElems(), [&](float* o, kernels::Range r) {
+      ref::matMul(s, whole(v[0]), whole(v[1]), o, r, {0, s.k});
+    });
+  };
+  return c;
+}
+
+Case unaryCase(const std::string& fn, kernels::UnaryKind k, float lo = -1.f, float hi = 1.f) {
+  Case c;
+  c.op.name = "unary_" + fn;
+  c.op.inputs = {{"x", {3, 4, 5}}};
+  c.op.inputLo = lo;
+  c.op.inputHi = hi;
+  c.op.build = [fn](Builder& b, const std::vector<int>& v, const std::vector<int>&) {
+    return b.unary(fn, v[0], "y", 0.5);
+  };
+  c.reference = [k](const Vals& v) {
+    return call(60, [&](float* y, kernels::Range r) { ref::unary(k, 0.5f, whole(v[0]), y, r); });
+  };
+  return c;
+}
+
+Case binaryCase(const std::string& fn, kernels::BinaryKind k, Shape a, Shape bs) {
+  Case c;
+  c.op.name = "binary_" + fn + "_" + shapeStr(a) + shapeStr(bs);
+  c.op.inputs = {{"a", a}, {"b", bs}};
+  if (fn == "div") c.op.inputLo = 0.5f, c.op.inputHi = 1.5f;
+  c.op.build = [fn](Builder& b, const std::vector<int>& v, const std::vector<int>&) {
+    return b.binary(fn, v[0], v[1], "y");
+  };
+  c.reference = [k, a, bs](const Vals& v) {
+    auto s = kernels::BroadcastShape::make(a, bs);
+    return call(s.outElems(),
+                [&](float* y, kernels::Range r) { ref::binary(k, s, whole(v[0]), whole(v[1]), y, r); });
+  };
+  return c;
+}
+
+Case reduceCase(const std::string& fn, kernels::ReduceKind k, Shape x, std::vector<i64> axes,
+                bool keep) {
+  Case c;
+  c.op.name = "reduce_" + fn + shapeStr(x) + shapeStr(axes);
+  c.op.inputs = {{"x", x}};
+  c.op.build = [fn, axes, keep](Builder& b, const std::vector<int>& v, const std::vector<int>&) {
+    return b.reduce(fn, v[0], axes, keep, "y");
+  };
+  c.reference = [k, x, axes](const Vals& v) {
+    kernels::ReduceShape s;
+    s.inDims = x;
+    s.reduced.assign(x.size(), false);
+    for (i64 a : axes) s.reduced[a] = true;
+    return call(s.outElems(), [&](float* y, kernels::Range r) {
+      ref::reduce(k, s, whole(v[0]), y, r, {0, s.reducedCount()});
+    });
+  };
+  return c;
+}
+
+Case poolCase(bool isMax, Shape x, Pool2dOptions o) {
+  Case c;
+  c.op.name = std::string(isMax ? "max" : "avg") + "_pool";
+  c.op.inputs = {{"x", x}};
+  c.op.build = [isMax, o](Builder& b, const std::vector<int>& v, const std::vector<int>&) {
+    return isMax ? b.maxPool(v[0], o, "y") : b.avgPool(v[0], o, "y");
+  };
+  c.reference = [isMax, x, o](const Vals& v) {
+    kernels::Pool2dShape s{x[0], x[1], x[2], x[3], o.kernelH, o.kernelW, o.strideH, o.strideW,
+                           o.padTop, o.padLeft, o.padBottom, o.padRight, o.countIncludePad};
+    return call(s.outputElems(), [&](float* y, kernels::Range r) {
+      if (isMax)
+        ref::maxPoolForward(s, whole(v[0]), y, r);
+      else
+        ref::avgPoolForward(s, whole(v[0]), y, r);
+    });
+  };
+  if (isMax) c.fdStep = 2e-3f, c.fdTol = 5e-2;
+  return c;
+}
+
+std::vector<Case> allCases() {
+  using U = kernels::UnaryKind;
+  using B = kernels::BinaryKind;
+  using R = kernels::ReduceKind;
+  std::vector<Case> cs;
+  cs.push_back(convCase("conv_3x3_pad1", {2, 6, 6, 3}, {4, 3, 3, 3}, Conv2dOptions::make(1, 1)));
+  {
+    Conv2dOptions o = Conv2dOptions::make(2, 0, 2, 2);
+    o.padTop = 1, o.padLeft = 0, o.padBottom = 1, o.padRight = 2;
+    cs.push_back(convCase("conv_grouped_strided_dilated_asym", {2, 7, 7, 4}, {6, 3, 3, 2}, o));
+  }
+  cs.push_back(convCase("conv_depthwise", {2, 5, 5, 4}, {4, 3, 3, 1}, Conv2dOptions::make(1, 1, 4)));
+  cs.push_back(convCase("conv_1x1_stride2", {2, 6, 6, 4}, {8, 1, 1, 4}, Conv2dOptions::make(2, 0)));
+  cs.push_back(matmulCase("matmul", {5, 7}, {7, 3}, false, false));
+  cs.push_back(matmulCase("matmul_ta", {7, 5}, {7, 3}, true, false));
+  cs.push_back(matmulCase("matmul_tb", {5, 7}, {3, 7}, false, true));
+  cs.push_back(matmulCase("matmul_ta_tb", {7, 5}, {3, 7}, true, true));
+  cs.push_back(matmulCase("matmul_batched_broadcast", {2, 4, 5}, {5, 3}, false, false));
+  cs.push_back(matmulCase("matmul_batched", {2, 4, 5}, {2, 5, 3}, false, false));
+  cs.push_back(matmulCase("matmul_batched_tb", {2, 4, 5}, {2, 3, 5}, false, true));
+  cs.push_back(unaryCase("relu", U::Relu));
+  cs.push_back(unaryCase("sigmoid", U::Sigmoid));
+  cs.push_back(unaryCase("tanh", U::Tanh));
+  cs.push_back(unaryCase("gelu", U::Gelu));
+  cs.push_back(unaryCase("swish", U::Swish));
+  cs.push_back(unaryCase("exp", U::Exp));
+  cs.push_back(unaryCase("square", U::Square));
+  cs.push_back(unaryCase("log", U::Log, 0.5f, 2.f));
+  cs.push_back(unaryCase("sqrt", U::Sqrt, 0.5f, 2.f));
+  cs.push_back(unaryCase("rsqrt", U::Rsqrt, 0.5f, 2.f));
+  cs.push_back(unaryCase("scale", U::Scale));
+  cs.push_back(binaryCase("add", B::Add, {4, 5}, {5}));
+  cs.push_back(binaryCase("sub", B::Sub, {4, 5}, {4, 1}));
+  cs.push_back(binaryCase("mul", B::Mul, {3, 1, 4}, {1, 2, 4}));
+  cs.push_back(binaryCase("div", B::Div, {3, 4}, {3, 4}));
+  cs.push_back(binaryCase("add", B::Add, {2, 3, 3, 4}, {2, 3, 3, 4}));
+  cs.push_back(reduceCase("sum", R::Sum, {3, 4, 5}, {0, 1}, false));
+  cs.push_back(reduceCase("mean", R::Mean, {2, 3, 4, 5}, {1, 2}, false));
+  cs.push_back(reduceCase("sum", R::Sum, {3, 4, 5}, {2}, true));
+  cs.push_back(reduceCase("mean", R::Mean, {6, 4}, {0, 1}, false));
+  cs.push_back(poolCase(true, {2, 7, 7, 3}, Pool2dOptions::make(3, 2, 1)));
+  cs.push_back(poolCase(false, {2, 6, 6, 3}, Pool2dOptions::make(2, 2, 0)));
+  {
+    Pool2dOptions o = Pool2dOptions::make(3, 1, 1);
+    o.countIncludePad = true;
+    cs.push_back(poolCase(false, {1, 5, 5, 2}, o));
+  }
+  {
+    Case c;
+    c.op.name = "reshape";
+    c.op.inputs = {{"x", {2, 3, 4}}};
+    c.op.build = [](Builder& b, const std::vector<int>& v, const std::vector<int>&) {
+      return b.reshape(v[0], {6, 4}, "y");
+    };
+    c.reference = [](const Vals& v) { return v[0]; };
+    cs.push_back(c);
+  }
+  {
+    Case c;
+    c.op.name = "transpose";
+    c.op.inputs = {{"x", {2, 3, 4}}};
+    c.op.build = [](Builder& b, const std::vector<int>& v, const std::vector<int>&) {
+      return b.transpose(v[0], {2, 0, 1}, "y");
+    };
+    c.reference = [](const Vals& v) {
+      return call(24, [&](float* y, kernels::Range r) {
+        ref::transpose({2, 3, 4}, {2, 0, 1}, whole(v[0]), y, r);
+      });
+    };
+    cs.push_back(c);
+  }
+  {
+    Case c;
+    c.op.name = "broadcast";
+    c.op.inputs = {{"x", {1, 5}}};
+    c.op.build = [](Builder& b, const std::vector<int>& v, const std::vector<int>&) {
+      return b.broadcast(v[0], {3, 5}, "y");
+    };
+    c.reference = [](const Vals& v) {
+      std::vector<float> y;
+      for (int i = 0; i < 3; ++i) y.insert(y.end(), v[0].begin(), v[0].end());
+      return y;
+    };
+    cs.push_back(c);
+  }
+  {
+    Case c;
+    c.op.name = "softmax";
+    c.op.inputs = {{"x", {4, 6}}};
+    c.op.build = [](Builder& b, const std::vector<int>& v, const std::vector<int>&) {
+      return b.softmax(v[0], "y");
+    };
+    c.reference = [](const Vals& v) {
+      return call(24, [&](float* y, kernels::Range r) { ref::softmax(6, whole(v[0]), y, r); });
+    };
+    cs.push_back(c);
+  }
+  {
+    Case c;
+    c.op.name = "softmax_cross_entropy_smoothed";
+    c.op.inputs = {{"logits", {4, 5}}};
+    c.op.intInputs = {{"labels", {0, 3, 4, 1}}};
+    c.op.build = [](Builder& b, const std::vector<int>& v, const std::vector<int>& ints) {
+      return b.softmaxCrossEntropy(v[0], ints[0], 0.1, "y");
+    };
+    c.reference = [](const Vals& v) {
+      std::vector<std::int32_t> lb = {0, 3, 4, 1};
+      return call(4, [&](float* y, kernels::Range r) {
+        ref::softmaxCrossEntropy(5, 0.1f, whole(v[0]),
+                                 kernels::Window<std::int32_t>::whole(lb.data(), 4), y, r);
+      });
+    };
+    cs.push_back(c);
+  }
+  {
+    Case c;
+    c.op.name = "batch_norm_train";
+    c.op.inputs = {{"x", {4, 3, 3, 5}}, {"gamma", {5}}, {"beta", {5}}};
+    c.op.build = [](Builder& b, const std::vector<int>& v, const std::vector<int>&) {
+      return b.batchNormTrain(v[0], v[1], v[2], 1e-5, "y").y;
+    };
+    c.reference = [](const Vals& v) {
+      // Plain two-pass statistics, then the normalisation kernel.
+      i64 rows = 36, ch = 5;
+      std::vector<float> mean(5, 0.f), var(5, 0.f);
+      for (i64 r = 0; r < rows; ++r)
+        for (i64 k = 0; k < ch; ++k) mean[k] += v[0][r * ch + k] / rows;
+      for (i64 r = 0; r < rows; ++r)
+        for (i64 k = 0; k < ch; ++k) {
+          float d = v[0][r * ch + k] - mean[k];
+          var[k] += d * d / rows;
+        }
+      return call(rows * ch, [&](float* y, kernels::Range r) {
+        ref::batchNormNormalize(rows, ch, 1e-5f, whole(v[0]), whole(mean), whole(var),
+                                whole(v[1]), whole(v[2]), y, r);
+      });
+    };
+    cs.push_back(c);
+  }
+  {
+    Case c;
+    c.op.name = "batch_norm_inference";
+    c.op.inputs = {{"x", {3, 2, 2, 4}}, {"gamma", {4}}, {"beta", {4}}, {"mean", {4}}, {"var", {4}}};
+    c.op.differentiable = {false, false, false, false, false};
+    c.op.inputLo = 0.2f;
+    c.op.build = [](Builder& b, const std::vector<int>& v, const std::vector<int>&) {
+      return b.batchNormInference(v[0], v[1], v[2], v[3], v[4], 1e-5, "y");
+    };
+    c.reference = [](const Vals& v) {
+      return call(48, [&](float* y, kernels::Range r) {
+        ref::batchNormNormalize(12, 4, 1e-5f, whole(v[0]), whole(v[3]), whole(v[4]), whole(v[1]),
+                                whole(v[2]), y, r);
+      });
+    };
+    cs.push_back(c);
+  }
+  return cs;
+}
+
+class OpCheck : public ::testing::TestWithParam<size_t> {};
+
+void expectNear(const std::vector<float>& got, const std::vector<float>& want, double rel,
+                const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double scale = std::max(1e-3, maxAbs(want));
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], rel * scale) << what << " element " << i;
+}
+
+TEST_P(OpCheck, ForwardMatchesReference) {
+  Case c = allCases()[GetParam()];
+  OpHarness h(c.op, /*withGrads=*/false);
+  auto want = c.reference(h.values());
+  expectNear(h.run(EngineMode::Fused).output, want, 1e-5, c.op.name + " fused forward");
+  expectNear(h.run(EngineMode::Tile).output, want, 1e-5, c.op.name + " tile forward");
+}
+
+TEST_P(OpCheck, TileModeEqualsFusedMode) {
+  Case c = allCases()[GetParam()];
+  OpHarness h(c.op);
+  OpRun f = h.run(EngineMode::Fused), t = h.run(EngineMode::Tile);
+  expectNear(t.output, f.output, 1e-5, c.op.name + " output");
+  for (size_t i = 0; i < f.grads.size(); ++i)
+    expectNear(t.grads[i], f.grads[i], 1e-4, c.op.name + " grad of input " + std::to_string(i));
+}
+
+TEST_P(OpCheck, BackwardMatchesFiniteDifferences) {
+  Case c = allCases()[GetParam()];
+  OpHarness h(c.op);
+  OpRun f = h.run(EngineMode::Fused);
+  for (size_t i = 0; i < f.grads.size(); ++i) {
+    if (f.grads[i].empty()) continue;
+    double scale = std::max(1e-2, maxAbs(f.grads[i]));
+    size_t n = f.grads[i].size(), step = std::max<size_t>(1, n / 12);
+    for (size_t k = 0; k < n; k += step) {
+      if (std::abs(h.values()[i][k]) < 2 * c.fdStep) continue;  // stay off ReLU-style kinks
+      double fd = h.finiteDifference(i, k, c.fdStep);
+      EXPECT_NEAR(f.grads[i][k], fd, c.fdTol * scale)
+          << c.op.name << ": d loss / d input" << i << "[" << k << "]";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllOps, OpCheck, ::testing::Range<size_t>(0, allCases().size()),
+                         [](const ::testing::TestParamInfo<size_t>& info) {
+                           std::string n = allCases()[info.param].op.name;
+                           for (char& ch : n)
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return n + "_" + std::to_string(info.param);
+                         });
+
+TEST(SgdUpdate, MatchesPyTorchSemanticsInBothModes) {
+  // w -= lr * v with v = m v + (g + wd w); two steps with the host-fed learning rate.
+  Graph g("sgd");
+  Builder b(g);
+  int w = b.variable("w", {7});
+  int x = b.input("x", {7});
+  int lr = b.input("lr", {});
+  int loss = b.reduceSum(b.mul(w, x), {0}, false, "loss");
+  auto grads = appendBackward(g, loss, {w}).grads;
+  SgdOptions o;
+  o.momentum = 0.9;
+  o.weightDecay = 0.01;
+  appendSgdUpdate(g, grads, lr, o);
+  auto exe = std::make_shared<Executable>(compile(std::move(g), testTarget()));
+  for (EngineMode mode : {EngineMode::Fused, EngineMode::Tile}) {
+    Engine e(exe, mode);
+    std::vector<float> w0 = randomVec(7, 1), xs = randomVec(7, 2);
+    e.writeTensor("w", w0);
+    e.writeTensor("w/momentum", std::vector<float>(7, 0.f));
+    e.connectInput(exe->graph.get("x"), xs.data());
+    std::vector<double> wr(w0.begin(), w0.end()), v(7, 0.0);
+    for (float step_lr : {0.1f, 0.05f}) {
+      e.connectInput(exe->graph.get("lr"), &step_lr);
+      e.run();
+      for (int i = 0; i < 7; ++i) {
+        double gi = xs[i] + 0.01 * wr[i];
+        v[i] = 0.9 * v[i] + gi;
+        wr[i] -= step_lr * v[i];
+      }
+    }
+    auto got = e.readFloats("w");
+    for (int i = 0; i < 7; ++i) EXPECT_NEAR(got[i], wr[i], 1e-5) << engineModeName(mode);
+  }
+}
+
+}  // namespace
+}  // namespace ipu::testing
