@@ -1,0 +1,92 @@
+#include "datasets/image_dataset.h"
+
+#include <fmt/format.h>
+
+#include "datasets/error.h"
+#include "datasets/rng.h"
+
+namespace datasets {
+
+void Normalization::check(int channels) const {
+  if (mean.size() != static_cast<size_t>(channels) ||
+      stddev.size() != static_cast<size_t>(channels)) {
+    throw DatasetError(fmt::format("normalisation: expected {} mean/std values, got {}/{}",
+                                   channels, mean.size(), stddev.size()));
+  }
+  for (float s : stddev) {
+    if (!(s > 0.f)) throw DatasetError(fmt::format("normalisation: std must be > 0, got {}", s));
+  }
+}
+
+NormalizationLut::NormalizationLut(const Normalization& norm, int channels) {
+  norm.check(channels);
+  table_.resize(256 * static_cast<size_t>(channels));
+  for (int c = 0; c < channels; ++c) {
+    const float inv = 1.f / norm.stddev[c];
+    for (int v = 0; v < 256; ++v) table_[256 * c + v] = (v / 255.f - norm.mean[c]) * inv;
+  }
+}
+
+ImageDataset makeSyntheticDataset(const SyntheticSpec& spec) {
+  if (spec.count < 0 || spec.height <= 0 || spec.width <= 0 || spec.channels <= 0 ||
+      spec.numClasses <= 0) {
+    throw DatasetError(fmt::format("synthetic dataset: invalid shape count={} {}x{}x{} classes={}",
+                                   spec.count, spec.height, spec.width, spec.channels,
+                                   spec.numClasses));
+  }
+  ImageDataset ds;
+  ds.count = spec.count;
+  ds.height = spec.height;
+  ds.width = spec.width;
+  ds.channels = spec.channels;
+  ds.numClasses = spec.numClasses;
+  ds.pixels.resize(ds.imageElems() * spec.count);
+  ds.labels.resize(spec.count);
+  Rng rng(hashSeed({spec.seed, 0x5EED}));
+  // 8 pixels per RNG draw.
+  size_t i = 0;
+  for (; i + 8 <= ds.pixels.size(); i += 8) {
+    uint64_t v = rng.next();
+    for (int k = 0; k < 8; ++k, v >>= 8) ds.pixels[i + k] = static_cast<uint8_t>(v);
+  }
+  for (; i < ds.pixels.size(); ++i) ds.pixels[i] = static_cast<uint8_t>(rng.next());
+  for (auto& l : ds.labels) l = static_cast<int32_t>(rng.uniformInt(0, spec.numClasses - 1));
+  return ds;
+}
+
+void fillBatch(const ImageDataset& ds, std::span<const int64_t> indices,
+               const NormalizationLut& lut, std::span<float> out, std::span<int32_t> labels) {
+  const size_t elems = ds.imageElems();
+  if (out.size() != indices.size() * elems || labels.size() != indices.size()) {
+    throw DatasetError(fmt::format(
+        "fillBatch: buffer sizes do not match: {} samples need {} floats and {} labels, got {} "
+        "and {}",
+        indices.size(), indices.size() * elems, indices.size(), out.size(), labels.size()));
+  }
+  const int c = ds.channels;
+  for (size_t s = 0; s < indices.size(); ++s) {
+    const int64_t idx = indices[s];
+    if (idx < 0 || idx >= ds.count) {
+      throw DatasetError(
+          fmt::format("fillBatch: sample index {} outside 0..{}", idx, ds.count - 1));
+    }
+    const uint8_t* src = ds.image(idx);
+    float* dst = out.data() + s * elems;
+    if (c == 1) {
+      const float* t = lut.channel(0);
+      for (size_t i = 0; i < elems; ++i) dst[i] = t[src[i]];
+    } else {
+      for (size_t i = 0; i < elems; i += c) {
+        for (int k = 0; k < c; ++k) dst[i + k] = lut.channel(k)[src[i + k]];
+      }
+    }
+    labels[s] = ds.labels[idx];
+  }
+}
+
+void fillBatch(const ImageDataset& ds, std::span<const int64_t> indices, const Normalization& norm,
+               std::span<float> out, std::span<int32_t> labels) {
+  fillBatch(ds, indices, NormalizationLut(norm, ds.channels), out, labels);
+}
+
+}  // namespace datasets
