@@ -1,0 +1,79 @@
+// The training loop for image classifiers on the backend: feeds batches from a dataset into a
+// compiled training step, evaluates with the inference graph, and moves weights between them by
+// name. Used by the mini runs, run_benchmark and the end-to-end tests.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "datasets/image_dataset.h"
+#include "ipu_backend/compiler/compiler.h"
+#include "ipu_backend/engine/engine.h"
+#include "models/small_cnn/small_cnn.h"
+
+namespace ipu::harness {
+
+struct TrainerOptions {
+  std::int64_t batch = 64;
+  EngineMode mode = EngineMode::Fused;
+  Target target = Target::mk2();
+  bool checkMemory = true;
+  std::uint64_t seed = 1;
+};
+
+struct EpochStats {
+  double meanLoss = 0;
+  std::int64_t samples = 0;
+  double seconds = 0;
+  bool finite = true;  // false: a NaN/Inf loss was seen (training diverged)
+};
+
+class ClassifierTrainer {
+ public:
+  // Compiles both graphs (the compile reports are kept for the caller).
+  ClassifierTrainer(models::ClassifierGraph train, models::ClassifierGraph eval,
+                    const TrainerOptions& opts);
+
+  // Writes initial values for every variable of the training graph (by name).
+  void initialise(const std::map<std::string, std::vector<float>>& values);
+
+  // One pass over a shuffled order of ds (seed, epoch); drops the incomplete last batch.
+  // `maxSamples` limits the epoch (0: all). `lr(step)` gives the learning rate of each step.
+  // `onStep(step, loss)` is called after every step (progress display); may be empty.
+  EpochStats trainEpoch(const datasets::ImageDataset& ds, const datasets::Normalization& norm,
+                        int epoch, const std::function<float(std::int64_t)>& lr,
+                        std::int64_t maxSamples = 0,
+                        const std::function<void(std::int64_t, float)>& onStep = {});
+
+  // Top-1 accuracy over the first `maxSamples` (0: all) samples; the last batch is padded and
+  // only its valid samples count.
+  double evaluate(const datasets::ImageDataset& ds, const datasets::Normalization& norm,
+                  std::int64_t maxSamples = 0);
+
+  const Executable& trainExecutable() const { return *trainExe_; }
+  const Executable& evalExecutable() const { return *evalExe_; }
+  Engine& trainEngine() { return *trainEngine_; }
+  std::int64_t stepsDone() const { return steps_; }
+
+ private:
+  void syncWeightsToEval();
+
+  models::ClassifierGraph train_, eval_;
+  TrainerOptions opts_;
+  std::shared_ptr<Executable> trainExe_, evalExe_;
+  std::unique_ptr<Engine> trainEngine_, evalEngine_;
+  std::vector<float> images_;
+  std::vector<std::int32_t> labels_;
+  std::vector<float> logits_;
+  float loss_ = 0, lr_ = 0;
+  std::int64_t steps_ = 0;
+};
+
+// Copies every variable of dst's graph from the same-named variable of src.
+void copyVariables(const Engine& src, Engine& dst);
+
+}  // namespace ipu::harness
