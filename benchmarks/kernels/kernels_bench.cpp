@@ -2,7 +2,8 @@
 // layouts (nhwc activations, ohwi weights, row-major matrices). The direct versions do what a
 // oneDNN user with those layouts does: weights in the primitive's preferred format (any) with a
 // reorder from/to the user layout on every call, primitives and memories created once.
-// Goal: ours / direct < 1.10 in time.
+// Backend* runs the same op as a compiled one-op graph through the engine (what a model pays).
+// Goal: backend / direct < 1.10 in time.
 #include <benchmark/benchmark.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -10,6 +11,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "ipu_backend/compiler/compiler.h"
+#include "ipu_backend/engine/engine.h"
+#include "ipu_backend/ir/builder.h"
 #include "ipu_backend/kernels/fused.h"
 
 namespace {
@@ -205,6 +209,67 @@ void BM_OursMatMul(benchmark::State& state) {
   setFlops(state, 2.0 * double(s.macs()));
 }
 
+// ---- through the whole backend: a one-op graph compiled for a Mk2 and run by the engine ----
+// This is what a model pays per op: the kernel plus the engine's dispatch.
+
+void runBackendGraph(benchmark::State& state, ipu::Graph g, double flops) {
+  ipu::CompileOptions co;
+  co.checkMemory = false;  // one huge op on one IPU: only the fused engine's speed matters here
+  auto exe = std::make_shared<ipu::Executable>(ipu::compile(std::move(g), ipu::Target::mk2(), co));
+  ipu::Engine e(exe, ipu::EngineMode::Fused);
+  for (const auto& t : exe->graph.tensors())
+    if (t.kind == ipu::TensorKind::Variable) {
+      auto v = randomVec(t.elements(), static_cast<unsigned>(t.id) + 1);
+      e.writeTensor(t.id, v.data(), v.size() * sizeof(float));
+    }
+  for (auto _ : state) e.run();
+  setFlops(state, flops);
+}
+
+ipu::Attrs convAttrsOf(const Conv2dShape& s) {
+  ipu::Conv2dOptions o = ipu::Conv2dOptions::make(s.strideH, s.padTop);
+  return ipu::convAttrs(o);
+}
+
+void BM_BackendConvForward(benchmark::State& state) {
+  const Conv2dShape s = convFromArgs(state);
+  ipu::Graph g("conv");
+  ipu::Builder b(g);
+  int x = b.variable("x", {s.n, s.h, s.w, s.c}), w = b.variable("w", {s.k, s.r, s.s, s.c});
+  b.conv2d(x, w, ipu::Conv2dOptions::make(1, 1), "y");
+  runBackendGraph(state, std::move(g), 2.0 * double(s.macs()));
+}
+
+void BM_BackendConvBackwardData(benchmark::State& state) {
+  const Conv2dShape s = convFromArgs(state);
+  ipu::Graph g("conv_bwd_data");
+  ipu::Builder b(g);
+  int dy = b.variable("dy", {s.n, s.outH(), s.outW(), s.k}), w = b.variable("w", {s.k, s.r, s.s, s.c});
+  ipu::Attrs a = convAttrsOf(s);
+  a.set("input_shape", std::vector<i64>{s.n, s.h, s.w, s.c});
+  g.addOp1(ipu::OpKind::Conv2dBackwardData, {dy, w}, a, "dx");
+  runBackendGraph(state, std::move(g), 2.0 * double(s.macs()));
+}
+
+void BM_BackendConvBackwardFilter(benchmark::State& state) {
+  const Conv2dShape s = convFromArgs(state);
+  ipu::Graph g("conv_bwd_filter");
+  ipu::Builder b(g);
+  int x = b.variable("x", {s.n, s.h, s.w, s.c}), dy = b.variable("dy", {s.n, s.outH(), s.outW(), s.k});
+  ipu::Attrs a = convAttrsOf(s);
+  a.set("kernel", std::vector<i64>{s.r, s.s});
+  g.addOp1(ipu::OpKind::Conv2dBackwardFilter, {x, dy}, a, "dw");
+  runBackendGraph(state, std::move(g), 2.0 * double(s.macs()));
+}
+
+void BM_BackendMatMul(benchmark::State& state) {
+  i64 m = state.range(0), k = state.range(1), n = state.range(2);
+  ipu::Graph g("matmul");
+  ipu::Builder b(g);
+  b.matmul(b.variable("a", {m, k}), b.variable("b", {k, n}), false, false, "c");
+  runBackendGraph(state, std::move(g), 2.0 * double(m) * double(k) * double(n));
+}
+
 // Args: {H=W, C=K} for convs (N=32, 3x3, pad 1); {M, K, N} for matmuls. Ours and direct are
 // registered next to each other so that they run under the same machine conditions.
 void convArgs(benchmark::internal::Benchmark* b) {
@@ -222,12 +287,16 @@ void matmulArgs(benchmark::internal::Benchmark* b) {
       ->Unit(benchmark::kMillisecond);
 }
 
+BENCHMARK(BM_BackendConvForward)->Apply(convArgs);
 BENCHMARK(BM_OursConvForward)->Apply(convArgs);
 BENCHMARK(BM_DirectConvForward)->Apply(convArgs);
+BENCHMARK(BM_BackendConvBackwardData)->Apply(convArgs);
 BENCHMARK(BM_OursConvBackwardData)->Apply(convArgs);
 BENCHMARK(BM_DirectConvBackwardData)->Apply(convArgs);
+BENCHMARK(BM_BackendConvBackwardFilter)->Apply(convArgs);
 BENCHMARK(BM_OursConvBackwardFilter)->Apply(convArgs);
 BENCHMARK(BM_DirectConvBackwardFilter)->Apply(convArgs);
+BENCHMARK(BM_BackendMatMul)->Apply(matmulArgs);
 BENCHMARK(BM_OursMatMul)->Apply(matmulArgs);
 BENCHMARK(BM_DirectMatMul)->Apply(matmulArgs);
 
