@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <exception>
+#include <fstream>
 
 #include "datasets/fashion_mnist.h"
 #include "harness/classifier_trainer.h"
@@ -12,7 +13,7 @@
 
 int main(int argc, char** argv) {
   CLI::App app{"Train a small CNN on Fashion-MNIST through the emulated IPU backend"};
-  std::string dataDir = datasets::kDefaultFashionMnistDir, engine = "fused";
+  std::string dataDir = datasets::kDefaultFashionMnistDir, engine = "fused", reportPath;
   int epochs = 2, threads = 2;
   std::int64_t batch = 64, trainSubset = 0;
   double lr = 0.05;
@@ -27,6 +28,7 @@ int main(int argc, char** argv) {
   app.add_option("--engine", engine, "engine mode: fused or tile")->capture_default_str();
   app.add_option("--threads", threads, "compute threads")->capture_default_str();
   app.add_option("--seed", seed, "seed for weights and shuffling")->capture_default_str();
+  app.add_option("--report", reportPath, "write the training step's JSON compile report here");
   CLI11_PARSE(app, argc, argv);
   try {
     ipu::kernels::fused::setNumThreads(threads);
@@ -48,6 +50,10 @@ int main(int argc, char** argv) {
                opts.target.name, rep["program"]["compute_sets"].get<long>(),
                rep["program"]["vertices"].get<long>(), rep["memory"]["max_tile_bytes"].get<long>(),
                opts.target.bytesPerTile, rep["compile_seconds"].get<double>());
+    if (!reportPath.empty()) {
+      std::ofstream(reportPath) << rep.dump(2) << "\n";
+      fmt::print("compile report written to {}\n", reportPath);
+    }
     trainer.initialise(models::initSmallCnn(trainer.trainExecutable().graph, seed));
     std::int64_t perEpoch = (trainSubset > 0 ? std::min<std::int64_t>(trainSubset, train.count)
                                              : train.count) / batch;
