@@ -70,6 +70,8 @@ Range outputRowsForInputRows(Range iRows, i64 oh, i64 h, i64 stride, i64 padTop,
 // Bounding range of input flat indices read by a broadcast (stride-0) map over an output range.
 Range broadcastBounds(const kernels::BroadcastShape& s, const i64* strides, Range out,
                       i64 inElems) {
+  if (inElems == s.outElems()) return out;  // same shape: the operand maps element for element
+  if (inElems == 1) return {0, 1};
   if (out.size() > 8192) return {0, inElems};
   i64 lo = inElems, hi = 0;
   for (i64 o = out.begin; o < out.end; ++o) {

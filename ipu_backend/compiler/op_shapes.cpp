@@ -108,8 +108,11 @@ kernels::ReduceKind reduceKindOf(const Op& op) {
 
 kernels::BroadcastShape binaryShapeOf(const Graph& g, const Op& op) {
   if (op.kind == OpKind::Broadcast) {
-    // y = x broadcast to shape: a binary add with an implicit scalar zero, b stride 0.
-    return kernels::BroadcastShape::make(g.tensor(op.inputs[0]).shape, {1});
+    // y = x broadcast to the output shape: a binary add of an implicit zero (b strides 0).
+    auto s = kernels::BroadcastShape::make(g.tensor(op.inputs[0]).shape,
+                                           g.tensor(op.outputs[0]).shape);
+    for (int d = 0; d < s.rank; ++d) s.bStrides[d] = 0;
+    return s;
   }
   return kernels::BroadcastShape::make(g.tensor(op.inputs[0]).shape,
                                        g.tensor(op.inputs[1]).shape);

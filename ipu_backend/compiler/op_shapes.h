@@ -14,7 +14,7 @@ kernels::ReduceShape reduceShapeOf(const Graph& g, const Op& op);
 kernels::UnaryKind unaryKindOf(const Op& op);
 kernels::BinaryKind binaryKindOf(const Op& op);
 kernels::ReduceKind reduceKindOf(const Op& op);
-// Broadcast of input `which` of a binary/broadcast op to the op's output shape.
+// Broadcast of a binary op's operands (or a broadcast op's input) to the op's output shape.
 kernels::BroadcastShape binaryShapeOf(const Graph& g, const Op& op);
 // Rows and channels of a batch-norm input viewed as [rows, C].
 struct RowsC {

@@ -156,8 +156,7 @@ struct Engine::Impl {
       }
       case OpKind::Broadcast: {
         // x broadcast to the output shape: x + 0 with the zero broadcast everywhere.
-        auto bs = kernels::BroadcastShape::make(g.tensor(in(0)).shape, g.tensor(out).shape);
-        for (int d = 0; d < bs.rank; ++d) bs.bStrides[d] = 0;
+        auto bs = binaryShapeOf(g, op);
         float *x = F(in(0)), *y = F(out), *z = &zero;
         return [=] { fz::binary(kernels::BinaryKind::Add, bs, x, z, y); };
       }
@@ -309,9 +308,7 @@ struct Engine::Impl {
         return [=] { ref::binary(k, bs, W[0], W[1], y, work); };
       }
       case OpKind::Broadcast: {
-        auto bs = kernels::BroadcastShape::make(g.tensor(op.inputs[0]).shape,
-                                                g.tensor(op.outputs[0]).shape);
-        for (int d = 0; d < bs.rank; ++d) bs.bStrides[d] = 0;
+        auto bs = binaryShapeOf(g, op);
         FW z{&zero, 0, 1};
         return [=] { ref::binary(kernels::BinaryKind::Add, bs, W[0], z, y, work); };
       }

@@ -1,0 +1,520 @@
+#include "ipu_backend/cost/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "ipu_backend/compiler/compiler.h"
+#include "ipu_backend/compiler/op_shapes.h"
+
+namespace ipu::cost {
+namespace {
+
+// Width of one tile load/store and vector ALU instruction: 64 bits (2 x f32 or 4 x f16), from
+// the Mk2 tile ISA (f32v2 / f16v4 arithmetic).
+constexpr double kVectorBits = 64;
+// Vector instructions per vector of a transcendental (exp, log, sqrt, sigmoid, tanh, gelu, ...).
+// The tile has no single-instruction exp for vectors; poplibs' estimates for these unary ops are
+// several times a simple op. An estimate.
+constexpr double kTranscendentalInstructions = 8;
+// Division: a reciprocal estimate plus a Newton step. An estimate.
+constexpr double kDivideInstructions = 4;
+// AMP contraction grain (input channels consumed per AMP pass): 8 for f32, 16 for f16 (the
+// inChansPerGroup of poplibs' AMP convolution vertices on Mk2).
+constexpr double kAmpGrainF32 = 8;
+constexpr double kAmpGrainF16 = 16;
+
+bool isHalf(Precision p) {
+  return p != Precision::F32;
+}
+
+// Priced bytes per element of a buffer: f32 tensors (not temporaries) become halves with a 16.x
+// precision and halfStorage; temporaries (partials) stay f32 unless partials are f16 (16.16).
+double elemBytes(const Executable& exe, int buffer, const CostOptions& o) {
+  const Buffer& b = exe.buffers[buffer];
+  if (b.dtype != DType::F32 || !o.halfStorage || !isHalf(o.precision))
+    return static_cast<double>(sizeOf(b.dtype));
+  if (b.tensor < 0 && o.precision == Precision::F16F32) return 4;
+  return 2;
+}
+
+bool isMacOp(OpKind k) {
+  return k == OpKind::Conv2d || k == OpKind::Conv2dBackwardData ||
+         k == OpKind::Conv2dBackwardFilter || k == OpKind::MatMul;
+}
+
+double instructionsPerVector(const Op& op) {
+  using U = kernels::UnaryKind;
+  switch (op.kind) {
+    case OpKind::Unary:
+    case OpKind::UnaryGrad: {
+      U u = unaryKindOf(op);
+      bool simple =
+          u == U::Identity || u == U::Relu || u == U::Neg || u == U::Square || u == U::Scale;
+      return (simple ? 1.0 : kTranscendentalInstructions) * (op.kind == OpKind::UnaryGrad ? 2 : 1);
+    }
+    case OpKind::Binary:
+      return binaryKindOf(op) == kernels::BinaryKind::Div ? kDivideInstructions : 1.0;
+    case OpKind::Softmax:
+    case OpKind::SoftmaxGrad:
+    case OpKind::SoftmaxCrossEntropy:
+    case OpKind::SoftmaxCrossEntropyGrad:
+      return kTranscendentalInstructions + 3;  // max, subtract, exp, sum, scale
+    case OpKind::SgdUpdate:
+      return 4;  // v = m*v + g + wd*w; w -= lr*v
+    case OpKind::EmaUpdate:
+      return 2;
+    case OpKind::BatchNormInference:
+      return 2;  // x * scale + shift with per-channel scale/shift
+    default:
+      return 1;
+  }
+}
+
+struct VertexWork {
+  double macs = 0;      // AMP work (MAC ops)
+  double units = 1;     // independent work units for the worker split
+  double elements = 0;  // elements processed by vector instructions (non-MAC ops)
+  double instrPerVector = 1;
+  double vectorWidth = 2;
+  double bytes = 0;  // tile memory traffic (non-MAC ops)
+};
+
+// Cost-relevant shape of one op, computed once per compute set.
+struct OpInfo {
+  double macs = 0, outElems = 1, redExtent = 1;
+  double ampEfficiency = 1;
+  double planA = 0, planW = 0;  // Planned exchange operands (bytes)
+  kernels::Pool2dShape pool;
+};
+
+double ampEfficiency(double contraction, Precision p) {
+  double g = isHalf(p) ? kAmpGrainF16 : kAmpGrainF32;
+  return contraction / (std::ceil(contraction / g) * g);
+}
+
+OpInfo opInfo(const Executable& exe, const Op& op, const CostOptions& o) {
+  const Graph& g = exe.graph;
+  OpInfo in;
+  auto bytesOf = [&](int t) { return g.tensor(t).elements() * elemBytes(exe, t, o); };
+  switch (op.kind) {
+    case OpKind::Conv2d:
+    case OpKind::Conv2dBackwardData:
+    case OpKind::Conv2dBackwardFilter: {
+      kernels::Conv2dShape s = convShapeOf(g, op);
+      in.macs = static_cast<double>(s.macs());
+      double contraction = op.kind == OpKind::Conv2d ? static_cast<double>(s.cPerGroup())
+                           : op.kind == OpKind::Conv2dBackwardData
+                               ? static_cast<double>(s.kPerGroup())
+                               : static_cast<double>(s.n * s.outH() * s.outW());
+      in.ampEfficiency = ampEfficiency(contraction, o.precision);
+      in.outElems = static_cast<double>(g.tensor(op.outputs[0]).elements());
+      if (op.kind == OpKind::Conv2dBackwardFilter) {
+        in.redExtent = static_cast<double>(s.n);
+        in.planA = bytesOf(op.inputs[0]) + bytesOf(op.inputs[1]);
+        in.planW = bytesOf(op.outputs[0]);
+      } else {
+        in.planA = bytesOf(op.inputs[0]);
+        in.planW = bytesOf(op.inputs[1]);
+      }
+      break;
+    }
+    case OpKind::MatMul: {
+      kernels::MatMulShape s = matMulShapeOf(g, op);
+      in.macs = static_cast<double>(s.macs());
+      in.ampEfficiency = ampEfficiency(static_cast<double>(s.k), o.precision);
+      in.outElems = static_cast<double>(s.cElems());
+      in.planA = bytesOf(op.inputs[0]);
+      in.planW = bytesOf(op.inputs[1]);
+      break;
+    }
+    case OpKind::MaxPool:
+    case OpKind::AvgPool:
+    case OpKind::MaxPoolGrad:
+    case OpKind::AvgPoolGrad:
+      in.pool = poolShapeOf(g, op);
+      break;
+    default:
+      break;
+  }
+  return in;
+}
+
+VertexWork vertexWork(const Executable& exe, const ComputeSet& cs, const Op& op, const OpInfo& info,
+                      const Vertex& v, const CostOptions& o) {
+  VertexWork w;
+  const double outElems = static_cast<double>(v.work.size());
+  double outBytes = 0;
+  for (const OutRegion& r : v.outputs)
+    outBytes += static_cast<double>(r.end - r.begin) * elemBytes(exe, r.buffer, o);
+  const double inBytes0 = v.inputs.empty() ? 4.0 : elemBytes(exe, v.inputs[0].buffer, o);
+  w.vectorWidth = kVectorBits / 8 / inBytes0;
+
+  if (isMacOp(op.kind) && cs.phase == 0) {
+    double redFrac = v.red.empty() ? 1.0 : static_cast<double>(v.red.size()) / info.redExtent;
+    w.macs = info.macs * outElems / info.outElems * redFrac / info.ampEfficiency;
+    w.units = std::max(1.0, outElems);
+    return w;
+  }
+  // Combining partials (phase 1 of a split reduction) and reductions: elements read = outputs x
+  // reduced extent of this vertex.
+  const bool combine =
+      (op.kind == OpKind::Reduce || op.kind == OpKind::Conv2dBackwardFilter) && !v.red.empty();
+  const bool channelSums =
+      (op.kind == OpKind::BatchNormTrain || op.kind == OpKind::BatchNormBackward) && cs.phase < 2;
+  if (combine || channelSums) {
+    double streams = channelSums && cs.phase == 0 && op.kind == OpKind::BatchNormBackward ? 2 : 1;
+    // channel_sums: sum and sum of squares (or dy and dy*xhat); finalize reads both partials.
+    double opsPer = channelSums ? 2 : 1;
+    if (channelSums && cs.phase == 1) streams = 2;
+    w.elements = outElems * std::max<double>(1, static_cast<double>(v.red.size())) * streams;
+    w.instrPerVector = opsPer;
+    w.bytes = w.elements * inBytes0 + outBytes;
+    w.units = std::max(1.0, std::ceil(w.elements / w.vectorWidth));
+    return w;
+  }
+  // Elementwise-style vertex: one pass over its outputs; each input contributes at most one
+  // read per output element (windows of broadcast inputs may be bounding boxes), except pools
+  // and softmax rows which read their windows.
+  double inBytes = 0;
+  for (const Window& win : v.inputs) {
+    double n = static_cast<double>(win.end - win.begin);
+    bool windowed = op.kind == OpKind::MaxPool || op.kind == OpKind::AvgPool ||
+                    op.kind == OpKind::MaxPoolGrad || op.kind == OpKind::AvgPoolGrad ||
+                    op.kind == OpKind::SoftmaxCrossEntropy;
+    if (!windowed) n = std::min(n, outElems);
+    inBytes += n * elemBytes(exe, win.buffer, o);
+  }
+  w.elements = outElems;
+  if (op.kind == OpKind::MaxPool || op.kind == OpKind::AvgPool) {
+    w.elements = outElems * static_cast<double>(info.pool.kh * info.pool.kw);
+  } else if (op.kind == OpKind::MaxPoolGrad || op.kind == OpKind::AvgPoolGrad) {
+    // Each input-gradient element gathers the dy of the windows covering it (and for max pool
+    // recomputes the argmax of those windows from x).
+    double cover = static_cast<double>(info.pool.kh * info.pool.kw) /
+                   static_cast<double>(info.pool.strideH * info.pool.strideW);
+    w.elements = outElems * std::max(1.0, cover) * (op.kind == OpKind::MaxPoolGrad ? 2 : 1);
+  } else if (op.kind == OpKind::SoftmaxCrossEntropy) {
+    w.elements = inBytes / inBytes0;  // logits read per output sample
+  }
+  // Optimizer and EMA updates read-modify-write their state in place.
+  if (op.kind == OpKind::SgdUpdate || op.kind == OpKind::EmaUpdate) inBytes += outBytes;
+  w.instrPerVector = instructionsPerVector(op);
+  w.bytes = inBytes + outBytes;
+  w.units = std::max(1.0, std::ceil(w.elements / w.vectorWidth));
+  return w;
+}
+
+// Tile cycles of one vertex: 6 x the busiest worker's instructions, or the tile memory bound.
+double vertexCycles(const VertexWork& w, const Target& t, double macRate, const CostOptions& o) {
+  const double workers = static_cast<double>(t.workersPerTile);
+  const double used = std::min(workers, w.units);
+  const double perWorkerUnits = std::ceil(w.units / used);
+  const double setup = o.vertexSetupInstructions * workers;
+  if (w.macs > 0) {
+    // Each worker instruction drives the AMP at the tile's rate for its issue slot.
+    double instr = w.macs * (perWorkerUnits / w.units) / macRate;
+    return setup + workers * instr;
+  }
+  double instr = perWorkerUnits * w.instrPerVector;
+  return setup + std::max(workers * instr, w.bytes / t.tileMemBytesPerCycle);
+}
+
+struct CopyKey {
+  int tile;
+  i64 offset, bytes;
+  auto operator<=>(const CopyKey&) const = default;
+};
+
+// Exchange cycles of a compute set as compiled: max over tiles of max(received, sent) bytes per
+// port rate. `scale` reprices bytes when storage is priced narrower than compiled.
+double compiledExchangeCycles(const ComputeSet& cs, const Target& t, double scale,
+                              const CostOptions& o) {
+  if (cs.exchange.empty()) return 0;
+  std::vector<double> recv(static_cast<size_t>(t.numTiles), 0.0);
+  std::vector<double> sent(static_cast<size_t>(t.numTiles), 0.0);
+  std::vector<CopyKey> sends;
+  sends.reserve(cs.exchange.size());
+  for (const ExchangeCopy& c : cs.exchange) {
+    if (c.srcTile == c.dstTile) continue;
+    recv[c.dstTile] += static_cast<double>(c.bytes);
+    if (o.multicast)
+      sends.push_back({c.srcTile, c.srcOffset, c.bytes});
+    else
+      sent[c.srcTile] += static_cast<double>(c.bytes);
+  }
+  if (o.multicast) {
+    std::sort(sends.begin(), sends.end());
+    sends.erase(std::unique(sends.begin(), sends.end()), sends.end());
+    for (const CopyKey& k : sends) sent[k.tile] += static_cast<double>(k.bytes);
+  }
+  double busiest = 0;
+  for (size_t i = 0; i < recv.size(); ++i) busiest = std::max({busiest, recv[i], sent[i]});
+  return busiest * scale / t.exchangeBytesPerCycle;
+}
+
+// Repricing factor of a compute set's exchange: priced / compiled bytes of its gathered windows.
+double exchangeScale(const Executable& exe, const ComputeSet& cs, const CostOptions& o) {
+  double compiled = 0, priced = 0;
+  for (const Vertex& v : cs.vertices)
+    for (const Window& w : v.inputs) {
+      if (!w.gather || w.shared) continue;
+      double n = static_cast<double>(w.end - w.begin);
+      compiled += n * static_cast<double>(sizeOf(exe.buffers[w.buffer].dtype));
+      priced += n * elemBytes(exe, w.buffer, o);
+    }
+  return compiled > 0 ? priced / compiled : 1.0;
+}
+
+bool isElementwise(OpKind k) {
+  return k == OpKind::Unary || k == OpKind::UnaryGrad || k == OpKind::Binary ||
+         k == OpKind::Reshape || k == OpKind::SgdUpdate || k == OpKind::EmaUpdate ||
+         k == OpKind::BatchNormInference || k == OpKind::BatchNormTrain ||
+         k == OpKind::BatchNormBackward;
+}
+
+// Exchange of a non-MAC compute set under ExchangeModel::Planned: the compiled windows, except
+// that an elementwise vertex reads only the elements of a same-sized operand that match its
+// outputs (the compiler's bounding boxes fall back to the whole operand for large slices;
+// a planner that lays out elementwise operands alike moves at most those elements).
+double plannedWindowExchangeCycles(const Executable& exe, const ComputeSet& cs, const Op& op,
+                                   const CostOptions& o) {
+  const Target& t = exe.target;
+  std::vector<double> recv(static_cast<size_t>(t.numTiles), 0.0);
+  std::vector<double> sent(static_cast<size_t>(t.numTiles), 0.0);
+  struct Send {
+    int tile, buffer;
+    i64 begin, end;
+    auto operator<=>(const Send&) const = default;
+  };
+  std::vector<Send> sends;
+  // Batch-norm phases 0-1 are channel reductions, only the last phase is elementwise.
+  const bool bnReduction =
+      (op.kind == OpKind::BatchNormTrain || op.kind == OpKind::BatchNormBackward) && cs.phase < 2;
+  const bool tighten = isElementwise(op.kind) && !bnReduction;
+  for (const Vertex& v : cs.vertices) {
+    const i64 outElems = v.outputs.empty() ? -1 : exe.buffers[v.outputs[0].buffer].elements;
+    for (const Window& w : v.inputs) {
+      if (!w.gather || w.shared) continue;
+      i64 b = w.begin, e = w.end;
+      if (tighten && exe.buffers[w.buffer].elements == outElems)
+        b = std::max(b, v.work.begin), e = std::min(e, v.work.end);
+      const double eb = elemBytes(exe, w.buffer, o);
+      const auto& m = exe.mapping[w.buffer];
+      auto it = std::upper_bound(m.begin(), m.end(), b,
+                                 [](i64 x, const TileSlice& s) { return x < s.begin; });
+      if (it != m.begin()) --it;
+      for (; it != m.end() && it->begin < e; ++it) {
+        i64 lo = std::max(b, it->begin), hi = std::min(e, it->end);
+        if (lo >= hi || it->tile == v.tile) continue;
+        recv[v.tile] += static_cast<double>(hi - lo) * eb;
+        if (o.multicast)
+          sends.push_back({it->tile, w.buffer, lo, hi});
+        else
+          sent[it->tile] += static_cast<double>(hi - lo) * eb;
+      }
+    }
+  }
+  std::sort(sends.begin(), sends.end());
+  sends.erase(std::unique(sends.begin(), sends.end()), sends.end());
+  for (const Send& s : sends)
+    sent[s.tile] += static_cast<double>(s.end - s.begin) * elemBytes(exe, s.buffer, o);
+  double busiest = 0;
+  for (size_t i = 0; i < recv.size(); ++i) busiest = std::max({busiest, recv[i], sent[i]});
+  return busiest / t.exchangeBytesPerCycle;
+}
+
+// Per-tile bytes a good conv/matmul plan moves: A*sK/T + W/sK at the best sK.
+double plannedExchangeCycles(const OpInfo& info, const Target& t) {
+  const double T = static_cast<double>(t.numTiles);
+  if (info.planA <= 0 || info.planW <= 0) return 0;
+  double sK = std::clamp(std::sqrt(info.planW * T / info.planA), 1.0, T);
+  double bytes = info.planA * sK / T + info.planW / sK;
+  return bytes / t.exchangeBytesPerCycle;
+}
+
+}  // namespace
+
+Precision parsePrecision(const std::string& s) {
+  if (s == "32.32") return Precision::F32;
+  if (s == "16.16") return Precision::F16F16;
+  if (s == "16.32") return Precision::F16F32;
+  throw std::invalid_argument(
+      fmt::format("unknown precision '{}': expected 32.32, 16.16 or 16.32", s));
+}
+
+std::string precisionName(Precision p) {
+  switch (p) {
+    case Precision::F32:
+      return "32.32";
+    case Precision::F16F16:
+      return "16.16";
+    case Precision::F16F32:
+      return "16.32";
+  }
+  return "?";
+}
+
+double macsPerCycle(const Target& t, Precision p) {
+  switch (p) {
+    case Precision::F32:
+      return t.fp32MacsPerCycle;
+    case Precision::F16F16:
+      return t.fp16MacsPerCycle;
+    case Precision::F16F32:
+      return t.fp16Fp32MacsPerCycle;
+  }
+  return t.fp32MacsPerCycle;
+}
+
+namespace {
+
+// Adds the compute sets of `exe` to `sc` (cycle sums, MACs, per-set profile).
+void addComputeSets(const Executable& exe, const CostOptions& o, StepCost& sc) {
+  const Target& t = exe.target;
+  const double macRate = macsPerCycle(t, o.precision);
+  std::vector<double> tileCycles(static_cast<size_t>(t.numTiles));
+  for (const ComputeSet& cs : exe.computeSets) {
+    const Op& op = exe.graph.op(cs.op);
+    const OpInfo info = opInfo(exe, op, o);
+    ComputeSetCost c;
+    c.name = cs.name;
+    c.kind = op.kind;
+    c.phase = cs.phase;
+    std::fill(tileCycles.begin(), tileCycles.end(), 0.0);
+    for (const Vertex& v : cs.vertices) {
+      VertexWork w = vertexWork(exe, cs, op, info, v, o);
+      tileCycles[v.tile] += vertexCycles(w, t, macRate, o);
+      c.macs += w.macs * (isMacOp(op.kind) ? info.ampEfficiency : 0.0);
+    }
+    auto busiest = std::max_element(tileCycles.begin(), tileCycles.end());
+    c.computeCycles = *busiest;
+    c.busiestTile = static_cast<int>(busiest - tileCycles.begin());
+    if (o.exchange == ExchangeModel::AsCompiled)
+      c.exchangeCycles = compiledExchangeCycles(cs, t, exchangeScale(exe, cs, o), o);
+    else if (isMacOp(op.kind) && cs.phase == 0)
+      c.exchangeCycles = plannedExchangeCycles(info, t);
+    else
+      c.exchangeCycles = plannedWindowExchangeCycles(exe, cs, op, o);
+    c.syncCycles = t.syncCycles;
+    sc.computeCycles += c.computeCycles;
+    sc.exchangeCycles += c.exchangeCycles;
+    sc.syncCycles += c.syncCycles;
+    sc.macs += c.macs;
+    if (op.kind == OpKind::SgdUpdate) sc.optimizerCycles += c.total();
+    sc.computeSets.push_back(std::move(c));
+  }
+}
+
+// Host bytes of the graph's streams: every Input in, every marked output back.
+double hostStreamBytes(const Graph& g, const CostOptions& o) {
+  double bytes = 0;
+  auto add = [&](const Tensor& t) {
+    bool half = t.dtype == DType::F32 && o.halfStorage && isHalf(o.precision);
+    bytes +=
+        static_cast<double>(t.elements()) * (half ? 2.0 : static_cast<double>(sizeOf(t.dtype)));
+  };
+  for (const Tensor& t : g.tensors())
+    if (t.kind == TensorKind::Input) add(t);
+  for (int out : g.outputs()) add(g.tensor(out));
+  return bytes;
+}
+
+void finish(StepCost& sc, const Target& t, const CostOptions& o) {
+  const double macRate = macsPerCycle(t, o.precision);
+  sc.deviceCycles = sc.computeCycles + sc.exchangeCycles + sc.syncCycles;
+  sc.deviceSeconds = sc.deviceCycles / t.clockHz;
+  const double hostBw = o.hostBytesPerSec > 0 ? o.hostBytesPerSec : t.hostLinkBytesPerSec;
+  sc.hostSeconds = sc.hostBytes / hostBw;
+  sc.seconds = o.overlapHostIo ? std::max(sc.deviceSeconds, sc.hostSeconds)
+                               : sc.deviceSeconds + sc.hostSeconds;
+  sc.peakFlops = 2.0 * macRate * static_cast<double>(t.numTiles) * t.clockHz;
+  sc.achievedFlops = sc.seconds > 0 ? 2.0 * sc.macs / sc.seconds : 0.0;
+  sc.utilisation = sc.peakFlops > 0 ? sc.achievedFlops / sc.peakFlops : 0.0;
+}
+
+}  // namespace
+
+StepCost estimateStep(const Executable& exe, const CostOptions& o) {
+  StepCost sc;
+  addComputeSets(exe, o, sc);
+  for (const Program::Step& s : exe.program.body)
+    if (s.kind != Program::Step::Kind::Execute)
+      sc.hostBytes +=
+          static_cast<double>(exe.buffers[s.index].elements) * elemBytes(exe, s.index, o);
+  finish(sc, exe.target, o);
+  return sc;
+}
+
+std::vector<StepCost> estimateGraph(const Graph& g, const Target& target,
+                                    const std::vector<CostOptions>& opts, int opsPerSegment) {
+  if (opts.empty()) return {};
+  std::vector<StepCost> out(opts.size());
+  const int nOps = static_cast<int>(g.ops().size());
+  const int seg = opsPerSegment > 0 ? opsPerSegment : std::max(1, nOps);
+  for (int first = 0; first < nOps; first += seg) {
+    // Sub-graph of ops [first, first + seg): tensors from outside become inputs (variables stay
+    // variables: in-place updates require them), names and shapes unchanged.
+    Graph sub(fmt::format("{}[{}:{}]", g.name(), first, std::min(nOps, first + seg)));
+    std::vector<int> remap(g.tensors().size(), -1);
+    auto mapped = [&](int id) {
+      if (remap[id] < 0) {
+        const Tensor& t = g.tensor(id);
+        remap[id] = t.kind == TensorKind::Variable ? sub.addVariable(t.name, t.shape, t.dtype)
+                                                   : sub.addInput(t.name, t.shape, t.dtype);
+      }
+      return remap[id];
+    };
+    for (int i = first; i < std::min(nOps, first + seg); ++i) {
+      const Op& op = g.op(i);
+      std::vector<int> ins;
+      for (int t : op.inputs) ins.push_back(mapped(t));
+      std::vector<std::string> names;
+      for (int t : op.outputs) names.push_back(g.tensor(t).name);
+      const Op& added = sub.op(sub.addOp(op.kind, std::move(ins), op.attrs, std::move(names)));
+      for (size_t k = 0; k < op.outputs.size(); ++k) remap[op.outputs[k]] = added.outputs[k];
+    }
+    Executable exe = compile(std::move(sub), target,
+                             CompileOptions{.deviceIterations = 1, .checkMemory = false});
+    for (size_t k = 0; k < opts.size(); ++k) addComputeSets(exe, opts[k], out[k]);
+  }
+  for (size_t k = 0; k < opts.size(); ++k) {
+    out[k].hostBytes = hostStreamBytes(g, opts[k]);
+    finish(out[k], target, opts[k]);
+  }
+  return out;
+}
+
+nlohmann::json StepCost::report(int topSets) const {
+  nlohmann::json r;
+  r["cycles"] = {{"compute", computeCycles},
+                 {"exchange", exchangeCycles},
+                 {"sync", syncCycles},
+                 {"device", deviceCycles},
+                 {"optimizer", optimizerCycles}};
+  r["seconds"] = {{"device", deviceSeconds}, {"host", hostSeconds}, {"step", seconds}};
+  r["host_bytes"] = hostBytes;
+  r["macs"] = macs;
+  r["flops"] = {{"achieved", achievedFlops}, {"peak", peakFlops}, {"utilisation", utilisation}};
+  std::vector<const ComputeSetCost*> order;
+  for (const ComputeSetCost& c : computeSets) order.push_back(&c);
+  std::stable_sort(
+      order.begin(), order.end(),
+      [](const ComputeSetCost* a, const ComputeSetCost* b) { return a->total() > b->total(); });
+  nlohmann::json sets = nlohmann::json::array();
+  for (size_t i = 0; i < order.size() && static_cast<int>(i) < topSets; ++i) {
+    const ComputeSetCost& c = *order[i];
+    sets.push_back({{"name", c.name},
+                    {"compute_cycles", c.computeCycles},
+                    {"exchange_cycles", c.exchangeCycles},
+                    {"sync_cycles", c.syncCycles},
+                    {"macs", c.macs},
+                    {"busiest_tile", c.busiestTile}});
+  }
+  r["compute_sets"] = {{"count", computeSets.size()}, {"most_expensive", sets}};
+  return r;
+}
+
+}  // namespace ipu::cost

@@ -1,0 +1,64 @@
+// Projected time-to-train from a per-micro-batch step cost.
+//
+//   steps       = ceil(epochs x trainSamples / globalBatch)
+//   step        = A x microBatch + allReduce + weightUpdate            (P = 1)
+//               = (A + 2P - 1) x microBatch / P + allReduce + update   (P > 1 pipeline stages)
+//   evaluation  = ceil(epochs / evalEveryEpochs) x evalSamples / (replicas x evalBatch) x evalStep
+//   total       = steps x step + evaluation + fixed host overhead
+// where globalBatch = replicas x microBatch x A. The pipeline rule is the published rule of
+// thumb (docs: IPU facts, "fill/drain costs ~(2N-1) stage slots per step") with a stage slot
+// = one micro-batch through one of P balanced stages; it is not applied without pipelining.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "ipu_backend/cost/collectives.h"
+
+namespace ipu::cost {
+
+// ImageNet-1k (ILSVRC 2012) split sizes.
+constexpr i64 kImageNetTrainImages = 1281167;
+constexpr i64 kImageNetEvalImages = 50000;
+
+struct TrainingRun {
+  PodShape pod;
+  i64 microBatch = 20;   // per replica
+  i64 accumulation = 1;  // gradient accumulation steps A
+  double epochs = 38;    // to converge
+  i64 trainSamples = kImageNetTrainImages;
+  i64 evalSamples = kImageNetEvalImages;
+  double evalEveryEpochs = 4;  // MLPerf ResNet: evaluation every 4 epochs (docs: MLPerf logging)
+  i64 evalBatch = 0;           // per replica; 0: microBatch
+  i64 gradientBytes = 0;       // per replica, all-reduced once per step
+  double fixedSeconds = 0;     // host-side overhead per run outside the steps (e.g. 0)
+  i64 globalBatch() const { return pod.replicas * microBatch * accumulation; }
+};
+
+struct StepTimes {
+  double microBatchSeconds = 0;    // forward + backward of one micro-batch (host I/O included)
+  double weightUpdateSeconds = 0;  // optimizer update, once per step
+  double evalStepSeconds = 0;      // forward of one eval batch
+};
+
+struct TimeToTrain {
+  i64 steps = 0;
+  double stepSeconds = 0, computeSeconds = 0, allReduceSeconds = 0, updateSeconds = 0;
+  double pipelineSeconds = 0;  // fill/drain part of stepSeconds
+  double trainSeconds = 0, evalSeconds = 0, totalSeconds = 0;
+  double imagesPerSecond = 0;  // training throughput of the whole system
+  nlohmann::json report() const;
+};
+
+TimeToTrain projectTimeToTrain(const TrainingRun& run, const StepTimes& t,
+                               const Target& target = Target::mk2(),
+                               const CollectiveOptions& copts = {});
+
+// MLPerf ResNet-50 reference convergence points: epochs to converge by global batch (docs: MLPerf
+// logging, RCP table), linearly interpolated, clamped at the ends.
+double resnetRcpEpochs(i64 globalBatch);
+
+}  // namespace ipu::cost

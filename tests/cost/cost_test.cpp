@@ -1,0 +1,277 @@
+// Cost model, collectives and time-to-train checks against hand computations.
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+#include "ipu_backend/compiler/autodiff.h"
+#include "ipu_backend/compiler/compiler.h"
+#include "ipu_backend/cost/collectives.h"
+#include "ipu_backend/cost/cost_model.h"
+#include "ipu_backend/cost/time_to_train.h"
+#include "ipu_backend/ir/builder.h"
+
+namespace ipu::cost {
+namespace {
+
+constexpr i64 kTiles = 16;
+constexpr i64 kBigTile = 16 << 20;  // room for whole-weight gathers; memory is not under test
+
+Executable compileMatMul(i64 m, i64 k, i64 n, const Target& t) {
+  Graph g;
+  Builder b(g);
+  int a = b.input("a", {m, k});
+  int w = b.variable("w", {k, n});
+  g.markOutput(b.matmul(a, w, false, false, "c"));
+  return compile(g, t, CompileOptions{.deviceIterations = 1, .checkMemory = false});
+}
+
+Executable compileConv(i64 batch, const Target& t) {
+  Graph g;
+  Builder b(g);
+  int x = b.input("x", {batch, 16, 16, 32});
+  int w = b.variable("w", {64, 3, 3, 32});
+  g.markOutput(b.conv2d(x, w, Conv2dOptions::make(1, 1), "y"));
+  return compile(g, t, CompileOptions{.deviceIterations = 1, .checkMemory = false});
+}
+
+const ComputeSetCost& setOf(const StepCost& sc, OpKind kind) {
+  for (const ComputeSetCost& c : sc.computeSets)
+    if (c.kind == kind) return c;
+  throw std::runtime_error("no compute set of that kind");
+}
+
+TEST(CostModel, BigMatMulRunsAtTheTileMacRate) {
+  const Target t = Target::small(kTiles, kBigTile);
+  Executable exe = compileMatMul(256, 512, 256, t);
+  StepCost sc = estimateStep(exe);
+  const ComputeSetCost& mm = setOf(sc, OpKind::MatMul);
+  // Hand computation: 256*512*256 MACs over 16 tiles at 16 f32 MACs/cycle = 131,072 cycles.
+  // The 4,096 outputs per tile split 683/683/683/683/682/682 over 6 workers (+0.05%), plus the
+  // vertex setup (10 instructions x 6 cycles).
+  const double ideal = 256.0 * 512 * 256 / (kTiles * t.fp32MacsPerCycle);
+  EXPECT_NEAR(mm.computeCycles, ideal * 683.0 * 6 / 4096 + 60, 1.0);
+  EXPECT_DOUBLE_EQ(mm.macs, 256.0 * 512 * 256);
+  EXPECT_GT(mm.exchangeCycles, 0);  // every tile gathers its rows of a and all of w
+}
+
+TEST(CostModel, PrecisionSelectsTheAmpRate) {
+  const Target t = Target::small(kTiles, kBigTile);
+  Executable exe = compileMatMul(256, 512, 256, t);
+  auto cyclesAt = [&](const char* p) {
+    return setOf(estimateStep(exe, CostOptions{.precision = parsePrecision(p)}), OpKind::MatMul)
+        .computeCycles;
+  };
+  const double f32 = cyclesAt("32.32") - 60, h16 = cyclesAt("16.16") - 60,
+               h32 = cyclesAt("16.32") - 60;
+  EXPECT_NEAR(f32 / h16, 64.0 / 16.0, 1e-9);
+  EXPECT_NEAR(f32 / h32, 32.0 / 16.0, 1e-9);
+  EXPECT_THROW(parsePrecision("8.8"), std::invalid_argument);
+}
+
+TEST(CostModel, FewWorkUnitsRunAtAFractionOfTheRate) {
+  // Two outputs on one tile: two workers busy of six; barrel scheduling makes each worker's
+  // instruction stream 6 cycles per instruction, so the vertex takes 3x its ideal time.
+  const Target t = Target::small(1, kBigTile);
+  Executable exe = compileMatMul(2, 1024, 1, t);
+  const ComputeSetCost& mm = setOf(estimateStep(exe), OpKind::MatMul);
+  EXPECT_DOUBLE_EQ(mm.computeCycles, 60 + 3.0 * 2 * 1024 / t.fp32MacsPerCycle);
+}
+
+TEST(CostModel, DoublingTheBatchDoublesComputeCycles) {
+  const Target t = Target::small(kTiles, kBigTile);
+  const double c2 = setOf(estimateStep(compileConv(2, t)), OpKind::Conv2d).computeCycles;
+  const double c4 = setOf(estimateStep(compileConv(4, t)), OpKind::Conv2d).computeCycles;
+  EXPECT_NEAR(c4 / c2, 2.0, 0.02);
+  // And the conv runs at the tile rate: MACs / (tiles x 16) within the split's imbalance.
+  const double macs4 = 4.0 * 16 * 16 * 64 * 3 * 3 * 32;
+  EXPECT_NEAR(c4, macs4 / (kTiles * t.fp32MacsPerCycle), 0.02 * c4);
+}
+
+TEST(CostModel, OneTileCostsTilesTimesMoreThanSpread) {
+  Target spread = Target::small(kTiles, kBigTile);
+  Target packed = spread;
+  packed.minBytesPerTile = i64{1} << 40;  // every buffer lands on a single tile
+  const double cs = setOf(estimateStep(compileConv(4, spread)), OpKind::Conv2d).computeCycles;
+  const double cp = setOf(estimateStep(compileConv(4, packed)), OpKind::Conv2d).computeCycles;
+  EXPECT_NEAR(cp / cs, static_cast<double>(kTiles), 0.05 * kTiles);
+}
+
+TEST(CostModel, ExchangeGrowsWithBytesMovedAndIsZeroWithoutTraffic) {
+  const Target t = Target::small(kTiles, kBigTile);
+  const double x1 =
+      setOf(estimateStep(compileMatMul(64, 128, 128, t)), OpKind::MatMul).exchangeCycles;
+  const double x2 =
+      setOf(estimateStep(compileMatMul(64, 256, 128, t)), OpKind::MatMul).exchangeCycles;
+  EXPECT_GT(x1, 0);
+  EXPECT_GT(x2, 1.8 * x1);  // twice the contraction: twice the gathered w and rows of a
+
+  Graph g;
+  Builder b(g);
+  int x = b.input("x", {64, 256});
+  g.markOutput(b.relu(b.relu(x, "r1"), "r2"));
+  StepCost sc = estimateStep(compile(g, t));
+  EXPECT_EQ(sc.exchangeCycles, 0);
+  EXPECT_GT(sc.computeCycles, 0);
+  // 2 compute sets, one sync each.
+  EXPECT_DOUBLE_EQ(sc.syncCycles, 2 * t.syncCycles);
+}
+
+TEST(CostModel, ElementwiseIsBoundByInstructionsOrTileMemory) {
+  const Target t = Target::small(1, kBigTile);
+  Graph g;
+  Builder b(g);
+  int x = b.input("x", {6 * 1024});
+  int y = b.input("y", {6 * 1024});
+  g.markOutput(b.add(x, y, "s"));
+  StepCost sc = estimateStep(compile(g, t));
+  // 6,144 f32 adds: 3,072 vectors of 2, 512 per worker, x6 = 3,072 cycles; memory traffic
+  // 3 x 24 KiB over 24 B/cycle = 3,072 cycles too (the rates are balanced for binary f32 ops).
+  EXPECT_DOUBLE_EQ(setOf(sc, OpKind::Binary).computeCycles, 60 + 3072);
+}
+
+TEST(CostModel, HostStreamsOverlapOrAdd) {
+  const Target t = Target::small(kTiles, kBigTile);
+  Executable exe = compileMatMul(256, 512, 256, t);
+  StepCost over = estimateStep(exe, CostOptions{.overlapHostIo = true});
+  StepCost serial = estimateStep(exe, CostOptions{.overlapHostIo = false});
+  const double bytes = (256.0 * 512 + 256.0 * 256) * 4;  // a in, c out
+  EXPECT_DOUBLE_EQ(over.hostBytes, bytes);
+  EXPECT_DOUBLE_EQ(over.hostSeconds, bytes / t.hostLinkBytesPerSec);
+  EXPECT_DOUBLE_EQ(over.seconds, std::max(over.deviceSeconds, over.hostSeconds));
+  EXPECT_DOUBLE_EQ(serial.seconds, serial.deviceSeconds + serial.hostSeconds);
+  EXPECT_GT(over.utilisation, 0);
+  EXPECT_LT(over.utilisation, 1);
+  nlohmann::json j = over.report();
+  EXPECT_TRUE(j.contains("cycles"));
+  EXPECT_EQ(j["compute_sets"]["count"], over.computeSets.size());
+}
+
+TEST(CostModel, PlannedExchangeMovesLessThanWholeWeightGathers) {
+  const Target t = Target::small(kTiles, kBigTile);
+  Executable exe = compileConv(4, t);
+  const double compiled = setOf(estimateStep(exe), OpKind::Conv2d).exchangeCycles;
+  const double planned =
+      setOf(estimateStep(exe, CostOptions{.exchange = ExchangeModel::Planned}), OpKind::Conv2d)
+          .exchangeCycles;
+  // Hand: A = 4*16*16*32*4 B = 131,072, W = 64*9*32*4 = 73,728, T = 16: sK* = 3, per tile
+  // A*3/16 + W/3 = 24,576 + 24,576 B, over 4 B/cycle.
+  EXPECT_NEAR(planned, (131072.0 * 3 / 16 + 73728.0 / 3) / 4, 1e-6);
+  EXPECT_LT(planned, compiled);
+}
+
+TEST(CostModel, SegmentedCompileGivesTheWholeGraphEstimate) {
+  // A small training step: conv -> batch norm -> relu -> pool -> dense -> loss, backward, SGD.
+  Graph g;
+  Builder b(g);
+  int x = b.input("x", {4, 8, 8, 8});
+  int labels = b.input("labels", {4}, DType::I32);
+  int w = b.variable("w", {16, 3, 3, 8});
+  int gamma = b.variable("gamma", {16}), beta = b.variable("beta", {16});
+  int fc = b.variable("fc", {16, 10}), bias = b.variable("bias", {10});
+  int y = b.relu(b.batchNormTrain(b.conv2d(x, w, Conv2dOptions::make(1, 1)), gamma, beta, 1e-5).y);
+  int logits = b.dense(b.globalAvgPool(y), fc, bias);
+  int loss = b.reduceMean(b.softmaxCrossEntropy(logits, labels), {0}, false, "loss");
+  g.markOutput(loss);
+  GradientResult gr = appendBackward(g, loss, {w, gamma, beta, fc, bias});
+  int lr = b.input("lr", {});
+  appendSgdUpdate(g, gr.grads, lr, SgdOptions{});
+
+  const Target t = Target::small(kTiles, kBigTile);
+  for (CostOptions o : {CostOptions{}, CostOptions{.precision = Precision::F16F16,
+                                       .exchange = ExchangeModel::Planned}}) {
+    StepCost whole = estimateStep(compile(g, t, {.deviceIterations = 1, .checkMemory = false}), o);
+    StepCost seg = estimateGraph(g, t, {o}, 5).at(0);
+    EXPECT_EQ(seg.computeSets.size(), whole.computeSets.size());
+    EXPECT_NEAR(seg.computeCycles, whole.computeCycles, 1e-9 * whole.computeCycles);
+    EXPECT_NEAR(seg.exchangeCycles, whole.exchangeCycles, 1e-9 * whole.exchangeCycles);
+    EXPECT_DOUBLE_EQ(seg.syncCycles, whole.syncCycles);
+    EXPECT_DOUBLE_EQ(seg.optimizerCycles, whole.optimizerCycles);
+    EXPECT_GT(whole.optimizerCycles, 0);
+    EXPECT_DOUBLE_EQ(seg.hostBytes, whole.hostBytes);
+    EXPECT_DOUBLE_EQ(seg.seconds, whole.seconds);
+  }
+}
+
+TEST(Collectives, OneReplicaIsFree) {
+  EXPECT_EQ(allReduceSeconds(1 << 20, PodShape{1, 1, 1, 1}), 0);
+  EXPECT_EQ(allReduceSeconds(1 << 20, PodShape::pod(4, 4)), 0);
+}
+
+TEST(Collectives, LargeRingApproachesTwoBytesOverBandwidth) {
+  CollectiveOptions o;
+  o.ipuLinkHopSeconds = 0;
+  const Target t = Target::mk2();
+  const double bw = t.ipuLinkBytesPerSec / 10 * 2;  // 2 of 10 IPU-Links
+  const i64 bytes = i64{100} << 20;
+  const double s64 = allReduceSeconds(bytes, PodShape::pod(64), t, o);
+  EXPECT_NEAR(s64, 2.0 * 63 / 64 * bytes / bw, 1e-12);
+  EXPECT_NEAR(s64 / (2.0 * bytes / bw), 1.0, 0.02);
+  const double s16 = allReduceSeconds(bytes, PodShape::pod(16), t, o);
+  EXPECT_LT(s16, s64);
+  EXPECT_GT(s16, 0.9 * s64);
+  // Latency: 2 hops.
+  EXPECT_NEAR(allReduceSeconds(8, PodShape::pod(16), t, CollectiveOptions{}), 30 * 2e-6, 1e-9);
+}
+
+TEST(Collectives, GwLinksMakePod128SlowerPerByte) {
+  const i64 bytes = 51 << 20;
+  const double s64 = allReduceSeconds(bytes, PodShape::pod(64));
+  const double s128 = allReduceSeconds(bytes, PodShape::pod(128));
+  const double s256 = allReduceSeconds(bytes, PodShape::pod(256));
+  EXPECT_GT(s128, s64);
+  EXPECT_GT(s256, s128);
+  // Hand: the cross-POD shard is B/64, all-reduced over 2 POD64s at 2 x 12.5 GB/s / 4 IPUs.
+  CollectiveOptions o;
+  o.ipuLinkHopSeconds = o.gwLinkHopSeconds = 0;
+  const double intra = allReduceSeconds(bytes, PodShape::pod(64), Target::mk2(), o);
+  EXPECT_NEAR(allReduceSeconds(bytes, PodShape::pod(128), Target::mk2(), o) - intra,
+              2.0 * 1 / 2 * (bytes / 64.0) / 6.25e9, 1e-12);
+  // A pipelined replica all-reduces a 1/P share per IPU.
+  EXPECT_NEAR(allReduceSeconds(bytes, PodShape::pod(64, 4), Target::mk2(), o),
+              2.0 * 15 / 16 * (bytes / 4.0) / 64e9, 1e-12);
+  EXPECT_THROW(PodShape::pod(10, 4), std::invalid_argument);
+}
+
+TEST(TimeToTrain, HandCheckedArithmetic) {
+  TrainingRun run;
+  run.pod = PodShape::pod(16);
+  run.microBatch = 20;
+  run.accumulation = 10;
+  run.epochs = 38;
+  run.gradientBytes = 0;  // no all-reduce cost: arithmetic only
+  StepTimes st{.microBatchSeconds = 0.01, .weightUpdateSeconds = 0.002, .evalStepSeconds = 0.004};
+  TimeToTrain r = projectTimeToTrain(run, st);
+  // Global batch 3,200: ceil(38 x 1,281,167 / 3,200) = 15,214 steps of 10 x 0.01 + 0.002 s.
+  EXPECT_EQ(run.globalBatch(), 3200);
+  EXPECT_EQ(r.steps, 15214);
+  EXPECT_DOUBLE_EQ(r.stepSeconds, 0.102);
+  EXPECT_NEAR(r.trainSeconds, 15214 * 0.102, 1e-9);
+  // 10 evaluations (ceil(38/4)) of ceil(50,000 / 320) = 157 batches of 0.004 s.
+  EXPECT_NEAR(r.evalSeconds, 10 * 157 * 0.004, 1e-12);
+  EXPECT_NEAR(r.totalSeconds, r.trainSeconds + r.evalSeconds, 1e-9);
+  EXPECT_NEAR(r.imagesPerSecond, 3200 / 0.102, 1e-6);
+
+  // Pipelined over 4 IPUs: A + 2P - 1 = 17 slots of a quarter micro-batch.
+  run.pod = PodShape::pod(16, 4);
+  run.accumulation = 10;
+  TimeToTrain p = projectTimeToTrain(run, st);
+  EXPECT_NEAR(p.stepSeconds, (10 + 7) * 0.01 / 4 + 0.002, 1e-12);
+  EXPECT_NEAR(p.pipelineSeconds, 7 * 0.01 / 4, 1e-12);
+
+  // With gradients: the step adds exactly one all-reduce.
+  run.pod = PodShape::pod(16);
+  run.gradientBytes = 50 << 20;
+  TimeToTrain g = projectTimeToTrain(run, st);
+  EXPECT_NEAR(g.stepSeconds - 0.102, allReduceSeconds(50 << 20, run.pod), 1e-12);
+}
+
+TEST(TimeToTrain, ResNetReferenceConvergencePoints) {
+  EXPECT_DOUBLE_EQ(resnetRcpEpochs(1000), 35.0);
+  EXPECT_DOUBLE_EQ(resnetRcpEpochs(3264), 35.15);
+  EXPECT_DOUBLE_EQ(resnetRcpEpochs(8192), 41.9);
+  EXPECT_NEAR(resnetRcpEpochs(3840), 35.15 + (39.9 - 35.15) * 576 / 832, 1e-12);
+  EXPECT_DOUBLE_EQ(resnetRcpEpochs(100000), 84.5);
+}
+
+}  // namespace
+}  // namespace ipu::cost
