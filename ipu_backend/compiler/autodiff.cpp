@@ -14,7 +14,7 @@ namespace {
 
 // Sums dy over the dimensions along which `target` was broadcast to dy's shape.
 int reduceToShape(Builder& b, int dy, const Shape& target) {
-  const Shape& s = b.graph().tensor(dy).shape;
+  const Shape s = b.graph().tensor(dy).shape;  // copy: adding ops may reallocate tensors
   if (s == target) return dy;
   size_t lead = s.size() - target.size();
   std::vector<i64> axes;
@@ -45,6 +45,7 @@ class GradBuilder {
   // Applies the gradient rule of `op` given dy for its outputs. needs[i]: input i needs a grad.
   void rule(const Op& op, const std::vector<bool>& needs) {
     auto in = [&](int i) { return op.inputs[i]; };
+    // References into the graph die when ops are added: take copies of shapes before building.
     auto T = [&](int id) -> const Tensor& { return g_.tensor(id); };
     int dy = grad(op.outputs.empty() ? -1 : op.outputs[0]);
     const std::string label = fmt::format("{} '{}'", opName(op.kind),
@@ -61,7 +62,7 @@ class GradBuilder {
         }
         if (needs[1]) {
           Attrs a = op.attrs;
-          const Shape& w = T(in(1)).shape;
+          const Shape w = T(in(1)).shape;
           a.set("kernel", std::vector<i64>{w[1], w[2]});
           accumulate(in(1), g_.addOp1(OpKind::Conv2dBackwardFilter, {in(0), dy}, a));
         }
@@ -70,7 +71,7 @@ class GradBuilder {
       case OpKind::MatMul: {
         bool ta = op.attrs.getBool("trans_a", false), tb = op.attrs.getBool("trans_b", false);
         int A = in(0), B = in(1);
-        const Shape &as = T(A).shape, &bs = T(B).shape;
+        const Shape as = T(A).shape, bs = T(B).shape;
         bool bcast = bs.size() == 2 && as.size() > 2;
         if (needs[0]) {
           int da = -1;
@@ -104,7 +105,7 @@ class GradBuilder {
           noRule("the loss depends on the batch statistics outputs");
         int bw = g_.addOp(OpKind::BatchNormBackward,
                           {in(0), dy, in(1), op.outputs[1], op.outputs[2]}, op.attrs);
-        const auto& o = g_.op(bw).outputs;
+        const std::vector<int> o = g_.op(bw).outputs;
         if (needs[0]) accumulate(in(0), o[0]);
         if (needs[1]) accumulate(in(1), o[1]);
         if (needs[2]) accumulate(in(2), o[2]);
@@ -116,7 +117,7 @@ class GradBuilder {
       }
       case OpKind::Binary: {
         const std::string& fn = op.attrs.getString("fn");
-        const Shape &sa = T(in(0)).shape, &sb = T(in(1)).shape;
+        const Shape sa = T(in(0)).shape, sb = T(in(1)).shape;
         if (fn == "add" || fn == "sub") {
           if (needs[0]) accumulate(in(0), reduceToShape(b_, dy, sa));
           if (needs[1]) {
@@ -141,7 +142,7 @@ class GradBuilder {
       case OpKind::Reduce: {
         const std::string& fn = op.attrs.getString("fn");
         if (fn == "max") noRule("reduce max");
-        const Tensor& x = T(in(0));
+        const Tensor x = T(in(0));
         Shape kept = x.shape;
         i64 count = 1;
         for (i64 ax : op.attrs.getInts("axes")) {
@@ -199,7 +200,7 @@ class GradBuilder {
 }  // namespace
 
 GradientResult appendBackward(Graph& g, int loss, const std::vector<int>& wrt, double seed) {
-  const Tensor& L = g.tensor(loss);
+  const Tensor L = g.tensor(loss);
   if (L.elements() != 1)
     throw GraphError(fmt::format("autodiff: loss '{}' must have one element, has shape {}",
                                  L.name, shapeStr(L.shape)));

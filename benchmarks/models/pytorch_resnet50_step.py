@@ -1,0 +1,69 @@
+#!/usr/bin/python3
+"""The peer of models_bench: one torchvision ResNet-50 training step (forward + backward + SGD
+momentum), fp32, channels_last, 2 threads, warm-up 3 steps, median of >= 10 timed steps.
+
+Run it as compare_resnet50.sh does (jemalloc preloaded, see /work/shared/docs/PEER.md):
+    LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 \
+    MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1 \
+    /usr/bin/python3 benchmarks/models/pytorch_resnet50_step.py --hw 224 --batch 32
+Prints one JSON line: {"hw", "batch", "median_s", "images_per_s", "gflops", ...}.
+"""
+import argparse
+import json
+import os
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+import torchvision
+
+FLOP_PER_IMAGE_224 = 24.5e9  # 3 x 4.09 GMAC x 2
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--hw", type=int, default=224)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    model = torchvision.models.resnet50().to(memory_format=torch.channels_last)
+    model.train()
+    decay = [p for n, p in model.named_parameters() if p.ndim > 1]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim <= 1]
+    opt = torch.optim.SGD([{"params": decay, "weight_decay": 5e-5},
+                           {"params": no_decay, "weight_decay": 0.0}], lr=0.01, momentum=0.9)
+    x = torch.rand(args.batch, 3, args.hw, args.hw).to(memory_format=torch.channels_last)
+    y = torch.randint(0, 1000, (args.batch,))
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(x), y, label_smoothing=0.1)
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    for _ in range(args.warmup):
+        step()
+    times = []
+    for _ in range(args.steps):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    med = statistics.median(times)
+    flop = FLOP_PER_IMAGE_224 * (args.hw / 224.0) ** 2  # approximation for other sizes
+    print(json.dumps({
+        "peer": "pytorch", "torch": torch.__version__, "hw": args.hw, "batch": args.batch,
+        "threads": args.threads, "median_s": med, "min_s": min(times),
+        "images_per_s": args.batch / med, "gflops_approx": args.batch * flop / med / 1e9,
+        "ld_preload": os.environ.get("LD_PRELOAD", ""),
+        "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", "")}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,239 @@
+// run_benchmark: the suite's main CLI. Checks the request (run_benchmark_plan), then runs
+// --runs timed MLPerf runs into a results package and prints a summary.
+//
+//   run_benchmark --benchmark resnet50 --division closed --pod-size 1 --runs 5
+//
+// Exit codes: 0 every run reached the target; 1 refused or failed before any run (nothing
+// written); 2 a run ended aborted (budget spent, diverged, error; its log is complete);
+// 3 the configuration does not fit in tile memory (nothing written); 130 SIGINT.
+#include <fmt/format.h>
+#include <signal.h>
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <limits>
+#include <regex>
+
+#include "datasets/fashion_mnist.h"
+#include "harness/progress.h"
+#include "harness/run_benchmark_plan.h"
+#include "harness/system_description.h"
+#include "ipu_backend/kernels/fused.h"
+
+namespace {
+
+using namespace ipu::harness;
+namespace fs = std::filesystem;
+
+std::atomic<bool> gInterrupted{false};
+
+// Sets the flag the run loop polls between steps; a second Ctrl-C kills at once.
+void onSigint(int) {
+  gInterrupted.store(true);
+  ::signal(SIGINT, SIG_DFL);
+}
+
+void installSigint() {
+  struct sigaction sa {};
+  sa.sa_handler = onSigint;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;  // no SA_RESTART: a blocking read returns EINTR instead of waiting
+  ::sigaction(SIGINT, &sa, nullptr);
+}
+
+// Result files of an earlier, larger --runs that this invocation does not overwrite: the
+// package checker wants exactly 5 (ResNet) per benchmark folder.
+void warnStaleResults(const BenchmarkPlan& plan) {
+  const fs::path dir = benchmarkDir(plan.layout, plan.benchmark);
+  std::error_code ec;
+  const std::regex name(R"(result_(\d+)\.txt)");
+  for (const auto& f : fs::directory_iterator(dir, ec)) {
+    std::smatch m;
+    const std::string base = f.path().filename().string();
+    if (std::regex_match(base, m, name) && std::stoi(m[1]) >= plan.cli.runs) {
+      fmt::print(stderr, "warning: {} is from an earlier invocation and stays in the package\n",
+                 f.path().string());
+    }
+  }
+}
+
+// Olympic mean (MLPerf scoring): drop the fastest and the slowest; a run that did not reach
+// the target counts as the slowest, and more than one such run invalidates the score.
+std::string olympicScore(const std::vector<RunOutcome>& runs) {
+  if (runs.size() < 3) return "";
+  std::vector<double> t;
+  int failed = 0;
+  for (const RunOutcome& r : runs) {
+    if (r.success()) {
+      t.push_back(r.minutes());
+    } else {
+      ++failed;
+      t.push_back(std::numeric_limits<double>::infinity());
+    }
+  }
+  if (failed > 1) {
+    return fmt::format("score: none ({} of {} runs did not reach the target; at most 1 may)",
+                       failed, runs.size());
+  }
+  std::sort(t.begin(), t.end());
+  double sum = 0;
+  for (std::size_t i = 1; i + 1 < t.size(); ++i) sum += t[i];
+  return fmt::format("score (olympic mean of {} runs, host wall clock): {:.4f} min", runs.size(),
+                     sum / static_cast<double>(t.size() - 2));
+}
+
+void printSummary(const BenchmarkPlan& plan, const std::vector<RunOutcome>& runs,
+                  const fs::path& systemJson) {
+  fmt::print("\n== run_benchmark summary: {} {} {}, {} ({}), {} run(s) ==\n",
+             toString(plan.benchmark), toString(plan.scale), toString(plan.division),
+             plan.run.preset.name(), plan.layout.system, runs.size());
+  fmt::print("model: {}\n", plan.model_description);
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const RunOutcome& r = runs[i];
+    fmt::print(
+        "run {}: {}\n  seed {}, epochs {}, final accuracy {}, time to train {:.3f} min "
+        "({:.1f} s host wall clock; init {:.1f} s)\n  log {}\n",
+        i, toString(r.status), r.seed, r.epochs,
+        r.accuracy ? fmt::format("{:.4f}", *r.accuracy) : std::string("none"), r.minutes(),
+        r.minutes() * 60.0, r.init_seconds, r.log.string());
+    if (!r.message.empty() && !r.success()) fmt::print("  reason: {}\n", r.message);
+  }
+  const std::string score = olympicScore(runs);
+  if (!score.empty()) fmt::print("{}\n", score);
+  fmt::print("modeled IPU time: not reported (the backend has no cost model yet)\n");
+  fmt::print("system description: {}\n", systemJson.string());
+  if (plan.stand_in) {
+    fmt::print("WARNING: these runs used the TEMPORARY small-CNN stand-in, not ResNet-50\n");
+  }
+}
+
+std::string swNotes(const BenchmarkPlan& plan) {
+  std::string notes = fmt::format("run_benchmark: {} engine, {} threads; model: {}.",
+                                  plan.cli.engine, plan.cli.threads, plan.model_description);
+  if (plan.cli.skip_memory_check) notes += " Tile-memory check SKIPPED (--skip-memory-check).";
+  if (plan.stand_in) notes += " TEMPORARY small-CNN stand-in for ResNet-50 (--model-stand-in).";
+  return notes;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CliOptions o;
+  CLI::App app{
+      "run_benchmark: MLPerf-style training benchmarks on an emulated Graphcore IPU pod.\n"
+      "Writes <results-dir>/<org>/results/<system>/<benchmark>/result_<i>.txt and\n"
+      "<results-dir>/<org>/systems/<system>.json (the MLPerf submission layout)."};
+  app.add_option("--benchmark", o.benchmark,
+                 "benchmark: resnet50 (bert_large, efficientnet_b4: registered, not implemented "
+                 "yet)")
+      ->check(CLI::IsMember({"resnet50", "bert_large", "efficientnet_b4"}))
+      ->capture_default_str();
+  app.add_option("--division", o.division,
+                 "MLPerf division: closed (reference model and rules) or open")
+      ->check(CLI::IsMember({"closed", "open"}))
+      ->capture_default_str();
+  app.add_option("--pod-size", o.pod_size,
+                 "IPUs in the emulated pod; presets needing more than one replica are refused "
+                 "until replication exists")
+      ->check(CLI::IsMember({1, 4, 16, 64, 128, 256}))
+      ->capture_default_str();
+  app.add_option("--scale", o.scale,
+                 "mini: Fashion-MNIST, CPU-sized; full: the MLPerf data set (not implemented "
+                 "yet)")
+      ->check(CLI::IsMember({"mini", "full"}))
+      ->capture_default_str();
+  app.add_option(
+      "--data-dir", o.data_dir,
+      fmt::format("data set folder (default for mini: {})", datasets::kDefaultFashionMnistDir));
+  app.add_option("--results-dir", o.results_dir, "root of the results package")
+      ->capture_default_str();
+  app.add_option("--org", o.org, "submitter (submission_org and the package's top folder)")
+      ->capture_default_str();
+  app.add_option("--system-name", o.system_name,
+                 "system id: the results/<system> folder, systems/<system>.json and "
+                 "submission_platform (default: ipu-pod<N>-emulated)");
+  app.add_option("--runs", o.runs, "timed runs (MLPerf ResNet package: 5)")->capture_default_str();
+  app.add_option("--seed", o.seed, "seed of run 0; run i uses seed + i")->capture_default_str();
+  app.add_option("--config", o.config,
+                 "JSON file of hyperparameters overriding the preset (unknown keys refused); "
+                 "also mini_train_samples, mini_eval_samples, mini_target_accuracy, "
+                 "eval_period, eval_offset");
+  app.add_option("--max-epochs", o.max_epochs, "epoch budget (0: the preset's epochs)")
+      ->capture_default_str();
+  app.add_option("--engine", o.engine, "engine mode: fused (fast) or tile (literal tile semantics)")
+      ->check(CLI::IsMember({"fused", "tile"}))
+      ->capture_default_str();
+  app.add_option("--threads", o.threads, "compute threads of the engine")->capture_default_str();
+  app.add_flag("--skip-memory-check", o.skip_memory_check,
+               "run even when the model does not fit in tile memory (backend development; "
+               "noted in the system description)");
+  app.add_flag("--model-stand-in", o.model_stand_in,
+               "TEMPORARY: run the small CNN in ResNet-50's place (resnet50 mini) until "
+               "models/resnet50 trains at a usable speed; marked in the output and the system "
+               "description");
+  CLI11_PARSE(app, argc, argv);
+
+  BenchmarkPlan plan;
+  try {
+    plan = makePlan(o);
+    ipu::kernels::fused::setNumThreads(o.threads);
+    if (plan.stand_in) {
+      fmt::print(stderr,
+                 "WARNING: --model-stand-in: the small CNN runs in place of ResNet-50; these "
+                 "results are NOT ResNet-50 results\n");
+    }
+    fmt::print(stderr, "compiling {} (micro-batch {}) to check that it fits...\n",
+               plan.run.preset.name(), plan.run.trainer.batch);
+    const double seconds = preflightCompile(plan);
+    fmt::print(stderr, "fits: compiled in {:.1f} s\n", seconds);
+  } catch (const Refusal& e) {
+    fmt::print(stderr, "run_benchmark: {}\n", e.what());
+    return e.exitCode();
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "run_benchmark: error before any run: {}\n", e.what());
+    return 1;
+  }
+
+  // Every check passed: from here on the package is written.
+  fs::path systemJson;
+  try {
+    fs::create_directories(benchmarkDir(plan.layout, plan.benchmark));
+    warnStaleResults(plan);
+    SystemDescriptionOptions so;
+    so.submitter = o.org;
+    so.division = toString(plan.division);
+    so.status = systemDescriptionStatus(plan.run.submission.status);
+    so.pod = podTopology(o.pod_size);
+    so.system_name = fmt::format("{} (emulated on 1 CPU host)", so.pod.name);
+    so.results_dir = o.results_dir;
+    so.sw_notes = swNotes(plan);
+    systemJson = writeSystemDescription(plan.layout, buildSystemDescription(so));
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "run_benchmark: cannot write the results package: {}\n", e.what());
+    return 1;
+  }
+
+  installSigint();
+  ProgressLine progress(ProgressLine::stderrIsTerminal());
+  std::vector<RunOutcome> outcomes;
+  for (int i = 0; i < o.runs; ++i) {
+    const fs::path log = resultFilePath(plan.layout, plan.benchmark, i);
+    RunOutcome r = executeRun(plan.run, log, i, o.runs, plan.seeds[i], gInterrupted, progress);
+    if (r.status == RunStatus::kDiverged || r.status == RunStatus::kFailed) {
+      fmt::print(stderr, "run {}: {}: {}\n", i, toString(r.status), r.message);
+    }
+    fmt::print(stderr, "run {}: {}, accuracy {}, {:.1f} s -> {}\n", i, toString(r.status),
+               r.accuracy ? fmt::format("{:.4f}", *r.accuracy) : std::string("none"),
+               r.minutes() * 60.0, log.string());
+    outcomes.push_back(std::move(r));
+    if (gInterrupted.load()) break;
+  }
+  printSummary(plan, outcomes, systemJson);
+  std::fflush(stdout);
+  if (gInterrupted.load()) return 130;
+  const bool all = std::all_of(outcomes.begin(), outcomes.end(),
+                               [](const RunOutcome& r) { return r.success(); });
+  return all ? 0 : 2;
+}

@@ -1,0 +1,261 @@
+#include "harness/run_benchmark_plan.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+
+#include "datasets/fashion_mnist.h"
+#include "harness/config.h"
+#include "harness/division_rules.h"
+
+namespace ipu::harness {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kTrainSamplesKey[] = "mini_train_samples";
+constexpr char kEvalSamplesKey[] = "mini_eval_samples";
+constexpr char kTargetKey[] = "mini_target_accuracy";
+constexpr char kEvalPeriodKey[] = "eval_period";
+constexpr char kEvalOffsetKey[] = "eval_offset";
+constexpr char kResnetRule[] = "MLPerf Training rules v4.0, ResNet-50 closed";
+constexpr double kClosedResnetTarget = 0.759;  // the checker's closed_resnet.yaml target
+
+std::string joinViolations(const std::vector<Violation>& v) {
+  std::string out;
+  for (const Violation& x : v) out += "\n  - " + x.message();
+  return out;
+}
+
+// Harness rules on the run settings: the closed ResNet schedule evaluates every 4 epochs with
+// an offset of 0-3 and stops at the 75.9% quality target or above.
+std::vector<Violation> validateSettings(Division division, const RunSettings& s) {
+  std::vector<Violation> out;
+  const bool closed = division == Division::kClosed;
+  if (closed && s.eval_period != 4) {
+    out.push_back({kEvalPeriodKey, std::to_string(s.eval_period),
+                   "4 (evaluation every 4 epochs, epochs numbered from 1)", kResnetRule});
+  }
+  if (s.eval_period < 1) {
+    out.push_back(
+        {kEvalPeriodKey, std::to_string(s.eval_period), "an integer >= 1", "run_benchmark"});
+  }
+  const int maxOffset = std::max(0, std::min(3, s.eval_period - 1));
+  if (s.eval_offset < 0 || s.eval_offset > maxOffset) {
+    out.push_back({kEvalOffsetKey, std::to_string(s.eval_offset),
+                   fmt::format("an integer 0-{} (the offset of the evaluation epochs)", maxOffset),
+                   closed ? kResnetRule : "run_benchmark"});
+  }
+  if (closed && (s.target_accuracy < kClosedResnetTarget || s.target_accuracy >= 1.0)) {
+    out.push_back({kTargetKey, fmt::format("{}", s.target_accuracy),
+                   ">= 0.759 and < 1 (the closed ResNet-50 quality target is 75.9% top-1)",
+                   kResnetRule});
+  }
+  if (!closed && (s.target_accuracy <= 0 || s.target_accuracy >= 1.0)) {
+    out.push_back({kTargetKey, fmt::format("{}", s.target_accuracy), "in (0, 1)", "run_benchmark"});
+  }
+  for (const auto& [key, value] :
+       {std::pair{kTrainSamplesKey, s.train_samples}, std::pair{kEvalSamplesKey, s.eval_samples}}) {
+    if (value < 0) out.push_back({key, std::to_string(value), "an integer >= 0", "run_benchmark"});
+  }
+  return out;
+}
+
+}  // namespace
+
+Json runSettingKeys(const PodPreset& preset) {
+  return Json{{kTrainSamplesKey, 0},
+              {kEvalSamplesKey, 0},
+              {kTargetKey, preset.target_accuracy.value_or(0.0)},
+              {kEvalPeriodKey, 4},
+              {kEvalOffsetKey, 0}};
+}
+
+BenchmarkPlan makePlan(const CliOptions& cli) {
+  BenchmarkPlan plan;
+  plan.cli = cli;
+  try {
+    plan.benchmark = parseBenchmark(cli.benchmark);
+    plan.division = parseDivision(cli.division);
+    plan.scale = parseScale(cli.scale);
+  } catch (const std::invalid_argument& e) {
+    throw Refusal(e.what());
+  }
+  const BenchmarkEntry& entry = findBenchmarkEntry(plan.benchmark);
+  if (!entry.implemented) {
+    throw Refusal(fmt::format("--benchmark {}: not implemented yet ({}). Available now: resnet50.",
+                              cli.benchmark, entry.not_implemented));
+  }
+  if (plan.scale == Scale::kFull && !entry.full_scale) {
+    throw Refusal(fmt::format("--scale full is not implemented yet for {}: {}. Use --scale mini.",
+                              cli.benchmark, entry.full_scale_missing));
+  }
+  if (cli.model_stand_in && plan.benchmark != Benchmark::kResNet50) {
+    throw Refusal("--model-stand-in only applies to --benchmark resnet50");
+  }
+  if (cli.runs < 1) throw Refusal(fmt::format("--runs must be >= 1, got {}", cli.runs));
+  if (cli.threads < 1) throw Refusal(fmt::format("--threads must be >= 1, got {}", cli.threads));
+  if (cli.max_epochs < 0) {
+    throw Refusal(
+        fmt::format("--max-epochs must be >= 1 (0: the preset's), got {}", cli.max_epochs));
+  }
+
+  // The preset, and the pod it describes.
+  const PodPreset* base = nullptr;
+  try {
+    base = &findPreset(plan.benchmark, cli.pod_size, plan.scale);
+  } catch (const std::invalid_argument& e) {
+    throw Refusal(e.what());
+  }
+  if (base->replicas > 1 || base->ipus_per_replica > 1) {
+    throw Refusal(fmt::format(
+        "--pod-size {}: the {} preset needs {} replica(s) x {} IPU(s) per replica, but "
+        "replication and pipelining are not implemented in the backend yet; it will not be run "
+        "on one replica instead (that would be a different configuration). Use --pod-size 1.",
+        cli.pod_size, base->name(), base->replicas, base->ipus_per_replica));
+  }
+
+  // --config: the preset's keys and the run settings, unknown keys refused by name.
+  PodPreset preset = *base;
+  Json settingsJson = runSettingKeys(preset);
+  if (!cli.config.empty()) {
+    try {
+      const Json user = loadJsonFile(cli.config);
+      Json defaults = presetConfigJson(preset);
+      for (const auto& [k, v] : settingsJson.items()) defaults[k] = v;
+      const Json merged = mergeConfig(defaults, user, cli.config);  // validates every key
+      Json presetPart = Json::object();
+      for (const auto& [k, v] : user.items()) {
+        if (settingsJson.contains(k)) {
+          settingsJson[k] = merged[k];
+        } else {
+          presetPart[k] = v;
+        }
+      }
+      preset = applyConfig(preset, presetPart, cli.config);
+    } catch (const ConfigError& e) {
+      throw Refusal(e.what());
+    }
+    if (plan.scale != Scale::kMini) {
+      for (const char* k : {kTrainSamplesKey, kEvalSamplesKey, kTargetKey}) {
+        if (settingsJson[k] != runSettingKeys(*base)[k]) {
+          throw Refusal(fmt::format("{}: key '{}' applies to --scale mini only", cli.config, k));
+        }
+      }
+    }
+  }
+  RunSettings& s = plan.run.settings;
+  s.train_samples = settingsJson[kTrainSamplesKey].get<std::int64_t>();
+  s.eval_samples = settingsJson[kEvalSamplesKey].get<std::int64_t>();
+  s.target_accuracy = settingsJson[kTargetKey].get<double>();
+  s.eval_period = settingsJson[kEvalPeriodKey].get<int>();
+  s.eval_offset = settingsJson[kEvalOffsetKey].get<int>();
+
+  // What the log will say, checked against the division's rules.
+  Json hp = mlperfHyperparameters(preset);
+  if (s.train_samples > 0) {
+    hp[keys::kTrainSamples] = std::min<std::int64_t>(s.train_samples, preset.train_samples);
+  }
+  if (s.eval_samples > 0) {
+    hp[keys::kEvalSamples] = std::min<std::int64_t>(s.eval_samples, preset.eval_samples);
+  }
+  std::vector<Violation> violations = validate(plan.division, plan.benchmark, hp, entry.variant);
+  for (Violation& v : validateSettings(plan.division, s)) violations.push_back(std::move(v));
+  if (!violations.empty()) {
+    throw Refusal(fmt::format("refused: the {} division does not allow this configuration{}",
+                              toString(plan.division), joinViolations(violations)));
+  }
+
+  // What the training loop implements today.
+  const std::string opt = hp.value(keys::kOptName, "");
+  if (opt != "sgd") {
+    throw Refusal(
+        fmt::format("opt_name \"{}\": only SGD with momentum is implemented (the "
+                    "backend has no {} update yet)",
+                    opt, opt));
+  }
+  if (preset.gradient_accumulation != 1) {
+    throw Refusal(
+        fmt::format("gradient_accumulation_steps {}: gradient accumulation is not "
+                    "implemented in the training loop yet (use 1)",
+                    preset.gradient_accumulation));
+  }
+  if (preset.precision != "FP32" || preset.loss_scaling.mode != "none") {
+    throw Refusal(
+        fmt::format("precision \"{}\" with loss scaling \"{}\": the training loop runs "
+                    "FP32 without loss scaling only",
+                    preset.precision, preset.loss_scaling.mode));
+  }
+
+  // The data set.
+  const fs::path dataDir =
+      cli.data_dir.empty() ? fs::path(datasets::kDefaultFashionMnistDir) : fs::path(cli.data_dir);
+  std::string missing;
+  if (fashionMnistFiles(dataDir, &missing).empty()) {
+    throw Refusal(fmt::format(
+        "--data-dir {}: Fashion-MNIST not found ({} is missing, nor its uncompressed form); "
+        "install Debian's dataset-fashion-mnist package (files under {}) or pass --data-dir",
+        dataDir.string(), missing, datasets::kDefaultFashionMnistDir));
+  }
+  plan.run.data_dir = dataDir;
+
+  // The results package: names checked now, folders created only after every check.
+  plan.layout = {cli.results_dir, cli.org,
+                 cli.system_name.empty() ? defaultSystemId(cli.pod_size) : cli.system_name};
+  try {
+    (void)benchmarkDir(plan.layout, plan.benchmark);
+    (void)systemDescriptionPath(plan.layout);
+  } catch (const std::invalid_argument& e) {
+    throw Refusal(e.what());
+  }
+
+  RunPlan& r = plan.run;
+  r.entry = &entry;
+  r.preset = preset;
+  r.hyperparameters = hp;
+  r.submission = {cli.org, plan.layout.system, toString(plan.division), "research",
+                  mlperfBenchmarkName(plan.benchmark)};
+  r.model.scale = plan.scale;
+  r.model.micro_batch = preset.micro_batch;
+  r.model.momentum = hp.value(keys::kSgdOptMomentum, 0.9);
+  r.model.weight_decay = hp.value(keys::kSgdOptWeightDecay, 0.0);
+  r.model.choice = cli.model_stand_in ? ModelChoice::kSmallCnnStandIn : ModelChoice::kReference;
+  r.trainer.batch = preset.micro_batch;
+  try {
+    r.trainer.mode = parseEngineMode(cli.engine);
+  } catch (const std::exception& e) {
+    throw Refusal(fmt::format("--engine {}: {}", cli.engine, e.what()));
+  }
+  r.trainer.checkMemory = !cli.skip_memory_check;
+  r.lr.base = hp.value(keys::kSgdOptBaseLearningRate, 0.1);
+  r.lr.end = hp.value(keys::kSgdOptEndLearningRate, 0.0001);
+  r.lr.power = hp.value(keys::kSgdOptLrDecayPolyPower, 2.0);
+  r.lr.warmup_epochs = hp.value(keys::kOptLrWarmupEpochs, 0);
+  r.lr.decay_epochs = hp.value(keys::kSgdOptLrDecaySteps, std::max(1, preset.epochs));
+  r.max_epochs = cli.max_epochs > 0 ? cli.max_epochs : std::max(1, preset.epochs);
+
+  // Distinct integer seeds, one per run (the seed checker wants them distinct in a package).
+  for (int i = 0; i < cli.runs; ++i) plan.seeds.push_back(cli.seed + static_cast<std::uint64_t>(i));
+  plan.stand_in = cli.model_stand_in;
+  return plan;
+}
+
+double preflightCompile(BenchmarkPlan& plan) {
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    ModelInstance model = plan.run.entry->build(plan.run.model);
+    plan.model_description = model.description;
+    ClassifierTrainer trainer(std::move(model.train), std::move(model.eval), plan.run.trainer);
+  } catch (const CompileError& e) {
+    throw Refusal(
+        fmt::format(
+            "the configuration does not fit in IPU tile memory (micro-batch {}), so it was not "
+            "run:\n"
+            "{}\n(--skip-memory-check runs it anyway on the emulator, for backend development)",
+            plan.run.trainer.batch, e.what()),
+        3);
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace ipu::harness

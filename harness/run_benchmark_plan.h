@@ -1,0 +1,71 @@
+// From run_benchmark's command line to a checked plan. Every check that can refuse a request
+// runs here, before anything is written: an unimplemented benchmark or scale, a pod preset that
+// needs replication, an illegal or unknown --config key, a closed-division rule, a missing data
+// set, and the compile step that says whether the configuration fits in tile memory.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "harness/result_package.h"
+#include "harness/run_loop.h"
+
+namespace ipu::harness {
+
+struct CliOptions {
+  std::string benchmark = "resnet50";
+  std::string division = "closed";
+  int pod_size = 1;
+  std::string scale = "mini";
+  std::string data_dir;  // empty: the scale's default
+  std::string results_dir = "results";
+  std::string org = "ipu_mlperf";
+  std::string system_name;  // empty: defaultSystemId(pod size)
+  int runs = 1;
+  std::uint64_t seed = 1;
+  std::string config;  // JSON file
+  int max_epochs = 0;  // 0: the preset's epochs
+  std::string engine = "fused";
+  int threads = 2;
+  bool skip_memory_check = false;
+  bool model_stand_in = false;
+};
+
+// A refused request; `exit_code` is what run_benchmark returns.
+class Refusal : public std::runtime_error {
+ public:
+  explicit Refusal(const std::string& message, int exit_code = 1)
+      : std::runtime_error(message), exit_code_(exit_code) {}
+  int exitCode() const { return exit_code_; }
+
+ private:
+  int exit_code_;
+};
+
+struct BenchmarkPlan {
+  CliOptions cli;
+  Benchmark benchmark = Benchmark::kResNet50;
+  Division division = Division::kClosed;
+  Scale scale = Scale::kMini;
+  RunPlan run;
+  PackageLayout layout;
+  std::string model_description;
+  bool stand_in = false;
+  std::vector<std::uint64_t> seeds;  // one per run, distinct
+};
+
+// The keys --config accepts besides the preset's (run settings, see RunSettings).
+Json runSettingKeys(const PodPreset& preset);
+
+// Throws Refusal for every request that cannot run; writes nothing.
+BenchmarkPlan makePlan(const CliOptions& cli);
+
+// Builds and compiles the model once: a CompileError (the configuration does not fit in tile
+// memory) becomes a Refusal that names the tile and the bytes. Sets plan.model_description;
+// returns the seconds it took.
+double preflightCompile(BenchmarkPlan& plan);
+
+}  // namespace ipu::harness

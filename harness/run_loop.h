@@ -1,0 +1,90 @@
+// One timed MLPerf run of run_benchmark: the logger on result_<i>.txt and the event sequence
+//
+//   cache_clear, init_start, submission_*, seed, hyperparameters, (compile, weight init),
+//   weights_initialization per tensor, init_stop, run_start, (load the data set),
+//   { block_start, { epoch_start, steps, epoch_stop }..., block_stop, eval_start, eval_stop,
+//     eval_accuracy }..., run_stop {success | aborted}
+//
+// run_stop is "success" as soon as eval_accuracy reaches the target, "aborted" when the epoch
+// budget is spent, training diverges (a NaN/Inf loss), SIGINT arrives, or anything throws. Every
+// path ends with run_stop, so every log is complete and flushed.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "harness/benchmark_registry.h"
+#include "harness/classifier_trainer.h"
+#include "harness/mlperf_events.h"
+#include "harness/pod_presets.h"
+#include "harness/progress.h"
+
+namespace ipu::harness {
+
+// run_benchmark's own --config keys (not MLPerf hyperparameters; not logged as such).
+struct RunSettings {
+  std::int64_t train_samples = 0;  // "mini_train_samples": training images per epoch, 0 = all
+  std::int64_t eval_samples = 0;   // "mini_eval_samples": evaluation images, 0 = all
+  double target_accuracy = 0;      // "mini_target_accuracy": run_stop success at or above it
+  int eval_period = 4;             // "eval_period": epochs between evaluations (closed: 4)
+  int eval_offset = 0;             // "eval_offset": evaluate epoch e when e % period == offset
+};
+
+// SGD with warmup and polynomial decay, as the sgd_opt_* keys describe (in epochs).
+struct LrSchedule {
+  double base = 0.1, end = 0.0001, power = 2;
+  int warmup_epochs = 0, decay_epochs = 1;
+  // Learning rate of global step `step` (from 0) with `stepsPerEpoch` steps an epoch.
+  double at(std::int64_t step, std::int64_t stepsPerEpoch) const;
+};
+
+// Everything a run needs; built once by run_benchmark after every check passed.
+struct RunPlan {
+  const BenchmarkEntry* entry = nullptr;
+  PodPreset preset;      // with the user's --config applied
+  Json hyperparameters;  // logged by logHyperparameters, in order
+  SubmissionInfo submission;
+  ModelRequest model;
+  TrainerOptions trainer;  // batch, engine mode, memory check (the seed is set per run)
+  LrSchedule lr;
+  RunSettings settings;
+  std::filesystem::path data_dir;
+  int max_epochs = 1;  // the epoch budget
+};
+
+// Training blocks ending at the evaluation epochs: resnetEvalBlocks for period 4; for other
+// periods (open division) the same rule with e % period == offset % period.
+std::vector<EpochBlock> evalBlocks(int totalEpochs, int period, int offset);
+
+// The Fashion-MNIST files of `dir` (the .gz preferred, as loadFashionMnist does); empty when one
+// is missing, with `missing` naming it.
+std::vector<std::filesystem::path> fashionMnistFiles(const std::filesystem::path& dir,
+                                                     std::string* missing = nullptr);
+
+enum class RunStatus { kSuccess, kTargetNotReached, kDiverged, kInterrupted, kFailed };
+const char* toString(RunStatus status);
+
+struct RunOutcome {
+  RunStatus status = RunStatus::kFailed;
+  std::uint64_t seed = 0;
+  int epochs = 0;                  // epochs trained (the last may be partial when aborted)
+  std::optional<double> accuracy;  // last eval_accuracy
+  std::int64_t run_start_ms = 0, run_stop_ms = 0;  // as logged
+  double init_seconds = 0;
+  std::string message;  // why it aborted
+  std::filesystem::path log;
+  bool success() const { return status == RunStatus::kSuccess; }
+  double minutes() const { return static_cast<double>(run_stop_ms - run_start_ms) / 60000.0; }
+};
+
+// Runs one run and writes its complete log to `logPath`. `interrupted` is polled between steps
+// and evaluation chunks.
+RunOutcome executeRun(const RunPlan& plan, const std::filesystem::path& logPath, int runIndex,
+                      int runCount, std::uint64_t seed, const std::atomic<bool>& interrupted,
+                      ProgressLine& progress);
+
+}  // namespace ipu::harness

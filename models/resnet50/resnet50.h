@@ -1,0 +1,108 @@
+// ResNet-50 v1.5 (the MLPerf reference / torchvision resnet50) on the project's graph IR.
+//
+//   stem:  conv0 7x7/2 pad 3 -> bn0 -> relu -> maxpool 3x3/2 pad 1
+//   stage s = 1..4 (widths w = 64, 128, 256, 512; out = 4w), blocks [3, 4, 6, 3]:
+//     unit: conv1 1x1 (w) -> bn1 -> relu -> conv2 3x3 (w, stride) -> bn2 -> relu
+//           -> conv3 1x1 (4w) -> bn3 ; + shortcut ; relu
+//     v1.5: the stride (2 in the first unit of stages 2-4) is on conv2, not conv1.
+//     The first unit of every stage has a projection shortcut conv1sc 1x1/stride -> bnsc.
+//   head:  global average pool -> fc1 (dense, 1000) -> softmax cross entropy (mean over batch)
+//
+// Layouts: activations NHWC, conv weights [K,R,S,C] (OHWI), dense weights [in,out], batch norm
+// over the last (channel) dim. No conv biases. Every tensor name is the MLPerf canonical name
+// (conv0_weight, stage1_unit1_bn1_gamma, fc1_bias, ...), so weights move between the training
+// and the inference graph, and into MLPerf logs, by name.
+//
+// Small single-channel images (Fashion-MNIST 28x28x1) use Stem::SmallImage: a 3x3 stride-1
+// pad-1 stem conv and no max pool (as CIFAR-style ResNets do): the ImageNet stem would shrink
+// 28x28 to 7x7 before the first stage and 1x1 by stage 3, leaving batch norm nothing to
+// normalise over. Parameter names and counts per stage are unchanged; only conv0's kernel is.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ipu_backend/compiler/autodiff.h"
+#include "ipu_backend/ir/graph.h"
+
+namespace ipu::models {
+
+struct ResNetConfig {
+  enum class Stem {
+    ImageNet,    // 7x7/2 conv pad 3 + 3x3/2 max pool pad 1 (224x224 in -> 56x56 at stage 1)
+    SmallImage,  // 3x3/1 conv pad 1, no max pool (28x28 / 32x32 in -> same size at stage 1)
+  };
+
+  int numClasses = 1000;
+  std::vector<int> blocks = {3, 4, 6, 3};  // bottleneck units per stage
+  int baseWidth = 64;                      // stem channels and stage-1 bottleneck width
+  int expansion = 4;                       // unit output channels = expansion x width
+  int inputH = 224, inputW = 224, inputC = 3;
+  Stem stem = Stem::ImageNet;
+  double labelSmoothing = 0.0;  // MLPerf ResNet uses 0.1
+  double bnEps = 1e-5;
+  // EMA momentum of the running statistics: running = m * running + (1 - m) * batch.
+  // PyTorch's BatchNorm momentum 0.1 is m = 0.9 here.
+  double bnMomentum = 0.9;
+  bool zeroInitLastBnGamma = false;  // initWeights: bn3 gamma = 0 in every unit (Goyal et al.)
+
+  static ResNetConfig resnet50();      // full, 224x224x3, 1000 classes
+  static ResNetConfig small();         // tests: blocks [1,1,1,1], width 8, 32x32x3, 10 classes
+  static ResNetConfig fashionMnist();  // full [3,4,6,3], 28x28x1, SmallImage stem, 10 classes
+};
+
+enum class BnMode { Train, Inference };
+
+struct ResNetGraph {
+  ResNetConfig config;
+  i64 batch = 0;
+  BnMode bnMode = BnMode::Train;
+  Graph graph;
+  int images = -1;                  // input f32[N,H,W,C]
+  int labels = -1;                  // input i32[N]
+  int lr = -1;                      // input f32[] (training graphs only)
+  int logits = -1;                  // f32[N,classes], output
+  int sampleLoss = -1;              // f32[N]
+  int loss = -1;                    // f32[] mean over the batch, output
+  std::vector<int> params;          // trainable variables, canonical order
+  std::vector<int> runningStats;    // <bn>_running_mean, <bn>_running_var, in model order
+  std::map<int, int> grads;         // param -> gradient tensor (after appendGradients)
+  std::vector<int> optimizerState;  // momentum buffers (after appendSgd)
+
+  std::vector<std::string> paramNames() const;
+  i64 parameterCount() const;  // elements of all trainable parameters
+};
+
+// The canonical parameter names of a config, in model order (161 for ResNet-50).
+std::vector<std::string> resnetParameterNames(const ResNetConfig& c);
+
+// Forward graph: logits and loss marked as outputs. Train: batch_norm_train with ema_update
+// of the running statistics (var scaled by n/(n-1), unbiased, as PyTorch). Inference:
+// batch_norm_inference with the running statistics.
+ResNetGraph buildForward(const ResNetConfig& c, i64 batch, BnMode mode);
+// Appends the backward pass of the mean loss; every parameter must get a gradient.
+void appendGradients(ResNetGraph& rg);
+// Adds the "lr" input (f32[]) and one sgd_update per parameter.
+void appendSgd(ResNetGraph& rg, const SgdOptions& opts);
+
+// One training step as one graph: forward (train BN) + backward + SGD momentum update.
+ResNetGraph buildTraining(const ResNetConfig& c, i64 batch, const SgdOptions& opts);
+ResNetGraph buildInference(const ResNetConfig& c, i64 batch);
+
+// MLPerf-style SGD: weight decay on conv and fc weights only (not BN gamma/beta, not biases).
+SgdOptions resnetSgdOptions(double momentum = 0.9, double weightDecay = 5e-5);
+
+// Host initialisation of every variable of the graph, by name: conv weights Kaiming normal
+// (fan_out, relu gain) as torchvision, BN gamma 1 (0 for bn3 if zeroInitLastBnGamma) and beta
+// 0, fc weight and bias uniform(-1/sqrt(in), 1/sqrt(in)) (nn.Linear's default), running mean 0
+// and var 1, momentum buffers 0. Deterministic for a seed, independent of the platform's
+// <random> distributions (mt19937_64 per tensor, own Box-Muller).
+std::map<std::string, std::vector<float>> initWeights(const ResNetGraph& rg, std::uint64_t seed);
+
+// Multiply-accumulates of the conv2d and matmul ops of a graph (whole batch). Call it on a
+// forward or inference graph: a training graph's backward matmuls would count too.
+double forwardMacs(const Graph& g);
+
+}  // namespace ipu::models
