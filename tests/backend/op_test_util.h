@@ -54,10 +54,10 @@ class OpHarness {
       ints_.push_back(b.input(n, {static_cast<i64>(v.size())}, DType::I32));
     out_ = c.build(b, vars_, ints_);
     g.markOutput(out_);  // keeps it live to the end of the step, so it can be read back
-    const Tensor& o = g.tensor(out_);
-    probe_ = b.variable("probe", o.shape);
+    const Shape outShape = g.tensor(out_).shape;  // copy: adding tensors reallocates
+    probe_ = b.variable("probe", outShape);
     int prod = b.mul(out_, probe_);
-    std::vector<i64> axes(o.shape.size());
+    std::vector<i64> axes(outShape.size());
     for (size_t i = 0; i < axes.size(); ++i) axes[i] = static_cast<i64>(i);
     loss_ = b.reduceSum(prod, axes, false, "loss");
     g.markOutput(loss_);
