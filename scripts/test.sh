@@ -11,6 +11,7 @@ BUILD_DIR="${BUILD_DIR:-build${SAN:+-san}}"
 JOBS="${JOBS:-$(nproc)}"
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DIPU_SANITIZE="$SAN" \
   ${SAN:+-DIPU_BUILD_BENCHMARKS=OFF}
-cmake --build "$BUILD_DIR" -j "$JOBS"
+# BUILD_TARGETS: build only these targets (e.g. the suites a sanitizer build runs).
+cmake --build "$BUILD_DIR" -j "$JOBS" ${BUILD_TARGETS:+--target $BUILD_TARGETS}
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j "${CTEST_JOBS:-1}" ${CTEST_ARGS:-}
