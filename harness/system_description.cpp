@@ -288,7 +288,8 @@ Json buildSystemDescription(const SystemDescriptionOptions& o, const HostInfo& h
   d["hw_notes"] = fmt::format(
       "The IPUs are EMULATED on a CPU host: no IPU hardware was used. This is an emulated "
       "{} ({} IPUs, {} IPU-M2000) running on one {} host. Reported times are host wall-clock "
-      "time plus modeled IPU time from the cost model, not measurements of IPU hardware.",
+      "times of the emulation, not measurements of IPU hardware (modeled IPU times, where a "
+      "run reports them, come from the project's cost model).",
       pod.name, pod.pod_size, pod.m2000s, host.machine.empty() ? "Linux" : host.machine);
   d["framework"] = o.framework.empty() ? projectNameAndVersion() : o.framework;
   d["other_software_stack"] =
