@@ -5,7 +5,7 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake ninja-build pkg-config clang-format
-  libdnnl-dev libopencv-dev nlohmann-json3-dev libfmt-dev libcli11-dev
+  libdnnl-dev ocl-icd-opencl-dev libopencv-dev nlohmann-json3-dev libfmt-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin zlib1g-dev
   dataset-fashion-mnist
   python3 python3-pip python3-venv python3-numpy python3-pandas python3-matplotlib
