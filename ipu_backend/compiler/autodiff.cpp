@@ -48,8 +48,8 @@ class GradBuilder {
     // References into the graph die when ops are added: take copies of shapes before building.
     auto T = [&](int id) -> const Tensor& { return g_.tensor(id); };
     int dy = grad(op.outputs.empty() ? -1 : op.outputs[0]);
-    const std::string label = fmt::format("{} '{}'", opName(op.kind),
-                                          op.outputs.empty() ? "" : T(op.outputs[0]).name);
+    const std::string label =
+        fmt::format("{} '{}'", opName(op.kind), op.outputs.empty() ? "" : T(op.outputs[0]).name);
     auto noRule = [&](const char* why) {
       throw GraphError(fmt::format("autodiff: {} has no gradient rule ({})", label, why));
     };
@@ -75,8 +75,10 @@ class GradBuilder {
         bool bcast = bs.size() == 2 && as.size() > 2;
         if (needs[0]) {
           int da = -1;
-          if (!ta) da = tb ? b_.matmul(dy, B, false, false) : b_.matmul(dy, B, false, true);
-          else da = tb ? b_.matmul(B, dy, true, true) : b_.matmul(B, dy, false, true);
+          if (!ta)
+            da = tb ? b_.matmul(dy, B, false, false) : b_.matmul(dy, B, false, true);
+          else
+            da = tb ? b_.matmul(B, dy, true, true) : b_.matmul(B, dy, false, true);
           accumulate(A, da);
         }
         if (needs[1]) {
@@ -88,8 +90,10 @@ class GradBuilder {
             int d2 = b_.reshape(dy, {m, T(dy).shape.back()});
             db = tb ? b_.matmul(d2, a2, true, false) : b_.matmul(a2, d2, true, false);
           } else {
-            if (!ta) db = tb ? b_.matmul(dy, A, true, false) : b_.matmul(A, dy, true, false);
-            else db = tb ? b_.matmul(dy, A, true, true) : b_.matmul(A, dy, false, false);
+            if (!ta)
+              db = tb ? b_.matmul(dy, A, true, false) : b_.matmul(A, dy, true, false);
+            else
+              db = tb ? b_.matmul(dy, A, true, true) : b_.matmul(A, dy, false, false);
             if (bcast) {
               std::vector<i64> axes(as.size() - 2);
               std::iota(axes.begin(), axes.end(), 0);
@@ -112,7 +116,11 @@ class GradBuilder {
         return;
       }
       case OpKind::Unary: {
-        if (needs[0]) accumulate(in(0), g_.addOp1(OpKind::UnaryGrad, {in(0), dy}, op.attrs));
+        if (!needs[0]) return;
+        // ReLU's derivative reads its output (y > 0 exactly when x > 0), so that the input
+        // (typically a batch-norm or residual-add output) need not stay live for the backward.
+        const int x = op.attrs.getString("fn") == "relu" ? op.outputs[0] : in(0);
+        accumulate(in(0), g_.addOp1(OpKind::UnaryGrad, {x, dy}, op.attrs));
         return;
       }
       case OpKind::Binary: {
@@ -181,8 +189,7 @@ class GradBuilder {
         return;
       case OpKind::SoftmaxCrossEntropy:
         if (needs[1]) noRule("labels are not differentiable");
-        accumulate(in(0),
-                   g_.addOp1(OpKind::SoftmaxCrossEntropyGrad, {in(0), in(1), dy}, op.attrs));
+        accumulate(in(0), g_.addOp1(OpKind::SoftmaxCrossEntropyGrad, {in(0), in(1), dy}, op.attrs));
         return;
       case OpKind::Constant:
         return;
@@ -202,8 +209,8 @@ class GradBuilder {
 GradientResult appendBackward(Graph& g, int loss, const std::vector<int>& wrt, double seed) {
   const Tensor L = g.tensor(loss);
   if (L.elements() != 1)
-    throw GraphError(fmt::format("autodiff: loss '{}' must have one element, has shape {}",
-                                 L.name, shapeStr(L.shape)));
+    throw GraphError(fmt::format("autodiff: loss '{}' must have one element, has shape {}", L.name,
+                                 shapeStr(L.shape)));
   const size_t nOpsBefore = g.ops().size();
   // Forward reachability from wrt, and backward reachability from the loss.
   std::vector<bool> fromWrt(g.tensors().size(), false), toLoss(g.tensors().size(), false);
@@ -226,8 +233,8 @@ GradientResult appendBackward(Graph& g, int loss, const std::vector<int>& wrt, d
   gb.accumulate(loss, b.constant(L.shape, seed, L.dtype, g.uniqueName("loss_grad_seed")));
   for (size_t i = nOpsBefore; i-- > 0;) {
     const Op op = g.op(static_cast<int>(i));  // copy: adding ops may reallocate
-    bool hasGrad = std::any_of(op.outputs.begin(), op.outputs.end(),
-                               [&](int t) { return gb.grad(t) >= 0; });
+    bool hasGrad =
+        std::any_of(op.outputs.begin(), op.outputs.end(), [&](int t) { return gb.grad(t) >= 0; });
     if (!hasGrad) continue;
     std::vector<bool> needs(op.inputs.size());
     bool anyNeed = false;
@@ -252,8 +259,7 @@ OptimizerState appendSgdUpdate(Graph& g, const std::map<int, int>& grads, int lr
     const Tensor w = g.tensor(var);
     int v = g.addVariable(w.name + "/momentum", w.shape, w.dtype);
     st.stateVariables.push_back(v);
-    Attrs a{{"momentum", opts.momentum},
-            {"weight_decay", opts.decay(w) ? opts.weightDecay : 0.0}};
+    Attrs a{{"momentum", opts.momentum}, {"weight_decay", opts.decay(w) ? opts.weightDecay : 0.0}};
     if (opts.nesterov) a.set("nesterov", true);
     g.addOp(OpKind::SgdUpdate, {var, v, grad, lr}, a);
   }
@@ -265,8 +271,8 @@ std::vector<int> trainableVariables(const Graph& g) {
   for (const Op& op : g.ops()) {
     const OpDef& d = opDef(op.kind);
     for (size_t i = 0; i < op.inputs.size(); ++i) {
-      bool written = std::find(d.writesInputs.begin(), d.writesInputs.end(),
-                               static_cast<int>(i)) != d.writesInputs.end();
+      bool written = std::find(d.writesInputs.begin(), d.writesInputs.end(), static_cast<int>(i)) !=
+                     d.writesInputs.end();
       // sgd_update writes the weight (input 0) but the weight is trainable; its momentum is state.
       if (written && !(op.kind == OpKind::SgdUpdate && i == 0)) state.insert(op.inputs[i]);
       if (!written) read.insert(op.inputs[i]);

@@ -2,9 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <map>
-#include <tuple>
 #include <numeric>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -14,24 +15,51 @@
 namespace ipu {
 namespace {
 
-i64 ceilDiv(i64 a, i64 b) { return (a + b - 1) / b; }
+i64 ceilDiv(i64 a, i64 b) {
+  return (a + b - 1) / b;
+}
 
 // ---- tile mapping ---------------------------------------------------------------------------
 
-// Linear mapping: contiguous grain-aligned runs spread over as many tiles as the size warrants.
+// Linear mapping: contiguous grain-aligned runs spread over as many tiles of [firstTile,
+// firstTile + tiles) as the size warrants.
+std::vector<TileSlice> rangeMapping(i64 elements, DType dtype, const Target& t, i64 firstTile,
+                                    i64 tiles) {
+  i64 es = sizeOf(dtype);
+  i64 grain = std::max<i64>(1, t.grainBytes / es);
+  i64 maxTiles = std::max<i64>(1, elements * es / t.minBytesPerTile);
+  i64 used = std::min<i64>(tiles, std::max<i64>(1, std::min(maxTiles, ceilDiv(elements, grain))));
+  i64 per = ceilDiv(ceilDiv(elements, used), grain) * grain;
+  std::vector<TileSlice> m;
+  for (i64 i = 0, e = 0; e < elements; ++i, e += per)
+    m.push_back(
+        {static_cast<int>((firstTile + i) % t.numTiles), e, std::min(elements, e + per), 0});
+  return m;
+}
+
 // Buffers of equal size get equal mappings, so elementwise ops between them stay tile-local; the
 // start tile is derived from the size so that many small tensors do not all land on tile 0.
 std::vector<TileSlice> linearMapping(const Buffer& b, const Target& t) {
-  i64 es = sizeOf(b.dtype);
-  i64 grain = std::max<i64>(1, t.grainBytes / es);
-  i64 maxTiles = std::max<i64>(1, b.bytes() / t.minBytesPerTile);
-  i64 tiles = std::min<i64>(t.numTiles, std::max<i64>(1, std::min(maxTiles, ceilDiv(b.elements, grain))));
-  i64 per = ceilDiv(ceilDiv(b.elements, tiles), grain) * grain;
   i64 start = static_cast<i64>((static_cast<std::uint64_t>(b.elements) * 2654435761ULL) %
                                static_cast<std::uint64_t>(t.numTiles));
+  return rangeMapping(b.elements, b.dtype, t, start, t.numTiles);
+}
+
+// Channel-blocked mapping of an [P, K] tensor (P pixels, K innermost channels): tile (g, q) holds
+// channels [g*kg, (g+1)*kg) of the pixels of block q. A convolution whose weights are too large
+// for one tile writes its output like this, so that each tile needs only the weights of its kg
+// output channels (Poplar's planner partitions output channels the same way).
+std::vector<TileSlice> channelBlockedMapping(i64 pixels, i64 k, i64 kg, const Target& t) {
+  const i64 groups = ceilDiv(k, kg);
+  const i64 pixelBlocks = std::clamp<i64>(t.numTiles / groups, 1, pixels);
   std::vector<TileSlice> m;
-  for (i64 i = 0, e = 0; e < b.elements; ++i, e += per)
-    m.push_back({static_cast<int>((start + i) % t.numTiles), e, std::min(b.elements, e + per), 0});
+  m.reserve(static_cast<size_t>(pixels * groups));
+  for (i64 p = 0; p < pixels; ++p) {
+    const i64 q = p * pixelBlocks / pixels;
+    for (i64 g = 0; g < groups; ++g)
+      m.push_back({static_cast<int>((g * pixelBlocks + q) % t.numTiles), p * k + g * kg,
+                   p * k + std::min(k, (g + 1) * kg), 0});
+  }
   return m;
 }
 
@@ -44,6 +72,13 @@ struct NeedWindow {
 
 Range rowsOf(Range elems, i64 rowLen) {
   return {elems.begin / rowLen, (elems.end - 1) / rowLen + 1};
+}
+
+// The innermost-dimension indices (channels) that flat range `elems` of a [..., k] tensor
+// touches: their exact span within one row, all k when it spans rows.
+Range channelsOf(Range elems, i64 k) {
+  if (elems.begin / k != (elems.end - 1) / k) return {0, k};
+  return {elems.begin % k, (elems.end - 1) % k + 1};
 }
 
 // The contiguous range of NHWC rows (n*H + h) of an [N,H,W,C] tensor that output rows
@@ -165,18 +200,41 @@ class Planner {
       exe_.buffers.push_back(b);
       exe_.mapping.push_back(linearMapping(b, t_));
     }
+    for (const Op& op : g_.ops())
+      if (op.kind == OpKind::Conv2d) {
+        auto cs = convShapeOf(g_, op);
+        const i64 kg = outputChannelsPerTile(cs);
+        if (kg < cs.k)
+          exe_.mapping[op.outputs[0]] =
+              channelBlockedMapping(cs.n * cs.outH() * cs.outW(), cs.k, kg, t_);
+      }
   }
-  // A [parts, elems] partials buffer whose row p follows `like`'s mapping rotated by p * shift.
-  int addPartials(const std::string& name, int like, i64 parts, i64 rowElems) {
+  // Weight bytes one output channel of a convolution reads.
+  static i64 weightBytesPerOutputChannel(const kernels::Conv2dShape& s) {
+    return s.r * s.s * s.cPerGroup() * 4;
+  }
+  // How many output channels one tile may compute so that their weights fit the window budget;
+  // K itself when a linear mapping's slices (which may span all channels) already fit.
+  i64 outputChannelsPerTile(const kernels::Conv2dShape& s) const {
+    const i64 perK = weightBytesPerOutputChannel(s);
+    if (perK * s.k <= windowBudgetBytes()) return s.k;
+    return std::clamp<i64>(windowBudgetBytes() / perK, 1, s.k);
+  }
+  // A [parts, elems] partials buffer: row p is spread over its own group of tiles, so that the
+  // vertices of one part (which share that part's slice of the reduced operand, e.g. a block of
+  // weight rows) sit together and each tile gathers the operand slice of one part only.
+  int addPartials(const std::string& name, i64 parts, i64 rowElems) {
     Buffer b{name, parts * rowElems, DType::F32, -1, false};
     exe_.buffers.push_back(b);
-    const auto& base = exe_.mapping[like];
     std::vector<TileSlice> m;
-    i64 shift = std::max<i64>(1, t_.numTiles / parts);
-    for (i64 p = 0; p < parts; ++p)
-      for (const TileSlice& s : base)
-        m.push_back({static_cast<int>((s.tile + p * shift) % t_.numTiles), p * rowElems + s.begin,
-                     p * rowElems + s.end, 0});
+    const i64 T = t_.numTiles;
+    for (i64 p = 0; p < parts; ++p) {
+      const i64 first = p * T / parts, tiles = std::max<i64>(1, (p + 1) * T / parts - first);
+      for (TileSlice s : rangeMapping(rowElems, DType::F32, t_, first, tiles)) {
+        s.begin += p * rowElems, s.end += p * rowElems;
+        m.push_back(s);
+      }
+    }
     exe_.mapping.push_back(std::move(m));
     return static_cast<int>(exe_.buffers.size() - 1);
   }
@@ -198,8 +256,8 @@ class Planner {
 
   ComputeSet& newComputeSet(const Op& op, int phase, const std::string& what) {
     ComputeSet cs;
-    const std::string label = op.outputs.empty() ? g_.tensor(op.inputs[0]).name
-                                                 : g_.tensor(op.outputs[0]).name;
+    const std::string label =
+        op.outputs.empty() ? g_.tensor(op.inputs[0]).name : g_.tensor(op.outputs[0]).name;
     cs.name = fmt::format("{}/{}{}", label, opName(op.kind), what.empty() ? "" : "/" + what);
     cs.op = op.id;
     cs.phase = phase;
@@ -225,28 +283,54 @@ class Planner {
     return v;
   }
 
-  i64 windowBudgetBytes() const { return t_.bytesPerTile / 4; }
+  // What one vertex may gather of one operand (weights, rows): an eighth of the tile, so that
+  // the gathered operands of a compute set, its partials and the live activations share a tile.
+  i64 windowBudgetBytes() const { return t_.bytesPerTile / 8; }
 
   // Elementwise-style op: one vertex per slice of the output buffer `out`; `windows` gives the
   // inputs for an output range.
+  // With cutAt > 0 a slice is cut into one vertex per run of cutAt-element rows it touches.
   template <typename F>
-  void perOutputSlice(const Op& op, int out, F windows, const std::string& what = "") {
+  void perOutputSlice(const Op& op, int out, F windows, const std::string& what = "",
+                      i64 cutAt = 0) {
     ComputeSet& cs = newComputeSet(op, 0, what);
     for (const TileSlice& s : exe_.mapping[out]) {
-      Range r{s.begin, s.end};
-      cs.vertices.push_back(vertexOn(s.tile, windows(r), {{out, s.begin, s.end}}, r));
+      for (i64 b = s.begin; b < s.end;) {
+        i64 e = cutAt > 0 ? std::min(s.end, (b / cutAt + 1) * cutAt) : s.end;
+        Range r{b, e};
+        cs.vertices.push_back(vertexOn(s.tile, windows(r), {{out, b, e}}, r));
+        b = e;
+      }
     }
   }
 
-  // Reduction over an outer dimension with P partials then a combining compute set.
-  // `windows(outRange, redRange)`; writes partial rows or `out` directly when P == 1.
+  // Reduction split into P parts (partial rows on their own tile groups) then a combining set.
+  // `windows(outRange, redRange)`; bytesPerRedUnit is what one unit of the reduced extent adds
+  // to a vertex's windows, so P keeps each vertex's windows within the budget. Writes `out`
+  // directly when P == 1.
   template <typename F>
   void splitReduction(const Op& op, int out, i64 redExtent, i64 bytesPerRedUnit, F windows,
                       bool combineMax = false) {
     const std::vector<TileSlice> outMap = exe_.mapping[out];  // copy: partials add mappings
-    i64 memParts = ceilDiv(bytesPerRedUnit * redExtent, windowBudgetBytes());
-    i64 parParts = std::max<i64>(1, std::min<i64>(8, t_.numTiles / static_cast<i64>(outMap.size())));
-    i64 parts = std::clamp<i64>(std::max(memParts, parParts), 1, redExtent);
+    // Per tile, P parts cost about P x |partials row| / T of partials and |windows| / P of
+    // gathered operands. Take the fewest parts that keep the windows within the budget if the
+    // partials then fit the budget too; otherwise P = sqrt(|windows| x T / |row|), which
+    // minimises the sum (windows may then exceed the budget). At least enough parts to occupy the
+    // tiles when the output is small.
+    const i64 e = exe_.buffers[out].elements;
+    const double windowsTotal = static_cast<double>(bytesPerRedUnit) * redExtent;
+    const double budget = static_cast<double>(windowBudgetBytes());
+    const double T = static_cast<double>(t_.numTiles);
+    const i64 unitsPerPart =
+        std::max<i64>(1, windowBudgetBytes() / std::max<i64>(1, bytesPerRedUnit));
+    const i64 fewest = ceilDiv(redExtent, unitsPerPart);
+    const i64 most = static_cast<i64>(T * budget / (4.0 * e));
+    const i64 memParts = fewest <= most
+                             ? fewest
+                             : static_cast<i64>(std::ceil(std::sqrt(windowsTotal * T / (4.0 * e))));
+    const i64 parParts =
+        std::max<i64>(1, std::min<i64>(8, t_.numTiles / static_cast<i64>(outMap.size())));
+    const i64 parts = std::clamp<i64>(std::max(memParts, parParts), 1, redExtent);
     if (parts == 1) {
       ComputeSet& cs = newComputeSet(op, 0, "");
       for (const TileSlice& s : outMap) {
@@ -255,27 +339,24 @@ class Planner {
       }
       return;
     }
-    i64 e = exe_.buffers[out].elements;
-    int partials = addPartials(exe_.buffers[out].name + "/partials", out, parts, e);
+    int partials = addPartials(exe_.buffers[out].name + "/partials", parts, e);
     {
       ComputeSet& cs = newComputeSet(op, 0, "partials");
-      for (i64 p = 0; p < parts; ++p) {
+      const std::vector<TileSlice>& pm = exe_.mapping[partials];
+      for (const TileSlice& s : pm) {
+        const i64 p = s.begin / e;
         Range red{redExtent * p / parts, redExtent * (p + 1) / parts};
-        for (const TileSlice& s : outMap) {
-          Range r{s.begin, s.end};
-          int tile = exe_.sliceOf(partials, p * e + s.begin).tile;
-          cs.vertices.push_back(vertexOn(tile, windows(r, red),
-                                         {{partials, p * e + s.begin, p * e + s.end}}, r, red,
-                                         static_cast<int>(p)));
-        }
+        Range r{s.begin - p * e, s.end - p * e};
+        cs.vertices.push_back(vertexOn(s.tile, windows(r, red), {{partials, s.begin, s.end}}, r,
+                                       red, static_cast<int>(p)));
       }
     }
     ComputeSet& cs = newComputeSet(op, 1, combineMax ? "max_partials" : "sum_partials");
     for (const TileSlice& s : outMap) {
       std::vector<NeedWindow> ins;
       for (i64 p = 0; p < parts; ++p) ins.push_back({partials, p * e + s.begin, p * e + s.end});
-      cs.vertices.push_back(vertexOn(s.tile, ins, {{out, s.begin, s.end}}, {s.begin, s.end},
-                                     {0, parts}));
+      cs.vertices.push_back(
+          vertexOn(s.tile, ins, {{out, s.begin, s.end}}, {s.begin, s.end}, {0, parts}));
     }
   }
 
@@ -296,11 +377,11 @@ class Planner {
         for (const TileSlice& s : exe_.mapping[like]) {
           Range ch{s.begin, s.end};
           int tile = exe_.sliceOf(partials, p * 2 * c + s.begin).tile;
-          cs.vertices.push_back(vertexOn(tile, windows(ch, red),
-                                         {{partials, p * 2 * c + s.begin, p * 2 * c + s.end},
-                                          {partials, (p * 2 + 1) * c + s.begin,
-                                           (p * 2 + 1) * c + s.end}},
-                                         ch, red, static_cast<int>(p)));
+          cs.vertices.push_back(
+              vertexOn(tile, windows(ch, red),
+                       {{partials, p * 2 * c + s.begin, p * 2 * c + s.end},
+                        {partials, (p * 2 + 1) * c + s.begin, (p * 2 + 1) * c + s.end}},
+                       ch, red, static_cast<int>(p)));
         }
       }
     }
@@ -362,59 +443,109 @@ class Planner {
         perOutputSlice(op, out, [](Range) { return std::vector<NeedWindow>{}; });
         return;
       case OpKind::Conv2d: {
+        // Output slices are channel-blocked when the weights are large (see
+        // createTensorBuffers): a vertex reads its input rows and its channels' weight rows.
         auto s = convShapeOf(g_, op);
-        i64 oRowLen = s.outW() * s.k, iRowLen = s.w * s.c;
-        perOutputSlice(op, out, [&, s, oRowLen, iRowLen](Range r) {
+        i64 oRowLen = s.outW() * s.k, iRowLen = s.w * s.c, wPerK = s.r * s.s * s.cPerGroup();
+        perOutputSlice(op, out, [&, s, oRowLen, iRowLen, wPerK](Range r) {
           Range rows = inputRowsForOutputRows(rowsOf(r, oRowLen), s.outH(), s.h, s.strideH,
                                               s.padTop, s.dilH * (s.r - 1) + 1);
+          Range ks = channelsOf(r, s.k);
           return std::vector<NeedWindow>{{in(0), rows.begin * iRowLen, rows.end * iRowLen},
-                                         whole(in(1))};
+                                         {in(1), ks.begin * wPerK, ks.end * wPerK}};
         });
         return;
       }
       case OpKind::Conv2dBackwardData: {
         auto s = convShapeOf(g_, op);
-        i64 oRowLen = s.outW() * s.k, iRowLen = s.w * s.c;
-        perOutputSlice(op, out, [&, s, oRowLen, iRowLen](Range r) {
+        i64 oRowLen = s.outW() * s.k, iRowLen = s.w * s.c, wPerK = s.r * s.s * s.cPerGroup();
+        auto dyRows = [&, s, oRowLen, iRowLen](Range r) {
           Range rows = outputRowsForInputRows(rowsOf(r, iRowLen), s.outH(), s.h, s.strideH,
                                               s.padTop, s.dilH * (s.r - 1) + 1);
-          return std::vector<NeedWindow>{{in(0), rows.begin * oRowLen, rows.end * oRowLen},
-                                         whole(in(1))};
-        });
+          return NeedWindow{in(0), rows.begin * oRowLen, rows.end * oRowLen};
+        };
+        if (weightBytesPerOutputChannel(s) * s.k <= windowBudgetBytes()) {
+          perOutputSlice(op, out, [&, dyRows](Range r) {
+            return std::vector<NeedWindow>{dyRows(r), whole(in(1))};
+          });
+          return;
+        }
+        // Large weights: split the sum over output channels k, each part reading only its
+        // weight rows w[k0:k1] (contiguous in the [K,R,S,C/G] layout).
+        splitReduction(
+            op, out, s.k, weightBytesPerOutputChannel(s), [&, dyRows, wPerK](Range r, Range ks) {
+              return std::vector<NeedWindow>{dyRows(r), {in(1), ks.begin * wPerK, ks.end * wPerK}};
+            });
         return;
       }
       case OpKind::Conv2dBackwardFilter: {
+        // Split over output rows (n * OH + oh): a part reads its dy rows and the x rows they
+        // cover, whatever the image size.
         auto s = convShapeOf(g_, op);
-        i64 xImg = s.h * s.w * s.c, dyImg = s.outH() * s.outW() * s.k;
-        splitReduction(op, out, s.n, (xImg + dyImg) * 4, [&, xImg, dyImg](Range, Range red) {
-          return std::vector<NeedWindow>{{in(0), red.begin * xImg, red.end * xImg},
-                                         {in(1), red.begin * dyImg, red.end * dyImg}};
-        });
+        i64 oRowLen = s.outW() * s.k, iRowLen = s.w * s.c, oh = s.outH();
+        i64 bytesPerRow = (oRowLen + s.strideH * iRowLen) * 4;
+        splitReduction(
+            op, out, s.n * oh, bytesPerRow, [&, s, oRowLen, iRowLen, oh](Range, Range red) {
+              Range xRows =
+                  inputRowsForOutputRows(red, oh, s.h, s.strideH, s.padTop, s.dilH * (s.r - 1) + 1);
+              return std::vector<NeedWindow>{{in(0), xRows.begin * iRowLen, xRows.end * iRowLen},
+                                             {in(1), red.begin * oRowLen, red.end * oRowLen}};
+            });
         return;
       }
       case OpKind::MatMul: {
         auto s = matMulShapeOf(g_, op);
-        perOutputSlice(op, out, [&, s](Range r) {
-          Range rows = rowsOf(r, s.n);  // rows of C over batch*M
+        // Batches [b0, b1) of B that output rows (batch * M + i) [rows) read.
+        auto bBatches = [s](Range rows) {
+          return s.broadcastB ? Range{0, 1} : Range{rows.begin / s.m, (rows.end - 1) / s.m + 1};
+        };
+        auto aWindow = [&, s](Range rows, Range ks) {
+          if (!s.transA)
+            return NeedWindow{in(0), rows.begin * s.k + ks.begin, (rows.end - 1) * s.k + ks.end};
           i64 b0 = rows.begin / s.m, b1 = (rows.end - 1) / s.m + 1;
-          NeedWindow a = s.transA ? NeedWindow{in(0), b0 * s.m * s.k, b1 * s.m * s.k}
-                                  : NeedWindow{in(0), rows.begin * s.k, rows.end * s.k};
-          NeedWindow b = s.broadcastB ? whole(in(1))
-                                      : NeedWindow{in(1), b0 * s.k * s.n, b1 * s.k * s.n};
-          return std::vector<NeedWindow>{a, b};
-        });
+          return NeedWindow{in(0), b0 * s.k * s.m + ks.begin * s.m,
+                            (b1 - 1) * s.k * s.m + ks.end * s.m};
+        };
+        if (s.k * s.n * 4 <= windowBudgetBytes()) {
+          perOutputSlice(op, out, [&, s, bBatches, aWindow](Range r) {
+            Range rows = rowsOf(r, s.n), bb = bBatches(rows);
+            return std::vector<NeedWindow>{aWindow(rows, {0, s.k}),
+                                           {in(1), bb.begin * s.k * s.n, bb.end * s.k * s.n}};
+          });
+        } else if (s.transB) {
+          // B is [N, K]: output columns [j0, j1) of one row read B rows j0..j1 only; slices are
+          // cut at row ends so that no vertex needs all of B.
+          perOutputSlice(
+              op, out,
+              [&, s, bBatches, aWindow](Range r) {
+                Range rows = rowsOf(r, s.n), bb = bBatches(rows), js = channelsOf(r, s.n);
+                return std::vector<NeedWindow>{aWindow(rows, {0, s.k}),
+                                               {in(1), bb.begin * s.n * s.k + js.begin * s.k,
+                                                (bb.end - 1) * s.n * s.k + js.end * s.k}};
+              },
+              "", s.n);
+        } else {
+          // B is [K, N]: split the sum over k, each part reading B rows k0..k1 only.
+          splitReduction(op, out, s.k, s.n * 4, [&, s, bBatches, aWindow](Range r, Range ks) {
+            Range rows = rowsOf(r, s.n), bb = bBatches(rows);
+            return std::vector<NeedWindow>{aWindow(rows, ks),
+                                           {in(1), bb.begin * s.k * s.n + ks.begin * s.n,
+                                            (bb.end - 1) * s.k * s.n + ks.end * s.n}};
+          });
+        }
         return;
       }
       case OpKind::Reduce: {
         auto s = reduceShapeOf(g_, op);
         i64 outE = s.outElems();
         bool isMax = reduceKindOf(op) == kernels::ReduceKind::Max;
-        splitReduction(op, out, s.reducedCount(), 4 * outE,
-                       [&, s](Range r, Range red) {
-                         Range b = reduceBounds(s, r, red);
-                         return std::vector<NeedWindow>{{in(0), b.begin, b.end}};
-                       },
-                       isMax);
+        splitReduction(
+            op, out, s.reducedCount(), 4 * outE,
+            [&, s](Range r, Range red) {
+              Range b = reduceBounds(s, r, red);
+              return std::vector<NeedWindow>{{in(0), b.begin, b.end}};
+            },
+            isMax);
         return;
       }
       case OpKind::MaxPool:
@@ -422,8 +553,8 @@ class Planner {
         auto s = poolShapeOf(g_, op);
         i64 oRowLen = s.outW() * s.c, iRowLen = s.w * s.c;
         perOutputSlice(op, out, [&, s, oRowLen, iRowLen](Range r) {
-          Range rows = inputRowsForOutputRows(rowsOf(r, oRowLen), s.outH(), s.h, s.strideH,
-                                              s.padTop, s.kh);
+          Range rows =
+              inputRowsForOutputRows(rowsOf(r, oRowLen), s.outH(), s.h, s.strideH, s.padTop, s.kh);
           return std::vector<NeedWindow>{{in(0), rows.begin * iRowLen, rows.end * iRowLen}};
         });
         return;
@@ -434,14 +565,13 @@ class Planner {
         i64 oRowLen = s.outW() * s.c, iRowLen = s.w * s.c;
         bool isMax = op.kind == OpKind::MaxPoolGrad;
         perOutputSlice(op, out, [&, s, oRowLen, iRowLen, isMax](Range r) {
-          Range oRows = outputRowsForInputRows(rowsOf(r, iRowLen), s.outH(), s.h, s.strideH,
-                                               s.padTop, s.kh);
+          Range oRows =
+              outputRowsForInputRows(rowsOf(r, iRowLen), s.outH(), s.h, s.strideH, s.padTop, s.kh);
           NeedWindow dy{in(isMax ? 1 : 0), oRows.begin * oRowLen, oRows.end * oRowLen};
           if (!isMax) return std::vector<NeedWindow>{dy};
           // The argmax of each window is recomputed from x: read every input row they cover.
           Range xRows = inputRowsForOutputRows(oRows, s.outH(), s.h, s.strideH, s.padTop, s.kh);
-          return std::vector<NeedWindow>{{in(0), xRows.begin * iRowLen, xRows.end * iRowLen},
-                                         dy};
+          return std::vector<NeedWindow>{{in(0), xRows.begin * iRowLen, xRows.end * iRowLen}, dy};
         });
         return;
       }
@@ -477,8 +607,8 @@ class Planner {
       }
       case OpKind::BatchNormInference:
         perOutputSlice(op, out, [&](Range r) {
-          return std::vector<NeedWindow>{{in(0), r.begin, r.end}, whole(in(1)), whole(in(2)),
-                                         whole(in(3)), whole(in(4))};
+          return std::vector<NeedWindow>{
+              {in(0), r.begin, r.end}, whole(in(1)), whole(in(2)), whole(in(3)), whole(in(4))};
         });
         return;
       case OpKind::BatchNormTrain: {
@@ -494,10 +624,10 @@ class Planner {
         ComputeSet& cs = newComputeSet(op, 2, "normalize");
         for (const TileSlice& s : exe_.mapping[out]) {
           Range r{s.begin, s.end};
-          cs.vertices.push_back(vertexOn(s.tile,
-                                         {{in(0), r.begin, r.end}, whole(mean), whole(var),
-                                          whole(in(1)), whole(in(2))},
-                                         {{out, r.begin, r.end}}, r));
+          cs.vertices.push_back(vertexOn(
+              s.tile,
+              {{in(0), r.begin, r.end}, whole(mean), whole(var), whole(in(1)), whole(in(2))},
+              {{out, r.begin, r.end}}, r));
         }
         return;
       }
@@ -509,16 +639,20 @@ class Planner {
             op, rows, c, 2 * c * 4, dbeta,
             [&, c](Range ch, Range red) {
               i64 b = red.begin * c + ch.begin, e = (red.end - 1) * c + ch.end;
-              return std::vector<NeedWindow>{{in(0), b, e}, {in(1), b, e}, whole(in(3)),
-                                             whole(in(4))};
+              return std::vector<NeedWindow>{
+                  {in(0), b, e}, {in(1), b, e}, whole(in(3)), whole(in(4))};
             },
             [](Range) { return std::vector<NeedWindow>{}; }, dbeta, dgamma);
         ComputeSet& cs = newComputeSet(op, 2, "input_grad");
         for (const TileSlice& s : exe_.mapping[out]) {
           Range r{s.begin, s.end};
           cs.vertices.push_back(vertexOn(s.tile,
-                                         {{in(0), r.begin, r.end}, {in(1), r.begin, r.end},
-                                          whole(in(3)), whole(in(4)), whole(in(2)), whole(dbeta),
+                                         {{in(0), r.begin, r.end},
+                                          {in(1), r.begin, r.end},
+                                          whole(in(3)),
+                                          whole(in(4)),
+                                          whole(in(2)),
+                                          whole(dbeta),
                                           whole(dgamma)},
                                          {{out, r.begin, r.end}}, r));
         }
@@ -563,9 +697,15 @@ class Planner {
     int start, end;  // compute-set indices, inclusive
     i64 bytes;
     i64* offset;
-    int buffer;      // for the overflow report (-1: gather buffer)
-    std::string label;
+    int buffer;    // the buffer placed, or gathered into (gatherCs >= 0)
+    int gatherCs;  // -1: the buffer's own slice; else the compute set of a gather buffer
   };
+  // Names an arena item in the overflow report (built only then: there are millions of items).
+  std::string label(const Item& it) const {
+    if (it.gatherCs < 0) return fmt::format("'{}'", exe_.buffers[it.buffer].name);
+    return fmt::format("'{}' exchange buffer for {}", exe_.buffers[it.buffer].name,
+                       exe_.computeSets[it.gatherCs].name);
+  }
 
   void allocateArenas() {
     const int T = static_cast<int>(t_.numTiles);
@@ -586,7 +726,7 @@ class Planner {
     }
     for (const Tensor& t : g_.tensors())
       if (t.kind == TensorKind::Input) first[t.id] = -1;  // streamed in before the first set
-    for (int o : g_.outputs()) last[o] = nCs;           // streamed out after the last set
+    for (int o : g_.outputs()) last[o] = nCs;             // streamed out after the last set
 
     std::vector<std::vector<Item>> items(T);
     exe_.tileMemory.assign(T, {});
@@ -595,13 +735,11 @@ class Planner {
       for (TileSlice& s : exe_.mapping[b]) {
         i64 bytes = (s.end - s.begin) * sizeOf(buf.dtype);
         if (buf.alwaysLive) {
-          items[s.tile].push_back({-2, nCs + 1, bytes, &s.offset, static_cast<int>(b),
-                                   fmt::format("'{}'", buf.name)});
+          items[s.tile].push_back({-2, nCs + 1, bytes, &s.offset, static_cast<int>(b), -1});
         } else {
           int st = first[b], en = std::max(last[b], first[b]);
           if (st > nCs) st = en = 0;  // never touched: still give it a home
-          items[s.tile].push_back({st, en, bytes, &s.offset, static_cast<int>(b),
-                                   fmt::format("'{}'", buf.name)});
+          items[s.tile].push_back({st, en, bytes, &s.offset, static_cast<int>(b), -1});
         }
       }
     }
@@ -623,9 +761,7 @@ class Planner {
             continue;
           }
           items[v.tile].push_back({c, c, (w.end - w.begin) * sizeOf(exe_.buffers[w.buffer].dtype),
-                                   &w.gatherOffset, -1,
-                                   fmt::format("'{}' exchange buffer for {}",
-                                               exe_.buffers[w.buffer].name, cs.name)});
+                                   &w.gatherOffset, w.buffer, c});
         }
       }
     }
@@ -677,11 +813,10 @@ class Planner {
       }
       *it->offset = pos;
       extent = std::max(extent, pos + size);
-      active.insert(std::upper_bound(active.begin(), active.end(), it,
-                                     [](const Item* a, const Item* b) {
-                                       return *a->offset < *b->offset;
-                                     }),
-                    it);
+      active.insert(
+          std::upper_bound(active.begin(), active.end(), it,
+                           [](const Item* a, const Item* b) { return *a->offset < *b->offset; }),
+          it);
     }
     // Shift not-always-live blocks above the always-live region.
     for (Item* it : order) *it->offset += alwaysLiveBytes;
@@ -709,21 +844,22 @@ class Planner {
       if (b > peakBytes) peakBytes = b, peakAt = c;
     std::map<std::string, i64> byLabel;
     for (const Item& it : its)
-      if (it.start == -2 || (it.start <= peakAt && peakAt <= it.end)) byLabel[it.label] += it.bytes;
+      if (it.start == -2 || (it.start <= peakAt && peakAt <= it.end))
+        byLabel[label(it)] += it.bytes;
     std::vector<std::pair<i64, std::string>> occ;
     for (const auto& [l, b] : byLabel) occ.emplace_back(b, l);
     std::sort(occ.rbegin(), occ.rend());
     std::string list;
-    for (size_t i = 0; i < std::min<size_t>(6, occ.size()); ++i)
+    for (size_t i = 0; i < std::min<size_t>(8, occ.size()); ++i)
       list += fmt::format("\n    {} {} B", occ[i].second, occ[i].first);
-    const std::string peakSet =
-        peakAt >= 0 && peakAt < static_cast<int>(exe_.computeSets.size())
-            ? exe_.computeSets[peakAt].name
-            : std::string("the host stream copies");
+    const std::string peakSet = peakAt >= 0 && peakAt < static_cast<int>(exe_.computeSets.size())
+                                    ? exe_.computeSets[peakAt].name
+                                    : std::string("the host stream copies");
     throw CompileError(
         fmt::format("out of tile memory on {}: tile {} needs {} B ({} B always live + {} B peak "
                     "not always live) but has {} B; {} tile(s) overflow. Largest occupants of "
-                    "tile {} (peak during {}):{}\n  hint: reduce the micro-batch, use a target with more tiles, "
+                    "tile {} (peak during {}):{}\n  hint: reduce the micro-batch, use a target "
+                    "with more tiles, "
                     "or shard the model over more IPUs",
                     t_.name, worst, m.total(), m.alwaysLive, m.peakNotAlwaysLive, t_.bytesPerTile,
                     over, worst, peakSet, list),
@@ -753,6 +889,34 @@ class Planner {
   const Graph& g_;
   const Target& t_;
 };
+
+// Moves every in-place update (sgd_update, ema_update: ops that write their inputs) to just after
+// the last op it depends on: the producers of its inputs and the earlier readers of what it
+// writes. A weight's gradient then dies as soon as the update has consumed it instead of living
+// until the end of the step (on an IPU that is the difference between fitting or not).
+void scheduleUpdatesEarly(Graph& g) {
+  const auto& ops = g.ops();
+  const int n = static_cast<int>(ops.size());
+  std::vector<int> lastReader(g.tensors().size(), -1);
+  std::vector<std::tuple<int, int, int>> keys;  // (anchor, is update, original position)
+  for (int i = 0; i < n; ++i) {
+    const Op& op = ops[i];
+    const auto& writes = opDef(op.kind).writesInputs;
+    if (writes.empty()) {
+      keys.emplace_back(i, 0, i);
+    } else {
+      int anchor = -1;
+      for (int t : op.inputs) anchor = std::max(anchor, g.tensor(t).producer);
+      for (int w : writes) anchor = std::max(anchor, lastReader[op.inputs[w]]);
+      keys.emplace_back(anchor, 1, i);
+    }
+    for (int t : op.inputs) lastReader[t] = i;
+  }
+  std::sort(keys.begin(), keys.end());
+  std::vector<int> order;
+  for (const auto& k : keys) order.push_back(std::get<2>(k));
+  g.reorderOps(order);
+}
 
 }  // namespace
 
@@ -796,9 +960,8 @@ std::string Program::describe(const Executable& exe) const {
 
 nlohmann::json Executable::report() const {
   nlohmann::json r;
-  r["target"] = {{"name", target.name},
-                 {"tiles", target.numTiles},
-                 {"bytes_per_tile", target.bytesPerTile}};
+  r["target"] = {
+      {"name", target.name}, {"tiles", target.numTiles}, {"bytes_per_tile", target.bytesPerTile}};
   i64 maxTotal = 0, sum = 0;
   int worst = 0;
   std::vector<i64> hist(10, 0);
@@ -844,12 +1007,11 @@ nlohmann::json Executable::report() const {
 
 Executable compile(Graph graph, const Target& target, const CompileOptions& options) {
   auto t0 = std::chrono::steady_clock::now();
-  if (options.deviceIterations < 1)
-    throw CompileError("deviceIterations must be >= 1", -1, 0, 0);
+  if (options.deviceIterations < 1) throw CompileError("deviceIterations must be >= 1", -1, 0, 0);
+  scheduleUpdatesEarly(graph);
   Executable exe{std::move(graph), target, options, {}, {}, {}, {}, {}, {}, {}, 0.0};
   Planner(exe).run();
-  exe.compileSeconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  exe.compileSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return exe;
 }
 

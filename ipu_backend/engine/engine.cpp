@@ -35,11 +35,15 @@ struct AlignedBytes {
   AlignedBytes& operator=(const AlignedBytes&) = delete;
 };
 
-std::vector<int> toIntPerm(const std::vector<i64>& p) { return {p.begin(), p.end()}; }
+std::vector<int> toIntPerm(const std::vector<i64>& p) {
+  return {p.begin(), p.end()};
+}
 
 }  // namespace
 
-std::string_view engineModeName(EngineMode m) { return m == EngineMode::Tile ? "tile" : "fused"; }
+std::string_view engineModeName(EngineMode m) {
+  return m == EngineMode::Tile ? "tile" : "fused";
+}
 
 EngineMode parseEngineMode(std::string_view s) {
   if (s == "tile") return EngineMode::Tile;
@@ -54,7 +58,7 @@ struct Engine::Impl {
   // Fused: one buffer per IR tensor. Tile: one arena per tile.
   std::vector<std::unique_ptr<AlignedBytes>> tensorMem;
   std::vector<std::unique_ptr<AlignedBytes>> arenas;
-  std::vector<std::function<void()>> fusedSteps;  // per op
+  std::vector<std::function<void()>> fusedSteps;              // per op
   std::vector<std::vector<std::function<void()>>> vertexFns;  // per compute set
   std::vector<std::shared_ptr<void>> kernelObjects;           // keeps fused kernels alive
   std::vector<const void*> inputs;
@@ -115,21 +119,24 @@ struct Engine::Impl {
       }
       case OpKind::BatchNormTrain: {
         auto [rows, c] = rowsChannelsOf(g, in(0));
-        auto* k = keep<fz::BatchNormForwardTraining>(rows, c, static_cast<float>(op.attrs.getFloat("eps")));
+        auto* k = keep<fz::BatchNormForwardTraining>(rows, c,
+                                                     static_cast<float>(op.attrs.getFloat("eps")));
         float *x = F(in(0)), *ga = F(in(1)), *be = F(in(2)), *y = F(out);
         float *mean = F(op.outputs[1]), *var = F(op.outputs[2]);
         return [=] { k->run(x, ga, be, y, mean, var); };
       }
       case OpKind::BatchNormInference: {
         auto [rows, c] = rowsChannelsOf(g, in(0));
-        auto* k = keep<fz::BatchNormForwardInference>(rows, c, static_cast<float>(op.attrs.getFloat("eps")));
+        auto* k = keep<fz::BatchNormForwardInference>(rows, c,
+                                                      static_cast<float>(op.attrs.getFloat("eps")));
         float *x = F(in(0)), *ga = F(in(1)), *be = F(in(2)), *mean = F(in(3)), *var = F(in(4));
         float* y = F(out);
         return [=] { k->run(x, ga, be, mean, var, y); };
       }
       case OpKind::BatchNormBackward: {
         auto [rows, c] = rowsChannelsOf(g, in(0));
-        auto* k = keep<fz::BatchNormBackward>(rows, c, static_cast<float>(op.attrs.getFloat("eps")));
+        auto* k =
+            keep<fz::BatchNormBackward>(rows, c, static_cast<float>(op.attrs.getFloat("eps")));
         float *x = F(in(0)), *dy = F(in(1)), *ga = F(in(2)), *mean = F(in(3)), *var = F(in(4));
         float *dx = F(out), *dga = F(op.outputs[1]), *dbe = F(op.outputs[2]);
         return [=] { k->run(x, dy, ga, mean, var, dx, dga, dbe); };
@@ -253,9 +260,10 @@ struct Engine::Impl {
   std::byte* sliceAddr(int tile, int buffer, i64 e) {
     const TileSlice& s = exe.sliceOf(buffer, e);
     if (s.tile != tile)
-      throw std::logic_error(fmt::format("tile engine: vertex on tile {} addresses '{}'[{}] that "
-                                         "lives on tile {}",
-                                         tile, exe.buffers[buffer].name, e, s.tile));
+      throw std::logic_error(
+          fmt::format("tile engine: vertex on tile {} addresses '{}'[{}] that "
+                      "lives on tile {}",
+                      tile, exe.buffers[buffer].name, e, s.tile));
     return arenas[tile]->p + s.offset + (e - s.begin) * sizeOf(exe.buffers[buffer].dtype);
   }
   const std::byte* windowAddr(int tile, const Window& w) {
@@ -265,8 +273,7 @@ struct Engine::Impl {
     return FW{reinterpret_cast<const float*>(windowAddr(tile, w)), w.begin, w.end - w.begin};
   }
   IW iw(int tile, const Window& w) {
-    return IW{reinterpret_cast<const std::int32_t*>(windowAddr(tile, w)), w.begin,
-              w.end - w.begin};
+    return IW{reinterpret_cast<const std::int32_t*>(windowAddr(tile, w)), w.begin, w.end - w.begin};
   }
   float* outPtr(int tile, const OutRegion& o) {
     return reinterpret_cast<float*>(sliceAddr(tile, o.buffer, o.begin));
@@ -279,7 +286,9 @@ struct Engine::Impl {
     for (const Window& w : v.inputs) W.push_back(fw(t, w));
     float* y = v.outputs.empty() ? nullptr : outPtr(t, v.outputs[0]);
     const Range work = v.work, red = v.red;
-    auto attrF = [&](const char* k, double d) { return static_cast<float>(op.attrs.getFloat(k, d)); };
+    auto attrF = [&](const char* k, double d) {
+      return static_cast<float>(op.attrs.getFloat(k, d));
+    };
     // Combine partial rows (phase 1 of a split reduction): windows are the rows, in order.
     auto combine = [W, y, work](bool isMax) {
       return [W, y, work, isMax] {
@@ -330,8 +339,10 @@ struct Engine::Impl {
         return [=] { ref::conv2dForward(s, W[0], W[1], y, work); };
       }
       case OpKind::Conv2dBackwardData: {
+        if (cs.phase == 1) return combine(false);
         auto s = convShapeOf(g, op);
-        return [=] { ref::conv2dBackwardData(s, W[0], W[1], y, work); };
+        const Range ks = red.size() > 0 ? red : Range{0, s.k};  // split over k: partials
+        return [=] { ref::conv2dBackwardData(s, W[0], W[1], y, work, ks); };
       }
       case OpKind::Conv2dBackwardFilter: {
         if (cs.phase == 1) return combine(false);
@@ -339,8 +350,10 @@ struct Engine::Impl {
         return [=] { ref::conv2dBackwardFilter(s, W[0], W[1], y, work, red); };
       }
       case OpKind::MatMul: {
+        if (cs.phase == 1) return combine(false);
         auto s = matMulShapeOf(g, op);
-        return [=] { ref::matMul(s, W[0], W[1], y, work, Range{0, s.k}); };
+        const Range ks = red.size() > 0 ? red : Range{0, s.k};  // split over k: partials
+        return [=] { ref::matMul(s, W[0], W[1], y, work, ks); };
       }
       case OpKind::Reduce: {
         auto k = reduceKindOf(op);
@@ -388,7 +401,8 @@ struct Engine::Impl {
         auto [rows, c] = rowsChannelsOf(g, op.inputs[0]);
         float eps = attrF("eps", 1e-5);
         // windows: x, gamma, beta, mean, var
-        return [=] { ref::batchNormNormalize(rows, c, eps, W[0], W[3], W[4], W[1], W[2], y, work); };
+        return
+            [=] { ref::batchNormNormalize(rows, c, eps, W[0], W[3], W[4], W[1], W[2], y, work); };
       }
       case OpKind::BatchNormTrain:
       case OpKind::BatchNormBackward: {
@@ -425,9 +439,8 @@ struct Engine::Impl {
           };
         }
         if (train)  // windows: x, mean, var, gamma, beta
-          return [=] {
-            ref::batchNormNormalize(rows, c, eps, W[0], W[1], W[2], W[3], W[4], y, work);
-          };
+          return
+              [=] { ref::batchNormNormalize(rows, c, eps, W[0], W[1], W[2], W[3], W[4], y, work); };
         // windows: x, dy, mean, var, gamma, dbeta (sumDy), dgamma (sumDyXhat)
         return [=] {
           ref::batchNormBackwardData(rows, c, eps, W[0], W[1], W[2], W[3], W[4], W[5], W[6], y,
@@ -438,16 +451,16 @@ struct Engine::Impl {
         float* vel = outPtr(t, v.outputs[1]);
         float m = attrF("momentum", 0.0), wd = attrF("weight_decay", 0.0);
         bool nest = op.attrs.getBool("nesterov", false);
-        return [=] {
-          ref::sgdMomentumUpdate(W[1][0], m, wd, nest, y, vel, W[0].data, work.size());
-        };
+        return
+            [=] { ref::sgdMomentumUpdate(W[1][0], m, wd, nest, y, vel, W[0].data, work.size()); };
       }
       case OpKind::EmaUpdate: {
         float m = attrF("momentum", 0.0), sc = attrF("scale", 1.0);
         return [=] { ref::emaUpdate(m, sc, y, W[0].data, work.size()); };
       }
     }
-    throw std::logic_error(fmt::format("tile engine: no vertex kernel for op '{}'", opName(op.kind)));
+    throw std::logic_error(
+        fmt::format("tile engine: no vertex kernel for op '{}'", opName(op.kind)));
   }
 
   void runComputeSet(int c) {
@@ -496,9 +509,10 @@ struct Engine::Impl {
           case Program::Step::Kind::StreamIn: {
             const Tensor& T = g.tensor(st.index);
             if (!inputs[st.index])
-              throw std::runtime_error(fmt::format("engine: input stream '{}' {}{} is not "
-                                                   "connected (call connectInput)",
-                                                   T.name, dtypeName(T.dtype), shapeStr(T.shape)));
+              throw std::runtime_error(
+                  fmt::format("engine: input stream '{}' {}{} is not "
+                              "connected (call connectInput)",
+                              T.name, dtypeName(T.dtype), shapeStr(T.shape)));
             write(st.index, static_cast<const std::byte*>(inputs[st.index]) + it * T.bytes());
             break;
           }
@@ -530,8 +544,8 @@ Engine::~Engine() = default;
 namespace {
 void checkBytes(const Tensor& t, size_t bytes, const char* what) {
   if (static_cast<i64>(bytes) != t.bytes())
-    throw std::invalid_argument(fmt::format("{} '{}' {}{}: got {} bytes, expected {}", what,
-                                            t.name, dtypeName(t.dtype), shapeStr(t.shape), bytes,
+    throw std::invalid_argument(fmt::format("{} '{}' {}{}: got {} bytes, expected {}", what, t.name,
+                                            dtypeName(t.dtype), shapeStr(t.shape), bytes,
                                             t.bytes()));
 }
 }  // namespace
@@ -554,8 +568,8 @@ void Engine::writeTensor(const std::string& name, const std::vector<float>& v) {
 std::vector<float> Engine::readFloats(int tensor) const {
   const Tensor& t = exe_->graph.tensor(tensor);
   if (t.dtype != DType::F32)
-    throw std::invalid_argument(fmt::format("readFloats: '{}' is {}, not f32", t.name,
-                                            dtypeName(t.dtype)));
+    throw std::invalid_argument(
+        fmt::format("readFloats: '{}' is {}, not f32", t.name, dtypeName(t.dtype)));
   std::vector<float> v(static_cast<size_t>(t.elements()));
   readTensor(tensor, v.data(), v.size() * sizeof(float));
   return v;
@@ -580,6 +594,8 @@ void Engine::connectOutput(int tensor, void* data) {
   impl_->outputs.at(tensor) = data;
 }
 
-void Engine::run() { impl_->run(); }
+void Engine::run() {
+  impl_->run();
+}
 
 }  // namespace ipu

@@ -7,7 +7,9 @@
 
 namespace ipu {
 
-std::string shapeStr(const Shape& s) { return fmt::format("[{}]", fmt::join(s, ",")); }
+std::string shapeStr(const Shape& s) {
+  return fmt::format("[{}]", fmt::join(s, ","));
+}
 
 i64 numElements(const Shape& s) {
   i64 n = 1;
@@ -17,9 +19,12 @@ i64 numElements(const Shape& s) {
 
 std::string_view tensorKindName(TensorKind k) {
   switch (k) {
-    case TensorKind::Input: return "input";
-    case TensorKind::Variable: return "variable";
-    case TensorKind::Activation: return "activation";
+    case TensorKind::Input:
+      return "input";
+    case TensorKind::Variable:
+      return "variable";
+    case TensorKind::Activation:
+      return "activation";
   }
   return "?";
 }
@@ -70,8 +75,8 @@ int Graph::addTensor(const std::string& name, Shape shape, DType dtype, TensorKi
                                  shapeStr(tensors_[byName_[name]].shape)));
   for (i64 d : shape)
     if (d < 1)
-      throw GraphError(fmt::format("tensor '{}': dimensions must be >= 1, got {}", name,
-                                   shapeStr(shape)));
+      throw GraphError(
+          fmt::format("tensor '{}': dimensions must be >= 1, got {}", name, shapeStr(shape)));
   Tensor t;
   t.id = static_cast<int>(tensors_.size());
   t.name = name;
@@ -106,9 +111,10 @@ int Graph::addOp(OpKind kind, std::vector<int> inputs, Attrs attrs,
   }
   for (int w : def.writesInputs)
     if (w < static_cast<int>(ins.size()) && ins[w]->kind != TensorKind::Variable)
-      throw GraphError(fmt::format("{}: input {} ('{}') is updated in place and must be a "
-                                   "variable, it is an {}",
-                                   label, w, ins[w]->name, tensorKindName(ins[w]->kind)));
+      throw GraphError(
+          fmt::format("{}: input {} ('{}') is updated in place and must be a "
+                      "variable, it is an {}",
+                      label, w, ins[w]->name, tensorKindName(ins[w]->kind)));
   std::vector<TensorType> types = inferOutputTypes(kind, ins, attrs, label);
   if (!outputNames.empty() && outputNames.size() != types.size())
     throw GraphError(fmt::format("{}: {} output names given for {} outputs", label,
@@ -169,6 +175,33 @@ std::string Graph::uniqueName(const std::string& stem) const {
     nm = fmt::format("{}_{}", stem, n++);
   } while (byName_.count(nm));
   return nm;
+}
+
+void Graph::reorderOps(const std::vector<int>& order) {
+  const size_t n = ops_.size();
+  std::vector<int> newId(n, -1);
+  for (size_t i = 0; i < order.size(); ++i) {
+    const int o = order[i];
+    if (o < 0 || static_cast<size_t>(o) >= n || newId[o] != -1 || order.size() != n)
+      throw GraphError(fmt::format("reorderOps: order is not a permutation of the {} op ids", n));
+    newId[o] = static_cast<int>(i);
+  }
+  for (const Op& op : ops_)
+    for (int t : op.inputs) {
+      const int p = tensors_[t].producer;
+      if (p >= 0 && newId[p] > newId[op.id])
+        throw GraphError(fmt::format("reorderOps: op {} would run before the producer of '{}'",
+                                     op.id, tensors_[t].name));
+    }
+  std::vector<Op> ops(n);
+  for (Op& op : ops_) {
+    const int id = newId[op.id];
+    op.id = id;
+    ops[id] = std::move(op);
+  }
+  ops_ = std::move(ops);
+  for (Tensor& t : tensors_)
+    if (t.producer >= 0) t.producer = newId[t.producer];
 }
 
 }  // namespace ipu

@@ -147,6 +147,9 @@ class Graph {
   // Consumers (op ids) of each tensor, in program order.
   std::vector<std::vector<int>> consumers() const;
 
+  // Puts the ops in the given order (a permutation of op ids that keeps every producer before
+  // its consumers; GraphError otherwise) and renumbers them; tensors keep their ids.
+  void reorderOps(const std::vector<int>& order);
   // A unique tensor name with the given stem ("conv_3", "conv_4", ...).
   std::string uniqueName(const std::string& stem) const;
 

@@ -62,7 +62,7 @@ void conv2dForward(const Conv2dShape& s, W x, W w, float* y, Range out) {
   }
 }
 
-void conv2dBackwardData(const Conv2dShape& s, W dy, W w, float* dx, Range out) {
+void conv2dBackwardData(const Conv2dShape& s, W dy, W w, float* dx, Range out, Range red) {
   const i64 oh = s.outH(), ow = s.outW(), cpg = s.cPerGroup(), kpg = s.kPerGroup();
   for (i64 i = out.begin; i < out.end; ++i) {
     // i = ((n * H + ih) * W + iw) * C + c
@@ -79,7 +79,8 @@ void conv2dBackwardData(const Conv2dShape& s, W dy, W w, float* dx, Range out) {
         const i64 qw = iw + s.padLeft - t * s.dilW;
         if (qw < 0 || qw % s.strideW != 0 || qw / s.strideW >= ow) continue;
         const i64 q = qw / s.strideW;
-        for (i64 k = g * kpg; k < (g + 1) * kpg; ++k) {
+        const i64 k0 = std::max(g * kpg, red.begin), k1 = std::min((g + 1) * kpg, red.end);
+        for (i64 k = k0; k < k1; ++k) {
           acc += double(dy[((n * oh + p) * ow + q) * s.k + k]) *
                  w[((k * s.r + r) * s.s + t) * cpg + cl];
         }
@@ -97,16 +98,15 @@ void conv2dBackwardFilter(const Conv2dShape& s, W x, W dy, float* dw, Range out,
               k = i / (cpg * s.s * s.r);
     const i64 c = (k / kpg) * cpg + cl;
     double acc = 0;
-    for (i64 n = red.begin; n < red.end; ++n) {
-      for (i64 p = 0; p < oh; ++p) {
-        const i64 ih = p * s.strideH - s.padTop + r * s.dilH;
-        if (ih < 0 || ih >= s.h) continue;
-        for (i64 q = 0; q < ow; ++q) {
-          const i64 iw = q * s.strideW - s.padLeft + t * s.dilW;
-          if (iw < 0 || iw >= s.w) continue;
-          acc += double(x[((n * s.h + ih) * s.w + iw) * s.c + c]) *
-                 dy[((n * oh + p) * ow + q) * s.k + k];
-        }
+    for (i64 row = red.begin; row < red.end; ++row) {
+      const i64 n = row / oh, p = row % oh;
+      const i64 ih = p * s.strideH - s.padTop + r * s.dilH;
+      if (ih < 0 || ih >= s.h) continue;
+      for (i64 q = 0; q < ow; ++q) {
+        const i64 iw = q * s.strideW - s.padLeft + t * s.dilW;
+        if (iw < 0 || iw >= s.w) continue;
+        acc += double(x[((n * s.h + ih) * s.w + iw) * s.c + c]) *
+               dy[((n * oh + p) * ow + q) * s.k + k];
       }
     }
     dw[i - out.begin] = float(acc);

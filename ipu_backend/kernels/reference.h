@@ -24,9 +24,11 @@ using W = Window<float>;
 // ---- convolution --------------------------------------------------------------------------
 // y[N,OH,OW,K] = conv(x[N,H,W,C], w[K,R,S,C/G]) (cross-correlation, as every framework).
 void conv2dForward(const Conv2dShape& s, W x, W w, float* y, Range out);
-// dx[N,H,W,C] from dy[N,OH,OW,K] and w.
-void conv2dBackwardData(const Conv2dShape& s, W dy, W w, float* dx, Range out);
-// dw[K,R,S,C/G] summed over batch images red = [n0, n1) only.
+// dx[N,H,W,C] from dy[N,OH,OW,K] and w, summed over output channels k in red only (partials:
+// each part then reads only the weight rows w[red.begin:red.end]).
+void conv2dBackwardData(const Conv2dShape& s, W dy, W w, float* dx, Range out, Range red);
+// dw[K,R,S,C/G] summed over output rows (n * OH + oh) in red only: a part reads only the dy rows
+// in red and the x rows they cover.
 void conv2dBackwardFilter(const Conv2dShape& s, W x, W dy, float* dw, Range out, Range red);
 
 // ---- matmul -------------------------------------------------------------------------------
@@ -72,8 +74,8 @@ void batchNormNormalize(i64 rows, i64 c, float eps, W x, W mean, W var, W gamma,
 void batchNormBackwardSums(i64 rows, i64 c, float eps, W x, W dy, W mean, W var, float* sumDy,
                            float* sumDyXhat, Range out, Range red);
 // dx = gamma * rsqrt(var+eps) / rows * (rows * dy - sumDy - xhat * sumDyXhat), over out.
-void batchNormBackwardData(i64 rows, i64 c, float eps, W x, W dy, W mean, W var, W gamma,
-                           W sumDy, W sumDyXhat, float* dx, Range out);
+void batchNormBackwardData(i64 rows, i64 c, float eps, W x, W dy, W mean, W var, W gamma, W sumDy,
+                           W sumDyXhat, float* dx, Range out);
 
 // ---- loss ---------------------------------------------------------------------------------
 // Per-sample softmax cross-entropy with label smoothing eps over logits[N, classes]:

@@ -46,6 +46,100 @@ TEST(Compiler, MappingCoversEveryBufferExactlyOnce) {
       }
 }
 
+// Weights far larger than one tile's window budget (64 KiB tiles -> 8 KiB per operand window):
+// no vertex may gather a whole weight tensor, the convolution output is channel-blocked, and the
+// backward passes split their sums into partials. The same graph then trains identically in
+// both engine modes (tile mode reads exactly those windows).
+TEST(Compiler, LargeWeightsAreSplitSoThatNoVertexGathersThemWhole) {
+  Graph g("wide_conv");
+  Builder b(g);
+  int x = b.variable("features", {2, 6, 6, 64});  // a variable: its gradient is conv backward-data
+  int w = b.variable("conv_weight", {96, 3, 3, 64});  // 216 KiB
+  int fw = b.variable("fc_weight", {96, 40});         // 15 KiB
+  int y = b.relu(b.conv2d(x, w, Conv2dOptions::make(1, 1), "conv"), "relu");
+  int pooled = b.reduceMean(y, {1, 2}, false, "pool");
+  int logits = b.matmul(pooled, fw, false, false, "fc");
+  int loss = b.reduceMean(logits, {0, 1}, false, "loss");
+  g.markOutput(loss);
+  auto grads = appendBackward(g, loss, {w, fw, x}).grads;
+  for (const auto& [v, gr] : grads) g.markOutput(gr);
+  // 256 tiles: enough room for the partials that keep every window within the budget (with
+  // fewer tiles the compiler trades window size against partials memory).
+  const Target t = Target::small(256, 64 << 10);
+  CompileOptions opts;
+  auto exe = std::make_shared<const Executable>(compile(g, t, opts));
+  const i64 budget = t.bytesPerTile / 8;
+  const int conv = exe->graph.get("conv");
+  bool sawConvBwdDataPartials = false, sawFcPartials = false;
+  for (const ComputeSet& cs : exe->computeSets) {
+    for (const Vertex& v : cs.vertices)
+      for (const Window& win : v.inputs)
+        if (win.buffer == w) {
+          EXPECT_LE((win.end - win.begin) * 4, budget) << cs.name << " gathers too much weight";
+        } else if (win.buffer == fw) {  // tiny output slices: a few B rows, never all of B
+          EXPECT_LT(win.end - win.begin, 96 * 40) << cs.name << " gathers too much weight";
+        }
+    const OpKind k = exe->graph.op(cs.op).kind;
+    sawConvBwdDataPartials |= k == OpKind::Conv2dBackwardData && cs.name.ends_with("/partials");
+    sawFcPartials |= k == OpKind::MatMul && cs.name.ends_with("/partials");
+  }
+  EXPECT_TRUE(sawConvBwdDataPartials);
+  EXPECT_TRUE(sawFcPartials);
+  // Channel-blocked: every slice of the conv output holds a few channels of one pixel.
+  for (const TileSlice& s : exe->mapping[conv]) {
+    EXPECT_EQ(s.begin / 96, (s.end - 1) / 96);
+    EXPECT_LE((s.end - s.begin) * 3 * 3 * 64 * 4, budget);
+  }
+
+  std::vector<float> images(2 * 6 * 6 * 64), wv(96 * 3 * 3 * 64), fv(96 * 40);
+  for (size_t i = 0; i < images.size(); ++i) images[i] = static_cast<float>((i * 7) % 13) / 13.f;
+  for (size_t i = 0; i < wv.size(); ++i) wv[i] = static_cast<float>((i * 5) % 11) / 110.f - 0.05f;
+  for (size_t i = 0; i < fv.size(); ++i) fv[i] = static_cast<float>((i * 3) % 7) / 70.f - 0.05f;
+  std::map<int, std::vector<float>> got[2];
+  for (EngineMode mode : {EngineMode::Fused, EngineMode::Tile}) {
+    Engine e(exe, mode);
+    e.writeTensor(w, wv.data(), wv.size() * 4);
+    e.writeTensor(fw, fv.data(), fv.size() * 4);
+    e.writeTensor(x, images.data(), images.size() * 4);
+    float l = 0;
+    e.connectOutput(loss, &l);
+    e.run();
+    for (const auto& [v, gr] : grads) got[mode == EngineMode::Tile][v] = e.readFloats(gr);
+  }
+  for (int v : {w, fw, x}) {
+    const auto &f = got[0][v], &tl = got[1][v];
+    ASSERT_EQ(f.size(), tl.size());
+    double scale = 0;
+    for (float a : f) scale = std::max(scale, static_cast<double>(std::abs(a)));
+    for (size_t i = 0; i < f.size(); ++i) ASSERT_NEAR(tl[i], f[i], 1e-5 * scale + 1e-9) << i;
+  }
+}
+
+TEST(Compiler, InPlaceUpdatesRunRightAfterTheirLastDependency) {
+  Graph g("two_layers");
+  Builder b(g);
+  int x = b.input("x", {4, 8});
+  int w1 = b.variable("w1", {8, 8}), w2 = b.variable("w2", {8, 2});
+  int h = b.relu(b.matmul(x, w1, false, false, "h"), "relu");
+  int loss = b.reduceMean(b.matmul(h, w2, false, false, "out"), {0, 1}, false, "loss");
+  g.markOutput(loss);
+  auto grads = appendBackward(g, loss, {w1, w2}).grads;
+  int lr = b.input("lr", {});
+  appendSgdUpdate(g, grads, lr, SgdOptions{});
+  Executable exe = compile(g, Target::small(16, 1 << 20));
+  // w2's update follows every op that reads w2 (the backward matmul for dh among them) but runs
+  // before the gradient of w1 is computed, not at the end of the step.
+  int updW2 = -1;
+  for (const Op& op : exe.graph.ops())
+    if (op.kind == OpKind::SgdUpdate && op.inputs[0] == w2) updW2 = op.id;
+  ASSERT_GE(updW2, 0);
+  for (const Op& op : exe.graph.ops())
+    for (int t : op.inputs) {
+      EXPECT_FALSE(op.id != updW2 && t == w2 && op.id > updW2) << op.id;
+    }
+  EXPECT_LT(updW2, exe.graph.tensor(grads.at(w1)).producer);
+}
+
 TEST(Compiler, OverflowNamesTileBytesCapacityAndOccupants) {
   // 16 tiles x 48 KiB cannot hold a batch of 8 (the images alone are 64 KiB).
   const Target tiny = Target::small(16, 48 * 1024);

@@ -24,19 +24,28 @@ inline std::vector<float> randomVec(size_t n, unsigned seed, float lo = -1.f, fl
   return v;
 }
 
-inline Target testTarget() { return Target::small(16, 4 << 20); }
+inline Target testTarget() {
+  return Target::small(16, 4 << 20);
+}
 
 // One op under test: `build` adds it to the builder given the variables (created from `inputs`)
 // and returns the output tensor id. The probe loss is sum(out * R) for a fixed random R, so every
 // output element's gradient is exercised.
 struct OpCase {
   std::string name;
-  std::vector<std::pair<std::string, Shape>> inputs;       // f32 variables
+  std::vector<std::pair<std::string, Shape>> inputs;                         // f32 variables
   std::vector<std::pair<std::string, std::vector<std::int32_t>>> intInputs;  // i32 host inputs
   std::function<int(Builder&, const std::vector<int>& vars, const std::vector<int>& ints)> build;
   std::vector<bool> differentiable;  // per f32 input; empty = all
   float inputLo = -1.f, inputHi = 1.f;
+  // > 0: compile for a cramped target (16 tiles of this many bytes, memory not checked) so that
+  // the planner takes the paths it uses for operands too large for one tile.
+  i64 tileBytes = 0;
 };
+
+inline Target caseTarget(const OpCase& c) {
+  return c.tileBytes > 0 ? Target::small(16, c.tileBytes) : testTarget();
+}
 
 struct OpRun {
   std::vector<float> output;
@@ -69,7 +78,9 @@ class OpHarness {
       grads_ = r.grads;
       for (const auto& [v, gr] : grads_) g.markOutput(gr);
     }
-    exe_ = std::make_shared<Executable>(compile(std::move(g), testTarget()));
+    CompileOptions opts;
+    opts.checkMemory = c.tileBytes == 0;
+    exe_ = std::make_shared<Executable>(compile(std::move(g), caseTarget(c), opts));
     for (size_t i = 0; i < c.inputs.size(); ++i)
       values_.push_back(randomVec(static_cast<size_t>(numElements(c.inputs[i].second)),
                                   101 + static_cast<unsigned>(i), c.inputLo, c.inputHi));
@@ -86,7 +97,8 @@ class OpHarness {
     for (size_t i = 0; i < vars_.size(); ++i)
       e.writeTensor(vars_[i], vals[i].data(), vals[i].size() * 4);
     e.writeTensor(probe_, probeValues_.data(), probeValues_.size() * 4);
-    for (size_t i = 0; i < ints_.size(); ++i) e.connectInput(ints_[i], c_.intInputs[i].second.data());
+    for (size_t i = 0; i < ints_.size(); ++i)
+      e.connectInput(ints_[i], c_.intInputs[i].second.data());
     float loss = 0;
     e.connectOutput(loss_, &loss);
     e.run();

@@ -16,7 +16,9 @@ namespace ref = kernels::ref;
 using Vals = std::vector<std::vector<float>>;
 using FW = kernels::Window<float>;
 
-FW whole(const std::vector<float>& v) { return FW::whole(v.data(), static_cast<i64>(v.size())); }
+FW whole(const std::vector<float>& v) {
+  return FW::whole(v.data(), static_cast<i64>(v.size()));
+}
 
 struct Case {
   OpCase op;
@@ -40,10 +42,12 @@ Case convCase(std::string name, Shape x, Shape w, Conv2dOptions o) {
     return b.conv2d(v[0], v[1], o, "y");
   };
   c.reference = [x, w, o](const Vals& v) {
-    kernels::Conv2dShape s{x[0], x[1], x[2], x[3], w[0], w[1], w[2], o.strideH, o.strideW,
-                           o.padTop, o.padLeft, o.padBottom, o.padRight, o.dilH, o.dilW, o.groups};
-    return call(s.outputElems(),
-                [&](float* y, kernels::Range r) { ref::conv2dForward(s, whole(v[0]), whole(v[1]), y, r); });
+    kernels::Conv2dShape s{x[0],       x[1],      x[2],      x[3],     w[0],      w[1],
+                           w[2],       o.strideH, o.strideW, o.padTop, o.padLeft, o.padBottom,
+                           o.padRight, o.dilH,    o.dilW,    o.groups};
+    return call(s.outputElems(), [&](float* y, kernels::Range r) {
+      ref::conv2dForward(s, whole(v[0]), whole(v[1]), y, r);
+    });
   };
   return c;
 }
@@ -92,8 +96,9 @@ Case binaryCase(const std::string& fn, kernels::BinaryKind k, Shape a, Shape bs)
   };
   c.reference = [k, a, bs](const Vals& v) {
     auto s = kernels::BroadcastShape::make(a, bs);
-    return call(s.outElems(),
-                [&](float* y, kernels::Range r) { ref::binary(k, s, whole(v[0]), whole(v[1]), y, r); });
+    return call(s.outElems(), [&](float* y, kernels::Range r) {
+      ref::binary(k, s, whole(v[0]), whole(v[1]), y, r);
+    });
   };
   return c;
 }
@@ -126,8 +131,9 @@ Case poolCase(bool isMax, Shape x, Pool2dOptions o) {
     return isMax ? b.maxPool(v[0], o, "y") : b.avgPool(v[0], o, "y");
   };
   c.reference = [isMax, x, o](const Vals& v) {
-    kernels::Pool2dShape s{x[0], x[1], x[2], x[3], o.kernelH, o.kernelW, o.strideH, o.strideW,
-                           o.padTop, o.padLeft, o.padBottom, o.padRight, o.countIncludePad};
+    kernels::Pool2dShape s{
+        x[0],      x[1],     x[2],      x[3],        o.kernelH,  o.kernelW,        o.strideH,
+        o.strideW, o.padTop, o.padLeft, o.padBottom, o.padRight, o.countIncludePad};
     return call(s.outputElems(), [&](float* y, kernels::Range r) {
       if (isMax)
         ref::maxPoolForward(s, whole(v[0]), y, r);
@@ -150,13 +156,27 @@ std::vector<Case> allCases() {
     o.padTop = 1, o.padLeft = 0, o.padBottom = 1, o.padRight = 2;
     cs.push_back(convCase("conv_grouped_strided_dilated_asym", {2, 7, 7, 4}, {6, 3, 3, 2}, o));
   }
-  cs.push_back(convCase("conv_depthwise", {2, 5, 5, 4}, {4, 3, 3, 1}, Conv2dOptions::make(1, 1, 4)));
+  cs.push_back(
+      convCase("conv_depthwise", {2, 5, 5, 4}, {4, 3, 3, 1}, Conv2dOptions::make(1, 1, 4)));
   cs.push_back(convCase("conv_1x1_stride2", {2, 6, 6, 4}, {8, 1, 1, 4}, Conv2dOptions::make(2, 0)));
   cs.push_back(matmulCase("matmul", {5, 7}, {7, 3}, false, false));
   cs.push_back(matmulCase("matmul_ta", {7, 5}, {7, 3}, true, false));
   cs.push_back(matmulCase("matmul_tb", {5, 7}, {3, 7}, false, true));
   cs.push_back(matmulCase("matmul_ta_tb", {7, 5}, {3, 7}, true, true));
   cs.push_back(matmulCase("matmul_batched_broadcast", {2, 4, 5}, {5, 3}, false, false));
+  // Operands larger than a vertex's window budget (8 KiB tiles: 1 KiB): channel-blocked conv
+  // outputs, conv backward-data and matmul split over k with partials, matmul cut at row ends.
+  {
+    Case c = convCase("conv_large_weights", {2, 5, 5, 8}, {12, 3, 3, 8}, Conv2dOptions::make(1, 1));
+    c.op.tileBytes = 8192;
+    cs.push_back(c);
+    c = matmulCase("matmul_large_b_split_over_k", {6, 40}, {40, 30}, false, false);
+    c.op.tileBytes = 8192;
+    cs.push_back(c);
+    c = matmulCase("matmul_large_b_transposed", {6, 40}, {30, 40}, false, true);
+    c.op.tileBytes = 8192;
+    cs.push_back(c);
+  }
   cs.push_back(matmulCase("matmul_batched", {2, 4, 5}, {2, 5, 3}, false, false));
   cs.push_back(matmulCase("matmul_batched_tb", {2, 4, 5}, {2, 3, 5}, false, true));
   cs.push_back(unaryCase("relu", U::Relu));
@@ -272,8 +292,8 @@ std::vector<Case> allCases() {
           var[k] += d * d / rows;
         }
       return call(rows * ch, [&](float* y, kernels::Range r) {
-        ref::batchNormNormalize(rows, ch, 1e-5f, whole(v[0]), whole(mean), whole(var),
-                                whole(v[1]), whole(v[2]), y, r);
+        ref::batchNormNormalize(rows, ch, 1e-5f, whole(v[0]), whole(mean), whole(var), whole(v[1]),
+                                whole(v[2]), y, r);
       });
     };
     cs.push_back(c);

@@ -369,13 +369,27 @@ TEST(RefErrors, BroadcastIncompatibleNamesBothShapes) {
 
 // ---- partial reductions --------------------------------------------------------------------
 
-TEST(RefPartials, ConvBackwardFilterSplitOverBatch) {
+TEST(RefPartials, ConvBackwardFilterSplitOverOutputRows) {
   const Conv2dShape s = convShape(4, 6, 5, 4, 6, 3, 3, 2, 1, 1, 0, 1, 1, 2);
   const Vec x = randomVec(s.inputElems(), 1), dy = randomVec(s.outputElems(), 2);
   const Vec full = testing::refConvBwdFilter(s, x, dy);
   Vec sum(full.size(), 0.0f), part(full.size());
-  for (Range red : {Range{0, 1}, Range{1, 3}, Range{3, 4}}) {
+  const i64 rows = s.n * s.outH();  // parts cut images in the middle, as the planner does
+  for (Range red : {Range{0, 1}, Range{1, 4}, Range{4, rows - 1}, Range{rows - 1, rows}}) {
     ref::conv2dBackwardFilter(s, win(x), win(dy), part.data(), all(s.weightElems()), red);
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] += part[i];
+  }
+  EXPECT_TRUE(closeRel(sum, full, 1e-5f));
+}
+
+TEST(RefPartials, ConvBackwardDataSplitOverOutputChannels) {
+  // Grouped, so that parts also cut through groups.
+  const Conv2dShape s = convShape(2, 5, 5, 4, 6, 3, 3, 2, 1, 1, 1, 1, 1, 2);
+  const Vec dy = randomVec(s.outputElems(), 5), w = randomVec(s.weightElems(), 6);
+  const Vec full = testing::refConvBwdData(s, dy, w);
+  Vec sum(full.size(), 0.0f), part(full.size());
+  for (Range red : {Range{0, 2}, Range{2, 3}, Range{3, 6}}) {
+    ref::conv2dBackwardData(s, win(dy), win(w), part.data(), all(s.inputElems()), red);
     for (size_t i = 0; i < sum.size(); ++i) sum[i] += part[i];
   }
   EXPECT_TRUE(closeRel(sum, full, 1e-5f));
@@ -455,7 +469,7 @@ TEST(RefSubRanges, EveryKernel) {
   expectSubRangesAgree(cs.outputElems(),
                        [&](Range o, float* y) { ref::conv2dForward(cs, win(x), win(w), y, o); });
   expectSubRangesAgree(cs.inputElems(), [&](Range o, float* y) {
-    ref::conv2dBackwardData(cs, win(dy), win(w), y, o);
+    ref::conv2dBackwardData(cs, win(dy), win(w), y, o, all(cs.k));
   });
   expectSubRangesAgree(cs.weightElems(), [&](Range o, float* y) {
     ref::conv2dBackwardFilter(cs, win(x), win(dy), y, o, all(cs.n));

@@ -73,12 +73,13 @@ inline Vec refConvFwd(const Conv2dShape& s, const Vec& x, const Vec& w) {
 }
 inline Vec refConvBwdData(const Conv2dShape& s, const Vec& dy, const Vec& w) {
   Vec dx(s.inputElems());
-  ref::conv2dBackwardData(s, win(dy), win(w), dx.data(), all(s.inputElems()));
+  ref::conv2dBackwardData(s, win(dy), win(w), dx.data(), all(s.inputElems()), all(s.k));
   return dx;
 }
 inline Vec refConvBwdFilter(const Conv2dShape& s, const Vec& x, const Vec& dy) {
   Vec dw(s.weightElems());
-  ref::conv2dBackwardFilter(s, win(x), win(dy), dw.data(), all(s.weightElems()), all(s.n));
+  ref::conv2dBackwardFilter(s, win(x), win(dy), dw.data(), all(s.weightElems()),
+                            all(s.n * s.outH()));
   return dw;
 }
 inline Vec refMatMul(const MatMulShape& s, const Vec& a, const Vec& b) {
