@@ -148,10 +148,17 @@ for exe in "${suites[@]}"; do
   : > "$logfile"
   log "running $name ($reps repetitions${suite_args[*]:+, ${suite_args[*]}})"
   start=$(date +%s)
-  if ! names="$(limited 300 "${cmd[@]}" "${suite_args[@]}" --benchmark_list_tests 2>>"$logfile")" \
-     || [ -z "$names" ]; then
-    crashed+=("$name: cannot list its benchmarks (see $logfile)")
-    log "$name: cannot list its benchmarks"
+  names="$(limited 300 "${cmd[@]}" "${suite_args[@]}" --benchmark_list_tests \
+           < /dev/null 2>>"$logfile")"
+  rc=$?
+  if [ $rc -ne 0 ] || [ -z "$names" ]; then
+    if [ $rc -ne 0 ]; then
+      why="cannot list its benchmarks ($(describe_exit $rc 300 "$logfile"))"
+    else
+      why="its arguments select no benchmark (${suite_args[*]:-none}; see $SUITES_CONF)"
+    fi
+    crashed+=("$name: $why")
+    log "$name: $why"
     tail -n 20 "$logfile" | sed 's/^/    /'
     continue
   fi
