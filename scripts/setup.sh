@@ -3,9 +3,11 @@
 # Run as root (or with sudo). Safe to run repeatedly: apt-get skips what is installed.
 set -euo pipefail
 
+# ocl-icd-opencl-dev: Debian's oneDNN is built with the OpenCL GPU runtime, so its CMake
+# package (find_package(dnnl)) requires OpenCL's headers and library to configure.
 PACKAGES=(
   build-essential cmake ninja-build pkg-config clang-format
-  libdnnl-dev libopencv-dev nlohmann-json3-dev libfmt-dev libcli11-dev
+  libdnnl-dev ocl-icd-opencl-dev libopencv-dev nlohmann-json3-dev libfmt-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin zlib1g-dev
   dataset-fashion-mnist
   python3 python3-pip python3-venv python3-numpy python3-pandas python3-matplotlib
