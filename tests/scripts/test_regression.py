@@ -195,9 +195,18 @@ def _update(*args):
 def test_update_baseline_copies_a_good_run(tmp_path):
     run = _run_dir(tmp_path, "run", "rerun_noise.json", {"status": "pass", "failing": []},
                    {"name": "x", "converged": True})
+    (run / "run_manifest.json").write_text(json.dumps(
+        {"git_rev": "abc123", "host": "runner1", "cpus": 2, "date_utc": "2026-12-02T02:17:00Z",
+         "suites_conf": "benchmarks/nightly.conf", "mem_limit_mb": 18000, "crashed": [],
+         "durations_s": {"kernels_bench": 120.0, "tta": 60.0}}))
     base = tmp_path / "baseline"
-    p = _update(str(run), "--baseline", str(base))
+    p = _update(str(run), "--baseline", str(base), "--note", "quiet machine")
     assert p.returncode == 0, p.stderr
+    readme = (base / "README.md").read_text()
+    for text in ["commit: `abc123`", "machine: runner1", "2 CPUs", "total 3.0 min",
+                 "note: quiet machine", "| kernels_bench.json | 3 benchmarks, 10 repetitions |",
+                 "| tta.json | x: "]:
+        assert text in readme, text
     assert (base / "kernels_bench.json").read_bytes() == (run / "kernels_bench.json").read_bytes()
     assert (base / "tta.json").exists()
     man = json.loads((base / "baseline_manifest.json").read_text())
