@@ -69,8 +69,18 @@ read -r -a TTA_ARGV <<< "$TTA_ARGS"
 read -r -a SMALL_CNN_ARGV <<< "$SMALL_CNN_ARGS"
 
 log() { echo "nightly: $*"; }
+# Results left from an earlier run would be compared as tonight's (a suite that crashes
+# tonight would reuse yesterday's JSON): start from an empty folder.
+if compgen -G "$OUT/*.json" > /dev/null; then
+  echo "nightly: $OUT already holds results ($(ls "$OUT"/*.json | head -3 | xargs -n1 basename \
+       | tr '\n' ' ')...): give an empty or new NIGHTLY_OUT" >&2
+  exit 2
+fi
 mkdir -p "$OUT"
+# The job's own log, next to the results (CI uploads OUT).
+exec > >(tee -a "$OUT/nightly.log") 2> >(tee -a "$OUT/nightly.log" >&2)
 log "output folder $OUT"
+durations=()  # "<what>=<seconds>" for run_manifest.json
 
 # Runs a command under the timeout and the memory cap (a subshell, so the cap stays there).
 limited() {
@@ -189,6 +199,7 @@ for exe in "${suites[@]}"; do
     "$PY" scripts/merge_gbench.py "$OUT/$name.json" "${parts[@]}" \
       || crashed+=("$name: its results could not be merged")
   fi
+  durations+=("$name=$(( $(date +%s) - start ))")
   log "$name finished in $(( $(date +%s) - start )) s: ${#parts[@]} of $i benchmarks ran"
 done
 
@@ -204,6 +215,7 @@ if [ -x "$HARNESS" ]; then
     limited "$TTA_TIMEOUT" "$HARNESS" --benchmark "$b" --scale mini --division open \
         --pod-size 1 --results-dir "$dir" "${TTA_ARGV[@]}" > "$OUT/tta_$b.log" 2>&1
     rc=$?
+    durations+=("tta_$b=$(( $(date +%s) - start ))")
     log "$b finished in $(( $(date +%s) - start )) s wall, exit $rc"
     # Exit 2 = a run ended aborted: its log is complete and the comparison judges it.
     if [ $rc -ne 0 ] && [ $rc -ne 2 ]; then
@@ -220,6 +232,7 @@ if [ -x "$SMALL_CNN" ]; then
   start=$(date +%s)
   limited "$TTA_TIMEOUT" "$SMALL_CNN" "${SMALL_CNN_ARGV[@]}" > "$OUT/tta_small_cnn.log" 2>&1
   rc=$?
+  durations+=("tta_small_cnn=$(( $(date +%s) - start ))")
   log "train_small_cnn finished in $(( $(date +%s) - start )) s wall, exit $rc"
   if [ $rc -ne 0 ] && [ $rc -ne 2 ]; then  # 2 = diverged: recorded as not converged
     crashed+=("train_small_cnn ($(describe_exit $rc "$TTA_TIMEOUT" "$OUT/tta_small_cnn.log"))")
@@ -238,14 +251,17 @@ fi
 
 # 4. Manifest and comparison --------------------------------------------------------------
 rev="${NIGHTLY_GIT_REV:-${GITHUB_SHA:-$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)}}"
+NIGHTLY_DURATIONS="${durations[*]+"${durations[*]}"}" \
 "$PY" - "$OUT/run_manifest.json" "$rev" "${NIGHTLY_REPETITIONS:-}" "$MEM_LIMIT_MB" "$SUITES_CONF" \
     "${crashed[@]+"${crashed[@]}"}" <<'EOF'
 import json, sys, platform, datetime, os
 out, rev, reps, mem, conf, crashed = *sys.argv[1:6], sys.argv[6:]
+durations = {k: float(v) for k, v in
+             (d.split("=", 1) for d in os.environ.get("NIGHTLY_DURATIONS", "").split())}
 json.dump({"git_rev": rev, "repetitions_override": int(reps) if reps else None,
            "suites_conf": conf, "mem_limit_mb": int(mem), "host": platform.node(),
            "cpus": os.cpu_count(), "date_utc": datetime.datetime.utcnow().isoformat() + "Z",
-           "crashed": crashed}, open(out, "w"), indent=1)
+           "durations_s": durations, "crashed": crashed}, open(out, "w"), indent=1)
 EOF
 
 status=0
