@@ -31,7 +31,9 @@
 #   NIGHTLY_BENCH_TIMEOUT seconds per benchmark process (1800)
 #   NIGHTLY_MEM_LIMIT_MB virtual-memory cap per benchmark/TTA process (75% of RAM; 0: none), so
 #                        that a case that runs out of memory fails alone instead of the host
-#   NIGHTLY_ALPHA / NIGHTLY_THRESHOLD   Mann-Whitney significance (0.05) / median slowdown (0.05)
+#   NIGHTLY_ALPHA / NIGHTLY_THRESHOLD   Mann-Whitney significance (0.05) / median slowdown (0.10)
+#   NIGHTLY_METRIC       cpu_time (default: the benchmark thread's CPU time, which other jobs on
+#                        the machine disturb far less than the wall clock) or real_time
 #   NIGHTLY_TTA_THRESHOLD  relative time-to-train / epochs increase that fails (0.25)
 #   NIGHTLY_COMPARE_ARGS extra arguments for bench_regression.py
 #   NIGHTLY_HARNESS      run_benchmark binary (BUILD/harness/run_benchmark)
@@ -52,6 +54,10 @@ OUT="${NIGHTLY_OUT:-out/nightly/$(date -u +%Y%m%dT%H%M%SZ)}"
 BASELINE="${NIGHTLY_BASELINE:-benchmarks/baseline}"
 SUITES_CONF="${NIGHTLY_SUITES_CONF:-benchmarks/nightly.conf}"
 DEFAULT_REPS=10
+# Median slowdown that fails (with p < alpha). Measured on the shared 2-core VM, two runs of the
+# same build 10 min apart drift by up to ~10% in CPU time (and 2x in wall time) with other
+# jobs running: see benchmarks/baseline/README.md. A 20% slowdown stays well above it.
+THRESHOLD=0.10
 BENCH_TIMEOUT="${NIGHTLY_BENCH_TIMEOUT:-1800}"
 MEM_LIMIT_MB="${NIGHTLY_MEM_LIMIT_MB:-$(awk '/^MemTotal:/ {print int($2 * 0.75 / 1024)}' /proc/meminfo)}"
 HARNESS="${NIGHTLY_HARNESS:-$BUILD/harness/run_benchmark}"
@@ -243,9 +249,19 @@ if [ -x "$SMALL_CNN" ]; then
 else
   log "$SMALL_CNN does not exist; skipping the small CNN run"
 fi
+# The mini runs do not log their quality target: take it from their --config
+# (mini_target_accuracy), so that epochs to converge count up to the run's own target.
+tta_target=()
+for ((k = 0; k < ${#TTA_ARGV[@]}; k++)); do
+  if [ "${TTA_ARGV[$k]}" = "--config" ] && [ -f "${TTA_ARGV[$((k + 1))]:-}" ]; then
+    t=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1])).get("mini_target_accuracy", ""))' \
+        "${TTA_ARGV[$((k + 1))]}" 2>/dev/null)
+    [ -n "$t" ] && tta_target=(--quality-target "$t")
+  fi
+done
 if [ ${#tta_dirs[@]} -gt 0 ] || [ ${#tta_logs[@]} -gt 0 ]; then
   "$PY" scripts/record_tta.py "${tta_dirs[@]}" "${tta_logs[@]}" -o "$OUT/tta.json" \
-      --label mini --train-target "$SMALL_CNN_TARGET" \
+      --label mini --train-target "$SMALL_CNN_TARGET" "${tta_target[@]}" \
     || crashed+=("record_tta (no readable result log)")
 fi
 
@@ -268,7 +284,8 @@ status=0
 if compgen -G "$BASELINE/*.json" > /dev/null; then
   log "comparing against $BASELINE"
   "$PY" scripts/bench_regression.py "$BASELINE" "$OUT" \
-      --alpha "${NIGHTLY_ALPHA:-0.05}" --threshold "${NIGHTLY_THRESHOLD:-0.05}" \
+      --alpha "${NIGHTLY_ALPHA:-0.05}" --threshold "${NIGHTLY_THRESHOLD:-$THRESHOLD}" \
+      --metric "${NIGHTLY_METRIC:-cpu_time}" \
       --tta-threshold "${NIGHTLY_TTA_THRESHOLD:-0.25}" \
       --json-out "$OUT/comparison.json" "${COMPARE_ARGS[@]}" > "$OUT/comparison.md"
   status=$?

@@ -26,7 +26,18 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mlperf_results as mr  # noqa: E402
 
 
-def records(dirs, label=None):
+def rejudge(run, target):
+    """Judges a run against TARGET instead of the benchmark's full-size target (our mini
+    runs do not log quality_target): converged and epochs/samples to converge change."""
+    reached = next((p for p in run.eval_curve if p.accuracy >= target), None)
+    run.quality_target = target
+    run.converged = (run.status == "success" and run.time_to_train_min is not None
+                     and reached is not None)
+    run.epochs_to_converge = reached.epoch if run.converged else None
+    run.samples_to_converge = reached.samples if run.converged else None
+
+
+def records(dirs, label=None, quality_target=None):
     runs, errors = [], []
     for d in dirs:
         pkg = mr.load_package(d)
@@ -34,6 +45,8 @@ def records(dirs, label=None):
         groups = mr.group_runs(pkg.runs)
         for (org, system, bench), rs in sorted(groups.items()):
             for r in rs:
+                if quality_target is not None:
+                    rejudge(r, quality_target)
                 name = f"{bench}/{system}" + (f"/{label}" if label else "")
                 if len(rs) > 1:
                     name += f"#{r.run_index}"
@@ -95,6 +108,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dirs", nargs="*", metavar="RESULTS_DIR")
+    ap.add_argument("--quality-target", type=float,
+                    help="judge the RESULTS_DIR runs against this eval_accuracy (the mini "
+                         "run's mini_target_accuracy) instead of the full-size target")
     ap.add_argument("--train-log", action="append", default=[],
                     help="stdout of harness/train_small_cnn (repeatable)")
     ap.add_argument("--train-target", type=float, default=0.85,
@@ -104,7 +120,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if not args.dirs and not args.train_log:
         ap.error("give at least one RESULTS_DIR or --train-log")
-    runs, errors = records(args.dirs, args.label)
+    runs, errors = records(args.dirs, args.label, args.quality_target)
     for log in args.train_log:
         rec, err = train_log_record(log, args.train_target, args.label)
         if rec:
