@@ -121,8 +121,9 @@ def readme(manifest, baseline_dir):
     ]
     if run.get("durations_s"):
         total = sum(run["durations_s"].values())
-        lines.append(f"* durations: " + ", ".join(
-            f"{k} {v:.0f} s" for k, v in run["durations_s"].items()) + f" (total {total / 60:.1f} min)")
+        lines.append("* durations: " + ", ".join(
+            f"{k} {v:.0f} s" for k, v in run["durations_s"].items())
+            + f" (total {total / 60:.1f} min, build not included)")
     if manifest.get("forced"):
         lines.append("* FORCED past: " + "; ".join(manifest["refusals_overridden"]))
     lines += [f"* note: {n}" for n in manifest.get("notes", [])]

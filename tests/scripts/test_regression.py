@@ -87,6 +87,34 @@ def test_missing_benchmark_is_reported():
     assert _cmp("baseline.json", "missing_and_new.json", fail_on_missing=True)["status"] == "fail"
 
 
+BASELINE = os.path.join(REPO, "benchmarks", "baseline")
+
+
+def test_injected_slowdown_on_the_committed_baseline(tmp_path):
+    """The real baseline's repetitions, one benchmark made 20% slower: only it is flagged."""
+    if not os.path.exists(os.path.join(BASELINE, "kernels_bench.json")):
+        pytest.skip("no committed baseline")
+    slow = "BM_OursConvForward/hw:56/c:64/real_time"
+    d = json.load(open(os.path.join(BASELINE, "kernels_bench.json")))
+    for b in d["benchmarks"]:
+        if b.get("run_name") == slow and b.get("run_type") == "iteration":
+            b["real_time"] *= 1.2
+            b["cpu_time"] *= 1.2
+    new = tmp_path / "new"
+    new.mkdir()
+    (new / "kernels_bench.json").write_text(json.dumps(d))
+    base = tmp_path / "base"
+    base.mkdir()
+    shutil.copy(os.path.join(BASELINE, "kernels_bench.json"), base)
+    for metric in ("cpu_time", "real_time"):
+        doc = br.run(str(base), str(new), threshold=0.10, metric=metric)
+        assert doc["failing"] == [slow], metric
+        r = _by_name(doc)[slow]
+        assert r["change"] == pytest.approx(0.20, abs=1e-9) and r["p_value"] < 0.05
+    # and the whole committed baseline against itself passes
+    assert br.run(BASELINE, BASELINE, threshold=0.10, metric="cpu_time")["status"] == "pass"
+
+
 def test_too_few_repetitions_are_not_tested(tmp_path):
     d = json.load(open(os.path.join(G, "slowdown_20pct.json")))
     d["benchmarks"] = [b for b in d["benchmarks"]
