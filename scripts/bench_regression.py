@@ -12,7 +12,9 @@ folder holds time-to-accuracy records (see record_tta.py) and is compared separa
 Per benchmark the per-repetition "iteration" entries are compared (aggregates such as
 _mean/_median are ignored) with a one-sided Mann-Whitney U test (H1: new slower than
 old).  A benchmark is a REGRESSION when p < alpha AND the median slowed down by more than
-threshold (relative).  Exit status: 0 no regression, 1 regression, 2 usage/input error.
+threshold (relative).  A folder's run_manifest.json (written by nightly.sh) lists what crashed in that run; each
+crash fails the comparison too ("regressions" in the JSON counts the real regressions only).
+Exit status: 0 no regression, 1 regression or crash, 2 usage/input error.
 """
 from __future__ import annotations
 
@@ -28,8 +30,9 @@ TIME_UNITS_NS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
 AGGREGATE_SUFFIXES = ("_mean", "_median", "_stddev", "_cv", "_BigO", "_RMS")
 TTA_FILE = "tta.json"
 COMPARISON_FILE = "comparison.json"
+RUN_MANIFEST = "run_manifest.json"
 # JSON files in a run or baseline folder that are not Google Benchmark output.
-NON_BENCH_FILES = {TTA_FILE, COMPARISON_FILE, "baseline_manifest.json", "run_manifest.json"}
+NON_BENCH_FILES = {TTA_FILE, COMPARISON_FILE, "baseline_manifest.json", RUN_MANIFEST}
 
 
 class InputError(Exception):
@@ -79,21 +82,49 @@ def gbench_files(path):
     raise InputError(f"{path}: no such file or folder")
 
 
-def load_side(path):
-    """Merges every Google Benchmark file of one side. Duplicate names get a file prefix."""
-    merged = {}
+def load_files(path):
+    """{file stem: {name: entry}} for every Google Benchmark file of one side."""
+    out = {}
     for f in gbench_files(path):
         data, _ = load_gbench_file(f)
-        stem = os.path.splitext(os.path.basename(f))[0]
-        for name, ent in data.items():
-            if name in merged and merged[name]["file"] != f:
-                prev = merged.pop(name)
-                pstem = os.path.splitext(os.path.basename(prev["file"]))[0]
-                merged[f"{pstem}:{name}"] = prev
-                merged[f"{stem}:{name}"] = ent
-            else:
-                merged[name] = ent
-    return merged
+        out[os.path.splitext(os.path.basename(f))[0]] = data
+    return out
+
+
+def merge_sides(old_files, new_files):
+    """Flattens both sides to {name: entry}. A name that more than one file of a side holds is
+    prefixed with its file's stem on both sides (so that a suite missing from one
+    side does not rename the other suites' benchmarks)."""
+    clash = set()
+    for files in (old_files, new_files):
+        count = {}
+        for data in files.values():
+            for name in data:
+                count[name] = count.get(name, 0) + 1
+        clash |= {n for n, c in count.items() if c > 1}
+
+    def flat(files):
+        return {(f"{stem}:{name}" if name in clash else name): ent
+                for stem, data in files.items() for name, ent in data.items()}
+    return flat(old_files), flat(new_files)
+
+
+def load_side(path):
+    """Merges every Google Benchmark file of one side. Duplicate names get a file prefix."""
+    return merge_sides(load_files(path), {})[0]
+
+
+def load_crashes(path):
+    """What the nightly run in folder PATH says crashed (run_manifest.json), or []."""
+    p = os.path.join(path, RUN_MANIFEST) if os.path.isdir(path) else None
+    if p is None or not os.path.exists(p):
+        return []
+    try:
+        with open(p, encoding="utf-8") as fh:
+            crashed = json.load(fh).get("crashed", [])
+    except (OSError, ValueError, AttributeError) as exc:
+        raise InputError(f"{p}: cannot read the run manifest: {exc}") from exc
+    return [str(c) for c in crashed]
 
 
 def load_tta(path):
@@ -214,8 +245,13 @@ def _fmt_time(ns):
     return f"{ns:.4g} ns"
 
 
-def render(rows, tta_rows, alpha, threshold):
-    out = [f"## Benchmark regression check (Mann-Whitney U one-sided, alpha={alpha}, "
+def render(rows, tta_rows, alpha, threshold, crashed=()):
+    out = []
+    if crashed:
+        out += ["## CRASHED (the run lost these; their benchmarks show as missing)", ""]
+        out += [f"* {c}" for c in crashed]
+        out.append("")
+    out += [f"## Benchmark regression check (Mann-Whitney U one-sided, alpha={alpha}, "
            f"threshold=+{100 * threshold:.1f}% on the median)", "",
            "| benchmark | status | old median | new median | change | p-value | reps old/new |"
            " note |", "|---|---|---|---|---|---|---|---|"]
@@ -237,8 +273,8 @@ def render(rows, tta_rows, alpha, threshold):
     return "\n".join(out) + "\n"
 
 
-def summary_lines(rows, tta_rows):
-    lines = []
+def summary_lines(rows, tta_rows, crashed=()):
+    lines = [f"CRASHED: {c}" for c in crashed]
     for r in rows:
         if r["status"] == "regression":
             lines.append(f"REGRESSION: {r['name']}: median {_fmt_time(r['old_median_ns'])} -> "
@@ -257,7 +293,8 @@ def summary_lines(rows, tta_rows):
 def run(old_path, new_path, alpha=0.05, threshold=0.05, metric="real_time",
         fail_on_missing=False, tta_threshold=0.25, quality_tolerance=0.01, min_reps=3):
     """Returns the comparison document (dict). Raises InputError on unreadable input."""
-    old_side, new_side = load_side(old_path), load_side(new_path)
+    old_side, new_side = merge_sides(load_files(old_path), load_files(new_path))
+    crashed = load_crashes(new_path)
     key = "times_ns" if metric == "real_time" else "cpu_ns"
     rows = compare_gbench(old_side, new_side, alpha, threshold, key, min_reps)
     old_tta, new_tta = load_tta(old_path), load_tta(new_path)
@@ -265,9 +302,13 @@ def run(old_path, new_path, alpha=0.05, threshold=0.05, metric="real_time",
         if (old_tta or new_tta) else []
     failing = [r["name"] for r in rows if r["status"] == "regression"] + \
               [f"tta:{r['name']}" for r in tta_rows if r["status"] == "regression"]
+    regressions = len(failing)
     if fail_on_missing:
         failing += [r["name"] for r in rows + tta_rows if r["status"] in ("missing", "error")]
+    # A crash is a failure of its own: the figures it would have given are reported missing.
+    failing += [f"crashed:{c}" for c in crashed]
     return {"status": "fail" if failing else "pass", "failing": failing,
+            "regressions": regressions, "crashed": crashed,
             "baseline": os.path.abspath(old_path), "new": os.path.abspath(new_path),
             "alpha": alpha, "threshold": threshold, "metric": metric,
             "benchmarks": rows, "tta": tta_rows}
@@ -299,16 +340,21 @@ def main(argv=None):
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    sys.stdout.write(render(doc["benchmarks"], doc["tta"], args.alpha, args.threshold))
-    for line in summary_lines(doc["benchmarks"], doc["tta"]):
+    sys.stdout.write(render(doc["benchmarks"], doc["tta"], args.alpha, args.threshold,
+                            doc["crashed"]))
+    lines = summary_lines(doc["benchmarks"], doc["tta"], doc["crashed"])
+    verdict = (f"result: {doc['status'].upper()} ({len(doc['failing'])} failing, "
+               f"{doc['regressions']} regressions, {len(doc['crashed'])} crashed, "
+               f"{len(doc['benchmarks'])} benchmarks compared)")
+    # The same lines close the Markdown (the job summary) and go to stderr (the job log).
+    sys.stdout.write("\n## Result\n\n" + "".join(f"* {x}\n" for x in lines + [verdict]))
+    for line in lines:
         print(line, file=sys.stderr)
     if args.json_out:
         os.makedirs(os.path.dirname(os.path.abspath(args.json_out)), exist_ok=True)
         with open(args.json_out, "w") as fh:
             json.dump(doc, fh, indent=1)
-    n_reg = len(doc["failing"])
-    print(f"result: {doc['status'].upper()} ({n_reg} failing, {len(doc['benchmarks'])} "
-          f"benchmarks compared)", file=sys.stderr)
+    print(verdict, file=sys.stderr)
     return 1 if doc["status"] == "fail" else 0
 
 

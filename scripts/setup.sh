@@ -3,6 +3,8 @@
 # Run as root (or with sudo). Safe to run repeatedly: apt-get skips what is installed.
 set -euo pipefail
 
+# ocl-icd-opencl-dev: Debian's oneDNN is built with the OpenCL GPU runtime, so its CMake
+# package (find_package(dnnl)) requires OpenCL's headers and library to configure.
 PACKAGES=(
   build-essential cmake ninja-build pkg-config clang-format
   libdnnl-dev ocl-icd-opencl-dev libopencv-dev nlohmann-json3-dev libfmt-dev libcli11-dev

@@ -5,8 +5,9 @@
                        [--prune] [--force] [--dry-run]
 
 Copies the Google Benchmark JSON files (and tta.json) of RUN_DIR (a scripts/nightly.sh
-output folder) into the baseline folder and writes baseline_manifest.json there.  The
-lead then reviews and commits benchmarks/baseline/.
+output folder) into the baseline folder and writes baseline_manifest.json and README.md
+(how, when and where it was recorded; --note adds a line) there.  The lead then reviews and
+commits benchmarks/baseline/.
 
 Refuses (exit 1) unless --force when:
   * RUN_DIR/comparison.json says the run FAILED its comparison (a regression must not
@@ -84,6 +85,72 @@ def check_run(run_dir, only=None):
     return files, refusals, warnings
 
 
+def machine():
+    """CPU model, cores and memory of the machine that records (the one that ran the run)."""
+    info = {"cpus": os.cpu_count()}
+    try:
+        with open("/proc/cpuinfo") as fh:
+            info["cpu"] = next((ln.split(":", 1)[1].strip() for ln in fh
+                                if ln.startswith("model name")), None)
+        with open("/proc/meminfo") as fh:
+            kb = next(int(ln.split()[1]) for ln in fh if ln.startswith("MemTotal:"))
+        info["mem_gib"] = round(kb / 2 ** 20, 1)
+    except (OSError, StopIteration, ValueError):
+        pass
+    return info
+
+
+def readme(manifest, baseline_dir):
+    run, mach = manifest.get("run", {}), manifest.get("recorded_on", {})
+    lines = [
+        "# Performance baseline", "",
+        "The nightly job (`scripts/nightly.sh`) compares each night's Google Benchmark results "
+        "and mini time-to-accuracy runs against the JSON files in this folder (see "
+        "scripts/README.md). Written by `scripts/update_baseline.py`; do not edit by hand, and "
+        "never record a failing run. The figures are only comparable on the machine below.", "",
+        "## This baseline", "",
+        f"* recorded: {manifest['recorded_utc']} from the nightly run "
+        f"`{os.path.basename(manifest['source'])}` ({run.get('date_utc', '?')})",
+        f"* commit: `{run.get('git_rev', '?')}`",
+        f"* machine: {run.get('host', '?')}, {mach.get('cpu', '?')}, "
+        f"{run.get('cpus', mach.get('cpus', '?'))} CPUs, {mach.get('mem_gib', '?')} GiB",
+        f"* settings: `{run.get('suites_conf', '?')}`"
+        + (f", repetitions {run['repetitions_override']} for every suite"
+           if run.get("repetitions_override") else ", its repetitions per suite")
+        + f", memory cap {run.get('mem_limit_mb', '?')} MB per process",
+    ]
+    if run.get("durations_s"):
+        total = sum(run["durations_s"].values())
+        lines.append("* durations: " + ", ".join(
+            f"{k} {v:.0f} s" for k, v in run["durations_s"].items())
+            + f" (total {total / 60:.1f} min, build not included)")
+    if manifest.get("forced"):
+        lines.append("* FORCED past: " + "; ".join(manifest["refusals_overridden"]))
+    lines += [f"* note: {n}" for n in manifest.get("notes", [])]
+    lines += ["", "| file | what |", "|---|---|"]
+    for f in manifest["files"]:
+        path = os.path.join(baseline_dir, f)
+        if f == br.TTA_FILE:
+            doc = _read_json(path) or {}
+            for r in doc.get("runs", []):
+                t = r.get("time_to_train_s")
+                lines.append(f"| {f} | {r.get('name')}: {r.get('status')}, final quality "
+                             f"{r.get('final_quality')}, epochs to converge "
+                             f"{r.get('epochs_to_converge')}, time to train "
+                             f"{'?' if t is None else f'{t:.1f} s'} |")
+            continue
+        try:
+            data, _ = br.load_gbench_file(path)
+        except br.InputError:
+            continue
+        reps = sorted({len(e["times_ns"]) for e in data.values()})
+        lines.append(f"| {f} | {len(data)} benchmarks, {'/'.join(map(str, reps))} repetitions |")
+    lines += ["", "Record a new one (after review, on the same machine as the nightly) with", "",
+              "    /usr/bin/python3 scripts/update_baseline.py out/nightly/<run> [--dry-run] "
+              "[--note TEXT]", "", "and commit this folder.", ""]
+    return "\n".join(lines)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -95,6 +162,8 @@ def main(argv=None):
                     help="remove baseline files that the run does not have")
     ap.add_argument("--force", action="store_true", help="record even a failed run")
     ap.add_argument("--dry-run", action="store_true", help="only say what would be done")
+    ap.add_argument("--note", action="append", default=[],
+                    help="a line for the README (e.g. the conditions of the run)")
     args = ap.parse_args(argv)
     if not os.path.isdir(args.run_dir):
         print(f"error: {args.run_dir}: not a folder", file=sys.stderr)
@@ -128,8 +197,12 @@ def main(argv=None):
                     "source": os.path.abspath(args.run_dir), "files": sorted(names),
                     "forced": bool(refusals), "refusals_overridden": refusals,
                     "run": man}
+        manifest["recorded_on"] = machine()
+        manifest["notes"] = args.note
         with open(os.path.join(args.baseline, "baseline_manifest.json"), "w") as fh:
             json.dump(manifest, fh, indent=1)
+        with open(os.path.join(args.baseline, "README.md"), "w") as fh:
+            fh.write(readme(manifest, args.baseline))
         print(f"baseline updated in {args.baseline}; review and commit it")
     return 0
 

@@ -87,6 +87,34 @@ def test_missing_benchmark_is_reported():
     assert _cmp("baseline.json", "missing_and_new.json", fail_on_missing=True)["status"] == "fail"
 
 
+BASELINE = os.path.join(REPO, "benchmarks", "baseline")
+
+
+def test_injected_slowdown_on_the_committed_baseline(tmp_path):
+    """The real baseline's repetitions, one benchmark made 20% slower: only it is flagged."""
+    if not os.path.exists(os.path.join(BASELINE, "kernels_bench.json")):
+        pytest.skip("no committed baseline")
+    slow = "BM_OursConvForward/hw:56/c:64/real_time"
+    d = json.load(open(os.path.join(BASELINE, "kernels_bench.json")))
+    for b in d["benchmarks"]:
+        if b.get("run_name") == slow and b.get("run_type") == "iteration":
+            b["real_time"] *= 1.2
+            b["cpu_time"] *= 1.2
+    new = tmp_path / "new"
+    new.mkdir()
+    (new / "kernels_bench.json").write_text(json.dumps(d))
+    base = tmp_path / "base"
+    base.mkdir()
+    shutil.copy(os.path.join(BASELINE, "kernels_bench.json"), base)
+    for metric in ("cpu_time", "real_time"):
+        doc = br.run(str(base), str(new), threshold=0.10, metric=metric)
+        assert doc["failing"] == [slow], metric
+        r = _by_name(doc)[slow]
+        assert r["change"] == pytest.approx(0.20, abs=1e-9) and r["p_value"] < 0.05
+    # and the whole committed baseline against itself passes
+    assert br.run(BASELINE, BASELINE, threshold=0.10, metric="cpu_time")["status"] == "pass"
+
+
 def test_too_few_repetitions_are_not_tested(tmp_path):
     d = json.load(open(os.path.join(G, "slowdown_20pct.json")))
     d["benchmarks"] = [b for b in d["benchmarks"]
@@ -195,9 +223,18 @@ def _update(*args):
 def test_update_baseline_copies_a_good_run(tmp_path):
     run = _run_dir(tmp_path, "run", "rerun_noise.json", {"status": "pass", "failing": []},
                    {"name": "x", "converged": True})
+    (run / "run_manifest.json").write_text(json.dumps(
+        {"git_rev": "abc123", "host": "runner1", "cpus": 2, "date_utc": "2026-12-02T02:17:00Z",
+         "suites_conf": "benchmarks/nightly.conf", "mem_limit_mb": 18000, "crashed": [],
+         "durations_s": {"kernels_bench": 120.0, "tta": 60.0}}))
     base = tmp_path / "baseline"
-    p = _update(str(run), "--baseline", str(base))
+    p = _update(str(run), "--baseline", str(base), "--note", "quiet machine")
     assert p.returncode == 0, p.stderr
+    readme = (base / "README.md").read_text()
+    for text in ["commit: `abc123`", "machine: runner1", "2 CPUs", "total 3.0 min",
+                 "note: quiet machine", "| kernels_bench.json | 3 benchmarks, 10 repetitions |",
+                 "| tta.json | x: "]:
+        assert text in readme, text
     assert (base / "kernels_bench.json").read_bytes() == (run / "kernels_bench.json").read_bytes()
     assert (base / "tta.json").exists()
     man = json.loads((base / "baseline_manifest.json").read_text())
@@ -240,23 +277,21 @@ def test_update_baseline_dry_run_and_prune(tmp_path):
 
 # ----------------------------------------------------------------- nightly.sh end to end
 FAKE_BENCH = """#!/bin/sh
-# Fake Google Benchmark executable: copies a fixture to --benchmark_out.
-for a in "$@"; do
-  case "$a" in --benchmark_out=*) out="${a#--benchmark_out=}";; esac
-done
-echo "fake bench $*"
-cp "%s" "$out"
+exec %s -B %s %s "$@"
 """
 
 FAKE_HARNESS = """#!/bin/sh
-# Fake harness: writes a small MLPerf result package into --results-dir.
+# Fake harness: writes a small MLPerf result package (FAKE_RESULT, else %s) into --results-dir.
 while [ $# -gt 0 ]; do
   case "$1" in --results-dir) dir="$2"; shift;; esac
   shift
 done
 mkdir -p "$dir/Ours/results/ipu-pod1-emu/resnet"
-cp "%s" "$dir/Ours/results/ipu-pod1-emu/resnet/result_0.txt"
+cp "${FAKE_RESULT:-%s}" "$dir/Ours/results/ipu-pod1-emu/resnet/result_0.txt"
 """
+TTA = os.path.join(FIXTURES, "tta")
+MINI_LOG = os.path.join(TTA, "run_benchmark_mini_result_0.txt")
+SMALL_CNN_LOG = os.path.join(TTA, "train_small_cnn.log")
 
 
 def _exe(path, text):
@@ -264,21 +299,44 @@ def _exe(path, text):
     path.chmod(path.stat().st_mode | stat.S_IXUSR)
 
 
-def _nightly(tmp_path, fixture, baseline_dir, harness=True):
+def _fake_suite(build, name, fixture):
+    d = build / "benchmarks" / name.replace("_bench", "")
+    d.mkdir(parents=True, exist_ok=True)
+    _exe(d / name, FAKE_BENCH % (PY, os.path.join(os.path.dirname(__file__), "fake_gbench.py"),
+                                 fixture))
+
+
+def _renamed_fixture(tmp_path, fixture, prefix):
+    """A copy of a fixture with every benchmark renamed (a second suite's figures)."""
+    d = json.load(open(os.path.join(G, fixture)))
+    for b in d["benchmarks"]:
+        b["name"] = prefix + b["name"]
+        b["run_name"] = prefix + b["run_name"]
+    p = tmp_path / f"{prefix.strip('/')}_{fixture}"
+    p.write_text(json.dumps(d))
+    return str(p)
+
+
+def _nightly(tmp_path, fixture, baseline_dir, harness=True, small_cnn=None, extra_suites=(),
+             env_extra=None, tag=""):
     build = tmp_path / "build"
-    (build / "benchmarks" / "kernels").mkdir(parents=True, exist_ok=True)
-    _exe(build / "benchmarks" / "kernels" / "kernels_bench",
-         FAKE_BENCH % os.path.join(G, fixture))
+    _fake_suite(build, "kernels_bench", os.path.join(G, fixture))
+    for name, path in extra_suites:
+        _fake_suite(build, name, path)
     (build / "benchmarks" / "kernels" / "not_a_bench.txt").write_text("x")
     if harness:
         (build / "harness").mkdir(exist_ok=True)
-        _exe(build / "harness" / "run_benchmark", FAKE_HARNESS % os.path.join(
-            OURS, "results", "ipu-pod16-emu", "resnet", "result_0.txt"))
-    out = tmp_path / ("out_" + fixture.replace(".json", ""))
+        _exe(build / "harness" / "run_benchmark", FAKE_HARNESS % (MINI_LOG, MINI_LOG))
+    if small_cnn:  # a train_small_cnn that prints the given log
+        (build / "harness").mkdir(exist_ok=True)
+        _exe(build / "harness" / "train_small_cnn", f"#!/bin/sh\ncat '{small_cnn}'\n")
+    out = tmp_path / ("out_" + fixture.replace(".json", "") + tag)
     env = dict(os.environ, NIGHTLY_SKIP_BUILD="1", NIGHTLY_BUILD_DIR=str(build),
                NIGHTLY_OUT=str(out), NIGHTLY_BASELINE=str(baseline_dir),
-               NIGHTLY_GIT_REV="test", NIGHTLY_REPETITIONS="10", PYTHONDONTWRITEBYTECODE="1")
+               NIGHTLY_GIT_REV="test", NIGHTLY_REPETITIONS="10", PYTHONDONTWRITEBYTECODE="1",
+               NIGHTLY_SUITES_CONF=os.devnull)  # not the real suites' filters
     env.pop("GITHUB_STEP_SUMMARY", None)
+    env.update(env_extra or {})
     p = subprocess.run(["bash", os.path.join(SCRIPTS, "nightly.sh")], cwd=REPO, env=env,
                        capture_output=True, text=True, timeout=300)
     return p, out
@@ -288,24 +346,136 @@ def test_nightly_end_to_end(tmp_path):
     base = tmp_path / "baseline"
     base.mkdir()
     # No baseline yet: passes and says how to record one.
-    p, out = _nightly(tmp_path, "baseline.json", base)
+    p, out = _nightly(tmp_path, "baseline.json", base, small_cnn=SMALL_CNN_LOG)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "no baseline" in p.stdout and (out / "kernels_bench.json").exists()
-    assert "--benchmark_repetitions=10" in (out / "kernels_bench.log").read_text()
-    tta = json.loads((out / "tta.json").read_text())
-    assert tta["runs"][0]["name"] == "resnet/ipu-pod1-emu/mini"
-    assert tta["runs"][0]["converged"]
+    log = (out / "kernels_bench.log").read_text()
+    assert "--benchmark_repetitions=10" in log
+    # one process per benchmark, each with an anchored, escaped filter
+    assert r"--benchmark_filter=^BM_Conv2d/64/3$" in log
+    assert set(br.load_gbench_file(str(out / "kernels_bench.json"))[0]) == \
+        set(br.load_gbench_file(os.path.join(G, "baseline.json"))[0])
+    tta = {r["name"]: r for r in json.loads((out / "tta.json").read_text())["runs"]}
+    assert tta["resnet/ipu-pod1-emu/mini"]["converged"]
+    # judged against the run's own target (benchmarks/tta_mini.json: 0.86, reached at epoch 4),
+    # not ResNet-50's full-size 0.759 (reached at the first evaluation)
+    assert tta["resnet/ipu-pod1-emu/mini"]["quality_target"] == 0.86
+    assert tta["resnet/ipu-pod1-emu/mini"]["epochs_to_converge"] == 4
+    assert tta["small_cnn/fashion_mnist/mini"]["final_quality"] == pytest.approx(0.8668)
+    man = json.loads((out / "run_manifest.json").read_text())
+    assert set(man["durations_s"]) == {"kernels_bench", "tta_resnet50", "tta_small_cnn"}
+    assert "nightly: done, exit 0" in (out / "nightly.log").read_text()
+    # A second run into the same folder would mix tonight's results with these: refused.
+    p, _ = _nightly(tmp_path, "baseline.json", base, small_cnn=SMALL_CNN_LOG)
+    assert p.returncode == 2 and "already holds results" in p.stderr
     # Record it deliberately, then a noisy re-run passes and a slowdown fails.
     assert _update(str(out), "--baseline", str(base)).returncode == 0
-    p, out2 = _nightly(tmp_path, "rerun_noise.json", base)
+    p, out2 = _nightly(tmp_path, "rerun_noise.json", base, small_cnn=SMALL_CNN_LOG)
     assert p.returncode == 0, p.stdout + p.stderr
     assert json.loads((out2 / "comparison.json").read_text())["status"] == "pass"
-    p, out3 = _nightly(tmp_path, "slowdown_20pct.json", base)
+    p, out3 = _nightly(tmp_path, "slowdown_20pct.json", base, small_cnn=SMALL_CNN_LOG)
     assert p.returncode == 1, p.stdout + p.stderr
     assert "REGRESSION: BM_MatMul/512" in p.stderr
+    assert "REGRESSION: BM_MatMul/512" in (out3 / "comparison.md").read_text()
     assert json.loads((out3 / "comparison.json").read_text())["status"] == "fail"
     # ...and that failed run cannot become the baseline without --force.
     assert _update(str(out3), "--baseline", str(base)).returncode == 1
+
+
+def _lower_final_accuracy(src, dst, new_value):
+    """The run_benchmark log with its last eval_accuracy lowered (a convergence regression
+    that still ends with run_stop success)."""
+    lines = open(src).read().splitlines(keepends=True)
+    i = max(k for k, line in enumerate(lines) if '"key": "eval_accuracy"' in line)
+    ev = json.loads(lines[i][len(":::MLLOG "):])
+    ev["value"] = new_value
+    lines[i] = ":::MLLOG " + json.dumps(ev) + "\n"
+    dst.write_text("".join(lines))
+    return str(dst)
+
+
+def test_nightly_flags_an_accuracy_drop(tmp_path):
+    base = tmp_path / "baseline"
+    base.mkdir()
+    p, out = _nightly(tmp_path, "baseline.json", base, small_cnn=SMALL_CNN_LOG)
+    assert p.returncode == 0 and _update(str(out), "--baseline", str(base)).returncode == 0
+    # Same benchmark figures, same log but the final accuracy 0.8604 -> 0.83.
+    drop = _lower_final_accuracy(MINI_LOG, tmp_path / "drop.txt", 0.83)
+    p, out2 = _nightly(tmp_path, "baseline.json", base, small_cnn=SMALL_CNN_LOG,
+                       env_extra={"FAKE_RESULT": drop}, tag="_drop")
+    assert p.returncode == 1, p.stdout + p.stderr
+    line = next(x for x in p.stderr.splitlines() if x.startswith("CONVERGENCE REGRESSION"))
+    assert line.startswith("CONVERGENCE REGRESSION: resnet/ipu-pod1-emu/mini: did not converge")
+    assert "final quality 0.8300 < baseline 0.8604" in line
+    doc = json.loads((out2 / "comparison.json").read_text())
+    assert doc["failing"] == ["tta:resnet/ipu-pod1-emu/mini"] and doc["regressions"] == 1
+    # The small CNN run: an accuracy below its target is a run that no longer converges.
+    low = tmp_path / "small_low.log"
+    low.write_text(open(SMALL_CNN_LOG).read().replace("test accuracy 0.8668",
+                                                      "test accuracy 0.8200"))
+    p, _ = _nightly(tmp_path, "baseline.json", base, small_cnn=str(low), tag="_low")
+    assert p.returncode == 1
+    assert "CONVERGENCE REGRESSION: small_cnn/fashion_mnist/mini: did not converge" in p.stderr
+
+
+def test_nightly_survives_a_crashing_benchmark(tmp_path):
+    base = tmp_path / "baseline"
+    base.mkdir()
+    models = _renamed_fixture(tmp_path, "baseline.json", "Model/")
+    suites = [("models_bench", models)]
+    p, out = _nightly(tmp_path, "baseline.json", base, extra_suites=suites)
+    assert p.returncode == 0 and _update(str(out), "--baseline", str(base)).returncode == 0
+    # One benchmark of models_bench dies (SIGABRT, as an uncaught bad_alloc does).
+    p, out2 = _nightly(tmp_path, "baseline.json", base, extra_suites=suites,
+                       env_extra={"FAKE_ABORT": "Model/BM_Compile"}, tag="_crash")
+    assert p.returncode == 4, p.stdout + p.stderr
+    assert "models_bench: Model/BM_Compile/resnet50 CRASHED (killed by SIGABRT)" in p.stdout
+    # the suite's other benchmarks and the other suite still ran and were compared
+    doc = json.loads((out2 / "comparison.json").read_text())
+    rows = _by_name(doc)
+    assert rows["Model/BM_Compile/resnet50"]["status"] == "missing"
+    assert rows["Model/BM_MatMul/512"]["status"] == "ok"
+    assert rows["BM_MatMul/512"]["status"] == "ok"
+    assert doc["crashed"] == ["models_bench: Model/BM_Compile/resnet50 (killed by SIGABRT)"]
+    assert doc["regressions"] == 0 and doc["status"] == "fail"
+    md = (out2 / "comparison.md").read_text()
+    assert "CRASHED: models_bench: Model/BM_Compile/resnet50" in md
+    assert "MISSING: Model/BM_Compile/resnet50" in md
+    # a crashed run cannot become the baseline
+    assert _update(str(out2), "--baseline", str(base)).returncode == 1
+    # A crash and a real regression together: the regression decides the exit status.
+    p, _ = _nightly(tmp_path, "slowdown_20pct.json", base, extra_suites=suites,
+                    env_extra={"FAKE_ABORT": "Model/BM_Compile"}, tag="_both")
+    assert p.returncode == 1 and "REGRESSION: BM_MatMul/512" in p.stderr
+
+
+def test_nightly_memory_cap_turns_an_oom_into_a_named_failure(tmp_path):
+    # Every benchmark of the suite asks for 2 GB under a 400 MB cap: a real MemoryError.
+    p, out = _nightly(tmp_path, "baseline.json", tmp_path / "none", harness=False,
+                      env_extra={"NIGHTLY_MEM_LIMIT_MB": "400", "FAKE_ALLOC_MB": "2048"})
+    assert p.returncode == 4, p.stdout + p.stderr
+    assert "kernels_bench: BM_MatMul/512 CRASHED (exit 1, out of memory (cap " \
+           "NIGHTLY_MEM_LIMIT_MB=400))" in p.stdout
+    assert not (out / "kernels_bench.json").exists()
+    man = json.loads((out / "run_manifest.json").read_text())
+    assert len(man["crashed"]) == 3 and man["mem_limit_mb"] == 400
+
+
+def test_nightly_suite_settings_from_conf(tmp_path):
+    conf = tmp_path / "nightly.conf"
+    conf.write_text("# comment\nkernels_bench 4 --benchmark_filter=MatMul --x=1\n"
+                    "models_bench 3 --benchmark_filter=NoSuchBenchmark\n")
+    env = {"NIGHTLY_SUITES_CONF": str(conf), "NIGHTLY_REPETITIONS": ""}
+    p, out = _nightly(tmp_path, "baseline.json", tmp_path / "none", harness=False,
+                      extra_suites=[("models_bench", os.path.join(G, "baseline.json"))],
+                      env_extra=env)
+    # a filter that selects nothing is a failure that says so, not a silent empty suite
+    assert p.returncode == 4, p.stdout + p.stderr
+    assert "models_bench: its arguments select no benchmark (--benchmark_filter=" \
+           "NoSuchBenchmark" in p.stdout
+    log = (out / "kernels_bench.log").read_text()
+    assert "--benchmark_repetitions=4" in log and "--x=1" in log
+    assert set(br.load_gbench_file(str(out / "kernels_bench.json"))[0]) == {"BM_MatMul/512"}
 
 
 def test_nightly_without_harness(tmp_path):
@@ -313,6 +483,43 @@ def test_nightly_without_harness(tmp_path):
     assert p.returncode == 0, p.stdout + p.stderr
     assert "does not exist yet; skipping the time-to-accuracy runs" in p.stdout
     assert not (out / "tta.json").exists()
+
+
+def test_record_tta_reads_train_small_cnn_output(tmp_path):
+    out = tmp_path / "tta.json"
+    p = subprocess.run([PY, "-B", os.path.join(SCRIPTS, "record_tta.py"), "--train-log",
+                        SMALL_CNN_LOG, "--train-target", "0.86", "-o", str(out)],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    (r,) = json.loads(out.read_text())["runs"]
+    assert r["name"] == "small_cnn/fashion_mnist" and r["converged"]
+    assert r["final_quality"] == pytest.approx(0.8668) and r["epochs_to_converge"] == 2
+    assert r["time_to_train_s"] == pytest.approx(50.4)
+    bad = tmp_path / "bad.log"
+    bad.write_text("error: cannot open train-images-idx3-ubyte\n")
+    p = subprocess.run([PY, "-B", os.path.join(SCRIPTS, "record_tta.py"), "--train-log",
+                        str(bad), "-o", str(out)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1 and "bad.log: no 'epoch N" in p.stderr
+
+
+def test_datasets_adapter_speaks_google_benchmark(tmp_path):
+    bench = os.environ.get("DATASETS_BENCH")
+    if not bench or not os.access(bench, os.X_OK):
+        pytest.skip("DATASETS_BENCH (the built datasets_bench) not set; ctest sets it")
+    script = os.path.join(SCRIPTS, "datasets_gbench.py")
+    p = subprocess.run([PY, "-B", script, bench, "--benchmark_list_tests"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.stdout.split() == ["DatasetsDecode/train/reduced", "DatasetsDecode/eval/reduced",
+                                "DatasetsDecode/train/full"]
+    out = tmp_path / "d.json"
+    p = subprocess.run([PY, "-B", script, bench, "--benchmark_filter=^DatasetsDecode/eval/",
+                        "--benchmark_repetitions=3", f"--benchmark_out={out}", "--images", "8"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    data, _ = br.load_gbench_file(str(out))
+    assert list(data) == ["DatasetsDecode/eval/reduced"]
+    times = data["DatasetsDecode/eval/reduced"]["times_ns"]
+    assert len(times) == 3 and all(1e3 < t < 1e9 for t in times)  # per image: us to ms
 
 
 def test_workflow_file_runs_nightly():
