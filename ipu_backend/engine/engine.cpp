@@ -115,7 +115,7 @@ struct Engine::Impl {
         float* y = P(op.outputs[0]);
         const i64 n = g.tensor(op.inputs[0]).elements();
         const float scale = static_cast<float>(op.attrs.getFloat("scale", 1.0));
-        const std::string what = g.tensor(op.inputs[0]).name;
+        const std::string what = g.tensor(op.outputs[0]).name;
         if (replicas == 1)
           body = [=] { for (i64 i = 0; i < n; ++i) y[i] = x[i] * scale; };
         else
