@@ -389,8 +389,8 @@ void addComputeSets(const Executable& exe, const CostOptions& o, StepCost& sc) {
         const int whole = op.kind == OpKind::CrossReplicaAllGather ? op.outputs[0] : op.inputs[0];
         const i64 bytes = static_cast<i64>(static_cast<double>(exe.buffers[whole].elements) *
                                            elemBytes(exe, whole, o));
-        c.exchangeCycles = 0.5 * allReduceSeconds(bytes, PodShape::pod(replicas), t,
-                                                  o.collectives) * t.clockHz;
+        c.exchangeCycles =
+            0.5 * allReduceSeconds(bytes, PodShape::pod(replicas), t, o.collectives) * t.clockHz;
         c.syncCycles = t.syncCycles;
       }
       sc.exchangeCycles += c.exchangeCycles;
@@ -510,12 +510,9 @@ std::vector<StepCost> estimateGraph(const Graph& g, const Target& target,
 
 nlohmann::json StepCost::report(int topSets) const {
   nlohmann::json r;
-  r["cycles"] = {{"compute", computeCycles},
-                 {"exchange", exchangeCycles},
-                 {"sync", syncCycles},
-                 {"device", deviceCycles},
-                 {"optimizer", optimizerCycles},
-                 {"collectives", collectiveCycles}};
+  r["cycles"] = {{"compute", computeCycles},     {"exchange", exchangeCycles},
+                 {"sync", syncCycles},           {"device", deviceCycles},
+                 {"optimizer", optimizerCycles}, {"collectives", collectiveCycles}};
   r["seconds"] = {{"device", deviceSeconds}, {"host", hostSeconds}, {"step", seconds}};
   r["host_bytes"] = hostBytes;
   r["macs"] = macs;

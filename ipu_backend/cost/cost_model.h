@@ -95,12 +95,12 @@ struct ComputeSetCost {
 
 struct StepCost {
   double computeCycles = 0, exchangeCycles = 0, syncCycles = 0;
-  double deviceCycles = 0;     // sum of the three, one device iteration
-  double optimizerCycles = 0;  // part of deviceCycles in sgd_update sets (per step, not per
-                               // micro-batch, under gradient accumulation)
+  double deviceCycles = 0;      // sum of the three, one device iteration
+  double optimizerCycles = 0;   // part of deviceCycles in sgd_update sets (per step, not per
+                                // micro-batch, under gradient accumulation)
   double collectiveCycles = 0;  // part of exchangeCycles: cross-replica reduce-scatter and
                                 // all-gather over IPU-Links / GW-Links (once per step)
-  double hostBytes = 0;        // streamed per device iteration
+  double hostBytes = 0;         // streamed per device iteration
   double hostSeconds = 0;
   double deviceSeconds = 0;
   double seconds = 0;  // per device iteration, host I/O overlapped or added

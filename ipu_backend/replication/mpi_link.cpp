@@ -60,7 +60,9 @@ void MpiLink::wait(void* requests, int count, std::string_view op, std::string_v
                            "sets the limit)",
                            static_cast<double>(timeout_.count()) / 1000.0, op, what),
                75);
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
+    // Yield rather than sleep: a hop is usually microseconds away, and a sleep's wake-up
+    // latency on a loaded host would be paid at every one of them.
+    std::this_thread::yield();
   }
 }
 

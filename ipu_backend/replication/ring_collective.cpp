@@ -1,6 +1,7 @@
 #include "ipu_backend/replication/ring_collective.h"
 
 #include <algorithm>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -65,6 +66,13 @@ void RingCollective::arrive(int replica, Slot slot) {
   slots_[static_cast<size_t>(l)] = std::move(slot);
   if (++arrived_ < local_) {
     const std::uint64_t gen = generation_;
+    // Spin (yielding) briefly first: an op is usually done within microseconds, far less than
+    // a sleeping thread's wake-up on a loaded host; then block.
+    lk.unlock();
+    const auto spinUntil = std::chrono::steady_clock::now() + std::chrono::milliseconds(2);
+    while (generation_.load() == gen && std::chrono::steady_clock::now() < spinUntil)
+      std::this_thread::yield();
+    lk.lock();
     if (!cv_.wait_for(lk, timeout_, [&] { return generation_ != gen || aborted_; })) {
       aborted_ = true;
       reason_ = fmt::format(

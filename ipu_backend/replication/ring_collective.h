@@ -7,6 +7,7 @@
 // bits. The last local replica to arrive at an op runs it for all of them.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -67,7 +68,7 @@ class RingCollective final : public Collective {
   std::mutex mu_;
   std::condition_variable cv_;
   int arrived_ = 0;
-  std::uint64_t generation_ = 0;
+  std::atomic<std::uint64_t> generation_{0};  // ops completed; read unlocked while spinning
   bool aborted_ = false;
   std::string reason_;
   std::vector<Slot> slots_;
