@@ -243,6 +243,24 @@ TEST(Replication, ShardedOptimizerStateMatchesAndSavesMemory) {
       << alwaysLive(*s) << " vs " << alwaysLive(*p);
 }
 
+// Each replica's program is checked against one IPU's tile memory, as a single IPU's is: a
+// capacity between the sharded and the plain replica's worst tile admits only the sharded one.
+TEST(Replication, TileMemoryIsCheckedPerReplicaAndShardingMakesItFit) {
+  auto worstTile = [](bool sharded, const Target& t, bool check) {
+    auto rg = replication::replicate(mlpTraining(4, 2048), ReplicationOptions{8, 1, sharded});
+    CompileOptions co;
+    co.checkMemory = check;
+    rg.configure(co, 1);
+    return compile(rg.graph, t, co).report()["memory"]["max_tile_bytes"].get<i64>();
+  };
+  const Target probe = Target::small(64, 1 << 30);
+  const i64 plain = worstTile(false, probe, false), sharded = worstTile(true, probe, false);
+  ASSERT_LT(sharded, plain);
+  const Target t = Target::small(64, (plain + sharded) / 2);
+  EXPECT_THROW(worstTile(false, t, true), CompileError);
+  EXPECT_EQ(worstTile(true, t, true), sharded);
+}
+
 TEST(Replication, ProgramHasRingCollectivesInTheUpdatePart) {
   Layout r;
   r.replicas = 4;
