@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include "ipu_backend/replication/replicate.h"
+
 namespace ipu::harness {
 
 void copyVariables(const Engine& src, Engine& dst) {
@@ -27,32 +29,132 @@ ClassifierTrainer::ClassifierTrainer(models::ClassifierGraph train, models::Clas
     : train_(std::move(train)), eval_(std::move(eval)), opts_(opts) {
   CompileOptions co;
   co.checkMemory = opts.checkMemory;
-  trainExe_ = std::make_shared<Executable>(compile(train_.graph, opts.target, co));
   evalExe_ = std::make_shared<Executable>(compile(eval_.graph, opts.target, co));
-  trainEngine_ = std::make_unique<Engine>(trainExe_, opts.mode);
   evalEngine_ = std::make_unique<Engine>(evalExe_, opts.mode);
-  const Shape& img = train_.graph.tensor(train_.images).shape;
+  const Shape& img = eval_.graph.tensor(eval_.images).shape;
   images_.resize(static_cast<size_t>(numElements(img)));
   labels_.resize(static_cast<size_t>(img[0]));
-  logits_.resize(static_cast<size_t>(train_.graph.tensor(train_.logits).elements()));
-  for (auto [engine, cg] : {std::pair{trainEngine_.get(), &train_}, {evalEngine_.get(), &eval_}}) {
-    engine->connectInput(cg->images, images_.data());
-    engine->connectInput(cg->labels, labels_.data());
-    engine->connectOutput(cg->loss, &loss_);
-    engine->connectOutput(cg->logits, logits_.data());
+  logits_.resize(static_cast<size_t>(eval_.graph.tensor(eval_.logits).elements()));
+  if (opts.replicas > 1 || opts.accumulation > 1) {
+    setUpReplicas();
+  } else {
+    trainExe_ = std::make_shared<Executable>(compile(train_.graph, opts.target, co));
+    trainEngine_ = std::make_unique<Engine>(trainExe_, opts.mode);
+    trainEngine_->connectInput(train_.images, images_.data());
+    trainEngine_->connectInput(train_.labels, labels_.data());
+    trainEngine_->connectOutput(train_.loss, &loss_);
+    trainEngine_->connectOutput(train_.logits, logits_.data());
+    trainEngine_->connectInput(train_.lr, &lr_);
   }
-  trainEngine_->connectInput(train_.lr, &lr_);
+  evalEngine_->connectInput(eval_.images, images_.data());
+  evalEngine_->connectInput(eval_.labels, labels_.data());
+  evalEngine_->connectOutput(eval_.loss, &loss_);
+  evalEngine_->connectOutput(eval_.logits, logits_.data());
+}
+
+void ClassifierTrainer::setUpReplicas() {
+  // The replicated step: same model graph, cross-replica reduction and accumulation added. Each
+  // replica's graph sees its own micro-batch (batch norm statistics per replica).
+  const replication::ReplicatedGraph rg = replication::replicate(
+      train_.graph, {opts_.replicas, opts_.accumulation, opts_.shardOptimizerState});
+  CompileOptions co;
+  co.checkMemory = opts_.checkMemory;
+  rg.configure(co, opts_.accumulation);
+  trainExe_ = std::make_shared<Executable>(compile(rg.graph, opts_.target, co));
+  zeroInitialised_ = rg.zeroInitialised;
+  replication::ReplicaGroupOptions go;
+  go.mode = opts_.mode;
+  go.replicas = opts_.replicas;
+  go.link = opts_.link;
+  go.threadsPerReplica = opts_.threadsPerReplica;
+  group_ = std::make_unique<replication::ReplicaGroup>(trainExe_, go);
+  const Graph& g = trainExe_->graph;
+  const int local = group_->localReplicas();
+  const std::int64_t micro = opts_.accumulation;
+  const Shape& img = g.tensor(g.get(train_.graph.tensor(train_.images).name)).shape;
+  replicaImages_.assign(local, std::vector<float>(static_cast<size_t>(numElements(img) * micro)));
+  replicaLabels_.assign(local, std::vector<std::int32_t>(static_cast<size_t>(img[0] * micro)));
+  replicaLosses_.assign(local, std::vector<float>(static_cast<size_t>(micro)));
+  replicaLr_.assign(static_cast<size_t>(micro), 0.0f);
+  for (int l = 0; l < local; ++l) {
+    Engine& e = group_->engine(l);
+    e.connectInput(g.get(train_.graph.tensor(train_.images).name), replicaImages_[l].data());
+    e.connectInput(g.get(train_.graph.tensor(train_.labels).name), replicaLabels_[l].data());
+    e.connectInput(g.get(train_.graph.tensor(train_.lr).name), replicaLr_.data());
+    e.connectOutput(g.get(train_.graph.tensor(train_.loss).name), replicaLosses_[l].data());
+  }
 }
 
 void ClassifierTrainer::initialise(const std::map<std::string, std::vector<float>>& values) {
-  for (const Tensor& t : train_.graph.tensors()) {
+  const Graph& g = trainExe_->graph;
+  for (const Tensor& t : g.tensors()) {
     if (t.kind != TensorKind::Variable) continue;
     auto it = values.find(t.name);
-    if (it == values.end())
-      throw std::invalid_argument(fmt::format("no initial value for variable '{}' {}", t.name,
-                                              shapeStr(t.shape)));
-    trainEngine_->writeTensor(t.id, it->second.data(), it->second.size() * sizeof(float));
+    std::vector<float> zeros;
+    const bool startsAtZero = std::find(zeroInitialised_.begin(), zeroInitialised_.end(), t.name) !=
+                              zeroInitialised_.end();
+    if (it == values.end() && !startsAtZero)
+      throw std::invalid_argument(
+          fmt::format("no initial value for variable '{}' {}", t.name, shapeStr(t.shape)));
+    const std::vector<float>* v = it == values.end() ? nullptr : &it->second;
+    if (!v || static_cast<std::int64_t>(v->size()) != t.elements()) {
+      // A sharded momentum holds 1/R of the model's: it starts at zero like the whole one.
+      const bool zero = !v || std::all_of(v->begin(), v->end(), [](float x) { return x == 0; });
+      if (!zero)
+        throw std::invalid_argument(
+            fmt::format("initial value of '{}' has {} elements, the training graph's {} has {}",
+                        t.name, v->size(), shapeStr(t.shape), t.elements()));
+      zeros.assign(static_cast<size_t>(t.elements()), 0.0f);
+      v = &zeros;
+    }
+    if (group_)
+      group_->writeAll(t.id, v->data(), v->size() * sizeof(float));
+    else
+      trainEngine_->writeTensor(t.id, v->data(), v->size() * sizeof(float));
   }
+}
+
+EpochStats ClassifierTrainer::trainEpochReplicated(
+    const datasets::ImageDataset& ds, const datasets::Normalization& norm, int epoch,
+    const std::function<float(std::int64_t)>& lr, std::int64_t maxSamples,
+    const std::function<void(std::int64_t, float)>& onStep) {
+  const std::int64_t b = opts_.batch, perReplica = b * opts_.accumulation;
+  const std::int64_t global = globalBatch();
+  std::vector<std::int64_t> order(static_cast<size_t>(ds.count));
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937_64 rng(opts_.seed * 1000003ULL + static_cast<std::uint64_t>(epoch));
+  std::shuffle(order.begin(), order.end(), rng);
+  std::int64_t n = maxSamples > 0 ? std::min(maxSamples, ds.count) : ds.count;
+  datasets::NormalizationLut lut(norm, ds.channels);
+  EpochStats st;
+  auto t0 = std::chrono::steady_clock::now();
+  double lossSum = 0;
+  std::int64_t steps = 0;
+  const int local = group_->localReplicas(), first = group_->firstReplica();
+  for (std::int64_t i = 0; i + global <= n; i += global) {
+    // Replica r trains samples [i + r A b, i + (r + 1) A b) of the step, micro-batch after
+    // micro-batch: the same global batch whatever R and A split it.
+    for (int l = 0; l < local; ++l)
+      datasets::fillBatch(ds,
+                          std::span<const std::int64_t>(order.data() + i + (first + l) * perReplica,
+                                                        static_cast<size_t>(perReplica)),
+                          lut, replicaImages_[l], replicaLabels_[l]);
+    std::fill(replicaLr_.begin(), replicaLr_.end(), lr(steps_));
+    group_->run();
+    double loss = 0;
+    for (const auto& ls : replicaLosses_)
+      for (float x : ls) loss += x;
+    loss_ = static_cast<float>(loss / static_cast<double>(local * opts_.accumulation));
+    ++steps_;
+    ++steps;
+    if (!std::isfinite(loss_)) st.finite = false;
+    lossSum += loss_;
+    if (onStep) onStep(steps_, loss_);
+  }
+  st.samples = steps * global;
+  st.meanLoss = steps ? lossSum / static_cast<double>(steps) : 0.0;
+  st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return st;
 }
 
 EpochStats ClassifierTrainer::trainEpoch(const datasets::ImageDataset& ds,
@@ -60,6 +162,7 @@ EpochStats ClassifierTrainer::trainEpoch(const datasets::ImageDataset& ds,
                                          const std::function<float(std::int64_t)>& lr,
                                          std::int64_t maxSamples,
                                          const std::function<void(std::int64_t, float)>& onStep) {
+  if (group_) return trainEpochReplicated(ds, norm, epoch, lr, maxSamples, onStep);
   const std::int64_t b = static_cast<std::int64_t>(labels_.size());
   std::vector<std::int64_t> order(static_cast<size_t>(ds.count));
   std::iota(order.begin(), order.end(), 0);
@@ -88,7 +191,9 @@ EpochStats ClassifierTrainer::trainEpoch(const datasets::ImageDataset& ds,
   return st;
 }
 
-void ClassifierTrainer::syncWeightsToEval() { copyVariables(*trainEngine_, *evalEngine_); }
+void ClassifierTrainer::syncWeightsToEval() {
+  copyVariables(trainEngine(), *evalEngine_);
+}
 
 double ClassifierTrainer::evaluate(const datasets::ImageDataset& ds,
                                    const datasets::Normalization& norm, std::int64_t maxSamples) {

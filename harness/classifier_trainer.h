@@ -13,6 +13,7 @@
 #include "datasets/image_dataset.h"
 #include "ipu_backend/compiler/compiler.h"
 #include "ipu_backend/engine/engine.h"
+#include "ipu_backend/replication/replica_group.h"
 #include "models/small_cnn/small_cnn.h"
 
 namespace ipu::harness {
@@ -23,6 +24,14 @@ struct TrainerOptions {
   Target target = Target::mk2();
   bool checkMemory = true;
   std::uint64_t seed = 1;
+  // Data parallelism: `batch` is the micro-batch of one replica; a step trains
+  // replicas x accumulation x batch samples. `link` joins this process's replicas to other
+  // processes' (mpirun); null: every replica runs here.
+  int replicas = 1;
+  int accumulation = 1;
+  bool shardOptimizerState = false;
+  replication::RingLink* link = nullptr;
+  int threadsPerReplica = 1;
 };
 
 struct EpochStats {
@@ -56,11 +65,21 @@ class ClassifierTrainer {
 
   const Executable& trainExecutable() const { return *trainExe_; }
   const Executable& evalExecutable() const { return *evalExe_; }
-  Engine& trainEngine() { return *trainEngine_; }
+  // The first local replica's engine (every replica holds the same weights).
+  Engine& trainEngine() { return group_ ? group_->engine(0) : *trainEngine_; }
   std::int64_t stepsDone() const { return steps_; }
+  // Samples one step trains over every replica: replicas x accumulation x micro-batch.
+  std::int64_t globalBatch() const { return opts_.batch * opts_.replicas * opts_.accumulation; }
+  replication::ReplicaGroup* replicaGroup() { return group_.get(); }
 
  private:
   void syncWeightsToEval();
+  void setUpReplicas();
+  EpochStats trainEpochReplicated(const datasets::ImageDataset& ds,
+                                  const datasets::Normalization& norm, int epoch,
+                                  const std::function<float(std::int64_t)>& lr,
+                                  std::int64_t maxSamples,
+                                  const std::function<void(std::int64_t, float)>& onStep);
 
   models::ClassifierGraph train_, eval_;
   TrainerOptions opts_;
@@ -71,6 +90,13 @@ class ClassifierTrainer {
   std::vector<float> logits_;
   float loss_ = 0, lr_ = 0;
   std::int64_t steps_ = 0;
+  // Replicated training (replicas or accumulation > 1): per local replica, A micro-batches.
+  std::unique_ptr<replication::ReplicaGroup> group_;
+  std::vector<std::string> zeroInitialised_;
+  std::vector<std::vector<float>> replicaImages_;
+  std::vector<std::vector<std::int32_t>> replicaLabels_;
+  std::vector<std::vector<float>> replicaLosses_;
+  std::vector<float> replicaLr_;
 };
 
 // Copies every variable of dst's graph from the same-named variable of src.

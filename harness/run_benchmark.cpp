@@ -21,6 +21,7 @@
 #include "harness/run_benchmark_plan.h"
 #include "harness/system_description.h"
 #include "ipu_backend/kernels/fused.h"
+#include "ipu_backend/replication/mpi_link.h"
 
 namespace {
 
@@ -135,10 +136,13 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"closed", "open"}))
       ->capture_default_str();
   app.add_option("--pod-size", o.pod_size,
-                 "IPUs in the emulated pod; presets needing more than one replica are refused "
-                 "until replication exists")
+                 "IPUs in the emulated pod: the preset's replicas run as threads of this process, "
+                 "or split over the processes of `mpirun -np P` (P must divide the replicas)")
       ->check(CLI::IsMember({1, 4, 16, 64, 128, 256}))
       ->capture_default_str();
+  app.add_flag("--shard-optimizer-state", o.shard_optimizer_state,
+               "replicated tensor sharding: each replica keeps 1/R of the momentum and updates "
+               "1/R of the weights (all-gathered)");
   app.add_option("--scale", o.scale,
                  "mini: Fashion-MNIST, CPU-sized; full: the MLPerf data set (not implemented "
                  "yet)")
@@ -175,19 +179,27 @@ int main(int argc, char** argv) {
                "description");
   CLI11_PARSE(app, argc, argv);
 
+  // Under mpirun every process runs this same main; rank 0 alone writes the package and prints.
+  std::unique_ptr<ipu::replication::MpiLink> mpi;
+  if (ipu::replication::MpiLink::launchedByMpirun())
+    mpi = std::make_unique<ipu::replication::MpiLink>();
+  const int rank = mpi ? mpi->rank() : 0;
   BenchmarkPlan plan;
   try {
     plan = makePlan(o);
+    plan.run.trainer.link = mpi.get();
+    plan.run.rank = rank;
     ipu::kernels::fused::setNumThreads(o.threads);
-    if (plan.stand_in) {
+    if (plan.stand_in && rank == 0) {
       fmt::print(stderr,
                  "WARNING: --model-stand-in: the small CNN runs in place of ResNet-50; these "
                  "results are NOT ResNet-50 results\n");
     }
-    fmt::print(stderr, "compiling {} (micro-batch {}) to check that it fits...\n",
-               plan.run.preset.name(), plan.run.trainer.batch);
+    if (rank == 0)
+      fmt::print(stderr, "compiling {} (micro-batch {}) to check that it fits...\n",
+                 plan.run.preset.name(), plan.run.trainer.batch);
     const double seconds = preflightCompile(plan);
-    fmt::print(stderr, "fits: compiled in {:.1f} s\n", seconds);
+    if (rank == 0) fmt::print(stderr, "fits: compiled in {:.1f} s\n", seconds);
   } catch (const Refusal& e) {
     fmt::print(stderr, "run_benchmark: {}\n", e.what());
     return e.exitCode();
@@ -196,27 +208,28 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  // Every check passed: from here on the package is written.
+  // Every check passed: from here on the package is written (by rank 0).
   fs::path systemJson;
-  try {
-    fs::create_directories(benchmarkDir(plan.layout, plan.benchmark));
-    warnStaleResults(plan);
-    SystemDescriptionOptions so;
-    so.submitter = o.org;
-    so.division = toString(plan.division);
-    so.status = systemDescriptionStatus(plan.run.submission.status);
-    so.pod = podTopology(o.pod_size);
-    so.system_name = fmt::format("{} (emulated on 1 CPU host)", so.pod.name);
-    so.results_dir = o.results_dir;
-    so.sw_notes = swNotes(plan);
-    systemJson = writeSystemDescription(plan.layout, buildSystemDescription(so));
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "run_benchmark: cannot write the results package: {}\n", e.what());
-    return 1;
-  }
+  if (rank == 0) try {
+      fs::create_directories(benchmarkDir(plan.layout, plan.benchmark));
+      warnStaleResults(plan);
+      SystemDescriptionOptions so;
+      so.submitter = o.org;
+      so.division = toString(plan.division);
+      so.status = systemDescriptionStatus(plan.run.submission.status);
+      so.pod = podTopology(o.pod_size);
+      so.system_name = fmt::format("{} (emulated on 1 CPU host{})", so.pod.name,
+                                   mpi ? fmt::format(", {} MPI processes", mpi->ranks()) : "");
+      so.results_dir = o.results_dir;
+      so.sw_notes = swNotes(plan);
+      systemJson = writeSystemDescription(plan.layout, buildSystemDescription(so));
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "run_benchmark: cannot write the results package: {}\n", e.what());
+      return 1;
+    }
 
   installSigint();
-  ProgressLine progress(ProgressLine::stderrIsTerminal());
+  ProgressLine progress(rank == 0 && ProgressLine::stderrIsTerminal());
   std::vector<RunOutcome> outcomes;
   for (int i = 0; i < o.runs; ++i) {
     const fs::path log = resultFilePath(plan.layout, plan.benchmark, i);
@@ -224,14 +237,16 @@ int main(int argc, char** argv) {
     if (r.status == RunStatus::kDiverged || r.status == RunStatus::kFailed) {
       fmt::print(stderr, "run {}: {}: {}\n", i, toString(r.status), r.message);
     }
-    fmt::print(stderr, "run {}: {}, accuracy {}, {:.1f} s -> {}\n", i, toString(r.status),
-               r.accuracy ? fmt::format("{:.4f}", *r.accuracy) : std::string("none"),
-               r.minutes() * 60.0, log.string());
+    if (rank == 0)
+      fmt::print(stderr, "run {}: {}, accuracy {}, {:.1f} s -> {}\n", i, toString(r.status),
+                 r.accuracy ? fmt::format("{:.4f}", *r.accuracy) : std::string("none"),
+                 r.minutes() * 60.0, log.string());
     outcomes.push_back(std::move(r));
     if (gInterrupted.load()) break;
   }
-  printSummary(plan, outcomes, systemJson);
+  if (rank == 0) printSummary(plan, outcomes, systemJson);
   std::fflush(stdout);
+  if (mpi) mpi->barrier("the end of the runs");
   if (gInterrupted.load()) return 130;
   const bool all = std::all_of(outcomes.begin(), outcomes.end(),
                                [](const RunOutcome& r) { return r.success(); });

@@ -107,11 +107,11 @@ BenchmarkPlan makePlan(const CliOptions& cli) {
   } catch (const std::invalid_argument& e) {
     throw Refusal(e.what());
   }
-  if (base->replicas > 1 || base->ipus_per_replica > 1) {
+  if (base->ipus_per_replica > 1) {
     throw Refusal(fmt::format(
         "--pod-size {}: the {} preset needs {} replica(s) x {} IPU(s) per replica, but "
-        "replication and pipelining are not implemented in the backend yet; it will not be run "
-        "on one replica instead (that would be a different configuration). Use --pod-size 1.",
+        "pipelining (a replica over several IPUs) is not implemented in the backend yet; it will "
+        "not be run on one IPU per replica instead (that would be a different configuration).",
         cli.pod_size, base->name(), base->replicas, base->ipus_per_replica));
   }
 
@@ -174,11 +174,15 @@ BenchmarkPlan makePlan(const CliOptions& cli) {
                     "backend has no {} update yet)",
                     opt, opt));
   }
-  if (preset.gradient_accumulation != 1) {
-    throw Refusal(
-        fmt::format("gradient_accumulation_steps {}: gradient accumulation is not "
-                    "implemented in the training loop yet (use 1)",
-                    preset.gradient_accumulation));
+  // Batch norm runs over each replica's micro-batch; spanning several replicas (Graphcore's
+  // bn_span > 1 replica) needs cross-replica statistics in the forward pass, not built yet.
+  if (hp.contains(keys::kModelBnSpan) &&
+      hp[keys::kModelBnSpan].get<std::int64_t>() != preset.micro_batch) {
+    throw Refusal(fmt::format(
+        "model_bn_span {}: batch-norm statistics span one replica's micro-batch ({} samples); "
+        "spanning several replicas is not implemented yet (set model_bn_span to the "
+        "micro-batch)",
+        hp[keys::kModelBnSpan].dump(), preset.micro_batch));
   }
   if (preset.precision != "FP32" || preset.loss_scaling.mode != "none") {
     throw Refusal(
@@ -227,6 +231,10 @@ BenchmarkPlan makePlan(const CliOptions& cli) {
     throw Refusal(fmt::format("--engine {}: {}", cli.engine, e.what()));
   }
   r.trainer.checkMemory = !cli.skip_memory_check;
+  r.trainer.replicas = preset.replicas;
+  r.trainer.accumulation = preset.gradient_accumulation;
+  r.trainer.shardOptimizerState = cli.shard_optimizer_state;
+  r.trainer.threadsPerReplica = cli.threads;
   r.lr.base = hp.value(keys::kSgdOptBaseLearningRate, 0.1);
   r.lr.end = hp.value(keys::kSgdOptEndLearningRate, 0.0001);
   r.lr.power = hp.value(keys::kSgdOptLrDecayPolyPower, 2.0);

@@ -32,6 +32,7 @@ struct CliOptions {
   int threads = 2;
   bool skip_memory_check = false;
   bool model_stand_in = false;
+  bool shard_optimizer_state = false;  // replicated tensor sharding of the momentum
 };
 
 // A refused request; `exit_code` is what run_benchmark returns.

@@ -184,6 +184,7 @@ RunOutcome executeRun(const RunPlan& plan, const fs::path& logPath, int runIndex
   auto lastMs = std::make_shared<std::int64_t>(0);
   MlLoggerOptions lo;
   lo.path = logPath;
+  lo.rank = plan.rank;
   lo.clock = [lastMs] { return *lastMs = nowMs(); };
   MlLogger log(lo);
   LogState state(log);
@@ -231,11 +232,12 @@ RunOutcome executeRun(const RunPlan& plan, const fs::path& logPath, int runIndex
                                        ? std::min(plan.settings.eval_samples, test.count)
                                        : test.count;
     const std::vector<datasets::ImageDataset> evalChunks = sliceDataset(test, evalCount, 1024);
-    const std::int64_t batch = plan.trainer.batch;
+    // Samples per step over every replica (and process): R x A x micro-batch.
+    const std::int64_t batch = trainer.globalBatch();
     const std::int64_t stepsPerEpoch = trainCount / batch;
     if (stepsPerEpoch < 1) {
       throw std::invalid_argument(fmt::format(
-          "{} training samples per epoch is less than one micro-batch of {}", trainCount, batch));
+          "{} training samples per epoch is less than one global batch of {}", trainCount, batch));
     }
     ps.steps_per_epoch = stepsPerEpoch;
     const std::int64_t totalSteps = stepsPerEpoch * plan.max_epochs;

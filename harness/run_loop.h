@@ -54,6 +54,7 @@ struct RunPlan {
   RunSettings settings;
   std::filesystem::path data_dir;
   int max_epochs = 1;  // the epoch budget
+  int rank = 0;        // MPI rank (mpirun): only rank 0 writes the log
 };
 
 // Training blocks ending at the evaluation epochs: resnetEvalBlocks for period 4; for other

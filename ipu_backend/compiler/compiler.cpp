@@ -667,6 +667,26 @@ class Planner {
         }
         return;
       }
+      case OpKind::Assign:
+      case OpKind::Accumulate:
+        perOutputSlice(op, in(0), [&](Range r) {
+          return std::vector<NeedWindow>{{in(1), r.begin, r.end}};
+        });
+        return;
+      case OpKind::CrossReplicaReduceScatter:
+      case OpKind::CrossReplicaAllGather:
+      case OpKind::ShardedSgdUpdate: {
+        // Runs off the tiles (IPU-Links / the replica index): these vertices only record which
+        // tiles hold the operands, for liveness and vertex state; the engine moves the data.
+        ComputeSet& cs = newComputeSet(op, 0, "");
+        for (int t : op.inputs)
+          for (const TileSlice& s : exe_.mapping[t])
+            cs.vertices.push_back(vertexOn(s.tile, {{t, s.begin, s.end}}, {}, {s.begin, s.end}));
+        for (int t : op.outputs)
+          for (const TileSlice& s : exe_.mapping[t])
+            cs.vertices.push_back(vertexOn(s.tile, {}, {{t, s.begin, s.end}}, {s.begin, s.end}));
+        return;
+      }
       case OpKind::EmaUpdate: {
         ComputeSet& cs = newComputeSet(op, 0, "");
         for (const TileSlice& s : exe_.mapping[in(0)]) {
@@ -687,9 +707,26 @@ class Planner {
     p.deviceIterations = exe_.options.deviceIterations;
     for (const Tensor& t : g_.tensors())
       if (t.kind == TensorKind::Input) p.body.push_back({Program::Step::Kind::StreamIn, t.id});
-    for (size_t i = 0; i < exe_.computeSets.size(); ++i)
+    const int split = exe_.options.updateFirstOp;
+    auto streamOuts = [&] {
+      for (int o : g_.outputs()) {
+        if (split >= 0 && g_.tensor(o).producer >= split)
+          throw CompileError(fmt::format("output '{}' is produced in the once-per-step update part "
+                                         "(op {} >= {}); stream it from the micro-batch part",
+                                         g_.tensor(o).name, g_.tensor(o).producer, split),
+                             -1, 0, 0);
+        p.body.push_back({Program::Step::Kind::StreamOut, o});
+      }
+    };
+    p.accumulationSteps = exe_.options.accumulationSteps;
+    for (size_t i = 0; i < exe_.computeSets.size(); ++i) {
+      if (split >= 0 && p.updateBegin < 0 && exe_.computeSets[i].op >= split) {
+        streamOuts();
+        p.updateBegin = static_cast<int>(p.body.size());
+      }
       p.body.push_back({Program::Step::Kind::Execute, static_cast<int>(i)});
-    for (int o : g_.outputs()) p.body.push_back({Program::Step::Kind::StreamOut, o});
+    }
+    if (p.updateBegin < 0) streamOuts();
   }
 
   // -- arenas: liveness-based first-fit placement per tile --
@@ -768,7 +805,8 @@ class Planner {
     // Code and vertex state, always live.
     std::vector<i64> fixed(T, 0);
     std::vector<std::map<std::pair<int, int>, bool>> codelets(T);
-    for (const ComputeSet& cs : exe_.computeSets)
+    for (const ComputeSet& cs : exe_.computeSets) {
+      if (isReplicaOp(g_.op(cs.op).kind)) continue;  // no tile code: IPU-Links / host side
       for (const Vertex& v : cs.vertices) {
         fixed[v.tile] += t_.vertexStateBytes;
         auto key = std::make_pair(static_cast<int>(g_.op(cs.op).kind), cs.phase);
@@ -777,6 +815,7 @@ class Planner {
           fixed[v.tile] += t_.codeBytesPerCodelet;
         }
       }
+    }
 
     exe_.arenaBytes.assign(T, 0);
     for (int tile = 0; tile < T; ++tile) placeTile(tile, items[tile], fixed[tile]);
@@ -937,7 +976,11 @@ const TileSlice& Executable::sliceOf(int buffer, i64 e) const {
 
 std::string Program::describe(const Executable& exe) const {
   std::string s = fmt::format("Repeat({}) {{\n", deviceIterations);
-  for (const Step& st : body) {
+  if (updateBegin >= 0)
+    s += fmt::format(" Repeat({}) {{  // gradient accumulation\n", accumulationSteps);
+  for (size_t i = 0; i < body.size(); ++i) {
+    const Step& st = body[i];
+    if (static_cast<int>(i) == updateBegin) s += " }\n";
     switch (st.kind) {
       case Step::Kind::StreamIn:
         s += fmt::format("  StreamCopy(host -> {})\n", exe.buffers[st.index].name);
@@ -947,6 +990,16 @@ std::string Program::describe(const Executable& exe) const {
         break;
       case Step::Kind::Execute: {
         const ComputeSet& cs = exe.computeSets[st.index];
+        const Op& op = exe.graph.op(cs.op);
+        if (op.kind == OpKind::CrossReplicaReduceScatter ||
+            op.kind == OpKind::CrossReplicaAllGather) {
+          const Tensor& x = exe.graph.tensor(op.inputs[0]);
+          s += fmt::format("  {}({}: ring over {} replicas, {} B in)\n",
+                           op.kind == OpKind::CrossReplicaAllGather ? "CrossReplicaAllGather"
+                                                                    : "CrossReplicaReduceScatter",
+                           cs.name, op.attrs.getInt("replicas"), x.bytes());
+          break;
+        }
         if (!cs.exchange.empty())
           s += fmt::format("  Exchange({} copies, {} B between tiles)\n  Sync\n",
                            cs.exchange.size(), cs.exchangeBytes());
@@ -994,6 +1047,17 @@ nlohmann::json Executable::report() const {
                   {"device_iterations", program.deviceIterations},
                   {"ops", graph.ops().size()},
                   {"tensors", graph.tensors().size()}};
+  // Optimizer state (momentum) per replica: replicated tensor sharding keeps 1/R of it.
+  i64 stateBytes = 0, replicas = 1;
+  for (const Op& op : graph.ops()) {
+    if (op.kind == OpKind::SgdUpdate || op.kind == OpKind::ShardedSgdUpdate)
+      stateBytes += graph.tensor(op.inputs[1]).bytes();
+    if (isReplicaOp(op.kind)) replicas = std::max(replicas, op.attrs.getInt("replicas"));
+  }
+  r["replication"] = {
+      {"replicas", replicas},
+      {"optimizer_state_bytes", stateBytes},
+      {"accumulation_steps", program.updateBegin >= 0 ? program.accumulationSteps : 1}};
   r["compile_seconds"] = compileSeconds;
   std::vector<std::pair<i64, std::string>> big;
   for (const Buffer& b : buffers) big.emplace_back(b.bytes(), b.name);
@@ -1008,7 +1072,14 @@ nlohmann::json Executable::report() const {
 Executable compile(Graph graph, const Target& target, const CompileOptions& options) {
   auto t0 = std::chrono::steady_clock::now();
   if (options.deviceIterations < 1) throw CompileError("deviceIterations must be >= 1", -1, 0, 0);
-  scheduleUpdatesEarly(graph);
+  if (options.accumulationSteps < 1 || (options.accumulationSteps > 1 && options.updateFirstOp < 0))
+    throw CompileError(fmt::format("accumulationSteps {} needs >= 1 and, above 1, an "
+                                   "updateFirstOp (the replication pass sets both)",
+                                   options.accumulationSteps),
+                       -1, 0, 0);
+  // With a separate update part (replication, accumulation) the updates follow the
+  // all-reduce anyway; moving them would take them out of that part.
+  if (options.updateFirstOp < 0) scheduleUpdatesEarly(graph);
   Executable exe{std::move(graph), target, options, {}, {}, {}, {}, {}, {}, {}, 0.0};
   Planner(exe).run();
   exe.compileSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -88,6 +88,12 @@ struct Program {
   };
   int deviceIterations = 1;
   std::vector<Step> body;
+  // Gradient accumulation: body[0, updateBegin) (streams, forward, backward, accumulation) runs
+  // accumulationSteps times per device iteration, then body[updateBegin, end) (cross-replica
+  // reduction, optimizer) once. Streams then hold deviceIterations x accumulationSteps tensors.
+  // updateBegin < 0: the whole body runs once per device iteration.
+  int accumulationSteps = 1;
+  int updateBegin = -1;
   std::string describe(const struct Executable& exe) const;
 };
 
@@ -100,6 +106,10 @@ struct TileMemory {
 struct CompileOptions {
   int deviceIterations = 1;
   bool checkMemory = true;  // false: report only (the report still says which tiles overflow)
+  // Ops from updateFirstOp on form the once-per-step update part of the program (see Program);
+  // -1: none. Set by the replication pass (ipu_backend/replication).
+  int accumulationSteps = 1;
+  int updateFirstOp = -1;
 };
 
 struct Executable {

@@ -8,6 +8,7 @@
 
 #include "ipu_backend/compiler/compiler.h"
 #include "ipu_backend/compiler/op_shapes.h"
+#include "ipu_backend/ir/op_defs.h"
 
 namespace ipu::cost {
 namespace {
@@ -378,6 +379,26 @@ void addComputeSets(const Executable& exe, const CostOptions& o, StepCost& sc) {
   std::vector<double> tileCycles(static_cast<size_t>(t.numTiles));
   for (const ComputeSet& cs : exe.computeSets) {
     const Op& op = exe.graph.op(cs.op);
+    if (isReplicaOp(op.kind)) {
+      ComputeSetCost c;
+      c.name = cs.name;
+      c.kind = op.kind;
+      if (op.kind != OpKind::ShardedSgdUpdate) {  // that one: 1/R of an sgd_update, not priced
+        // Each half of a ring all-reduce of the whole tensor: (R-1)/R of its bytes per replica.
+        const int replicas = static_cast<int>(op.attrs.getInt("replicas"));
+        const int whole = op.kind == OpKind::CrossReplicaAllGather ? op.outputs[0] : op.inputs[0];
+        const i64 bytes = static_cast<i64>(static_cast<double>(exe.buffers[whole].elements) *
+                                           elemBytes(exe, whole, o));
+        c.exchangeCycles =
+            0.5 * allReduceSeconds(bytes, PodShape::pod(replicas), t, o.collectives) * t.clockHz;
+        c.syncCycles = t.syncCycles;
+      }
+      sc.exchangeCycles += c.exchangeCycles;
+      sc.collectiveCycles += c.exchangeCycles;
+      sc.syncCycles += c.syncCycles;
+      sc.computeSets.push_back(std::move(c));
+      continue;
+    }
     const OpInfo info = opInfo(exe, op, o);
     ComputeSetCost c;
     c.name = cs.name;
@@ -489,11 +510,9 @@ std::vector<StepCost> estimateGraph(const Graph& g, const Target& target,
 
 nlohmann::json StepCost::report(int topSets) const {
   nlohmann::json r;
-  r["cycles"] = {{"compute", computeCycles},
-                 {"exchange", exchangeCycles},
-                 {"sync", syncCycles},
-                 {"device", deviceCycles},
-                 {"optimizer", optimizerCycles}};
+  r["cycles"] = {{"compute", computeCycles},     {"exchange", exchangeCycles},
+                 {"sync", syncCycles},           {"device", deviceCycles},
+                 {"optimizer", optimizerCycles}, {"collectives", collectiveCycles}};
   r["seconds"] = {{"device", deviceSeconds}, {"host", hostSeconds}, {"step", seconds}};
   r["host_bytes"] = hostBytes;
   r["macs"] = macs;

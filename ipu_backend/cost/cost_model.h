@@ -37,6 +37,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ipu_backend/compiler/executable.h"
+#include "ipu_backend/cost/collectives.h"
 
 namespace ipu::cost {
 
@@ -74,6 +75,10 @@ struct CostOptions {
   // Worker-side setup of one vertex, in worker instructions (loop setup, pointer unpacking):
   // an estimate in the range poplibs' vertex cycle estimators use (tens of instructions).
   double vertexSetupInstructions = 10;
+  // Cross-replica ops (cross_replica_reduce_scatter / all_gather) are priced as the two halves of
+  // allReduceSeconds over the op's replicas: 1 IPU per replica, POD64s of 64 IPUs joined by
+  // GW-Links beyond 64 replicas (PodShape::pod).
+  CollectiveOptions collectives = {};
 };
 
 struct ComputeSetCost {
@@ -90,10 +95,12 @@ struct ComputeSetCost {
 
 struct StepCost {
   double computeCycles = 0, exchangeCycles = 0, syncCycles = 0;
-  double deviceCycles = 0;     // sum of the three, one device iteration
-  double optimizerCycles = 0;  // part of deviceCycles in sgd_update sets (per step, not per
-                               // micro-batch, under gradient accumulation)
-  double hostBytes = 0;        // streamed per device iteration
+  double deviceCycles = 0;      // sum of the three, one device iteration
+  double optimizerCycles = 0;   // part of deviceCycles in sgd_update sets (per step, not per
+                                // micro-batch, under gradient accumulation)
+  double collectiveCycles = 0;  // part of exchangeCycles: cross-replica reduce-scatter and
+                                // all-gather over IPU-Links / GW-Links (once per step)
+  double hostBytes = 0;         // streamed per device iteration
   double hostSeconds = 0;
   double deviceSeconds = 0;
   double seconds = 0;  // per device iteration, host I/O overlapped or added

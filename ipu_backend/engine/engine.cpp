@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -64,22 +65,107 @@ struct Engine::Impl {
   std::vector<const void*> inputs;
   std::vector<void*> outputs;
   float zero = 0.0f;
+  ReplicaContext replica;
+  // Tile mode: replica ops run off the tiles on host copies of their operands (per tensor).
+  std::vector<std::function<void()>> replicaFns;  // per compute set (empty: tile vertices)
+  std::map<int, std::vector<float>> staging;
 
-  Impl(const Executable& e, EngineMode m) : exe(e), g(e.graph), mode(m) {
+  Impl(const Executable& e, EngineMode m, ReplicaContext rc)
+      : exe(e), g(e.graph), mode(m), replica(rc) {
     inputs.assign(g.tensors().size(), nullptr);
     outputs.assign(g.tensors().size(), nullptr);
     if (mode == EngineMode::Fused) {
       for (const Tensor& t : g.tensors())
         tensorMem.push_back(std::make_unique<AlignedBytes>(static_cast<size_t>(t.bytes())));
-      for (const Op& op : g.ops()) fusedSteps.push_back(makeFused(op));
+      for (const Op& op : g.ops())
+        fusedSteps.push_back(isReplicaOp(op.kind) ? makeReplicaOp(op) : makeFused(op));
     } else {
       for (i64 b : exe.arenaBytes) arenas.push_back(std::make_unique<AlignedBytes>(b));
       for (const ComputeSet& cs : exe.computeSets) {
         std::vector<std::function<void()>> fns;
-        for (const Vertex& v : cs.vertices) fns.push_back(makeVertex(cs, v));
+        if (isReplicaOp(g.op(cs.op).kind)) {
+          replicaFns.push_back(makeReplicaOp(g.op(cs.op)));
+        } else {
+          replicaFns.emplace_back();
+          for (const Vertex& v : cs.vertices) fns.push_back(makeVertex(cs, v));
+        }
         vertexFns.push_back(std::move(fns));
       }
     }
+  }
+
+  // ---- replica ops (both modes) -------------------------------------------------------------
+  // Operand pointers: the tensor itself (fused) or its host staging copy (tile).
+  float* P(int t) {
+    if (mode == EngineMode::Fused) return F(t);
+    auto [it, inserted] = staging.try_emplace(t);
+    if (inserted) it->second.resize(static_cast<size_t>(g.tensor(t).elements()));
+    return it->second.data();
+  }
+
+  std::function<void()> makeReplicaOp(const Op& op) {
+    const i64 replicas = op.attrs.getInt("replicas");
+    Collective* coll = replica.collective;
+    if (replicas > 1 && (!coll || coll->replicas() != replicas))
+      throw std::invalid_argument(fmt::format(
+          "engine: op '{}' on '{}' is compiled for {} replicas but this engine has {}; build the "
+          "engines with a ReplicaContext (replication::ReplicaGroup does)",
+          opName(op.kind), g.tensor(op.inputs[0]).name, replicas, coll ? coll->replicas() : 1));
+    const int r = replica.replica;
+    std::function<void()> body;
+    switch (op.kind) {
+      case OpKind::CrossReplicaReduceScatter: {
+        const float* x = P(op.inputs[0]);
+        float* y = P(op.outputs[0]);
+        const i64 n = g.tensor(op.inputs[0]).elements();
+        const float scale = static_cast<float>(op.attrs.getFloat("scale", 1.0));
+        const std::string what = g.tensor(op.outputs[0]).name;
+        if (replicas == 1)
+          body = [=] { for (i64 i = 0; i < n; ++i) y[i] = x[i] * scale; };
+        else
+          body = [=] { coll->reduceScatter(r, x, n, y, scale, what); };
+        break;
+      }
+      case OpKind::CrossReplicaAllGather: {
+        const float* x = P(op.inputs[0]);
+        float* y = P(op.outputs[0]);
+        const i64 n = g.tensor(op.outputs[0]).elements();
+        const std::string what = g.tensor(op.outputs[0]).name;
+        if (replicas == 1)
+          body = [=] { std::copy(x, x + n, y); };
+        else
+          body = [=] { coll->allGather(r, x, y, n, what); };
+        break;
+      }
+      case OpKind::ShardedSgdUpdate: {
+        const float* w = P(op.inputs[0]);
+        float *v = P(op.inputs[1]), *gr = P(op.inputs[2]), *lr = P(op.inputs[3]);
+        float* y = P(op.outputs[0]);
+        const i64 n = g.tensor(op.inputs[0]).elements(), s = chunkElements(n, static_cast<int>(replicas));
+        const i64 begin = std::min(n, r * s), len = std::min(n, begin + s) - begin;
+        const float m = static_cast<float>(op.attrs.getFloat("momentum"));
+        const float wd = static_cast<float>(op.attrs.getFloat("weight_decay"));
+        const bool nest = op.attrs.getBool("nesterov", false);
+        body = [=] {
+          std::copy(w + begin, w + begin + len, y);
+          std::fill(y + len, y + s, 0.0f);
+          fz::sgdMomentumUpdate(*lr, m, wd, nest, y, v, gr, len);
+        };
+        break;
+      }
+      default:
+        throw std::logic_error(fmt::format("engine: '{}' is not a replica op", opName(op.kind)));
+    }
+    if (mode == EngineMode::Fused) return body;
+    // Tile mode: copy the operands off the tiles, run, copy the results (and the updated
+    // momentum) back.
+    std::vector<int> ins = op.inputs, outs = op.outputs;
+    for (int w : opDef(op.kind).writesInputs) outs.push_back(op.inputs[static_cast<size_t>(w)]);
+    return [this, ins, outs, body] {
+      for (int t : ins) read(t, P(t));
+      body();
+      for (int t : outs) write(t, P(t));
+    };
   }
 
   // ---- fused mode ---------------------------------------------------------------------------
@@ -245,6 +331,23 @@ struct Engine::Impl {
         i64 n = g.tensor(in(0)).elements();
         return [=] { fz::sgdMomentumUpdate(*lr, m, wd, nest, w, v, gr, n); };
       }
+      case OpKind::Assign: {
+        float *dst = F(in(0)), *src = F(in(1));
+        i64 n = g.tensor(in(0)).elements();
+        return [=] { std::copy(src, src + n, dst); };
+      }
+      case OpKind::Accumulate: {
+        float *acc = F(in(0)), *x = F(in(1));
+        i64 n = g.tensor(in(0)).elements();
+        return [=] {
+#pragma omp parallel for schedule(static)
+          for (i64 i = 0; i < n; ++i) acc[i] += x[i];
+        };
+      }
+      case OpKind::CrossReplicaReduceScatter:
+      case OpKind::CrossReplicaAllGather:
+      case OpKind::ShardedSgdUpdate:
+        break;  // makeReplicaOp
       case OpKind::EmaUpdate: {
         float *r = F(in(0)), *v = F(in(1));
         float m = static_cast<float>(op.attrs.getFloat("momentum"));
@@ -458,12 +561,23 @@ struct Engine::Impl {
         float m = attrF("momentum", 0.0), sc = attrF("scale", 1.0);
         return [=] { ref::emaUpdate(m, sc, y, W[0].data, work.size()); };
       }
+      case OpKind::Assign:
+        return [=] { std::copy(W[0].data, W[0].data + work.size(), y); };
+      case OpKind::Accumulate:
+        return [=] {
+          for (i64 i = 0; i < work.size(); ++i) y[i] += W[0].data[i];
+        };
+      case OpKind::CrossReplicaReduceScatter:
+      case OpKind::CrossReplicaAllGather:
+      case OpKind::ShardedSgdUpdate:
+        break;  // makeReplicaOp
     }
     throw std::logic_error(
         fmt::format("tile engine: no vertex kernel for op '{}'", opName(op.kind)));
   }
 
   void runComputeSet(int c) {
+    if (replicaFns[c]) return replicaFns[c]();
     const ComputeSet& cs = exe.computeSets[c];
     // Exchange phase: statically planned copies between arenas (disjoint destinations).
     const auto& ex = cs.exchange;
@@ -503,8 +617,20 @@ struct Engine::Impl {
 
   void run() {
     const Program& p = exe.program;
+    const size_t microEnd = p.updateBegin >= 0 ? static_cast<size_t>(p.updateBegin) : p.body.size();
+    const int accumulation = p.updateBegin >= 0 ? p.accumulationSteps : 1;
     for (int it = 0; it < p.deviceIterations; ++it) {
-      for (const Program::Step& st : p.body) {
+      for (int a = 0; a < accumulation; ++a) runSteps(0, microEnd, it * accumulation + a);
+      runSteps(microEnd, p.body.size(), it * accumulation + accumulation - 1);
+    }
+  }
+
+  // body[begin, end) with host stream slot `it`.
+  void runSteps(size_t begin, size_t end, int it) {
+    const Program& p = exe.program;
+    {
+      for (size_t i = begin; i < end; ++i) {
+        const Program::Step& st = p.body[i];
         switch (st.kind) {
           case Program::Step::Kind::StreamIn: {
             const Tensor& T = g.tensor(st.index);
@@ -536,8 +662,11 @@ struct Engine::Impl {
   }
 };
 
-Engine::Engine(std::shared_ptr<const Executable> exe, EngineMode mode)
-    : exe_(std::move(exe)), mode_(mode), impl_(std::make_unique<Impl>(*exe_, mode)) {}
+Engine::Engine(std::shared_ptr<const Executable> exe, EngineMode mode, ReplicaContext replica)
+    : exe_(std::move(exe)),
+      mode_(mode),
+      replica_(replica),
+      impl_(std::make_unique<Impl>(*exe_, mode, replica)) {}
 
 Engine::~Engine() = default;
 

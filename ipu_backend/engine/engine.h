@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ipu_backend/compiler/executable.h"
+#include "ipu_backend/replication/collective.h"
 
 namespace ipu {
 
@@ -22,7 +23,10 @@ EngineMode parseEngineMode(std::string_view s);  // "tile" | "fused"; throws on 
 
 class Engine {
  public:
-  Engine(std::shared_ptr<const Executable> exe, EngineMode mode = EngineMode::Fused);
+  // `replica`: which replica this engine runs and the Collective joining it to the others
+  // (needed when the program has cross-replica ops for more than one replica).
+  Engine(std::shared_ptr<const Executable> exe, EngineMode mode = EngineMode::Fused,
+         ReplicaContext replica = {});
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -46,13 +50,15 @@ class Engine {
   void connectInput(int tensor, const void* data);
   void connectOutput(int tensor, void* data);
 
-  // Runs the program once: deviceIterations training steps.
+  // Runs the program once: deviceIterations training steps (each of accumulationSteps
+  // micro-batches when the program accumulates gradients).
   void run();
 
  private:
   struct Impl;
   std::shared_ptr<const Executable> exe_;
   EngineMode mode_;
+  ReplicaContext replica_;
   std::unique_ptr<Impl> impl_;
 };
 

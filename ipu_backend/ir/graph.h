@@ -104,6 +104,13 @@ enum class OpKind : std::uint8_t {
   Constant,
   SgdUpdate,
   EmaUpdate,
+  // Replication (ipu_backend/replication): cross-replica collectives and the update-side ops
+  // around them. The collectives and sharded_sgd_update depend on the replica index.
+  CrossReplicaReduceScatter,
+  CrossReplicaAllGather,
+  ShardedSgdUpdate,
+  Assign,
+  Accumulate,
 };
 
 struct Op {

@@ -64,6 +64,21 @@ const std::vector<OpDef>& table() {
         {"nesterov", A::Bool, false}}},
       {OpKind::EmaUpdate, "ema_update", 2, 0, {0},
        {{"momentum", A::Float, true}, {"scale", A::Float, false}}},
+      // x (any shape, n elements) -> this replica's chunk [ceil(n/R)] of scale * sum over replicas.
+      {OpKind::CrossReplicaReduceScatter, "cross_replica_reduce_scatter", 1, 1, {},
+       {{"replicas", A::Int, true}, {"scale", A::Float, false}}},
+      // chunk [ceil(n/R)] of every replica -> the whole tensor of `shape`.
+      {OpKind::CrossReplicaAllGather, "cross_replica_all_gather", 1, 1, {},
+       {{"replicas", A::Int, true}, {"shape", A::Ints, true}}},
+      // (weight, momentum chunk, gradient chunk, lr) -> updated weight chunk; updates the
+      // momentum chunk in place (replicated tensor sharding of the optimizer state).
+      {OpKind::ShardedSgdUpdate, "sharded_sgd_update", 4, 1, {1},
+       {{"replicas", A::Int, true},
+        {"momentum", A::Float, true},
+        {"weight_decay", A::Float, true},
+        {"nesterov", A::Bool, false}}},
+      {OpKind::Assign, "assign", 2, 0, {0}, {}},      // variable = value
+      {OpKind::Accumulate, "accumulate", 2, 0, {0}, {}},  // variable += value
   };
   return defs;
 }
@@ -170,6 +185,11 @@ const OpDef* findOpDef(std::string_view name) {
   for (const auto& d : table())
     if (d.name == name) return &d;
   return nullptr;
+}
+
+bool isReplicaOp(OpKind k) {
+  return k == OpKind::CrossReplicaReduceScatter || k == OpKind::CrossReplicaAllGather ||
+         k == OpKind::ShardedSgdUpdate;
 }
 
 bool hasSideEffects(OpKind k) { return !opDef(k).writesInputs.empty(); }
@@ -440,8 +460,40 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
       return {};
     }
     case OpKind::EmaUpdate:
+    case OpKind::Assign:
+    case OpKind::Accumulate:
       expectSameShape(*in[0], *in[1], label);
       return {};
+    case OpKind::CrossReplicaReduceScatter: {
+      const i64 r = a.getInt("replicas");
+      if (r < 1) fail(label, fmt::format("replicas must be >= 1, got {}", r));
+      return {{{(in[0]->elements() + r - 1) / r}, in[0]->dtype}};
+    }
+    case OpKind::CrossReplicaAllGather: {
+      const i64 r = a.getInt("replicas");
+      if (r < 1) fail(label, fmt::format("replicas must be >= 1, got {}", r));
+      const Shape full = a.getInts("shape");
+      if (in[0]->shape != Shape{(numElements(full) + r - 1) / r})
+        fail(label, fmt::format("chunk '{}' {} must be [{}] (ceil of {} elements / {} replicas)",
+                                in[0]->name, shapeStr(in[0]->shape),
+                                (numElements(full) + r - 1) / r, numElements(full), r));
+      return {{full, in[0]->dtype}};
+    }
+    case OpKind::ShardedSgdUpdate: {
+      const Tensor &w = *in[0], &v = *in[1], &g = *in[2], &lr = *in[3];
+      const i64 r = a.getInt("replicas");
+      if (r < 1) fail(label, fmt::format("replicas must be >= 1, got {}", r));
+      const Shape chunk{(w.elements() + r - 1) / r};
+      for (const Tensor* t : {&v, &g})
+        if (t->shape != chunk)
+          fail(label, fmt::format("'{}' {} must be the chunk {} of weight '{}' {} over {} replicas",
+                                  t->name, shapeStr(t->shape), shapeStr(chunk), w.name,
+                                  shapeStr(w.shape), r));
+      if (!lr.shape.empty() && lr.shape != Shape{1})
+        fail(label, fmt::format("learning rate '{}' must be a scalar, got {}", lr.name,
+                                shapeStr(lr.shape)));
+      return {{chunk, w.dtype}};
+    }
   }
   fail(label, "internal: unhandled op kind");
 }

@@ -32,6 +32,9 @@ const OpDef& opDef(OpKind kind);
 const OpDef* findOpDef(std::string_view name);
 inline std::string_view opName(OpKind k) { return opDef(k).name; }
 bool hasSideEffects(OpKind k);
+// Ops whose result depends on the replica running them: the engine runs them through its
+// Collective or with its replica index, outside the tile vertices.
+bool isReplicaOp(OpKind k);
 
 struct TensorType {
   Shape shape;

@@ -9,6 +9,7 @@
 #include "ipu_backend/cost/cost_model.h"
 #include "ipu_backend/cost/time_to_train.h"
 #include "ipu_backend/ir/builder.h"
+#include "ipu_backend/replication/replicate.h"
 
 namespace ipu::cost {
 namespace {
@@ -271,6 +272,44 @@ TEST(TimeToTrain, ResNetReferenceConvergencePoints) {
   EXPECT_DOUBLE_EQ(resnetRcpEpochs(8192), 41.9);
   EXPECT_NEAR(resnetRcpEpochs(3840), 35.15 + (39.9 - 35.15) * 576 / 832, 1e-12);
   EXPECT_DOUBLE_EQ(resnetRcpEpochs(100000), 84.5);
+}
+
+}  // namespace
+}  // namespace ipu::cost
+
+// The replicated program's ring reduce-scatter and all-gather are read and priced by the cost
+// model: together one allReduceSeconds per gradient, over the op's replicas.
+namespace ipu::cost {
+namespace {
+
+TEST(CostModel, PricesTheCrossReplicaCollectivesOfAReplicatedProgram) {
+  Graph g("mlp");
+  Builder b(g);
+  int x = b.input("x", {8, 64});
+  int y = b.input("labels", {8}, DType::I32);
+  int lr = b.input("lr", {});
+  int w = b.variable("w", {64, 1000}), bias = b.variable("bias", {1000});
+  int loss = b.reduceMean(b.softmaxCrossEntropy(b.dense(x, w, bias), y), {0});
+  g.markOutput(loss);
+  appendSgdUpdate(g, appendBackward(g, loss, {w, bias}).grads, lr, SgdOptions{});
+  for (int replicas : {16, 128}) {
+    auto rg = replication::replicate(g, {replicas, 1, false});
+    CompileOptions co;
+    rg.configure(co, 1);
+    const Executable exe = compile(rg.graph, Target::mk2(), co);
+    const StepCost sc = estimateStep(exe);
+    const Target t = Target::mk2();
+    const double expected = (allReduceSeconds(64 * 1000 * 4, PodShape::pod(replicas), t) +
+                             allReduceSeconds(1000 * 4, PodShape::pod(replicas), t)) *
+                            t.clockHz;
+    EXPECT_NEAR(sc.collectiveCycles, expected, 1e-6 * expected) << replicas;
+    EXPECT_GT(sc.collectiveCycles, 0);
+    EXPECT_LE(sc.collectiveCycles, sc.exchangeCycles);
+    EXPECT_EQ(sc.report()["cycles"]["collectives"].get<double>(), sc.collectiveCycles);
+  }
+  // One replica: no collectives in the program, nothing priced.
+  CompileOptions co;
+  EXPECT_EQ(estimateStep(compile(g, Target::mk2(), co)).collectiveCycles, 0);
 }
 
 }  // namespace

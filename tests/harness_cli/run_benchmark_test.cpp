@@ -98,10 +98,14 @@ TEST(RunBenchmarkPlan, DistinctSeedsAndTheSettingsOfThePreset) {
   EXPECT_EQ(p.layout.system, "ipu-pod1-emulated");
 }
 
-TEST(RunBenchmarkPlan, RefusesReplicationAndUnimplementedBenchmarks) {
+TEST(RunBenchmarkPlan, RunsReplicatedPresetsAndRefusesUnimplementedBenchmarks) {
   CliOptions o;
-  o.pod_size = 4;
-  EXPECT_THROW(makePlan(o), Refusal);
+  o.pod_size = 16;
+  const BenchmarkPlan p = makePlan(o);  // 16 replicas of micro-batch 4, in this process
+  EXPECT_EQ(p.run.trainer.replicas, 16);
+  EXPECT_EQ(p.run.trainer.batch, 4);
+  EXPECT_EQ(p.run.trainer.accumulation, 1);
+  EXPECT_EQ(p.run.hyperparameters["global_batch_size"], 64);
   o.pod_size = 1;
   o.benchmark = "bert_large";
   EXPECT_THROW(makePlan(o), Refusal);

@@ -113,9 +113,9 @@ REFUSALS = {
     "missing_data_dir": (
         ["--data-dir", "/nonexistent/fashion"], None, 1,
         ["Fashion-MNIST not found", "/nonexistent/fashion", "dataset-fashion-mnist"]),
-    "pod_size_needs_replication": (
-        ["--pod-size", "16"], None, 1,
-        ["--pod-size 16", "16 replica(s)", "replication", "not implemented"]),
+    "bn_span_over_replicas": (
+        ["--pod-size", "4", "--division", "open"], {"model_bn_span": 16}, 1,
+        ["model_bn_span 16", "one replica's micro-batch (8 samples)", "not implemented"]),
     "invalid_pod_size": (["--pod-size", "8"], None, None, ["8", "1,4,16,64,128,256"]),
     "unknown_benchmark": (
         ["--benchmark", "gpt3"], None, None, ["gpt3", "resnet50,bert_large,efficientnet_b4"]),
@@ -128,9 +128,9 @@ REFUSALS = {
         ["--scale", "full"], None, 1, ["--scale full is not implemented yet"]),
     "lars_not_implemented_open": (
         ["--division", "open"], {"opt_name": "lars"}, 1, ["only SGD"]),
-    "gradient_accumulation": (
-        ["--division", "open"], {"gradient_accumulation_steps": 2}, 1,
-        ["gradient accumulation is not implemented"]),
+    "gradient_accumulation_zero": (
+        ["--division", "open"], {"gradient_accumulation_steps": 0}, 1,
+        ["key 'gradient_accumulation_steps' must be >= 1, got 0"]),
 }
 
 

@@ -1,0 +1,62 @@
+// The replicas one process owns, each an Engine over the same Executable, run side by side (one
+// thread per replica) and joined by a RingCollective, optionally over a RingLink to the
+// replicas of other processes.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "ipu_backend/engine/engine.h"
+#include "ipu_backend/replication/ring_collective.h"
+
+namespace ipu::replication {
+
+struct ReplicaGroupOptions {
+  EngineMode mode = EngineMode::Fused;
+  int replicas = 1;           // R over every process
+  RingLink* link = nullptr;   // other processes; null: this process owns every replica
+  int threadsPerReplica = 1;  // OpenMP threads of each replica's engine
+  std::chrono::milliseconds timeout = std::chrono::minutes(5);  // per collective
+};
+
+class ReplicaGroup {
+ public:
+  ReplicaGroup(std::shared_ptr<const Executable> exe, const ReplicaGroupOptions& options);
+  ~ReplicaGroup();
+  ReplicaGroup(const ReplicaGroup&) = delete;
+  ReplicaGroup& operator=(const ReplicaGroup&) = delete;
+
+  int replicas() const { return options_.replicas; }
+  int localReplicas() const { return static_cast<int>(engines_.size()); }
+  int firstReplica() const { return collective_->firstReplica(); }
+  Engine& engine(int local) { return *engines_.at(static_cast<size_t>(local)); }
+  const Engine& engine(int local) const { return *engines_.at(static_cast<size_t>(local)); }
+
+  // Writes the same value of a tensor (e.g. an initial weight) to every local replica.
+  void writeAll(int tensor, const void* data, size_t bytes);
+  // Runs every local replica's program once (deviceIterations steps); rethrows the first
+  // failure after every replica has stopped (a failed replica aborts the collectives).
+  void run();
+
+ private:
+  void worker(int local);
+  void runOne(int local);
+
+  ReplicaGroupOptions options_;
+  std::unique_ptr<RingCollective> collective_;
+  std::vector<std::unique_ptr<Engine>> engines_;
+  std::vector<std::thread> threads_;
+  std::mutex mu_;
+  std::condition_variable start_, done_;
+  std::uint64_t round_ = 0;
+  int running_ = 0;
+  bool stop_ = false;
+  std::vector<std::exception_ptr> errors_;
+};
+
+}  // namespace ipu::replication

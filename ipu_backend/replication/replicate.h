@@ -1,0 +1,48 @@
+// The replication pass: turns a one-replica training graph (forward, backward, sgd_update ops)
+// into the graph every replica of a data-parallel run executes:
+//
+//   micro-batch part, run `accumulation` times per step:
+//     the original ops (sgd_update removed); with accumulation > 1, accumulate(<w>/grad_accum, g)
+//   update part, once per step:
+//     c = cross_replica_reduce_scatter(g or <w>/grad_accum, scale 1/(R A))   ring, chunk of the
+//     mean plain:   g' = cross_replica_all_gather(c); sgd_update(w, <w>/momentum, g', lr) sharded:
+//     w' = sharded_sgd_update(w, <w>/momentum [chunk], c, lr)  (replicated tensor
+//              sharding: each replica keeps 1/R of the momentum and updates 1/R of the weights)
+//              assign(w, cross_replica_all_gather(w'))
+//     with accumulation > 1: assign(<w>/grad_accum, 0)
+//
+// Every replica therefore applies the same update to the same weights: replicas stay bit-identical.
+// Batch-norm statistics stay per replica (each replica normalises over its own micro-batch).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "ipu_backend/compiler/executable.h"
+#include "ipu_backend/ir/graph.h"
+
+namespace ipu::replication {
+
+struct ReplicationOptions {
+  int replicas = 1;                  // R, data-parallel replicas
+  int accumulation = 1;              // A, micro-batches per weight update
+  bool shardOptimizerState = false;  // replicated tensor sharding of the momentum
+};
+
+struct ReplicatedGraph {
+  Graph graph;
+  int updateFirstOp = -1;                    // first op of the update part (-1: none, R = A = 1)
+  std::vector<std::string> zeroInitialised;  // created variables that start at 0
+  // Puts the pass's program structure into compile options (accumulation, update part).
+  void configure(CompileOptions& co, int accumulation) const;
+};
+
+// Throws GraphError for options out of range or a graph whose sgd_update ops are followed by
+// a reader of the weights they update (the update must come last).
+ReplicatedGraph replicate(const Graph& training, const ReplicationOptions& options);
+
+// Bytes of optimizer state (momentum) one replica keeps: the figure replicated tensor sharding
+// divides by R.
+std::int64_t optimizerStateBytes(const Graph& g);
+
+}  // namespace ipu::replication

@@ -1,0 +1,134 @@
+"""run_benchmark split over Open MPI processes (loopback): `mpirun -np 2` runs the 4 replicas of
+resnet50/mini/POD4 as 2 per process and writes the same log as one process running all 4 (times
+aside); a rank that hangs or dies makes the job exit with a clear error within a bounded time.
+
+Environment: RUN_BENCHMARK = the binary (tests/harness_cli/CMakeLists.txt).
+"""
+import json
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import time
+
+import pytest
+
+BINARY = os.environ.get("RUN_BENCHMARK", "")
+MPIRUN = shutil.which("mpirun")
+FAST = ["--model-stand-in", "--threads", "1", "--division", "open", "--pod-size", "4"]
+# Shared memory between the processes on this host; --oversubscribe: 2 cores may run 2 ranks and
+# more threads; root (CI containers) must say so.
+MPI_ENV = {"OMPI_MCA_btl": "self,vader", "OMPI_MCA_rmaps_base_oversubscribe": "1",
+           "OMPI_MCA_btl_vader_single_copy_mechanism": "none"}
+
+pytestmark = pytest.mark.skipif(MPIRUN is None, reason="Open MPI missing: run scripts/setup.sh")
+
+
+def mpirun(np):
+    cmd = [MPIRUN, "--oversubscribe", "-np", str(np)]
+    if os.geteuid() == 0:
+        cmd.insert(1, "--allow-run-as-root")
+    return cmd
+
+
+def env(**extra):
+    e = dict(os.environ)
+    e.update(MPI_ENV)
+    e.update(extra)
+    return e
+
+
+def config(tmp_path, train_samples):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"mini_train_samples": train_samples, "mini_eval_samples": 512,
+                                "mini_target_accuracy": 0.7, "eval_period": 1}))
+    return str(path)
+
+
+def log_of(results):
+    logs = list(pathlib.Path(results).rglob("result_0.txt"))
+    assert len(logs) == 1, logs
+    return logs[0].read_text()
+
+
+def without_times(log):
+    """Each MLLOG line with its time stamps (time_ms, and the epoch-ms values of run_start...)
+    removed: what must be identical between a 1-process and a 2-process run."""
+    out = []
+    for line in log.splitlines():
+        rec = json.loads(line.split(":::MLLOG ", 1)[1])
+        rec.pop("time_ms", None)
+        out.append(json.dumps(rec, sort_keys=True))
+    return out
+
+
+def test_two_processes_write_the_log_of_one(tmp_path):
+    cfg = config(tmp_path, 2048)
+    one, two = tmp_path / "one", tmp_path / "two"
+    t0 = time.monotonic()
+    a = subprocess.run([BINARY, *FAST, "--max-epochs", "2", "--config", cfg, "--results-dir",
+                        str(one)], capture_output=True, text=True, timeout=300, env=env())
+    t1 = time.monotonic()
+    b = subprocess.run([*mpirun(2), BINARY, *FAST, "--max-epochs", "2", "--config", cfg,
+                        "--results-dir", str(two)],
+                       capture_output=True, text=True, timeout=300, env=env())
+    t2 = time.monotonic()
+    print(f"1 process {t1 - t0:.1f} s, mpirun -np 2 {t2 - t1:.1f} s")
+    assert a.returncode in (0, 2), a.stderr
+    assert b.returncode == a.returncode, b.stdout + b.stderr
+    la, lb = without_times(log_of(one)), without_times(log_of(two))
+    assert la == lb
+    assert any('"key": "eval_accuracy"' in l for l in la)
+    # Rank 0 alone writes: one log, one system description, one summary.
+    assert b.stdout.count("== run_benchmark summary") == 1, b.stdout
+    assert sorted(p.name for p in two.rglob("*") if p.is_file()) == \
+        sorted(p.name for p in one.rglob("*") if p.is_file())
+
+
+def test_gradient_accumulation_runs_and_is_logged(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"mini_train_samples": 1024, "mini_eval_samples": 256,
+                                "mini_target_accuracy": 0.99, "eval_period": 1,
+                                "gradient_accumulation_steps": 2}))
+    r = subprocess.run([BINARY, *FAST, "--max-epochs", "1", "--shard-optimizer-state", "--config",
+                        str(path), "--results-dir", str(tmp_path / "r")],
+                       capture_output=True, text=True, timeout=120, env=env())
+    assert r.returncode == 2, r.stdout + r.stderr  # ran; the 0.99 target is out of reach
+    log = log_of(tmp_path / "r")
+    assert '"key": "gradient_accumulation_steps", "value": 2' in log
+    assert '"key": "global_batch_size", "value": 64' in log  # 4 replicas x 2 x 8
+    assert '"key": "eval_accuracy"' in log
+
+
+def test_replicas_must_split_evenly_over_processes(tmp_path):
+    r = subprocess.run([*mpirun(3), BINARY, *FAST, "--max-epochs", "1", "--config",
+                        config(tmp_path, 512), "--results-dir", str(tmp_path / "r")],
+                       capture_output=True, text=True, timeout=120, env=env())
+    assert r.returncode != 0
+    assert "4 replicas do not split evenly over 3 processes" in r.stdout + r.stderr
+
+
+# A shell per rank starts run_benchmark, and on rank 1 stops (or kills) it once training runs.
+FAULT = ('"$@" & pid=$!; if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then sleep {delay}; '
+         'kill -{signal} $pid; fi; wait $pid')
+
+
+@pytest.mark.parametrize("signal,expect", [
+    ("STOP", "no answer from the other ranks"),  # hangs: our bounded wait aborts the job
+    ("KILL", "exited with non-zero status"),     # dies: mpirun ends the job
+])
+def test_a_failed_rank_ends_the_job(tmp_path, signal, expect):
+    cmd = [*mpirun(2), "sh", "-c", FAULT.format(delay=1.5, signal=signal), "sh", BINARY, *FAST,
+           "--max-epochs", "3", "--config", config(tmp_path, 60000), "--results-dir",
+           str(tmp_path / "r")]
+    t0 = time.monotonic()
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
+                       env=env(IPU_COLLECTIVE_TIMEOUT_S="3"))
+    elapsed = time.monotonic() - t0
+    out = r.stdout + r.stderr
+    assert r.returncode != 0, out
+    assert elapsed < 60, f"took {elapsed:.0f} s:\n{out}"
+    assert expect in out, out
+    if signal == "STOP":
+        assert "a peer process died or hangs" in out and "/grad_chunk" in out, out
