@@ -167,8 +167,9 @@ class Planner {
     }
   }
   // A [parts, elems] partials buffer whose row p follows `like`'s mapping rotated by p * shift.
-  int addPartials(const std::string& name, int like, i64 parts, i64 rowElems) {
-    Buffer b{name, parts * rowElems, DType::F32, -1, false};
+  int addPartials(const std::string& name, int like, i64 parts, i64 rowElems,
+                  DType dtype = DType::F32) {
+    Buffer b{name, parts * rowElems, dtype, -1, false};
     exe_.buffers.push_back(b);
     const auto& base = exe_.mapping[like];
     std::vector<TileSlice> m;
@@ -256,7 +257,10 @@ class Planner {
       return;
     }
     i64 e = exe_.buffers[out].elements;
-    int partials = addPartials(exe_.buffers[out].name + "/partials", out, parts, e);
+    // The precision pass may ask for f16 partials (the IPU's "16.16" setting).
+    DType pt = op.attrs.has("partials") ? parseDType(op.attrs.getString("partials")).value()
+                                        : DType::F32;
+    int partials = addPartials(exe_.buffers[out].name + "/partials", out, parts, e, pt);
     {
       ComputeSet& cs = newComputeSet(op, 0, "partials");
       for (i64 p = 0; p < parts; ++p) {
@@ -325,6 +329,7 @@ class Planner {
     switch (op.kind) {
       case OpKind::Unary:
       case OpKind::Reshape:
+      case OpKind::Cast:
         perOutputSlice(op, out, [&](Range r) {
           return std::vector<NeedWindow>{{in(0), r.begin, r.end}};
         });
@@ -530,6 +535,16 @@ class Planner {
           Range r{s.begin, s.end};
           cs.vertices.push_back(vertexOn(s.tile, {{in(2), r.begin, r.end}, whole(in(3))},
                                          {{in(0), r.begin, r.end}, {in(1), r.begin, r.end}}, r));
+        }
+        return;
+      }
+      case OpKind::SgdUpdateScaled: {
+        ComputeSet& cs = newComputeSet(op, 0, "");
+        for (const TileSlice& s : exe_.mapping[in(0)]) {
+          Range r{s.begin, s.end};
+          cs.vertices.push_back(vertexOn(
+              s.tile, {{in(2), r.begin, r.end}, whole(in(3)), whole(in(4)), whole(in(5))},
+              {{in(0), r.begin, r.end}, {in(1), r.begin, r.end}}, r));
         }
         return;
       }
