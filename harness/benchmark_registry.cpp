@@ -35,6 +35,13 @@ ModelInstance buildResNet50(const ModelRequest& r) {
   if (r.scale != Scale::kMini) {
     throw std::invalid_argument("resnet50: only the mini-scale model is wired (28x28x1 input)");
   }
+  if (r.precision.isMixed() || r.precision.lossScaling.mode != precision::LossScalingMode::None) {
+    throw std::invalid_argument(fmt::format(
+        "resnet50: precision '{}' is not wired into models/resnet50 yet (its builder appends "
+        "the backward pass itself); use --precision fp32, or --model-stand-in for the small "
+        "CNN, which runs every policy",
+        r.precision.toString()));
+  }
   // The full [3,4,6,3] bottleneck architecture with every canonical tensor; only the stem is
   // adapted to 28x28x1 (models/resnet50/resnet50.h explains why).
   const models::ResNetConfig config = models::ResNetConfig::fashionMnist();
@@ -61,8 +68,8 @@ ModelInstance buildSmallCnnStandIn(const ModelRequest& r) {
   sgd.weightDecay = r.weight_decay;
   sgd.decay = [](const Tensor& t) { return endsWith(t.name, "_weight"); };  // as ResNet's
   ModelInstance m;
-  m.train = ::models::buildSmallCnnTraining(config, r.micro_batch, sgd);
-  m.eval = ::models::buildSmallCnnInference(config, r.micro_batch);
+  m.train = ::models::buildSmallCnnTraining(config, r.micro_batch, sgd, r.precision);
+  m.eval = ::models::buildSmallCnnInference(config, r.micro_batch, r.precision);
   for (int p : m.train.parameters) m.weight_tensor_names.push_back(m.train.graph.tensor(p).name);
   auto graph = std::make_shared<Graph>(m.train.graph);
   m.init = [graph](std::uint64_t seed) { return ::models::initSmallCnn(*graph, seed); };

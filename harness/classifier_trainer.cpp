@@ -16,6 +16,10 @@ void copyVariables(const Engine& src, Engine& dst) {
     if (t.kind != TensorKind::Variable) continue;
     int s = sg.find(t.name);
     if (s < 0) continue;  // e.g. optimizer state only exists in the training graph
+    if (sg.tensor(s).dtype != t.dtype) {
+      dst.writeTensor(t.name, src.readFloats(s));
+      continue;
+    }
     std::vector<std::byte> buf(static_cast<size_t>(t.bytes()));
     src.readTensor(s, buf.data(), buf.size());
     dst.writeTensor(t.id, buf.data(), buf.size());
@@ -24,7 +28,7 @@ void copyVariables(const Engine& src, Engine& dst) {
 
 ClassifierTrainer::ClassifierTrainer(models::ClassifierGraph train, models::ClassifierGraph eval,
                                      const TrainerOptions& opts)
-    : train_(std::move(train)), eval_(std::move(eval)), opts_(opts) {
+    : train_(std::move(train)), eval_(std::move(eval)), opts_(opts), scaler_(train_.lossScaling) {
   CompileOptions co;
   co.checkMemory = opts.checkMemory;
   trainExe_ = std::make_shared<Executable>(compile(train_.graph, opts.target, co));
@@ -42,6 +46,12 @@ ClassifierTrainer::ClassifierTrainer(models::ClassifierGraph train, models::Clas
     engine->connectOutput(cg->logits, logits_.data());
   }
   trainEngine_->connectInput(train_.lr, &lr_);
+  if (train_.lossScale >= 0) {
+    trainEngine_->connectInput(train_.lossScale, &scale_);
+    trainEngine_->connectInput(train_.lossScaleInverse, &inverseScale_);
+    trainEngine_->connectOutput(train_.overflow, &overflow_);
+  }
+  trainEngine_->setRoundingSeed(opts.seed);
 }
 
 void ClassifierTrainer::initialise(const std::map<std::string, std::vector<float>>& values) {
@@ -51,7 +61,7 @@ void ClassifierTrainer::initialise(const std::map<std::string, std::vector<float
     if (it == values.end())
       throw std::invalid_argument(fmt::format("no initial value for variable '{}' {}", t.name,
                                               shapeStr(t.shape)));
-    trainEngine_->writeTensor(t.id, it->second.data(), it->second.size() * sizeof(float));
+    trainEngine_->writeTensor(t.name, it->second);  // rounded to 16-bit variables' dtype
   }
 }
 
@@ -75,7 +85,11 @@ EpochStats ClassifierTrainer::trainEpoch(const datasets::ImageDataset& ds,
     datasets::fillBatch(ds, std::span<const std::int64_t>(order.data() + i, static_cast<size_t>(b)),
                         lut, images_, labels_);
     lr_ = lr(steps_);
+    scale_ = scaler_.scale();
+    inverseScale_ = scaler_.inverseScale();
     trainEngine_->run();
+    // The overflow flag is 0, or NaN when some gradient was not finite (the step was skipped).
+    if (train_.overflow >= 0 && !scaler_.update(overflow_ != 0.0f)) ++st.skippedSteps;
     ++steps_;
     ++steps;
     if (!std::isfinite(loss_)) st.finite = false;
@@ -83,6 +97,7 @@ EpochStats ClassifierTrainer::trainEpoch(const datasets::ImageDataset& ds,
     if (onStep) onStep(steps_, loss_);
   }
   st.samples = steps * b;
+  st.lossScale = scaler_.scale();
   st.meanLoss = steps ? lossSum / static_cast<double>(steps) : 0.0;
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return st;

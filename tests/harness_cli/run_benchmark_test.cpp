@@ -110,5 +110,41 @@ TEST(RunBenchmarkPlan, RefusesReplicationAndUnimplementedBenchmarks) {
   EXPECT_THROW(makePlan(o), Refusal);
 }
 
+TEST(RunBenchmarkPrecision, ClosedResNet50PresetsCarryThePublishedIpuSettings) {
+  for (int pod : {1, 16, 256}) {
+    const auto p = precisionPolicyOf(findPreset(Benchmark::kResNet50, pod, Scale::kFull));
+    EXPECT_EQ(p.preset, "16.16") << "POD" << pod;
+    EXPECT_EQ(p.compute, DType::F16);
+    EXPECT_EQ(p.masterWeights, DType::F16);
+    EXPECT_TRUE(p.stochasticRounding);
+    EXPECT_EQ(p.lossScaling, precision::LossScalingConfig::fixed(128.0f)) << "static 128";
+  }
+}
+
+TEST(RunBenchmarkPrecision, FlagsReachThePlanAndTheModel) {
+  CliOptions o;
+  o.model_stand_in = true;
+  o.precision = "16.16";
+  BenchmarkPlan p = makePlan(o);
+  EXPECT_EQ(p.precision.preset, "16.16");
+  EXPECT_EQ(p.precision.lossScaling, precision::LossScalingConfig::fixed(128.0f))
+      << "--precision alone brings its policy's loss scaling";
+  EXPECT_EQ(p.run.model.precision, p.precision);
+  o.loss_scaling = "dynamic:1024";
+  p = makePlan(o);
+  EXPECT_EQ(p.precision.lossScaling.mode, precision::LossScalingMode::Dynamic);
+  EXPECT_EQ(p.precision.lossScaling.scale, 1024.0f);
+  const ModelInstance m = p.run.entry->build(p.run.model);
+  EXPECT_EQ(m.train.graph.tensor(m.train.graph.get("conv1_weight")).dtype, DType::F16);
+  EXPECT_GE(m.train.overflow, 0) << "the dynamic-scaling graph reports overflow";
+  o.model_stand_in = false;  // models/resnet50 runs fp32 only: refused with a hint
+  try {
+    makePlan(o);
+    FAIL() << "expected a Refusal";
+  } catch (const Refusal& e) {
+    EXPECT_NE(std::string(e.what()).find("--model-stand-in"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace ipu::harness
