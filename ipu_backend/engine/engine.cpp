@@ -10,6 +10,7 @@
 #include "ipu_backend/compiler/op_shapes.h"
 #include "ipu_backend/ir/op_defs.h"
 #include "ipu_backend/kernels/fused.h"
+#include "ipu_backend/kernels/fused_bf16.h"
 #include "ipu_backend/kernels/mixed_precision.h"
 #include "ipu_backend/kernels/reference.h"
 #include "ipu_backend/precision/half.h"
@@ -174,9 +175,44 @@ struct Engine::Impl {
     };
   }
 
+  // Conv / matmul whose operands are all bf16 run oneDNN's bf16 primitives on the stored data
+  // (no conversion): native kernels where the CPU has them (fused_bf16.h).
+  std::function<void()> makeFusedBf16(const Op& op) {
+    for (int t : op.inputs)
+      if (g.tensor(t).dtype != DType::BF16) return {};
+    for (int t : op.outputs)
+      if (g.tensor(t).dtype != DType::BF16) return {};
+    auto P = [&](int t) { return static_cast<void*>(tensorMem[t]->p); };
+    void *a = P(op.inputs[0]), *b = P(op.inputs[1]), *c = P(op.outputs[0]);
+    switch (op.kind) {
+      case OpKind::Conv2d: {
+        auto* k = keep<fz::Conv2dForwardBf16>(convShapeOf(g, op));
+        return [=] { k->run(a, b, c); };
+      }
+      case OpKind::Conv2dBackwardData: {
+        auto* k = keep<fz::Conv2dBackwardDataBf16>(convShapeOf(g, op));
+        return [=] { k->run(a, b, c); };
+      }
+      case OpKind::Conv2dBackwardFilter: {
+        auto* k = keep<fz::Conv2dBackwardFilterBf16>(convShapeOf(g, op));
+        return [=] { k->run(a, b, c); };
+      }
+      case OpKind::MatMul: {
+        auto* k = keep<fz::MatMulBf16>(matMulShapeOf(g, op));
+        return [=] { k->run(a, b, c); };
+      }
+      default:
+        return {};
+    }
+  }
+
   std::function<void()> makeFusedWithConversions(const Op& op) {
     auto ops = halfOperands(op);
     if (ops.empty()) return makeFused(op);
+    bool matmulLike = op.kind == OpKind::Conv2d || op.kind == OpKind::Conv2dBackwardData ||
+                      op.kind == OpKind::Conv2dBackwardFilter || op.kind == OpKind::MatMul;
+    if (matmulLike)
+      if (auto native = makeFusedBf16(op)) return native;
     const OpDef& def = opDef(op.kind);
     std::vector<std::function<void()>> pre, post;
     for (size_t k = 0; k < ops.size(); ++k) {
