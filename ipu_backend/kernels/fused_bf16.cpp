@@ -226,4 +226,122 @@ void MatMulBf16::run(const void* a, const void* b, void* c) {
   detail::waitStream();
 }
 
+// ---- batch norm ----------------------------------------------------------------------------
+
+namespace {
+
+using Flags = dnnl::normalization_flags;
+
+// [rows, C] as N x C x 1 x 1 nhwc (oneDNN's channels-last implementations), as fused_onednn.
+memory::desc bnData(i64 rows, i64 c) {
+  return memory::desc({rows, c, 1, 1}, Dt::bf16, Tag::nhwc);
+}
+memory::desc bnChannels(i64 c) {
+  return memory::desc({c}, Dt::f32, Tag::x);
+}
+
+dnnl::batch_normalization_forward::primitive_desc bnForwardPd(i64 rows, i64 c, float eps,
+                                                              const dnnl::primitive_attr& attr) {
+  dnnl::batch_normalization_forward::desc desc(dnnl::prop_kind::forward_training, bnData(rows, c),
+                                               eps, Flags::use_scale | Flags::use_shift);
+  return dnnl::batch_normalization_forward::primitive_desc(desc, attr, detail::cpuEngine());
+}
+
+}  // namespace
+
+struct BatchNormForwardTrainingBf16::Impl {
+  memory x, gamma, beta, y, mean, var;
+  Prim bn;
+};
+
+BatchNormForwardTrainingBf16::BatchNormForwardTrainingBf16(i64 rows, i64 c, float eps)
+    : impl_(std::make_unique<Impl>()) {
+  detail::syncThreads();
+  const auto pd = bnForwardPd(rows, c, eps, detail::userScratchpadAttr());
+  Impl& p = *impl_;
+  p.x = userMemory(pd.src_desc());
+  p.y = userMemory(pd.dst_desc());
+  p.gamma = userMemory(bnChannels(c));
+  p.beta = userMemory(bnChannels(c));
+  p.mean = userMemory(pd.mean_desc());
+  p.var = userMemory(pd.variance_desc());
+  p.bn = Prim(pd, dnnl::batch_normalization_forward(pd));
+  p.bn.arg(DNNL_ARG_SRC, p.x);
+  p.bn.arg(DNNL_ARG_SCALE, p.gamma);
+  p.bn.arg(DNNL_ARG_SHIFT, p.beta);
+  p.bn.arg(DNNL_ARG_DST, p.y);
+  p.bn.arg(DNNL_ARG_MEAN, p.mean);
+  p.bn.arg(DNNL_ARG_VARIANCE, p.var);
+}
+
+BatchNormForwardTrainingBf16::~BatchNormForwardTrainingBf16() = default;
+
+void BatchNormForwardTrainingBf16::run(const void* x, const float* gamma, const float* beta,
+                                       void* y, float* mean, float* var) {
+  detail::syncThreads();
+  Impl& p = *impl_;
+  bind(p.x, x);
+  bind(p.gamma, gamma);
+  bind(p.beta, beta);
+  bind(p.y, y);
+  bind(p.mean, mean);
+  bind(p.var, var);
+  p.bn.execute();
+  detail::waitStream();
+}
+
+struct BatchNormBackwardBf16::Impl {
+  memory x, dy, gamma, mean, var, dx, dgamma, dbeta;
+  Prim bn;
+};
+
+BatchNormBackwardBf16::BatchNormBackwardBf16(i64 rows, i64 c, float eps)
+    : impl_(std::make_unique<Impl>()) {
+  detail::syncThreads();
+  const Flags flags = Flags::use_scale | Flags::use_shift;
+  const auto hint = bnForwardPd(rows, c, eps, dnnl::primitive_attr());
+  dnnl::batch_normalization_backward::desc desc(dnnl::prop_kind::backward, bnData(rows, c),
+                                                bnData(rows, c), eps, flags);
+  dnnl::batch_normalization_backward::primitive_desc pd(desc, detail::userScratchpadAttr(),
+                                                        detail::cpuEngine(), hint);
+  Impl& p = *impl_;
+  p.x = userMemory(pd.src_desc());
+  p.dy = userMemory(pd.diff_dst_desc());
+  p.dx = userMemory(pd.diff_src_desc());
+  p.gamma = userMemory(bnChannels(c));
+  p.dgamma = userMemory(bnChannels(c));
+  p.dbeta = userMemory(bnChannels(c));
+  p.mean = userMemory(pd.mean_desc());
+  p.var = userMemory(pd.variance_desc());
+  p.bn = Prim(pd, dnnl::batch_normalization_backward(pd));
+  p.bn.arg(DNNL_ARG_SRC, p.x);
+  p.bn.arg(DNNL_ARG_DIFF_DST, p.dy);
+  p.bn.arg(DNNL_ARG_SCALE, p.gamma);
+  p.bn.arg(DNNL_ARG_SHIFT, ownedMemory(bnChannels(c)));  // read by no one (see fused_onednn)
+  p.bn.arg(DNNL_ARG_MEAN, p.mean);
+  p.bn.arg(DNNL_ARG_VARIANCE, p.var);
+  p.bn.arg(DNNL_ARG_DIFF_SRC, p.dx);
+  p.bn.arg(DNNL_ARG_DIFF_SCALE, p.dgamma);
+  p.bn.arg(DNNL_ARG_DIFF_SHIFT, p.dbeta);
+}
+
+BatchNormBackwardBf16::~BatchNormBackwardBf16() = default;
+
+void BatchNormBackwardBf16::run(const void* x, const void* dy, const float* gamma,
+                                const float* mean, const float* var, void* dx, float* dgamma,
+                                float* dbeta) {
+  detail::syncThreads();
+  Impl& p = *impl_;
+  bind(p.x, x);
+  bind(p.dy, dy);
+  bind(p.gamma, gamma);
+  bind(p.mean, mean);
+  bind(p.var, var);
+  bind(p.dx, dx);
+  bind(p.dgamma, dgamma);
+  bind(p.dbeta, dbeta);
+  p.bn.execute();
+  detail::waitStream();
+}
+
 }  // namespace ipu::kernels::fused

@@ -61,4 +61,29 @@ class MatMulBf16 {
   std::unique_ptr<Impl> impl_;
 };
 
+// Batch norm on bf16 activations ([rows, C], channels innermost): f32 gamma / beta, batch
+// statistics and parameter gradients; statistics computed in f32, y / dx rounded to bf16.
+class BatchNormForwardTrainingBf16 {
+ public:
+  BatchNormForwardTrainingBf16(i64 rows, i64 c, float eps);
+  ~BatchNormForwardTrainingBf16();
+  void run(const void* x, const float* gamma, const float* beta, void* y, float* mean, float* var);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+class BatchNormBackwardBf16 {
+ public:
+  BatchNormBackwardBf16(i64 rows, i64 c, float eps);
+  ~BatchNormBackwardBf16();
+  void run(const void* x, const void* dy, const float* gamma, const float* mean, const float* var,
+           void* dx, float* dgamma, float* dbeta);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 }  // namespace ipu::kernels::fused
