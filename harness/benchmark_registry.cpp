@@ -35,21 +35,20 @@ ModelInstance buildResNet50(const ModelRequest& r) {
   if (r.scale != Scale::kMini) {
     throw std::invalid_argument("resnet50: only the mini-scale model is wired (28x28x1 input)");
   }
-  if (r.precision.isMixed() || r.precision.lossScaling.mode != precision::LossScalingMode::None) {
-    throw std::invalid_argument(fmt::format(
-        "resnet50: precision '{}' is not wired into models/resnet50 yet (its builder appends "
-        "the backward pass itself); use --precision fp32, or --model-stand-in for the small "
-        "CNN, which runs every policy",
-        r.precision.toString()));
-  }
+
   // The full [3,4,6,3] bottleneck architecture with every canonical tensor; only the stem is
   // adapted to 28x28x1 (models/resnet50/resnet50.h explains why).
   const models::ResNetConfig config = models::ResNetConfig::fashionMnist();
-  auto train = std::make_shared<models::ResNetGraph>(models::buildTraining(
-      config, r.micro_batch, models::resnetSgdOptions(r.momentum, r.weight_decay)));
-  const models::ResNetGraph eval = models::buildInference(config, r.micro_batch);
+  auto train = std::make_shared<models::ResNetGraph>(
+      models::buildTraining(config, r.micro_batch,
+                            models::resnetSgdOptions(r.momentum, r.weight_decay), r.precision));
+  const models::ResNetGraph eval = models::buildInference(config, r.micro_batch, r.precision);
   ModelInstance m;
   m.train = toClassifierGraph(*train);
+  m.train.lossScale = train->lossScale;
+  m.train.lossScaleInverse = train->lossScaleInverse;
+  m.train.overflow = train->overflow;
+  m.train.lossScaling = r.precision.lossScaling;
   m.eval = toClassifierGraph(eval);
   m.weight_tensor_names = train->paramNames();
   m.init = [train](std::uint64_t seed) { return models::initWeights(*train, seed); };

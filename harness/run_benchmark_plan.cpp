@@ -229,14 +229,6 @@ BenchmarkPlan makePlan(const CliOptions& cli) {
         fmt::format("--loss-scaling {}: loss scaling is for 16-bit compute; with "
                     "precision FP32 use none (or pick --precision fp16 / 16.16 / 16.32)",
                     cli.loss_scaling));
-  const bool sixteenBitOrScaled = plan.precision.isMixed() || plan.precision.lossScaling.mode !=
-                                                                  precision::LossScalingMode::None;
-  if (sixteenBitOrScaled && !cli.model_stand_in)
-    throw Refusal(fmt::format(
-        "precision \"{}\" (loss scaling {}): mixed precision is not wired into models/resnet50 "
-        "yet (its builder appends the backward pass itself); use --precision fp32, or "
-        "--model-stand-in for the small CNN, which runs every policy",
-        preset.precision, precision::toString(plan.precision.lossScaling)));
 
   // What the log will say, checked against the division's rules.
   Json hp = mlperfHyperparameters(preset);

@@ -137,13 +137,16 @@ TEST(RunBenchmarkPrecision, FlagsReachThePlanAndTheModel) {
   const ModelInstance m = p.run.entry->build(p.run.model);
   EXPECT_EQ(m.train.graph.tensor(m.train.graph.get("conv1_weight")).dtype, DType::F16);
   EXPECT_GE(m.train.overflow, 0) << "the dynamic-scaling graph reports overflow";
-  o.model_stand_in = false;  // models/resnet50 runs fp32 only: refused with a hint
-  try {
-    makePlan(o);
-    FAIL() << "expected a Refusal";
-  } catch (const Refusal& e) {
-    EXPECT_NE(std::string(e.what()).find("--model-stand-in"), std::string::npos) << e.what();
-  }
+  o.model_stand_in = false;  // the reference ResNet-50 under the same policy
+  p = makePlan(o);
+  const ModelInstance r = p.run.entry->build(p.run.model);
+  const Graph& rg = r.train.graph;
+  EXPECT_EQ(rg.tensor(rg.get("conv0_weight")).dtype, DType::F16);
+  EXPECT_EQ(rg.tensor(r.train.logits).dtype, DType::F32) << "logits read back as f32";
+  EXPECT_GE(r.train.overflow, 0);
+  EXPECT_EQ(r.train.lossScaling.mode, precision::LossScalingMode::Dynamic);
+  for (const auto& [name, v] : r.init(1))
+    EXPECT_EQ(static_cast<std::int64_t>(v.size()), rg.tensor(rg.get(name)).elements()) << name;
 }
 
 }  // namespace
