@@ -39,9 +39,8 @@ ModelInstance buildResNet50(const ModelRequest& r) {
   // The full [3,4,6,3] bottleneck architecture with every canonical tensor; only the stem is
   // adapted to 28x28x1 (models/resnet50/resnet50.h explains why).
   const models::ResNetConfig config = models::ResNetConfig::fashionMnist();
-  auto train = std::make_shared<models::ResNetGraph>(
-      models::buildTraining(config, r.micro_batch,
-                            models::resnetSgdOptions(r.momentum, r.weight_decay), r.precision));
+  auto train = std::make_shared<models::ResNetGraph>(models::buildTraining(
+      config, r.micro_batch, models::resnetSgdOptions(r.momentum, r.weight_decay), r.precision));
   const models::ResNetGraph eval = models::buildInference(config, r.micro_batch, r.precision);
   ModelInstance m;
   m.train = toClassifierGraph(*train);
