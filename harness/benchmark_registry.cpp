@@ -35,14 +35,19 @@ ModelInstance buildResNet50(const ModelRequest& r) {
   if (r.scale != Scale::kMini) {
     throw std::invalid_argument("resnet50: only the mini-scale model is wired (28x28x1 input)");
   }
+
   // The full [3,4,6,3] bottleneck architecture with every canonical tensor; only the stem is
   // adapted to 28x28x1 (models/resnet50/resnet50.h explains why).
   const models::ResNetConfig config = models::ResNetConfig::fashionMnist();
   auto train = std::make_shared<models::ResNetGraph>(models::buildTraining(
-      config, r.micro_batch, models::resnetSgdOptions(r.momentum, r.weight_decay)));
-  const models::ResNetGraph eval = models::buildInference(config, r.micro_batch);
+      config, r.micro_batch, models::resnetSgdOptions(r.momentum, r.weight_decay), r.precision));
+  const models::ResNetGraph eval = models::buildInference(config, r.micro_batch, r.precision);
   ModelInstance m;
   m.train = toClassifierGraph(*train);
+  m.train.lossScale = train->lossScale;
+  m.train.lossScaleInverse = train->lossScaleInverse;
+  m.train.overflow = train->overflow;
+  m.train.lossScaling = r.precision.lossScaling;
   m.eval = toClassifierGraph(eval);
   m.weight_tensor_names = train->paramNames();
   m.init = [train](std::uint64_t seed) { return models::initWeights(*train, seed); };
@@ -61,8 +66,8 @@ ModelInstance buildSmallCnnStandIn(const ModelRequest& r) {
   sgd.weightDecay = r.weight_decay;
   sgd.decay = [](const Tensor& t) { return endsWith(t.name, "_weight"); };  // as ResNet's
   ModelInstance m;
-  m.train = ::models::buildSmallCnnTraining(config, r.micro_batch, sgd);
-  m.eval = ::models::buildSmallCnnInference(config, r.micro_batch);
+  m.train = ::models::buildSmallCnnTraining(config, r.micro_batch, sgd, r.precision);
+  m.eval = ::models::buildSmallCnnInference(config, r.micro_batch, r.precision);
   for (int p : m.train.parameters) m.weight_tensor_names.push_back(m.train.graph.tensor(p).name);
   auto graph = std::make_shared<Graph>(m.train.graph);
   m.init = [graph](std::uint64_t seed) { return ::models::initSmallCnn(*graph, seed); };

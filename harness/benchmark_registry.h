@@ -13,6 +13,7 @@
 #include "harness/benchmark.h"
 #include "harness/mllog.h"  // Json
 #include "ipu_backend/ir/graph.h"
+#include "ipu_backend/precision/precision_policy.h"
 #include "models/small_cnn/small_cnn.h"  // ::models::ClassifierGraph
 
 namespace ipu::harness {
@@ -31,6 +32,7 @@ struct ModelRequest {
   double momentum = 0.9;
   double weight_decay = 0.0;
   ModelChoice choice = ModelChoice::kReference;
+  precision::PrecisionPolicy precision;  // fp32 by default
 };
 
 // A built model: both graphs (same variable names), host initial values, and what the MLPerf

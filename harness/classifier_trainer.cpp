@@ -18,6 +18,10 @@ void copyVariables(const Engine& src, Engine& dst) {
     if (t.kind != TensorKind::Variable) continue;
     int s = sg.find(t.name);
     if (s < 0) continue;  // e.g. optimizer state only exists in the training graph
+    if (sg.tensor(s).dtype != t.dtype) {
+      dst.writeTensor(t.name, src.readFloats(s));
+      continue;
+    }
     std::vector<std::byte> buf(static_cast<size_t>(t.bytes()));
     src.readTensor(s, buf.data(), buf.size());
     dst.writeTensor(t.id, buf.data(), buf.size());
@@ -26,7 +30,7 @@ void copyVariables(const Engine& src, Engine& dst) {
 
 ClassifierTrainer::ClassifierTrainer(models::ClassifierGraph train, models::ClassifierGraph eval,
                                      const TrainerOptions& opts)
-    : train_(std::move(train)), eval_(std::move(eval)), opts_(opts) {
+    : train_(std::move(train)), eval_(std::move(eval)), opts_(opts), scaler_(train_.lossScaling) {
   CompileOptions co;
   co.checkMemory = opts.checkMemory;
   evalExe_ = std::make_shared<Executable>(compile(eval_.graph, opts.target, co));
@@ -45,6 +49,12 @@ ClassifierTrainer::ClassifierTrainer(models::ClassifierGraph train, models::Clas
     trainEngine_->connectOutput(train_.loss, &loss_);
     trainEngine_->connectOutput(train_.logits, logits_.data());
     trainEngine_->connectInput(train_.lr, &lr_);
+    if (train_.lossScale >= 0) {
+      trainEngine_->connectInput(train_.lossScale, &scale_);
+      trainEngine_->connectInput(train_.lossScaleInverse, &inverseScale_);
+      trainEngine_->connectOutput(train_.overflow, &overflow_);
+    }
+    trainEngine_->setRoundingSeed(opts.seed);
   }
   evalEngine_->connectInput(eval_.images, images_.data());
   evalEngine_->connectInput(eval_.labels, labels_.data());
@@ -53,6 +63,17 @@ ClassifierTrainer::ClassifierTrainer(models::ClassifierGraph train, models::Clas
 }
 
 void ClassifierTrainer::setUpReplicas() {
+  // The replicated step reduces f32 gradients and has no loss-scaling feedback yet.
+  for (const Tensor& t : train_.graph.tensors())
+    if (t.kind == TensorKind::Variable && t.dtype != DType::F32)
+      throw std::invalid_argument(fmt::format(
+          "replication ({} replicas, accumulation {}) of a 16-bit model ('{}' is {}) is not "
+          "implemented yet; use --precision fp32 with replicas or gradient accumulation",
+          opts_.replicas, opts_.accumulation, t.name, dtypeName(t.dtype)));
+  if (train_.lossScale >= 0)
+    throw std::invalid_argument(
+        "loss scaling with replicas or gradient accumulation is not implemented yet; use "
+        "--precision fp32");
   // The replicated step: same model graph, cross-replica reduction and accumulation added. Each
   // replica's graph sees its own micro-batch (batch norm statistics per replica).
   const replication::ReplicatedGraph rg = replication::replicate(
@@ -108,9 +129,9 @@ void ClassifierTrainer::initialise(const std::map<std::string, std::vector<float
       v = &zeros;
     }
     if (group_)
-      group_->writeAll(t.id, v->data(), v->size() * sizeof(float));
+      group_->writeAll(t.id, v->data(), v->size() * sizeof(float));  // f32: setUpReplicas
     else
-      trainEngine_->writeTensor(t.id, v->data(), v->size() * sizeof(float));
+      trainEngine_->writeTensor(t.name, *v);  // rounded to 16-bit variables' dtype
   }
 }
 
@@ -178,7 +199,11 @@ EpochStats ClassifierTrainer::trainEpoch(const datasets::ImageDataset& ds,
     datasets::fillBatch(ds, std::span<const std::int64_t>(order.data() + i, static_cast<size_t>(b)),
                         lut, images_, labels_);
     lr_ = lr(steps_);
+    scale_ = scaler_.scale();
+    inverseScale_ = scaler_.inverseScale();
     trainEngine_->run();
+    // The overflow flag is 0, or NaN when some gradient was not finite (the step was skipped).
+    if (train_.overflow >= 0 && !scaler_.update(overflow_ != 0.0f)) ++st.skippedSteps;
     ++steps_;
     ++steps;
     if (!std::isfinite(loss_)) st.finite = false;
@@ -186,6 +211,7 @@ EpochStats ClassifierTrainer::trainEpoch(const datasets::ImageDataset& ds,
     if (onStep) onStep(steps_, loss_);
   }
   st.samples = steps * b;
+  st.lossScale = scaler_.scale();
   st.meanLoss = steps ? lossSum / static_cast<double>(steps) : 0.0;
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return st;

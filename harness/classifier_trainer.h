@@ -14,6 +14,7 @@
 #include "ipu_backend/compiler/compiler.h"
 #include "ipu_backend/engine/engine.h"
 #include "ipu_backend/replication/replica_group.h"
+#include "ipu_backend/precision/loss_scaling.h"
 #include "models/small_cnn/small_cnn.h"
 
 namespace ipu::harness {
@@ -39,6 +40,10 @@ struct EpochStats {
   std::int64_t samples = 0;
   double seconds = 0;
   bool finite = true;  // false: a NaN/Inf loss was seen (training diverged)
+  // Loss scaling (16-bit policies): steps skipped for non-finite gradients in this epoch and
+  // the scale at its end (1 without loss scaling).
+  std::int64_t skippedSteps = 0;
+  float lossScale = 1.0f;
 };
 
 class ClassifierTrainer {
@@ -71,6 +76,9 @@ class ClassifierTrainer {
   // Samples one step trains over every replica: replicas x accumulation x micro-batch.
   std::int64_t globalBatch() const { return opts_.batch * opts_.replicas * opts_.accumulation; }
   replication::ReplicaGroup* replicaGroup() { return group_.get(); }
+  // The host side of loss scaling: current scale, skipped steps, overflow events, and what
+  // the last step decided (lastReport()). Without loss scaling: scale 1, never skips.
+  const precision::LossScaler& lossScaler() const { return scaler_; }
 
  private:
   void syncWeightsToEval();
@@ -89,6 +97,8 @@ class ClassifierTrainer {
   std::vector<std::int32_t> labels_;
   std::vector<float> logits_;
   float loss_ = 0, lr_ = 0;
+  precision::LossScaler scaler_;
+  float scale_ = 1, inverseScale_ = 1, overflow_ = 0;
   std::int64_t steps_ = 0;
   // Replicated training (replicas or accumulation > 1): per local replica, A micro-batches.
   std::unique_ptr<replication::ReplicaGroup> group_;
@@ -99,7 +109,8 @@ class ClassifierTrainer {
   std::vector<float> replicaLr_;
 };
 
-// Copies every variable of dst's graph from the same-named variable of src.
+// Copies every variable of dst's graph from the same-named variable of src (converted when
+// the two store it in different dtypes).
 void copyVariables(const Engine& src, Engine& dst);
 
 }  // namespace ipu::harness

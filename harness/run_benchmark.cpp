@@ -177,6 +177,14 @@ int main(int argc, char** argv) {
                "TEMPORARY: run the small CNN in ResNet-50's place (resnet50 mini) until "
                "models/resnet50 trains at a usable speed; marked in the output and the system "
                "description");
+  app.add_option("--precision", o.precision,
+                 "numeric precision: fp32, fp16 (f16 compute, f32 masters, dynamic loss "
+                 "scaling), bf16 (emulator extension), 16.16 (IPU: f16 weights and partials, "
+                 "stochastic rounding), 16.32 (f16 compute, f32 masters); default: the preset's")
+      ->check(CLI::IsMember({"fp32", "fp16", "bf16", "16.16", "16.32"}));
+  app.add_option("--loss-scaling", o.loss_scaling,
+                 "none | static:S | dynamic[:S0[:growth interval]]; default: the preset's, or "
+                 "the --precision policy's");
   CLI11_PARSE(app, argc, argv);
 
   // Under mpirun every process runs this same main; rank 0 alone writes the package and prints.

@@ -63,6 +63,44 @@ std::vector<Violation> validateSettings(Division division, const RunSettings& s)
 
 }  // namespace
 
+namespace {
+// The preset's precision names (MLPerf system-description style) and the CLI's policy names.
+const std::vector<std::pair<std::string, std::string>> kPrecisionNames = {{"FP32", "fp32"},
+                                                                          {"FP16", "fp16"},
+                                                                          {"BF16", "bf16"},
+                                                                          {"FP16.16", "16.16"},
+                                                                          {"FP16.32", "16.32"}};
+}  // namespace
+
+precision::PrecisionPolicy precisionPolicyOf(const PodPreset& preset) {
+  auto it = std::find_if(kPrecisionNames.begin(), kPrecisionNames.end(),
+                         [&](const auto& n) { return n.first == preset.precision; });
+  if (it == kPrecisionNames.end())
+    throw Refusal(
+        fmt::format("precision \"{}\" is unknown (valid: FP32, FP16, BF16, FP16.16, "
+                    "FP16.32; on the command line fp32, fp16, bf16, 16.16, 16.32)",
+                    preset.precision));
+  precision::PrecisionPolicy p = precision::PrecisionPolicy::parse(it->second);
+  const LossScaling& ls = preset.loss_scaling;
+  try {
+    if (ls.mode == "none") {
+      p.lossScaling = precision::LossScalingConfig::none();
+    } else if (ls.mode == "static") {
+      p.lossScaling = precision::parseLossScaling(fmt::format("static:{}", ls.scale));
+    } else if (ls.mode == "dynamic") {
+      p.lossScaling = precision::parseLossScaling(fmt::format("dynamic:{}", ls.scale));
+    } else {
+      throw std::invalid_argument(fmt::format("unknown mode \"{}\"", ls.mode));
+    }
+  } catch (const std::invalid_argument& e) {
+    throw Refusal(
+        fmt::format("loss_scaling {{mode \"{}\", scale {}}}: {} (modes: none, static, "
+                    "dynamic)",
+                    ls.mode, ls.scale, e.what()));
+  }
+  return p;
+}
+
 Json runSettingKeys(const PodPreset& preset) {
   return Json{{kTrainSamplesKey, 0},
               {kEvalSamplesKey, 0},
@@ -151,6 +189,47 @@ BenchmarkPlan makePlan(const CliOptions& cli) {
   s.eval_period = settingsJson[kEvalPeriodKey].get<int>();
   s.eval_offset = settingsJson[kEvalOffsetKey].get<int>();
 
+  // --precision / --loss-scaling override the preset's (closed presets carry the published
+  // settings: ResNet-50 FP16.16 with static loss scale 128). --precision alone brings its
+  // policy's own loss scaling (16.16: static 128, fp16: dynamic, fp32/bf16: none).
+  if (!cli.precision.empty()) {
+    auto it = std::find_if(kPrecisionNames.begin(), kPrecisionNames.end(),
+                           [&](const auto& n) { return n.second == cli.precision; });
+    if (it == kPrecisionNames.end())
+      throw Refusal(fmt::format("--precision {}: unknown (valid: fp32, fp16, bf16, 16.16, 16.32)",
+                                cli.precision));
+    preset.precision = it->first;
+    if (cli.loss_scaling.empty()) {
+      const auto& d = precision::PrecisionPolicy::parse(cli.precision).lossScaling;
+      using M = precision::LossScalingMode;
+      preset.loss_scaling = {d.mode == M::None     ? "none"
+                             : d.mode == M::Static ? "static"
+                                                   : "dynamic",
+                             d.scale};
+    }
+  }
+  if (!cli.loss_scaling.empty()) {
+    precision::LossScalingConfig c;
+    try {
+      c = precision::parseLossScaling(cli.loss_scaling);
+    } catch (const std::invalid_argument& e) {
+      throw Refusal(fmt::format("--loss-scaling: {}", e.what()));
+    }
+    using M = precision::LossScalingMode;
+    preset.loss_scaling = {c.mode == M::None     ? "none"
+                           : c.mode == M::Static ? "static"
+                                                 : "dynamic",
+                           c.scale};
+  }
+  plan.precision = precisionPolicyOf(preset);
+  if (!plan.precision.isMixed() &&
+      plan.precision.lossScaling.mode != precision::LossScalingMode::None &&
+      plan.precision.preset == "fp32")
+    throw Refusal(
+        fmt::format("--loss-scaling {}: loss scaling is for 16-bit compute; with "
+                    "precision FP32 use none (or pick --precision fp16 / 16.16 / 16.32)",
+                    cli.loss_scaling));
+
   // What the log will say, checked against the division's rules.
   Json hp = mlperfHyperparameters(preset);
   if (s.train_samples > 0) {
@@ -183,12 +262,6 @@ BenchmarkPlan makePlan(const CliOptions& cli) {
         "spanning several replicas is not implemented yet (set model_bn_span to the "
         "micro-batch)",
         hp[keys::kModelBnSpan].dump(), preset.micro_batch));
-  }
-  if (preset.precision != "FP32" || preset.loss_scaling.mode != "none") {
-    throw Refusal(
-        fmt::format("precision \"{}\" with loss scaling \"{}\": the training loop runs "
-                    "FP32 without loss scaling only",
-                    preset.precision, preset.loss_scaling.mode));
   }
 
   // The data set.
@@ -224,6 +297,7 @@ BenchmarkPlan makePlan(const CliOptions& cli) {
   r.model.momentum = hp.value(keys::kSgdOptMomentum, 0.9);
   r.model.weight_decay = hp.value(keys::kSgdOptWeightDecay, 0.0);
   r.model.choice = cli.model_stand_in ? ModelChoice::kSmallCnnStandIn : ModelChoice::kReference;
+  r.model.precision = plan.precision;
   r.trainer.batch = preset.micro_batch;
   try {
     r.trainer.mode = parseEngineMode(cli.engine);

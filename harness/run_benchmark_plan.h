@@ -33,7 +33,14 @@ struct CliOptions {
   bool skip_memory_check = false;
   bool model_stand_in = false;
   bool shard_optimizer_state = false;  // replicated tensor sharding of the momentum
+  std::string precision;     // fp32 | fp16 | bf16 | 16.16 | 16.32; empty: the preset's
+  std::string loss_scaling;  // none | static:S | dynamic[:S[:interval]]; empty: see makePlan
 };
+
+// The precision policy a preset asks for: its precision ("FP32", "FP16.16", "FP16.32", "FP16",
+// "BF16") and loss scaling ({"static", S}, {"dynamic", S0}, {"none"}). Throws Refusal naming an
+// unknown value.
+precision::PrecisionPolicy precisionPolicyOf(const PodPreset& preset);
 
 // A refused request; `exit_code` is what run_benchmark returns.
 class Refusal : public std::runtime_error {
@@ -56,6 +63,7 @@ struct BenchmarkPlan {
   std::string model_description;
   bool stand_in = false;
   std::vector<std::uint64_t> seeds;  // one per run, distinct
+  precision::PrecisionPolicy precision;
 };
 
 // The keys --config accepts besides the preset's (run settings, see RunSettings).

@@ -204,6 +204,10 @@ RunOutcome executeRun(const RunPlan& plan, const fs::path& logPath, int runIndex
     logSubmissionHeader(log, plan.submission);
     log.event(keys::kSeed, seed);  // the one call site of the seed, for every run
     logHyperparameters(log, plan.hyperparameters);
+    // Custom keys (the checker accepts keys it does not know): the numeric policy in its
+    // canonical string form, and its loss scaling.
+    log.event("ipu_precision", plan.model.precision.toString());
+    log.event("ipu_loss_scaling", precision::toString(plan.model.precision.lossScaling));
 
     // Init: build and compile both graphs, write the initial weights.
     const ModelInstance model = plan.entry->build(plan.model);
@@ -271,6 +275,14 @@ RunOutcome executeRun(const RunPlan& plan, const fs::path& logPath, int runIndex
                   : -1;
           progress.update(ps);
         });
+        if (trainer.lossScaler().config().mode != precision::LossScalingMode::None) {
+          // Per epoch: the scale now in use, and the steps skipped / overflows so far.
+          const precision::LossScaler& ls = trainer.lossScaler();
+          Json md{{"epoch_num", e}};
+          log.event("ipu_loss_scale", ls.scale(), md);
+          log.event("ipu_skipped_steps", ls.skippedSteps(), md);
+          log.event("ipu_overflow_events", ls.overflowEvents(), md);
+        }
         state.epochStop();
       }
       state.blockStop();

@@ -7,9 +7,10 @@ add_library(ipu_backend STATIC
   ${CMAKE_CURRENT_LIST_DIR}/compiler/autodiff.cpp
   ${CMAKE_CURRENT_LIST_DIR}/compiler/op_shapes.cpp
   ${CMAKE_CURRENT_LIST_DIR}/compiler/compiler.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/compiler/mixed_precision.cpp
   ${CMAKE_CURRENT_LIST_DIR}/engine/engine.cpp
   ${CMAKE_CURRENT_LIST_DIR}/replication/replicate.cpp
   ${CMAKE_CURRENT_LIST_DIR}/replication/ring_collective.cpp
   ${CMAKE_CURRENT_LIST_DIR}/replication/replica_group.cpp)
-target_link_libraries(ipu_backend PUBLIC ipu_kernels fmt::fmt nlohmann_json::nlohmann_json
+target_link_libraries(ipu_backend PUBLIC ipu_kernels ipu_precision fmt::fmt nlohmann_json::nlohmann_json
                                          OpenMP::OpenMP_CXX)

@@ -2,11 +2,17 @@
 # ResNet-50 training step, ours (models_bench, fused engine) vs PyTorch on the same machine in
 # the same command, 2 threads each: batch 32 at 224x224, batch 8 at 224x224, batch 32 at 32x32.
 # Prints img/s of both and the ratio (ours / PyTorch).
-#   benchmarks/models/compare_resnet50.sh [BUILD_DIR]    (default: build)
+#   benchmarks/models/compare_resnet50.sh [BUILD_DIR]          (default: build)
+#   benchmarks/models/compare_resnet50.sh --bf16 [BUILD_DIR]   ours bf16 vs PyTorch bf16 autocast,
+#       batch 32 and 8 at 224x224, interleaved repetitions (REPS, default 3), medians; plus our
+#       f16 step (f16 via conversion: no f16 conv kernel on CPUs) next to our f32 step
+#       (BATCHES, F32_BATCHES select the batches)
 # Peer configuration per /work/shared/docs/PEER.md: Debian python3-torch, jemalloc preloaded,
 # channels_last, 2 threads, warm-up 3, median of 10.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+MODE=fp32
+if [[ "${1:-}" == "--bf16" ]]; then MODE=bf16; shift; fi
 BUILD="${1:-$ROOT/build}"
 BENCH="$BUILD/benchmarks/models/models_bench"
 [[ -x "$BENCH" ]] || BENCH="$(find "$BUILD" -name models_bench -type f -perm -u+x | head -1)"
@@ -17,10 +23,74 @@ export OMP_NUM_THREADS=2
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
 
+if [[ "$MODE" == bf16 ]]; then
+  exec_bf16() { # $1 = batch, $2 = rep
+    local b="$1" r="$2"
+    for p in 0 1; do
+      echo "== ours ($( ((p == 0)) && echo bf16 || echo f16)): 224x224 batch $b, rep $r"
+      "$BENCH" --benchmark_filter="^BM_ResNet50TrainStepPrecision/hw:224/batch:$b/precision:$p/" \
+        --benchmark_out="$TMP/ours_p${p}_${b}_$r.json" \
+        --benchmark_out_format=json >/dev/null || echo "   ours failed (rc $?; out of memory?)"
+    done
+    if [[ " $F32_BATCHES " == *" $b "* ]]; then
+      echo "== ours (f32): 224x224 batch $b, rep $r"
+      "$BENCH" --benchmark_filter="^BM_ResNet50TrainStep/hw:224/batch:$b/" \
+        --benchmark_out="$TMP/ours_f32_${b}_$r.json" --benchmark_out_format=json >/dev/null ||
+        echo "   ours failed (rc $?; out of memory?)"
+    fi
+    echo "== pytorch (bf16 autocast): 224x224 batch $b, rep $r"
+    LD_PRELOAD="$JEMALLOC" MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1 \
+      /usr/bin/python3 "$ROOT/benchmarks/models/pytorch_resnet50_step.py" --hw 224 --batch "$b" \
+      --bf16 --steps 5 | tee "$TMP/torch_bf16_${b}_$r.json"
+  }
+  REPS="${REPS:-3}"
+  BATCHES="${BATCHES:-32 8}"
+  # Our f32 step at batch 32 needs more memory than a 24 GB host has (one buffer per tensor).
+  F32_BATCHES="${F32_BATCHES:-8}"
+  for b in $BATCHES; do
+    for ((r = 0; r < REPS; ++r)); do exec_bf16 "$b" "$r"; done
+  done
+  /usr/bin/python3 - "$TMP" "$REPS" "$BATCHES" <<'PY'
+import json, statistics, sys
+d, reps, batches = sys.argv[1], int(sys.argv[2]), [int(b) for b in sys.argv[3].split()]
+def ours(path):
+    try:  # a run killed for memory leaves a truncated file
+        runs = json.load(open(path)).get("benchmarks", [])
+        return runs[0]["images/s"] if runs else None
+    except (OSError, ValueError):
+        return None
+def med(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+fmt = lambda v: f"{v:10.2f}" if v is not None else f"{'failed':>10s}"
+# The machine is shared and noisy: each repetition runs ours and PyTorch back to back, so the
+# ratio is taken per repetition and the median of those ratios is reported.
+def ratios(num, den):
+    return [a / b for a, b in zip(num, den) if a and b]
+print(f"{'ResNet-50 224x224':18s} {'ours bf16':>10s} {'torch bf16':>10s} {'ratio':>7s} "
+      f"{'ours f32':>10s} {'ours f16':>10s} {'f16/f32':>8s}   (img/s and ratios: medians of "
+      f"{reps} interleaved repetitions)")
+for b in batches:
+    ob = [ours(f"{d}/ours_p0_{b}_{r}.json") for r in range(reps)]
+    of = [ours(f"{d}/ours_p1_{b}_{r}.json") for r in range(reps)]
+    o32 = [ours(f"{d}/ours_f32_{b}_{r}.json") for r in range(reps)]
+    t = [json.load(open(f"{d}/torch_bf16_{b}_{r}.json"))["images_per_s"] for r in range(reps)]
+    rt, rc = med(ratios(ob, t)), med(ratios(of, o32))
+    print(f"{'batch ' + str(b):18s} {fmt(med(ob))} {fmt(med(t))} "
+          f"{(f'{rt:7.3f}' if rt else f'{chr(45):>7s}')} {fmt(med(o32))} {fmt(med(of))} "
+          f"{(f'{rc:8.3f}' if rc else f'{chr(45):>8s}')}")
+    for r in range(reps):
+        print(f"  rep {r}: ours bf16 {ob[r]}, torch bf16 {t[r]:.3f}, ours f32 {o32[r]}, "
+              f"ours f16 {of[r]}")
+PY
+  exit 0
+fi
+
 for cfg in "224 32" "224 8" "32 32"; do
   read -r hw b <<<"$cfg"
   echo "== ours: ${hw}x${hw} batch $b"
-  "$BENCH" --benchmark_filter="hw:$hw/batch:$b/" --benchmark_out="$TMP/ours_${hw}_$b.json" \
+  "$BENCH" --benchmark_filter="^BM_ResNet50TrainStep/hw:$hw/batch:$b/" \
+    --benchmark_out="$TMP/ours_${hw}_$b.json" \
     --benchmark_out_format=json >/dev/null || echo "   ours failed (rc $?; out of memory?)"
   echo "== pytorch: ${hw}x${hw} batch $b"
   LD_PRELOAD="$JEMALLOC" MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1 \

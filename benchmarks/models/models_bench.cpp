@@ -11,8 +11,10 @@
 #include <fmt/format.h>
 
 #include "ipu_backend/compiler/compiler.h"
+#include "ipu_backend/compiler/mixed_precision.h"
 #include "ipu_backend/engine/engine.h"
 #include "ipu_backend/kernels/fused.h"
+#include "ipu_backend/kernels/fused_bf16.h"
 #include "models/resnet50/resnet50.h"
 
 namespace {
@@ -71,6 +73,84 @@ BENCHMARK(BM_ResNet50TrainStep)
     ->Args({224, 8})
     ->Args({32, 32})
     ->ArgNames({"hw", "batch"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(10.0);
+
+// The same step under a precision policy (compiler/mixed_precision.h), third argument:
+//   0 bf16   bf16 activations / gradients, f32 master weights: oneDNN bf16 conv and matmul
+//            primitives (native on AVX512-BF16), the other ops widen to f32 and round back;
+//   1 fp16   f16 compute, f32 masters, dynamic loss scaling: no CPU has f16 conv kernels
+//            here, so every op converts f16 <-> f32 around an f32 kernel (the conversion cost).
+// The fused engine runs whole ops, so the tile plan is irrelevant to the timing: a 16-tile
+// target keeps the planner's memory small (the Mk2 plan of batch 32 at 224 takes ~14 GB).
+void BM_ResNet50TrainStepPrecision(benchmark::State& state) {
+  kernels::fused::setNumThreads(2);
+  const i64 kBatch = state.range(1);
+  const char* policyName = state.range(2) == 0 ? "bf16" : "fp16";
+  const auto policy = precision::PrecisionPolicy::parse(policyName);
+  ResNetConfig c = ResNetConfig::resnet50();
+  c.inputH = c.inputW = static_cast<int>(state.range(0));
+  c.labelSmoothing = 0.1;
+  const double flopsPerImage = 6.0 * forwardMacs(buildInference(c, 1).graph);
+  ResNetGraph fwd = buildForward(c, kBatch, BnMode::Train);
+  PrecisionRewrite rw = applyPrecision(fwd.graph, policy);
+  const int lrIn = rw.graph.addInput("lr", {});
+  std::vector<int> params;
+  for (int p : fwd.params) params.push_back(rw.map(p));
+  TrainingStepTensors step = appendTrainingStep(rw.graph, rw.map(fwd.loss), params, lrIn,
+                                                resnetSgdOptions(0.9, 5e-5), policy);
+  const int images = rw.map(fwd.images), labels = rw.map(fwd.labels), lossT = rw.map(fwd.loss);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  CompileOptions opts;
+  opts.checkMemory = false;
+  auto exe = std::make_shared<const Executable>(
+      compile(std::move(rw.graph), Target::small(16, std::int64_t{1} << 34), opts));
+  Engine engine(exe, EngineMode::Fused);
+  const double setupS =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (auto& [name, v] : initWeights(fwd, 1))
+    if (exe->graph.find(name) >= 0) engine.writeTensor(name, v);
+  for (const Tensor& t : exe->graph.tensors())  // momentum buffers
+    if (t.kind == TensorKind::Variable && t.name.ends_with("/momentum"))
+      engine.writeTensor(t.name, std::vector<float>(static_cast<size_t>(t.elements()), 0.f));
+
+  std::vector<float> imageData(static_cast<size_t>(exe->graph.tensor(images).elements()));
+  for (size_t i = 0; i < imageData.size(); ++i) imageData[i] = static_cast<float>(i % 251) / 251.0f;
+  std::vector<std::int32_t> labelData(kBatch);
+  for (i64 i = 0; i < kBatch; ++i) labelData[i] = static_cast<std::int32_t>((i * 37) % 1000);
+  float lr = 0.01f, loss = 0, scale = policy.lossScaling.scale, inv = 1.0f / scale, overflow = 0;
+  engine.connectInput(images, imageData.data());
+  engine.connectInput(labels, labelData.data());
+  engine.connectInput(lrIn, &lr);
+  engine.connectOutput(lossT, &loss);
+  if (step.lossScale >= 0) {
+    engine.connectInput(step.lossScale, &scale);
+    engine.connectInput(step.lossScaleInverse, &inv);
+    engine.connectOutput(step.overflow, &overflow);
+  }
+  for (int i = 0; i < 3; ++i) engine.run();  // warm-up
+
+  for (auto _ : state) {
+    engine.run();
+    benchmark::DoNotOptimize(loss);
+  }
+  state.counters["images/s"] = benchmark::Counter(static_cast<double>(kBatch),
+                                                  benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] = benchmark::Counter(kBatch * flopsPerImage / 1e9,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["compile_s"] = setupS;
+  state.counters["loss"] = loss;
+  state.counters["native_bf16_isa"] = kernels::fused::nativeBf16Isa() ? 1 : 0;
+  state.SetLabel(fmt::format("{} batch {} at {}x{}", policyName, kBatch, c.inputH, c.inputW));
+}
+BENCHMARK(BM_ResNet50TrainStepPrecision)
+    ->Args({224, 32, 0})
+    ->Args({224, 8, 0})
+    ->Args({224, 32, 1})
+    ->Args({224, 8, 1})
+    ->ArgNames({"hw", "batch", "precision"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->MinTime(10.0);

@@ -1,6 +1,8 @@
 #!/usr/bin/python3
 """The peer of models_bench: one torchvision ResNet-50 training step (forward + backward + SGD
 momentum), fp32, channels_last, 2 threads, warm-up 3 steps, median of >= 10 timed steps.
+--bf16: the same step under CPU bf16 autocast (torch.autocast("cpu", torch.bfloat16): convs and
+matmuls in bf16, f32 master weights and optimizer), the peer of models_bench's bf16 policy.
 
 Run it as compare_resnet50.sh does (jemalloc preloaded, see /work/shared/docs/PEER.md):
     LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 \
@@ -28,6 +30,7 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--bf16", action="store_true", help="bf16 autocast forward (and backward)")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -43,7 +46,8 @@ def main():
 
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(x), y, label_smoothing=0.1)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+            loss = F.cross_entropy(model(x), y, label_smoothing=0.1)
         loss.backward()
         opt.step()
         return loss.item()
@@ -59,6 +63,7 @@ def main():
     flop = FLOP_PER_IMAGE_224 * (args.hw / 224.0) ** 2  # approximation for other sizes
     print(json.dumps({
         "peer": "pytorch", "torch": torch.__version__, "hw": args.hw, "batch": args.batch,
+        "precision": "bf16_autocast" if args.bf16 else "fp32",
         "threads": args.threads, "median_s": med, "min_s": min(times),
         "images_per_s": args.batch / med, "gflops_approx": args.batch * flop / med / 1e9,
         "ld_preload": os.environ.get("LD_PRELOAD", ""),

@@ -33,7 +33,10 @@ class GradBuilder {
     if (it == grads_.end()) {
       grads_[t] = grad;
     } else {
-      it->second = b_.add(it->second, grad);
+      // Consumers in different precisions (e.g. an f32-kept op and an f16 one) give gradients
+      // of different dtypes: sum in the dtype of the tensor itself.
+      DType dt = g_.tensor(t).dtype;
+      it->second = b_.add(b_.cast(it->second, dt), b_.cast(grad, dt));
     }
   }
   int grad(int t) const {
@@ -191,6 +194,9 @@ class GradBuilder {
         if (needs[1]) noRule("labels are not differentiable");
         accumulate(in(0), g_.addOp1(OpKind::SoftmaxCrossEntropyGrad, {in(0), in(1), dy}, op.attrs));
         return;
+      case OpKind::Cast:
+        accumulate(in(0), b_.cast(dy, T(in(0)).dtype));
+        return;
       case OpKind::Constant:
         return;
       default:
@@ -206,7 +212,9 @@ class GradBuilder {
 
 }  // namespace
 
-GradientResult appendBackward(Graph& g, int loss, const std::vector<int>& wrt, double seed) {
+namespace {
+GradientResult backwardFrom(Graph& g, int loss, const std::vector<int>& wrt,
+                            const std::function<int(Builder&, const Tensor&)>& makeSeed) {
   const Tensor L = g.tensor(loss);
   if (L.elements() != 1)
     throw GraphError(fmt::format("autodiff: loss '{}' must have one element, has shape {}", L.name,
@@ -230,7 +238,7 @@ GradientResult appendBackward(Graph& g, int loss, const std::vector<int>& wrt, d
 
   GradBuilder gb(g);
   Builder b(g);
-  gb.accumulate(loss, b.constant(L.shape, seed, L.dtype, g.uniqueName("loss_grad_seed")));
+  gb.accumulate(loss, makeSeed(b, L));
   for (size_t i = nOpsBefore; i-- > 0;) {
     const Op op = g.op(static_cast<int>(i));  // copy: adding ops may reallocate
     bool hasGrad =
@@ -251,6 +259,26 @@ GradientResult appendBackward(Graph& g, int loss, const std::vector<int>& wrt, d
   r.opsAdded = static_cast<int>(g.ops().size() - nOpsBefore);
   return r;
 }
+}  // namespace
+
+GradientResult appendBackward(Graph& g, int loss, const std::vector<int>& wrt, double seed) {
+  return backwardFrom(g, loss, wrt, [&](Builder& b, const Tensor& L) {
+    return b.constant(L.shape, seed, L.dtype, g.uniqueName("loss_grad_seed"));
+  });
+}
+
+GradientResult appendBackwardSeeded(Graph& g, int loss, const std::vector<int>& wrt,
+                                    int seedTensor) {
+  const Tensor S = g.tensor(seedTensor);
+  if (S.elements() != 1 || !isFloat(S.dtype))
+    throw GraphError(fmt::format("autodiff: seed '{}' {}{} must be a floating-point scalar",
+                                 S.name, dtypeName(S.dtype), shapeStr(S.shape)));
+  return backwardFrom(g, loss, wrt, [&](Builder& b, const Tensor& L) {
+    int s = b.cast(seedTensor, L.dtype);
+    if (g.tensor(s).shape != L.shape) s = b.reshape(s, L.shape, g.uniqueName("loss_grad_seed"));
+    return s;
+  });
+}
 
 OptimizerState appendSgdUpdate(Graph& g, const std::map<int, int>& grads, int lr,
                                const SgdOptions& opts) {
@@ -261,7 +289,12 @@ OptimizerState appendSgdUpdate(Graph& g, const std::map<int, int>& grads, int lr
     st.stateVariables.push_back(v);
     Attrs a{{"momentum", opts.momentum}, {"weight_decay", opts.decay(w) ? opts.weightDecay : 0.0}};
     if (opts.nesterov) a.set("nesterov", true);
-    g.addOp(OpKind::SgdUpdate, {var, v, grad, lr}, a);
+    if (opts.stochasticRounding && w.dtype != DType::F32) a.set("stochastic_rounding", true);
+    if (opts.lossScaling.inverseScale >= 0)
+      g.addOp(OpKind::SgdUpdateScaled,
+              {var, v, grad, lr, opts.lossScaling.inverseScale, opts.lossScaling.overflow}, a);
+    else
+      g.addOp(OpKind::SgdUpdate, {var, v, grad, lr}, a);
   }
   return st;
 }
@@ -274,7 +307,8 @@ std::vector<int> trainableVariables(const Graph& g) {
       bool written = std::find(d.writesInputs.begin(), d.writesInputs.end(), static_cast<int>(i)) !=
                      d.writesInputs.end();
       // sgd_update writes the weight (input 0) but the weight is trainable; its momentum is state.
-      if (written && !(op.kind == OpKind::SgdUpdate && i == 0)) state.insert(op.inputs[i]);
+      bool isSgd = op.kind == OpKind::SgdUpdate || op.kind == OpKind::SgdUpdateScaled;
+      if (written && !(isSgd && i == 0)) state.insert(op.inputs[i]);
       if (!written) read.insert(op.inputs[i]);
     }
   }

@@ -21,6 +21,16 @@ struct GradientResult {
 // A tensor in wrt that the loss does not depend on gets no entry (callers decide if that is an
 // error). Throws GraphError for an op on the path that has no gradient rule, naming the op.
 GradientResult appendBackward(Graph& g, int loss, const std::vector<int>& wrt, double seed = 1.0);
+// The same with the seed read from a scalar tensor (a host input: the current loss scale, which
+// dynamic loss scaling changes between steps without a recompile).
+GradientResult appendBackwardSeeded(Graph& g, int loss, const std::vector<int>& wrt,
+                                    int seedTensor);
+
+// Tensors of a loss-scaled update (see compiler/mixed_precision.h): both f32 scalars.
+struct LossScaleTensors {
+  int inverseScale = -1;  // 1/S, multiplies every gradient before the update
+  int overflow = -1;      // 0 when all gradients are finite, NaN otherwise: skip the update
+};
 
 struct SgdOptions {
   double momentum = 0.9;
@@ -28,6 +38,10 @@ struct SgdOptions {
   bool nesterov = false;
   // Weight decay applies to the variables this returns true for (MLPerf: not BN params, biases).
   std::function<bool(const Tensor&)> decay = [](const Tensor&) { return true; };
+  // Round 16-bit weight and momentum writes stochastically (the IPU's 16.16 setting).
+  bool stochasticRounding = false;
+  // Set: the update unscales the gradients and is skipped on overflow (sgd_update_scaled).
+  LossScaleTensors lossScaling;
 };
 
 struct OptimizerState {

@@ -223,8 +223,8 @@ class Planner {
   // A [parts, elems] partials buffer: row p is spread over its own group of tiles, so that the
   // vertices of one part (which share that part's slice of the reduced operand, e.g. a block of
   // weight rows) sit together and each tile gathers the operand slice of one part only.
-  int addPartials(const std::string& name, i64 parts, i64 rowElems) {
-    Buffer b{name, parts * rowElems, DType::F32, -1, false};
+  int addPartials(const std::string& name, i64 parts, i64 rowElems, DType dtype = DType::F32) {
+    Buffer b{name, parts * rowElems, dtype, -1, false};
     exe_.buffers.push_back(b);
     std::vector<TileSlice> m;
     const i64 T = t_.numTiles;
@@ -339,7 +339,11 @@ class Planner {
       }
       return;
     }
-    int partials = addPartials(exe_.buffers[out].name + "/partials", parts, e);
+    // The precision pass may ask for f16 partials (the IPU's "16.16" setting).
+    const DType pt = op.attrs.has("partials")
+                         ? parseDType(op.attrs.getString("partials")).value()
+                         : DType::F32;
+    int partials = addPartials(exe_.buffers[out].name + "/partials", parts, e, pt);
     {
       ComputeSet& cs = newComputeSet(op, 0, "partials");
       const std::vector<TileSlice>& pm = exe_.mapping[partials];
@@ -406,6 +410,7 @@ class Planner {
     switch (op.kind) {
       case OpKind::Unary:
       case OpKind::Reshape:
+      case OpKind::Cast:
         perOutputSlice(op, out, [&](Range r) {
           return std::vector<NeedWindow>{{in(0), r.begin, r.end}};
         });
@@ -685,6 +690,16 @@ class Planner {
         for (int t : op.outputs)
           for (const TileSlice& s : exe_.mapping[t])
             cs.vertices.push_back(vertexOn(s.tile, {}, {{t, s.begin, s.end}}, {s.begin, s.end}));
+        return;
+      }
+      case OpKind::SgdUpdateScaled: {
+        ComputeSet& cs = newComputeSet(op, 0, "");
+        for (const TileSlice& s : exe_.mapping[in(0)]) {
+          Range r{s.begin, s.end};
+          cs.vertices.push_back(vertexOn(
+              s.tile, {{in(2), r.begin, r.end}, whole(in(3)), whole(in(4)), whole(in(5))},
+              {{in(0), r.begin, r.end}, {in(1), r.begin, r.end}}, r));
+        }
         return;
       }
       case OpKind::EmaUpdate: {
@@ -1050,7 +1065,8 @@ nlohmann::json Executable::report() const {
   // Optimizer state (momentum) per replica: replicated tensor sharding keeps 1/R of it.
   i64 stateBytes = 0, replicas = 1;
   for (const Op& op : graph.ops()) {
-    if (op.kind == OpKind::SgdUpdate || op.kind == OpKind::ShardedSgdUpdate)
+    if (op.kind == OpKind::SgdUpdate || op.kind == OpKind::SgdUpdateScaled ||
+        op.kind == OpKind::ShardedSgdUpdate)
       stateBytes += graph.tensor(op.inputs[1]).bytes();
     if (isReplicaOp(op.kind)) replicas = std::max(replicas, op.attrs.getInt("replicas"));
   }

@@ -4,13 +4,18 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
 #include "ipu_backend/compiler/op_shapes.h"
 #include "ipu_backend/ir/op_defs.h"
 #include "ipu_backend/kernels/fused.h"
+#include "ipu_backend/kernels/fused_bf16.h"
+#include "ipu_backend/kernels/mixed_precision.h"
 #include "ipu_backend/kernels/reference.h"
+#include "ipu_backend/precision/half.h"
+#include "ipu_backend/precision/stochastic_rounding.h"
 
 namespace ipu {
 namespace {
@@ -38,6 +43,44 @@ struct AlignedBytes {
 
 std::vector<int> toIntPerm(const std::vector<i64>& p) {
   return {p.begin(), p.end()};
+}
+
+// ---- 16-bit storage ---------------------------------------------------------------------------
+// f16 / bf16 tensors are stored as 16 bits. Kernels compute in f32: an op's 16-bit operands are
+// widened into f32 scratch before it runs and its 16-bit results rounded back after (RNE, or
+// stochastic rounding where the op asks for it). Both engine modes apply exactly these rules
+// at op (fused) or vertex (tile) granularity, so they round identically.
+bool isHalf(DType t) { return t == DType::F16 || t == DType::BF16; }
+
+void widen(DType t, const void* src, float* dst, i64 n) {
+  if (t == DType::F16)
+    precision::toFloat(static_cast<const precision::f16*>(src), dst, n);
+  else
+    precision::toFloat(static_cast<const precision::bf16*>(src), dst, n);
+}
+
+// Rounds n results to t. Stochastic rounding draws element i's bits from (seed, firstIndex + i),
+// so any split of a tensor into slices (tiles) gets the bits the whole tensor would.
+void narrow(DType t, const float* src, void* dst, i64 n, bool stochastic, std::uint64_t seed,
+            i64 firstIndex) {
+  if (t == DType::F16) {
+    auto* d = static_cast<precision::f16*>(dst);
+    if (stochastic)
+      precision::stochasticRoundToF16(src, d, n, seed, firstIndex);
+    else
+      precision::toF16(src, d, n);
+  } else {
+    auto* d = static_cast<precision::bf16*>(dst);
+    if (stochastic)
+      precision::stochasticRoundToBF16(src, d, n, seed, firstIndex);
+    else
+      precision::toBF16(src, d, n);
+  }
+}
+
+// The seed of (step, tensor): every tile rounding part of `tensor` in `step` uses it.
+std::uint64_t roundingSeed(std::uint64_t base, std::uint64_t step, int tensor) {
+  return precision::deriveSeed(precision::deriveSeed(base, step), static_cast<std::uint64_t>(tensor));
 }
 
 }  // namespace
@@ -69,6 +112,17 @@ struct Engine::Impl {
   // Tile mode: replica ops run off the tiles on host copies of their operands (per tensor).
   std::vector<std::function<void()>> replicaFns;  // per compute set (empty: tile vertices)
   std::map<int, std::vector<float>> staging;
+  // Stochastic rounding: base seed and the step counter (device iterations so far).
+  std::uint64_t roundingSeedBase = 0x5eed;
+  std::uint64_t step = 0;
+  // While building one op's (fused) or vertex's (tile) kernel: f32 stand-ins for its 16-bit
+  // operands and the conversions to run before and after it.
+  std::unordered_map<int, float*> halfScratch;  // fused: tensor -> f32 scratch
+  std::vector<std::function<void()>> preConvert, postConvert;
+  std::vector<std::unique_ptr<AlignedBytes>> fusedScratchPool;  // fused: one per operand slot
+  std::vector<std::shared_ptr<std::vector<float>>> vertexScratch;  // tile: kept alive
+  bool buildingInPlaceOp = false;  // tile: outputs are read-modify-write (update ops)
+  const Op* buildingOp = nullptr;
 
   Impl(const Executable& e, EngineMode m, ReplicaContext rc)
       : exe(e), g(e.graph), mode(m), replica(rc) {
@@ -77,8 +131,10 @@ struct Engine::Impl {
     if (mode == EngineMode::Fused) {
       for (const Tensor& t : g.tensors())
         tensorMem.push_back(std::make_unique<AlignedBytes>(static_cast<size_t>(t.bytes())));
+      allocateFusedScratch();
       for (const Op& op : g.ops())
-        fusedSteps.push_back(isReplicaOp(op.kind) ? makeReplicaOp(op) : makeFused(op));
+        fusedSteps.push_back(isReplicaOp(op.kind) ? makeReplicaOp(op)
+                                                  : makeFusedWithConversions(op));
     } else {
       for (i64 b : exe.arenaBytes) arenas.push_back(std::make_unique<AlignedBytes>(b));
       for (const ComputeSet& cs : exe.computeSets) {
@@ -87,7 +143,7 @@ struct Engine::Impl {
           replicaFns.push_back(makeReplicaOp(g.op(cs.op)));
         } else {
           replicaFns.emplace_back();
-          for (const Vertex& v : cs.vertices) fns.push_back(makeVertex(cs, v));
+          for (const Vertex& v : cs.vertices) fns.push_back(makeVertexWithConversions(cs, v));
         }
         vertexFns.push_back(std::move(fns));
       }
@@ -111,6 +167,12 @@ struct Engine::Impl {
           "engine: op '{}' on '{}' is compiled for {} replicas but this engine has {}; build the "
           "engines with a ReplicaContext (replication::ReplicaGroup does)",
           opName(op.kind), g.tensor(op.inputs[0]).name, replicas, coll ? coll->replicas() : 1));
+    for (int t : op.inputs)
+      if (g.tensor(t).dtype != DType::F32)
+        throw std::invalid_argument(fmt::format(
+            "engine: '{}' reads '{}' in {}; cross-replica ops take f32 operands (replication "
+            "of 16-bit graphs is not implemented yet: keep gradients in f32)",
+            opName(op.kind), g.tensor(t).name, dtypeName(g.tensor(t).dtype)));
     const int r = replica.replica;
     std::function<void()> body;
     switch (op.kind) {
@@ -168,8 +230,233 @@ struct Engine::Impl {
     };
   }
 
+  // ---- 16-bit operands --------------------------------------------------------------------
+  // Fused reshape moves raw bytes and never changes the dtype: it needs no conversion (tile
+  // vertices copy element-wise, so they convert like every other op).
+  static bool convertsOperands(const Op& op) { return op.kind != OpKind::Reshape; }
+  bool stochasticWrites(const Op& op) const {
+    return op.attrs.getBool("stochastic_rounding", false);
+  }
+  // The distinct 16-bit tensors an op reads or writes, inputs first (fused scratch slots).
+  std::vector<int> halfOperands(const Op& op) const {
+    std::vector<int> r;
+    auto add = [&](int t) {
+      if (isHalf(g.tensor(t).dtype) && std::find(r.begin(), r.end(), t) == r.end()) r.push_back(t);
+    };
+    if (!convertsOperands(op)) return r;
+    for (int t : op.inputs) add(t);
+    for (int t : op.outputs) add(t);
+    return r;
+  }
+  // Fused ops run one at a time, so slot k of every op shares one f32 scratch buffer.
+  void allocateFusedScratch() {
+    std::vector<i64> slotElems;
+    for (const Op& op : g.ops()) {
+      auto ops = halfOperands(op);
+      if (slotElems.size() < ops.size()) slotElems.resize(ops.size(), 0);
+      for (size_t k = 0; k < ops.size(); ++k)
+        slotElems[k] = std::max(slotElems[k], g.tensor(ops[k]).elements());
+    }
+    for (i64 n : slotElems)
+      fusedScratchPool.push_back(std::make_unique<AlignedBytes>(static_cast<size_t>(n) * 4));
+  }
+
+  static std::function<void()> withConversions(std::function<void()> fn,
+                                               std::vector<std::function<void()>> pre,
+                                               std::vector<std::function<void()>> post) {
+    if (pre.empty() && post.empty()) return fn;
+    return [fn = std::move(fn), pre = std::move(pre), post = std::move(post)] {
+      for (const auto& p : pre) p();
+      fn();
+      for (const auto& p : post) p();
+    };
+  }
+
+  // Elementwise ops (unary, unary_grad, same-shape binary, cast) on 16-bit operands: widened,
+  // computed (the reference kernels, as tile vertices) and rounded chunk by chunk in cache,
+  // instead of whole tensors through the scratch pool; same results, a third of the traffic.
+  std::function<void()> makeFusedElementwise(const Op& op) {
+    if (op.kind != OpKind::Unary && op.kind != OpKind::UnaryGrad && op.kind != OpKind::Binary &&
+        op.kind != OpKind::Cast)
+      return {};
+    const i64 n = g.tensor(op.outputs[0]).elements();
+    for (int t : op.inputs)
+      if (g.tensor(t).elements() != n) return {};  // broadcasts take the general path
+    struct Operand {
+      DType dt;
+      std::byte* p;
+    };
+    auto operand = [&](int t) { return Operand{g.tensor(t).dtype, tensorMem[t]->p}; };
+    std::vector<Operand> ins;
+    for (int t : op.inputs) ins.push_back(operand(t));
+    const Operand out = operand(op.outputs[0]);
+    using Chunk = std::function<void(const FW*, float*, Range)>;
+    Chunk chunk;
+    switch (op.kind) {
+      case OpKind::Unary: {
+        auto k = unaryKindOf(op);
+        float a = static_cast<float>(op.attrs.getFloat("alpha", 1.0));
+        chunk = [=](const FW* w, float* y, Range r) { ref::unary(k, a, w[0], y, r); };
+        break;
+      }
+      case OpKind::UnaryGrad: {
+        auto k = unaryKindOf(op);
+        float a = static_cast<float>(op.attrs.getFloat("alpha", 1.0));
+        chunk = [=](const FW* w, float* y, Range r) { ref::unaryGrad(k, a, w[0], w[1], y, r); };
+        break;
+      }
+      case OpKind::Binary: {
+        auto k = binaryKindOf(op);
+        auto bs = binaryShapeOf(g, op);
+        chunk = [=](const FW* w, float* y, Range r) { ref::binary(k, bs, w[0], w[1], y, r); };
+        break;
+      }
+      case OpKind::Cast:
+        chunk = [](const FW* w, float* y, Range r) {
+          std::memcpy(y, w[0].data, static_cast<size_t>(r.size()) * sizeof(float));
+        };
+        break;
+      default:
+        return {};
+    }
+    constexpr i64 kChunk = 4096;
+    return [=] {
+      const i64 chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static)
+      for (i64 c = 0; c < chunks; ++c) {
+        float buf[3][kChunk];
+        FW w[2];
+        const Range r{c * kChunk, std::min(n, (c + 1) * kChunk)};
+        for (size_t i = 0; i < ins.size(); ++i) {
+          const Operand& o = ins[i];
+          const float* d = reinterpret_cast<const float*>(o.p) + r.begin;
+          if (isHalf(o.dt)) {
+            widen(o.dt, o.p + r.begin * 2, buf[i], r.size());
+            d = buf[i];
+          }
+          w[i] = FW{d, r.begin, r.size()};
+        }
+        float* y = isHalf(out.dt) ? buf[2] : reinterpret_cast<float*>(out.p) + r.begin;
+        chunk(w, y, r);
+        if (isHalf(out.dt)) narrow(out.dt, y, out.p + r.begin * 2, r.size(), false, 0, 0);
+      }
+    };
+  }
+
+  // Batch norm of bf16 activations with f32 parameters and statistics: oneDNN bf16 batch norm.
+  std::function<void()> makeFusedBatchNormBf16(const Op& op) {
+    auto dt = [&](int t) { return g.tensor(t).dtype; };
+    auto P = [&](int t) { return static_cast<void*>(tensorMem[t]->p); };
+    auto Fp = [&](int t) { return reinterpret_cast<float*>(tensorMem[t]->p); };
+    const auto [rows, c] = rowsChannelsOf(g, op.inputs[0]);
+    const float eps = static_cast<float>(op.attrs.getFloat("eps"));
+    const auto& in = op.inputs;
+    const auto& out = op.outputs;
+    if (op.kind == OpKind::BatchNormTrain && dt(in[0]) == DType::BF16 &&
+        dt(out[0]) == DType::BF16 && dt(in[1]) == DType::F32 && dt(in[2]) == DType::F32) {
+      auto* k = keep<fz::BatchNormForwardTrainingBf16>(rows, c, eps);
+      void *x = P(in[0]), *y = P(out[0]);
+      float *ga = Fp(in[1]), *be = Fp(in[2]), *mean = Fp(out[1]), *var = Fp(out[2]);
+      return [=] { k->run(x, ga, be, y, mean, var); };
+    }
+    if (op.kind == OpKind::BatchNormBackward && dt(in[0]) == DType::BF16 &&
+        dt(in[1]) == DType::BF16 && dt(out[0]) == DType::BF16 && dt(in[2]) == DType::F32 &&
+        dt(in[3]) == DType::F32 && dt(in[4]) == DType::F32) {
+      auto* k = keep<fz::BatchNormBackwardBf16>(rows, c, eps);
+      void *x = P(in[0]), *dy = P(in[1]), *dx = P(out[0]);
+      float *ga = Fp(in[2]), *mean = Fp(in[3]), *var = Fp(in[4]);
+      float *dga = Fp(out[1]), *dbe = Fp(out[2]);
+      return [=] { k->run(x, dy, ga, mean, var, dx, dga, dbe); };
+    }
+    return {};
+  }
+
+  // Conv / matmul whose operands are all bf16 run oneDNN's bf16 primitives on the stored data
+  // (no conversion): native kernels where the CPU has them (fused_bf16.h).
+  std::function<void()> makeFusedBf16(const Op& op) {
+    for (int t : op.inputs)
+      if (g.tensor(t).dtype != DType::BF16) return {};
+    for (int t : op.outputs)
+      if (g.tensor(t).dtype != DType::BF16) return {};
+    auto P = [&](int t) { return static_cast<void*>(tensorMem[t]->p); };
+    void *a = P(op.inputs[0]), *b = P(op.inputs[1]), *c = P(op.outputs[0]);
+    switch (op.kind) {
+      case OpKind::Conv2d: {
+        auto* k = keep<fz::Conv2dForwardBf16>(convShapeOf(g, op));
+        return [=] { k->run(a, b, c); };
+      }
+      case OpKind::Conv2dBackwardData: {
+        auto* k = keep<fz::Conv2dBackwardDataBf16>(convShapeOf(g, op));
+        return [=] { k->run(a, b, c); };
+      }
+      case OpKind::Conv2dBackwardFilter: {
+        auto* k = keep<fz::Conv2dBackwardFilterBf16>(convShapeOf(g, op));
+        return [=] { k->run(a, b, c); };
+      }
+      case OpKind::MatMul: {
+        auto* k = keep<fz::MatMulBf16>(matMulShapeOf(g, op));
+        return [=] { k->run(a, b, c); };
+      }
+      default:
+        return {};
+    }
+  }
+
+  std::function<void()> makeFusedWithConversions(const Op& op) {
+    auto ops = halfOperands(op);
+    if (ops.empty()) return makeFused(op);
+    bool matmulLike = op.kind == OpKind::Conv2d || op.kind == OpKind::Conv2dBackwardData ||
+                      op.kind == OpKind::Conv2dBackwardFilter || op.kind == OpKind::MatMul;
+    if (matmulLike)
+      if (auto native = makeFusedBf16(op)) return native;
+    if (op.kind == OpKind::BatchNormTrain || op.kind == OpKind::BatchNormBackward)
+      if (auto native = makeFusedBatchNormBf16(op)) return native;
+    if (auto chunked = makeFusedElementwise(op)) return chunked;
+    const OpDef& def = opDef(op.kind);
+    std::vector<std::function<void()>> pre, post;
+    for (size_t k = 0; k < ops.size(); ++k) {
+      int t = ops[k];
+      float* f = reinterpret_cast<float*>(fusedScratchPool[k]->p);
+      halfScratch[t] = f;
+      const Tensor& T = g.tensor(t);
+      DType dt = T.dtype;
+      i64 n = T.elements();
+      const void* mem = tensorMem[t]->p;
+      bool isInput = std::find(op.inputs.begin(), op.inputs.end(), t) != op.inputs.end();
+      bool written = std::find(op.outputs.begin(), op.outputs.end(), t) != op.outputs.end();
+      for (int w : def.writesInputs) written = written || op.inputs[w] == t;
+      if (isInput) pre.push_back([=] { widen(dt, mem, f, n); });
+      if (written) {
+        void* dst = tensorMem[t]->p;
+        bool sr = stochasticWrites(op);
+        std::uint64_t* stepPtr = &step;
+        const std::uint64_t* basePtr = &roundingSeedBase;
+        post.push_back([=] {
+          narrow(dt, f, dst, n, sr, sr ? roundingSeed(*basePtr, *stepPtr, t) : 0, 0);
+        });
+      }
+    }
+    auto fn = makeFused(op);
+    halfScratch.clear();
+    return withConversions(std::move(fn), std::move(pre), std::move(post));
+  }
+
+  std::function<void()> makeVertexWithConversions(const ComputeSet& cs, const Vertex& v) {
+    const Op& op = g.op(cs.op);
+    buildingOp = &op;
+    buildingInPlaceOp = hasSideEffects(op.kind);
+    preConvert.clear();
+    postConvert.clear();
+    auto fn = makeVertex(cs, v);
+    buildingOp = nullptr;
+    return withConversions(std::move(fn), std::move(preConvert), std::move(postConvert));
+  }
+
   // ---- fused mode ---------------------------------------------------------------------------
-  float* F(int t) { return reinterpret_cast<float*>(tensorMem[t]->p); }
+  float* F(int t) {
+    if (auto it = halfScratch.find(t); it != halfScratch.end()) return it->second;
+    return reinterpret_cast<float*>(tensorMem[t]->p);
+  }
   const std::int32_t* I(int t) { return reinterpret_cast<const std::int32_t*>(tensorMem[t]->p); }
 
   template <typename K, typename... A>
@@ -355,6 +642,20 @@ struct Engine::Impl {
         i64 n = g.tensor(in(0)).elements();
         return [=] { fz::emaUpdate(m, sc, r, v, n); };
       }
+      case OpKind::Cast: {  // the conversions around the op do the rounding
+        float *x = F(in(0)), *y = F(out);
+        size_t n = static_cast<size_t>(g.tensor(out).elements());
+        return [=] { std::memcpy(y, x, n * sizeof(float)); };
+      }
+      case OpKind::SgdUpdateScaled: {
+        float *w = F(in(0)), *v = F(in(1)), *gr = F(in(2)), *lr = F(in(3));
+        float *inv = F(in(4)), *ovf = F(in(5));
+        float m = static_cast<float>(op.attrs.getFloat("momentum"));
+        float wd = static_cast<float>(op.attrs.getFloat("weight_decay"));
+        bool nest = op.attrs.getBool("nesterov", false);
+        i64 n = g.tensor(in(0)).elements();
+        return [=] { kernels::scaledSgdMomentumUpdate(*lr, m, wd, nest, *inv, *ovf, w, v, gr, n); };
+      }
     }
     throw std::logic_error(fmt::format("fused engine: no kernel for op '{}'", opName(op.kind)));
   }
@@ -373,12 +674,40 @@ struct Engine::Impl {
     return w.gather ? arenas[tile]->p + w.gatherOffset : sliceAddr(tile, w.buffer, w.begin);
   }
   FW fw(int tile, const Window& w) {
+    DType dt = exe.buffers[w.buffer].dtype;
+    if (isHalf(dt) && buildingOp) {
+      auto buf = std::make_shared<std::vector<float>>(static_cast<size_t>(w.end - w.begin));
+      vertexScratch.push_back(buf);
+      const std::byte* src = windowAddr(tile, w);
+      float* f = buf->data();
+      i64 n = w.end - w.begin;
+      preConvert.push_back([=] { widen(dt, src, f, n); });
+      return FW{f, w.begin, n};
+    }
     return FW{reinterpret_cast<const float*>(windowAddr(tile, w)), w.begin, w.end - w.begin};
   }
   IW iw(int tile, const Window& w) {
     return IW{reinterpret_cast<const std::int32_t*>(windowAddr(tile, w)), w.begin, w.end - w.begin};
   }
   float* outPtr(int tile, const OutRegion& o) {
+    DType dt = exe.buffers[o.buffer].dtype;
+    if (isHalf(dt) && buildingOp) {
+      i64 n = o.end - o.begin;
+      auto buf = std::make_shared<std::vector<float>>(static_cast<size_t>(n));
+      vertexScratch.push_back(buf);
+      std::byte* dst = sliceAddr(tile, o.buffer, o.begin);
+      float* f = buf->data();
+      if (buildingInPlaceOp) preConvert.push_back([=] { widen(dt, dst, f, n); });
+      bool sr = stochasticWrites(*buildingOp);
+      int t = exe.buffers[o.buffer].tensor;
+      std::uint64_t* stepPtr = &step;
+      const std::uint64_t* basePtr = &roundingSeedBase;
+      i64 first = o.begin;
+      postConvert.push_back([=] {
+        narrow(dt, f, dst, n, sr, sr ? roundingSeed(*basePtr, *stepPtr, t) : 0, first);
+      });
+      return f;
+    }
     return reinterpret_cast<float*>(sliceAddr(tile, o.buffer, o.begin));
   }
 
@@ -571,6 +900,19 @@ struct Engine::Impl {
       case OpKind::CrossReplicaAllGather:
       case OpKind::ShardedSgdUpdate:
         break;  // makeReplicaOp
+      case OpKind::Cast:  // the conversions around the vertex do the rounding
+        return [=] {
+          for (i64 i = work.begin; i < work.end; ++i) y[i - work.begin] = W[0][i];
+        };
+      case OpKind::SgdUpdateScaled: {
+        float* vel = outPtr(t, v.outputs[1]);
+        float m = attrF("momentum", 0.0), wd = attrF("weight_decay", 0.0);
+        bool nest = op.attrs.getBool("nesterov", false);
+        return [=] {
+          kernels::scaledSgdMomentumUpdate(W[1][0], m, wd, nest, W[2][0], W[3][0], y, vel,
+                                           W[0].data, work.size());
+        };
+      }
     }
     throw std::logic_error(
         fmt::format("tile engine: no vertex kernel for op '{}'", opName(op.kind)));
@@ -658,6 +1000,7 @@ struct Engine::Impl {
           }
         }
       }
+      ++step;
     }
   }
 };
@@ -691,18 +1034,37 @@ void Engine::readTensor(int tensor, void* data, size_t bytes) const {
 
 void Engine::writeTensor(const std::string& name, const std::vector<float>& v) {
   int id = exe_->graph.get(name);
+  const Tensor& t = exe_->graph.tensor(id);
+  if (isHalf(t.dtype)) {  // f32 host values rounded (RNE) to the tensor's 16-bit storage
+    if (static_cast<i64>(v.size()) != t.elements())
+      throw std::invalid_argument(fmt::format("writeTensor '{}' {}{}: got {} values, expected {}",
+                                              t.name, dtypeName(t.dtype), shapeStr(t.shape),
+                                              v.size(), t.elements()));
+    std::vector<std::uint16_t> h(v.size());
+    narrow(t.dtype, v.data(), h.data(), t.elements(), false, 0, 0);
+    writeTensor(id, h.data(), h.size() * 2);
+    return;
+  }
   writeTensor(id, v.data(), v.size() * sizeof(float));
 }
 
 std::vector<float> Engine::readFloats(int tensor) const {
   const Tensor& t = exe_->graph.tensor(tensor);
-  if (t.dtype != DType::F32)
-    throw std::invalid_argument(
-        fmt::format("readFloats: '{}' is {}, not f32", t.name, dtypeName(t.dtype)));
   std::vector<float> v(static_cast<size_t>(t.elements()));
+  if (isHalf(t.dtype)) {  // widened exactly
+    std::vector<std::uint16_t> h(v.size());
+    readTensor(tensor, h.data(), h.size() * 2);
+    widen(t.dtype, h.data(), v.data(), t.elements());
+    return v;
+  }
+  if (t.dtype != DType::F32)
+    throw std::invalid_argument(fmt::format("readFloats: '{}' is {}, not a floating-point tensor",
+                                            t.name, dtypeName(t.dtype)));
   readTensor(tensor, v.data(), v.size() * sizeof(float));
   return v;
 }
+
+void Engine::setRoundingSeed(std::uint64_t seed) { impl_->roundingSeedBase = seed; }
 
 std::vector<float> Engine::readFloats(const std::string& name) const {
   return readFloats(exe_->graph.get(name));

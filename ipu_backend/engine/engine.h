@@ -7,6 +7,7 @@
 // All memory is allocated once, at construction: nothing is allocated per step.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -49,6 +50,11 @@ class Engine {
   // must stay valid until the next connect.
   void connectInput(int tensor, const void* data);
   void connectOutput(int tensor, void* data);
+
+  // Seed of the stochastic rounding of 16-bit writes (ops with stochastic_rounding=true): the
+  // rounding of step s is a pure function of (seed, s, tensor, element), hence deterministic
+  // and the same in both modes.
+  void setRoundingSeed(std::uint64_t seed);
 
   // Runs the program once: deviceIterations training steps (each of accumulationSteps
   // micro-batches when the program accumulates gradients).

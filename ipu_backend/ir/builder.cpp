@@ -104,4 +104,9 @@ int Builder::constant(Shape shape, double value, DType dt, const std::string& na
   return g_.addOp1(OpKind::Constant, {}, a, name);
 }
 
+int Builder::cast(int x, DType dt, const std::string& name) {
+  if (g_.tensor(x).dtype == dt) return x;
+  return g_.addOp1(OpKind::Cast, {x}, Attrs{{"dtype", std::string(dtypeName(dt))}}, name);
+}
+
 }  // namespace ipu

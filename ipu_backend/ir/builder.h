@@ -91,6 +91,8 @@ class Builder {
   int softmaxCrossEntropy(int logits, int labels, double smoothing = 0.0,
                           const std::string& name = "");
   int constant(Shape shape, double value, DType dt = DType::F32, const std::string& name = "");
+  // x converted to dt (round to nearest even); x itself when it already is dt.
+  int cast(int x, DType dt, const std::string& name = "");
 
  private:
   Graph& g_;

@@ -111,6 +111,9 @@ enum class OpKind : std::uint8_t {
   ShardedSgdUpdate,
   Assign,
   Accumulate,
+  // Mixed precision (appended so the kinds above keep their values).
+  Cast,             // x -> x converted to attribute `dtype` (RNE)
+  SgdUpdateScaled,  // sgd_update on loss-scaled gradients: unscale, skip on overflow
 };
 
 struct Op {

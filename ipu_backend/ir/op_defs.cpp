@@ -11,10 +11,13 @@ namespace {
 
 using A = AttrType;
 
+// `partials`: accumulator type of conv / matmul partial sums ("f32" default, or "f16"), set by
+// the precision pass.
 const std::vector<AttrSpec> kConvAttrs = {{"stride", A::Ints, true},
                                           {"pad", A::Ints, true},
                                           {"dilation", A::Ints, true},
-                                          {"groups", A::Int, true}};
+                                          {"groups", A::Int, true},
+                                          {"partials", A::String, false}};
 const std::vector<AttrSpec> kPoolAttrs = {
     {"kernel", A::Ints, true}, {"stride", A::Ints, true}, {"pad", A::Ints, true}};
 
@@ -31,7 +34,9 @@ const std::vector<OpDef>& table() {
       {OpKind::Conv2dBackwardFilter, "conv2d_backward_filter", 2, 1, {},
        with(kConvAttrs, {{"kernel", A::Ints, true}})},
       {OpKind::MatMul, "matmul", 2, 1, {},
-       {{"trans_a", A::Bool, false}, {"trans_b", A::Bool, false}}},
+       {{"trans_a", A::Bool, false},
+        {"trans_b", A::Bool, false},
+        {"partials", A::String, false}}},
       {OpKind::BatchNormTrain, "batch_norm_train", 3, 3, {}, {{"eps", A::Float, true}}},
       {OpKind::BatchNormInference, "batch_norm_inference", 5, 1, {}, {{"eps", A::Float, true}}},
       {OpKind::BatchNormBackward, "batch_norm_backward", 5, 3, {}, {{"eps", A::Float, true}}},
@@ -61,7 +66,8 @@ const std::vector<OpDef>& table() {
       {OpKind::SgdUpdate, "sgd_update", 4, 0, {0, 1},
        {{"momentum", A::Float, true},
         {"weight_decay", A::Float, true},
-        {"nesterov", A::Bool, false}}},
+        {"nesterov", A::Bool, false},
+        {"stochastic_rounding", A::Bool, false}}},
       {OpKind::EmaUpdate, "ema_update", 2, 0, {0},
        {{"momentum", A::Float, true}, {"scale", A::Float, false}}},
       // x (any shape, n elements) -> this replica's chunk [ceil(n/R)] of scale * sum over replicas.
@@ -79,6 +85,14 @@ const std::vector<OpDef>& table() {
         {"nesterov", A::Bool, false}}},
       {OpKind::Assign, "assign", 2, 0, {0}, {}},      // variable = value
       {OpKind::Accumulate, "accumulate", 2, 0, {0}, {}},  // variable += value
+      {OpKind::Cast, "cast", 1, 1, {}, {{"dtype", A::String, true}}},
+      // Inputs: weight, momentum, scaled gradient, lr, inverse loss scale [1], overflow [1]
+      // (0 when every gradient is finite, NaN otherwise: the step is skipped).
+      {OpKind::SgdUpdateScaled, "sgd_update_scaled", 6, 0, {0, 1},
+       {{"momentum", A::Float, true},
+        {"weight_decay", A::Float, true},
+        {"nesterov", A::Bool, false},
+        {"stochastic_rounding", A::Bool, false}}},
   };
   return defs;
 }
@@ -237,6 +251,12 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
     if (in[i]->dtype == DType::I32 && !labelsSlot && !layoutOp)
       fail(label, fmt::format("input '{}' is i32; this op takes floating-point tensors",
                               in[i]->name));
+  }
+
+  if (a.has("partials")) {
+    auto pt = parseDType(a.getString("partials"));
+    if (!pt || (*pt != DType::F32 && *pt != DType::F16))
+      fail(label, fmt::format("partials type '{}' is not f32 or f16", a.getString("partials")));
   }
 
   auto fnCheck = [&](const std::vector<std::string_view>& valid) {
@@ -493,6 +513,25 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
         fail(label, fmt::format("learning rate '{}' must be a scalar, got {}", lr.name,
                                 shapeStr(lr.shape)));
       return {{chunk, w.dtype}};
+    }
+    case OpKind::Cast: {
+      auto dt = parseDType(a.getString("dtype"));
+      if (!dt || !isFloat(*dt))
+        fail(label, fmt::format("cast of '{}' to unknown or non-float dtype '{}' (valid: f32, "
+                                "f16, bf16)",
+                                in[0]->name, a.getString("dtype")));
+      return {{in[0]->shape, *dt}};
+    }
+    case OpKind::SgdUpdateScaled: {
+      const Tensor &w = *in[0], &v = *in[1], &g = *in[2];
+      expectSameShape(w, v, label);
+      expectSameShape(w, g, label);
+      for (int i = 3; i < 6; ++i)
+        if (in[i]->elements() != 1 || in[i]->dtype != DType::F32)
+          fail(label, fmt::format("'{}' {}{} must be an f32 scalar (learning rate, inverse loss "
+                                  "scale, overflow flag)",
+                                  in[i]->name, dtypeName(in[i]->dtype), shapeStr(in[i]->shape)));
+      return {};
     }
   }
   fail(label, "internal: unhandled op kind");

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "ipu_backend/compiler/mixed_precision.h"
 #include "ipu_backend/ir/builder.h"
 
 namespace ipu::models {
@@ -253,6 +254,51 @@ ResNetGraph buildTraining(const ResNetConfig& c, i64 batch, const SgdOptions& op
 
 ResNetGraph buildInference(const ResNetConfig& c, i64 batch) {
   return buildForward(c, batch, BnMode::Inference);
+}
+
+namespace {
+// A forward ResNetGraph rewritten for a policy: the same struct over the rewritten graph.
+ResNetGraph withPrecision(const ResNetGraph& fwd, const precision::PrecisionPolicy& policy) {
+  PrecisionRewrite rw = applyPrecision(fwd.graph, policy);
+  ResNetGraph rg;
+  rg.config = fwd.config;
+  rg.batch = fwd.batch;
+  rg.bnMode = fwd.bnMode;
+  rg.images = rw.map(fwd.images);
+  rg.labels = rw.map(fwd.labels);
+  rg.logits = rw.map(fwd.logits);
+  rg.sampleLoss = rw.map(fwd.sampleLoss);
+  rg.loss = rw.map(fwd.loss);
+  for (int p : fwd.params) rg.params.push_back(rw.map(p));
+  for (int s : fwd.runningStats) rg.runningStats.push_back(rw.map(s));
+  rg.graph = std::move(rw.graph);
+  return rg;
+}
+}  // namespace
+
+ResNetGraph buildTraining(const ResNetConfig& c, i64 batch, const SgdOptions& opts,
+                          const precision::PrecisionPolicy& policy) {
+  if (!policy.isMixed() && policy.lossScaling.mode == precision::LossScalingMode::None)
+    return buildTraining(c, batch, opts);
+  ResNetGraph rg = withPrecision(buildForward(c, batch, BnMode::Train), policy);
+  rg.lr = rg.graph.addInput("lr", {}, DType::F32);
+  TrainingStepTensors step = appendTrainingStep(rg.graph, rg.loss, rg.params, rg.lr, opts, policy);
+  for (int p : rg.params)
+    if (!step.grads.count(p))
+      throw GraphError(
+          fmt::format("resnet: parameter '{}' gets no gradient", rg.graph.tensor(p).name));
+  rg.grads = std::move(step.grads);
+  rg.optimizerState = step.optimizer.stateVariables;
+  rg.lossScale = step.lossScale;
+  rg.lossScaleInverse = step.lossScaleInverse;
+  rg.overflow = step.overflow;
+  return rg;
+}
+
+ResNetGraph buildInference(const ResNetConfig& c, i64 batch,
+                           const precision::PrecisionPolicy& policy) {
+  if (!policy.isMixed()) return buildInference(c, batch);
+  return withPrecision(buildForward(c, batch, BnMode::Inference), policy);
 }
 
 SgdOptions resnetSgdOptions(double momentum, double weightDecay) {

@@ -26,6 +26,7 @@
 
 #include "ipu_backend/compiler/autodiff.h"
 #include "ipu_backend/ir/graph.h"
+#include "ipu_backend/precision/precision_policy.h"
 
 namespace ipu::models {
 
@@ -70,6 +71,9 @@ struct ResNetGraph {
   std::vector<int> runningStats;    // <bn>_running_mean, <bn>_running_var, in model order
   std::map<int, int> grads;         // param -> gradient tensor (after appendGradients)
   std::vector<int> optimizerState;  // momentum buffers (after appendSgd)
+  // Loss scaling (training graphs of a loss-scaled policy, else -1): host inputs S and 1/S,
+  // output overflow flag (see ipu_backend/compiler/mixed_precision.h).
+  int lossScale = -1, lossScaleInverse = -1, overflow = -1;
 
   std::vector<std::string> paramNames() const;
   i64 parameterCount() const;  // elements of all trainable parameters
@@ -90,6 +94,12 @@ void appendSgd(ResNetGraph& rg, const SgdOptions& opts);
 // One training step as one graph: forward (train BN) + backward + SGD momentum update.
 ResNetGraph buildTraining(const ResNetConfig& c, i64 batch, const SgdOptions& opts);
 ResNetGraph buildInference(const ResNetConfig& c, i64 batch);
+// The same under a precision policy: the forward graph through applyPrecision, then the
+// policy's training step (loss scaling, stochastic rounding). Tensor names are unchanged.
+ResNetGraph buildTraining(const ResNetConfig& c, i64 batch, const SgdOptions& opts,
+                          const precision::PrecisionPolicy& policy);
+ResNetGraph buildInference(const ResNetConfig& c, i64 batch,
+                           const precision::PrecisionPolicy& policy);
 
 // MLPerf-style SGD: weight decay on conv and fc weights only (not BN gamma/beta, not biases).
 SgdOptions resnetSgdOptions(double momentum = 0.9, double weightDecay = 5e-5);

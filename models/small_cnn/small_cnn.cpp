@@ -3,6 +3,7 @@
 #include <cmath>
 #include <random>
 
+#include "ipu_backend/compiler/mixed_precision.h"
 #include "ipu_backend/ir/builder.h"
 
 namespace models {
@@ -75,7 +76,8 @@ std::vector<int> stateOf(const Graph& g, const std::vector<int>& params) {
 
 ClassifierGraph buildSmallCnnTraining(const SmallCnnConfig& c, i64 batch,
                                       const ipu::SgdOptions& sgd) {
-  ClassifierGraph cg{Graph("small_cnn_train"), -1, -1, -1, -1, -1, {}, {}};
+  ClassifierGraph cg;
+  cg.graph = Graph("small_cnn_train");
   Built b = forward(cg.graph, c, batch, true);
   cg.lr = cg.graph.addInput("lr", {});
   auto grads = ipu::appendBackward(cg.graph, b.loss, b.params).grads;
@@ -87,11 +89,49 @@ ClassifierGraph buildSmallCnnTraining(const SmallCnnConfig& c, i64 batch,
 }
 
 ClassifierGraph buildSmallCnnInference(const SmallCnnConfig& c, i64 batch) {
-  ClassifierGraph cg{Graph("small_cnn_eval"), -1, -1, -1, -1, -1, {}, {}};
+  ClassifierGraph cg;
+  cg.graph = Graph("small_cnn_eval");
   Built b = forward(cg.graph, c, batch, false);
   cg.images = b.images, cg.labels = b.labels, cg.logits = b.logits, cg.loss = b.loss;
   cg.parameters = b.params;
   cg.state = stateOf(cg.graph, b.params);
+  return cg;
+}
+
+ClassifierGraph buildSmallCnnTraining(const SmallCnnConfig& c, i64 batch,
+                                      const ipu::SgdOptions& sgd,
+                                      const ipu::precision::PrecisionPolicy& policy) {
+  if (!policy.isMixed() && policy.lossScaling.mode == ipu::precision::LossScalingMode::None)
+    return buildSmallCnnTraining(c, batch, sgd);
+  Graph fwd("small_cnn_train");
+  Built b = forward(fwd, c, batch, true);
+  auto rw = ipu::applyPrecision(fwd, policy);
+  ClassifierGraph cg;
+  cg.graph = std::move(rw.graph);
+  cg.lr = cg.graph.addInput("lr", {});
+  for (int p : b.params) cg.parameters.push_back(rw.map(p));
+  auto step = ipu::appendTrainingStep(cg.graph, rw.map(b.loss), cg.parameters, cg.lr, sgd, policy);
+  cg.images = rw.map(b.images), cg.labels = rw.map(b.labels);
+  cg.logits = rw.map(b.logits), cg.loss = rw.map(b.loss);
+  cg.state = stateOf(cg.graph, cg.parameters);
+  cg.lossScale = step.lossScale, cg.lossScaleInverse = step.lossScaleInverse;
+  cg.overflow = step.overflow;
+  cg.lossScaling = policy.lossScaling;
+  return cg;
+}
+
+ClassifierGraph buildSmallCnnInference(const SmallCnnConfig& c, i64 batch,
+                                       const ipu::precision::PrecisionPolicy& policy) {
+  if (!policy.isMixed()) return buildSmallCnnInference(c, batch);
+  Graph fwd("small_cnn_eval");
+  Built b = forward(fwd, c, batch, false);
+  auto rw = ipu::applyPrecision(fwd, policy);
+  ClassifierGraph cg;
+  cg.graph = std::move(rw.graph);
+  for (int p : b.params) cg.parameters.push_back(rw.map(p));
+  cg.images = rw.map(b.images), cg.labels = rw.map(b.labels);
+  cg.logits = rw.map(b.logits), cg.loss = rw.map(b.loss);
+  cg.state = stateOf(cg.graph, cg.parameters);
   return cg;
 }
 

@@ -78,5 +78,46 @@ TEST(SmallCnnEndToEnd, TileModeTrainingStepEqualsFusedMode) {
   }
 }
 
+// f16 compute with static loss scaling ("16.32": f16 activations and gradients, f32 master
+// weights, stochastic rounding, loss scale 128) against f32: one epoch each from the same
+// initial weights and data order; the f16 run must reach the f32 accuracy within one point.
+TEST(SmallCnnEndToEnd, SixteenBitTrainingWithLossScalingMatchesFloat32Accuracy) {
+  ASSERT_TRUE(haveFashionMnist()) << "Debian's dataset-fashion-mnist is required (scripts/setup.sh)";
+  kernels::fused::setNumThreads(2);
+  auto train = datasets::loadFashionMnist(datasets::kDefaultFashionMnistDir, datasets::Split::kTrain);
+  auto test = datasets::loadFashionMnist(datasets::kDefaultFashionMnistDir, datasets::Split::kTest);
+  const std::int64_t batch = 64;
+  models::SmallCnnConfig cfg;
+  SgdOptions sgd;
+  sgd.momentum = 0.9;
+  sgd.weightDecay = 5e-4;
+  const std::int64_t steps = train.count / batch;
+  auto lr = [&](std::int64_t s) { return static_cast<float>(0.05 * (1.0 - double(s) / steps)); };
+  auto norm = datasets::Normalization::fashionMnist();
+  double acc[2] = {0, 0};
+  const char* presets[2] = {"fp32", "16.32"};
+  for (int k = 0; k < 2; ++k) {
+    auto policy = precision::PrecisionPolicy::parse(presets[k]);
+    TrainerOptions opts;
+    opts.batch = batch;
+    ClassifierTrainer trainer(models::buildSmallCnnTraining(cfg, batch, sgd, policy),
+                              models::buildSmallCnnInference(cfg, batch, policy), opts);
+    trainer.initialise(models::initSmallCnn(trainer.trainExecutable().graph, 1));
+    EpochStats st = trainer.trainEpoch(train, norm, 1, lr);
+    ASSERT_TRUE(st.finite) << presets[k];
+    acc[k] = trainer.evaluate(test, norm);
+    std::printf("%s: accuracy %.4f after one epoch (loss %.4f, %.1f s, loss scale %g, %lld "
+                "skipped steps)\n",
+                presets[k], acc[k], st.meanLoss, st.seconds, st.lossScale,
+                static_cast<long long>(st.skippedSteps));
+    if (k == 1) {
+      const Graph& g = trainer.trainExecutable().graph;
+      EXPECT_EQ(g.tensor(g.get("conv1")).dtype, DType::F16) << "f16 activations";
+      EXPECT_EQ(st.lossScale, 128.0f) << "static loss scale";
+    }
+  }
+  EXPECT_GE(acc[1], acc[0] - 0.01) << "16.32 must reach the f32 accuracy within one point";
+}
+
 }  // namespace
 }  // namespace ipu::harness

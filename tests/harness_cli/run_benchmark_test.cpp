@@ -114,5 +114,44 @@ TEST(RunBenchmarkPlan, RunsReplicatedPresetsAndRefusesUnimplementedBenchmarks) {
   EXPECT_THROW(makePlan(o), Refusal);
 }
 
+TEST(RunBenchmarkPrecision, ClosedResNet50PresetsCarryThePublishedIpuSettings) {
+  for (int pod : {1, 16, 256}) {
+    const auto p = precisionPolicyOf(findPreset(Benchmark::kResNet50, pod, Scale::kFull));
+    EXPECT_EQ(p.preset, "16.16") << "POD" << pod;
+    EXPECT_EQ(p.compute, DType::F16);
+    EXPECT_EQ(p.masterWeights, DType::F16);
+    EXPECT_TRUE(p.stochasticRounding);
+    EXPECT_EQ(p.lossScaling, precision::LossScalingConfig::fixed(128.0f)) << "static 128";
+  }
+}
+
+TEST(RunBenchmarkPrecision, FlagsReachThePlanAndTheModel) {
+  CliOptions o;
+  o.model_stand_in = true;
+  o.precision = "16.16";
+  BenchmarkPlan p = makePlan(o);
+  EXPECT_EQ(p.precision.preset, "16.16");
+  EXPECT_EQ(p.precision.lossScaling, precision::LossScalingConfig::fixed(128.0f))
+      << "--precision alone brings its policy's loss scaling";
+  EXPECT_EQ(p.run.model.precision, p.precision);
+  o.loss_scaling = "dynamic:1024";
+  p = makePlan(o);
+  EXPECT_EQ(p.precision.lossScaling.mode, precision::LossScalingMode::Dynamic);
+  EXPECT_EQ(p.precision.lossScaling.scale, 1024.0f);
+  const ModelInstance m = p.run.entry->build(p.run.model);
+  EXPECT_EQ(m.train.graph.tensor(m.train.graph.get("conv1_weight")).dtype, DType::F16);
+  EXPECT_GE(m.train.overflow, 0) << "the dynamic-scaling graph reports overflow";
+  o.model_stand_in = false;  // the reference ResNet-50 under the same policy
+  p = makePlan(o);
+  const ModelInstance r = p.run.entry->build(p.run.model);
+  const Graph& rg = r.train.graph;
+  EXPECT_EQ(rg.tensor(rg.get("conv0_weight")).dtype, DType::F16);
+  EXPECT_EQ(rg.tensor(r.train.logits).dtype, DType::F32) << "logits read back as f32";
+  EXPECT_GE(r.train.overflow, 0);
+  EXPECT_EQ(r.train.lossScaling.mode, precision::LossScalingMode::Dynamic);
+  for (const auto& [name, v] : r.init(1))
+    EXPECT_EQ(static_cast<std::int64_t>(v.size()), rg.tensor(rg.get(name)).elements()) << name;
+}
+
 }  // namespace
 }  // namespace ipu::harness

@@ -131,6 +131,11 @@ REFUSALS = {
     "gradient_accumulation_zero": (
         ["--division", "open"], {"gradient_accumulation_steps": 0}, 1,
         ["key 'gradient_accumulation_steps' must be >= 1, got 0"]),
+    "bad_loss_scaling": (
+        ["--loss-scaling", "static:-1"], None, 1, ["--loss-scaling", "static:-1", "static:<S>"]),
+    "loss_scaling_without_16_bit": (
+        ["--precision", "fp32", "--loss-scaling", "static:128"], None, 1,
+        ["loss scaling is for 16-bit compute"]),
 }
 
 
@@ -169,7 +174,7 @@ def test_help_documents_every_flag_with_its_default():
     assert r.returncode == 0
     for flag in ["--benchmark", "--division", "--pod-size", "--scale", "--data-dir",
                  "--results-dir", "--system-name", "--runs", "--seed", "--config", "--max-epochs",
-                 "--engine", "--threads"]:
+                 "--engine", "--threads", "--precision", "--loss-scaling"]:
         assert flag in r.stdout, flag
     for default in ["=resnet50", "=closed", "=1", "=mini", "=results", "=fused", "=2"]:
         assert default in r.stdout, default
@@ -273,6 +278,26 @@ def test_open_run_passes_the_checker(tmp_path):
     for ruleset in ["4.0.0", "1.1.0"]:
         code, text, verdict = checker(log, ruleset)
         assert code == 0 and "SUCCESS" in verdict, f"{ruleset}:\n{text}"
+
+
+@needs_checker
+def test_open_run_with_precision_logs_the_policy_and_passes_the_checker(tmp_path):
+    results = tmp_path / "results"
+    config = write_config(tmp_path / "c.json", {**SHORT_CONFIG, "mini_train_samples": 1600})
+    r = run(["--division", "open", "--results-dir", str(results), "--max-epochs", "1",
+             "--precision", "16.16", "--loss-scaling", "dynamic:1024", "--config", config, *FAST])
+    assert r.returncode in (0, 2), r.stdout + r.stderr
+    log = result_dir(results) / "result_0.txt"
+    ev = events(log)
+    value = {e["key"]: e["value"] for e in ev}
+    assert value["ipu_precision"] == "16.16,loss=dynamic:1024:2000,sr=on"
+    assert value["ipu_loss_scaling"] == "dynamic:1024:2000"
+    scales = [e for e in ev if e["key"] == "ipu_loss_scale"]
+    assert [e["metadata"]["epoch_num"] for e in scales] == [1]
+    assert scales[0]["value"] > 0
+    assert "ipu_skipped_steps" in value and "ipu_overflow_events" in value
+    code, text, verdict = checker(log, "4.0.0")
+    assert code == 0 and "SUCCESS" in verdict, text
 
 
 def test_progress_line_only_on_a_terminal(tmp_path):

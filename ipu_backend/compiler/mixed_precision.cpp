@@ -1,0 +1,138 @@
+#include "ipu_backend/compiler/mixed_precision.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "ipu_backend/ir/builder.h"
+#include "ipu_backend/ir/op_defs.h"
+
+namespace ipu {
+namespace {
+
+bool isBatchNorm(OpKind k) {
+  return k == OpKind::BatchNormTrain || k == OpKind::BatchNormInference;
+}
+
+// Variables that hold batch-norm parameters or running statistics: kept f32.
+std::vector<bool> keptF32Variables(const Graph& g) {
+  std::vector<bool> keep(g.tensors().size(), false);
+  for (const Op& op : g.ops()) {
+    if (isBatchNorm(op.kind))
+      for (size_t i = 1; i < op.inputs.size(); ++i) keep[op.inputs[i]] = true;
+    if (op.kind == OpKind::EmaUpdate) keep[op.inputs[0]] = true;
+  }
+  return keep;
+}
+
+}  // namespace
+
+PrecisionRewrite applyPrecision(const Graph& old, const precision::PrecisionPolicy& policy) {
+  PrecisionRewrite r{Graph(old.name()), std::vector<int>(old.tensors().size(), -1)};
+  Graph& g = r.graph;
+  Builder b(g);
+  const DType compute = policy.compute;
+  const std::vector<bool> keepVar = keptF32Variables(old);
+
+  for (const Tensor& t : old.tensors()) {
+    if (t.kind == TensorKind::Input) {
+      r.tensorMap[t.id] = g.addInput(t.name, t.shape, t.dtype);
+    } else if (t.kind == TensorKind::Variable) {
+      DType dt = isFloat(t.dtype) && !keepVar[t.id] ? policy.masterWeights : t.dtype;
+      r.tensorMap[t.id] = g.addVariable(t.name, t.shape, dt);
+    }
+  }
+  // One cast per (tensor, dtype), shared by all consumers.
+  std::map<std::pair<int, DType>, int> casts;
+  auto castTo = [&](int t, DType dt) {
+    if (g.tensor(t).dtype == dt || !isFloat(g.tensor(t).dtype)) return t;
+    auto key = std::make_pair(t, dt);
+    if (auto it = casts.find(key); it != casts.end()) return it->second;
+    int c = b.cast(t, dt, g.uniqueName(fmt::format("{}/{}", g.tensor(t).name, dtypeName(dt))));
+    casts[key] = c;
+    return c;
+  };
+
+  for (const Op& op : old.ops()) {
+    const std::string label = fmt::format("precision pass: {} '{}'", opName(op.kind),
+                                          op.outputs.empty() ? "" : old.tensor(op.outputs[0]).name);
+    if (hasSideEffects(op.kind) && op.kind != OpKind::EmaUpdate)
+      throw GraphError(label +
+                       ": run the precision pass on the forward graph, before autodiff "
+                       "and the optimizer update");
+    if (op.kind == OpKind::Cast) throw GraphError(label + ": the graph already has casts");
+    std::vector<int> in;
+    for (int t : op.inputs) in.push_back(r.map(t));
+    Attrs attrs = op.attrs;
+    if (op.kind == OpKind::EmaUpdate) {
+      in[1] = castTo(in[1], g.tensor(in[0]).dtype);
+    } else if (policy.keepsInF32(opName(op.kind))) {
+      for (int& t : in) t = castTo(t, DType::F32);
+    } else if (isBatchNorm(op.kind)) {
+      in[0] = castTo(in[0], compute);  // parameters and statistics stay f32 (see the header)
+    } else if (op.kind != OpKind::Constant) {
+      // Graph inputs and weights enter the compute dtype; activations keep theirs unless the
+      // operands of one op disagree.
+      std::vector<DType> seen;
+      for (size_t i = 0; i < in.size(); ++i) {
+        const Tensor& src = old.tensor(op.inputs[i]);
+        if (src.kind != TensorKind::Activation) in[i] = castTo(in[i], compute);
+        if (isFloat(g.tensor(in[i]).dtype)) seen.push_back(g.tensor(in[i]).dtype);
+      }
+      bool mixed =
+          std::adjacent_find(seen.begin(), seen.end(), std::not_equal_to<>()) != seen.end();
+      if (mixed)
+        for (int& t : in) t = castTo(t, compute);
+    }
+    bool matmulLike = op.kind == OpKind::Conv2d || op.kind == OpKind::MatMul;
+    if (matmulLike && compute != DType::F32)
+      attrs.set("partials", std::string(dtypeName(policy.partials)));
+    std::vector<std::string> names;  // outputs keep their names
+    for (int o : op.outputs) names.push_back(old.tensor(o).name);
+    int id = g.addOp(op.kind, in, attrs, names);
+    const std::vector<int> outs = g.op(id).outputs;
+    for (size_t k = 0; k < outs.size(); ++k) r.tensorMap[op.outputs[k]] = outs[k];
+  }
+  for (int o : old.outputs()) {
+    int t = r.map(o);
+    if (g.tensor(t).dtype != DType::F32 && isFloat(g.tensor(t).dtype)) t = castTo(t, DType::F32);
+    r.tensorMap[o] = t;
+    g.markOutput(t);
+  }
+  return r;
+}
+
+TrainingStepTensors appendTrainingStep(Graph& g, int loss, const std::vector<int>& params, int lr,
+                                       SgdOptions sgd, const precision::PrecisionPolicy& policy) {
+  TrainingStepTensors r;
+  sgd.stochasticRounding = policy.stochasticRounding;
+  if (policy.lossScaling.mode == precision::LossScalingMode::None) {
+    r.grads = appendBackward(g, loss, params).grads;
+    r.optimizer = appendSgdUpdate(g, r.grads, lr, sgd);
+    return r;
+  }
+  r.lossScale = g.addInput("loss_scale", {});
+  r.lossScaleInverse = g.addInput("loss_scale_inverse", {});
+  r.grads = appendBackwardSeeded(g, loss, params, r.lossScale).grads;
+  Builder b(g);
+  int flag = -1;
+  for (const auto& [param, grad] : r.grads) {
+    const Shape s = g.tensor(grad).shape;  // copy: adding ops may reallocate
+    std::vector<i64> axes(s.size());
+    std::iota(axes.begin(), axes.end(), 0);
+    int zeroed = b.scale(grad, 0.0);  // 0, or NaN where grad is Inf/NaN
+    int sum = axes.empty() ? zeroed : b.reduceSum(zeroed, axes);
+    sum = b.cast(sum, DType::F32);
+    if (g.tensor(sum).shape != Shape{}) sum = b.reshape(sum, {});
+    flag = flag < 0 ? sum : b.add(flag, sum);
+  }
+  if (flag < 0) throw GraphError("appendTrainingStep: the loss depends on no parameter");
+  r.overflow = b.unary("identity", flag, "loss_scaling/overflow");
+  g.markOutput(r.overflow);
+  sgd.lossScaling = {r.lossScaleInverse, r.overflow};
+  r.optimizer = appendSgdUpdate(g, r.grads, lr, sgd);
+  return r;
+}
+
+}  // namespace ipu

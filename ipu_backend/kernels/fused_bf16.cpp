@@ -1,0 +1,347 @@
+// The bf16 twins of fused_onednn.cpp's convolution and matmul: same descriptors with bf16
+// memory, weights reordered to the primitive's format.
+#include "ipu_backend/kernels/fused_bf16.h"
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "ipu_backend/kernels/onednn_common.h"
+
+namespace ipu::kernels::fused {
+
+using detail::bind;
+using detail::ownedMemory;
+using detail::Prim;
+using detail::userMemory;
+using dnnl::memory;
+using Tag = memory::format_tag;
+using Dt = memory::data_type;
+
+namespace {
+
+struct ConvDescs {
+  memory::desc src, dst, userWeights, anyWeights;
+  memory::dims strides, dilates, padL, padR;
+};
+
+ConvDescs convDescs(const Conv2dShape& s) {
+  ConvDescs d;
+  d.src = memory::desc({s.n, s.c, s.h, s.w}, Dt::bf16, Tag::nhwc);
+  d.dst = memory::desc({s.n, s.k, s.outH(), s.outW()}, Dt::bf16, Tag::nhwc);
+  const memory::dims wdims = s.groups > 1
+                                 ? memory::dims{s.groups, s.kPerGroup(), s.cPerGroup(), s.r, s.s}
+                                 : memory::dims{s.k, s.c, s.r, s.s};
+  d.userWeights = memory::desc(wdims, Dt::bf16, s.groups > 1 ? Tag::gohwi : Tag::ohwi);
+  d.anyWeights = memory::desc(wdims, Dt::bf16, Tag::any);
+  d.strides = {s.strideH, s.strideW};
+  d.dilates = {s.dilH - 1, s.dilW - 1};
+  d.padL = {s.padTop, s.padLeft};
+  d.padR = {s.padBottom, s.padRight};
+  return d;
+}
+
+dnnl::convolution_forward::primitive_desc forwardPd(const ConvDescs& d,
+                                                    const dnnl::primitive_attr& attr) {
+  dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_training,
+                                       dnnl::algorithm::convolution_direct, d.src, d.anyWeights,
+                                       d.dst, d.strides, d.dilates, d.padL, d.padR);
+  return dnnl::convolution_forward::primitive_desc(desc, attr, detail::cpuEngine());
+}
+
+// User-layout weights, and the primitive's layout when it differs (with the reorder).
+struct Weights {
+  memory user, primitive;
+  Prim reorder;
+};
+
+Weights bindWeights(const memory::desc& userMd, const memory::desc& primMd, bool toUser) {
+  Weights w;
+  w.user = userMemory(userMd);
+  if (primMd == userMd) {
+    w.primitive = w.user;
+  } else {
+    w.primitive = ownedMemory(primMd);
+    w.reorder = toUser ? detail::makeReorder(w.primitive, w.user)
+                       : detail::makeReorder(w.user, w.primitive);
+  }
+  return w;
+}
+
+}  // namespace
+
+bool nativeBf16Isa() {
+  const auto isa = dnnl::get_effective_cpu_isa();
+  return isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
+}
+
+struct Conv2dForwardBf16::Impl {
+  memory x, y;
+  Weights w;
+  Prim conv;
+};
+
+Conv2dForwardBf16::Conv2dForwardBf16(const Conv2dShape& s) : impl_(std::make_unique<Impl>()) {
+  detail::syncThreads();
+  const ConvDescs d = convDescs(s);
+  const auto pd = forwardPd(d, detail::userScratchpadAttr());
+  impl_->x = userMemory(d.src);
+  impl_->y = userMemory(d.dst);
+  impl_->w = bindWeights(d.userWeights, pd.weights_desc(), false);
+  impl_->conv = Prim(pd, dnnl::convolution_forward(pd));
+  impl_->conv.arg(DNNL_ARG_SRC, impl_->x);
+  impl_->conv.arg(DNNL_ARG_WEIGHTS, impl_->w.primitive);
+  impl_->conv.arg(DNNL_ARG_DST, impl_->y);
+}
+
+Conv2dForwardBf16::~Conv2dForwardBf16() = default;
+
+void Conv2dForwardBf16::run(const void* x, const void* w, void* y) {
+  detail::syncThreads();
+  bind(impl_->x, x);
+  bind(impl_->w.user, w);
+  bind(impl_->y, y);
+  if (impl_->w.reorder.valid()) impl_->w.reorder.execute();
+  impl_->conv.execute();
+  detail::waitStream();
+}
+
+struct Conv2dBackwardDataBf16::Impl {
+  memory dy, dx;
+  Weights w;
+  Prim conv;
+};
+
+Conv2dBackwardDataBf16::Conv2dBackwardDataBf16(const Conv2dShape& s)
+    : impl_(std::make_unique<Impl>()) {
+  detail::syncThreads();
+  const ConvDescs d = convDescs(s);
+  const auto hint = forwardPd(d, dnnl::primitive_attr());
+  dnnl::convolution_backward_data::desc desc(dnnl::algorithm::convolution_direct, d.src,
+                                             d.anyWeights, d.dst, d.strides, d.dilates, d.padL,
+                                             d.padR);
+  dnnl::convolution_backward_data::primitive_desc pd(desc, detail::userScratchpadAttr(),
+                                                     detail::cpuEngine(), hint);
+  impl_->dy = userMemory(d.dst);
+  impl_->dx = userMemory(d.src);
+  impl_->w = bindWeights(d.userWeights, pd.weights_desc(), false);
+  impl_->conv = Prim(pd, dnnl::convolution_backward_data(pd));
+  impl_->conv.arg(DNNL_ARG_DIFF_DST, impl_->dy);
+  impl_->conv.arg(DNNL_ARG_WEIGHTS, impl_->w.primitive);
+  impl_->conv.arg(DNNL_ARG_DIFF_SRC, impl_->dx);
+}
+
+Conv2dBackwardDataBf16::~Conv2dBackwardDataBf16() = default;
+
+void Conv2dBackwardDataBf16::run(const void* dy, const void* w, void* dx) {
+  detail::syncThreads();
+  bind(impl_->dy, dy);
+  bind(impl_->w.user, w);
+  bind(impl_->dx, dx);
+  if (impl_->w.reorder.valid()) impl_->w.reorder.execute();
+  impl_->conv.execute();
+  detail::waitStream();
+}
+
+struct Conv2dBackwardFilterBf16::Impl {
+  memory x, dy;
+  Weights dw;
+  Prim conv;
+};
+
+Conv2dBackwardFilterBf16::Conv2dBackwardFilterBf16(const Conv2dShape& s)
+    : impl_(std::make_unique<Impl>()) {
+  detail::syncThreads();
+  const ConvDescs d = convDescs(s);
+  const auto hint = forwardPd(d, dnnl::primitive_attr());
+  dnnl::convolution_backward_weights::desc desc(dnnl::algorithm::convolution_direct, d.src,
+                                                d.anyWeights, d.dst, d.strides, d.dilates, d.padL,
+                                                d.padR);
+  dnnl::convolution_backward_weights::primitive_desc pd(desc, detail::userScratchpadAttr(),
+                                                        detail::cpuEngine(), hint);
+  impl_->x = userMemory(d.src);
+  impl_->dy = userMemory(d.dst);
+  impl_->dw = bindWeights(d.userWeights, pd.diff_weights_desc(), true);
+  impl_->conv = Prim(pd, dnnl::convolution_backward_weights(pd));
+  impl_->conv.arg(DNNL_ARG_SRC, impl_->x);
+  impl_->conv.arg(DNNL_ARG_DIFF_DST, impl_->dy);
+  impl_->conv.arg(DNNL_ARG_DIFF_WEIGHTS, impl_->dw.primitive);
+}
+
+Conv2dBackwardFilterBf16::~Conv2dBackwardFilterBf16() = default;
+
+void Conv2dBackwardFilterBf16::run(const void* x, const void* dy, void* dw) {
+  detail::syncThreads();
+  bind(impl_->x, x);
+  bind(impl_->dy, dy);
+  bind(impl_->dw.user, dw);
+  impl_->conv.execute();
+  if (impl_->dw.reorder.valid()) impl_->dw.reorder.execute();
+  detail::waitStream();
+}
+
+struct MatMulBf16::Impl {
+  memory a, b, c;
+  Prim mm;
+};
+
+MatMulBf16::MatMulBf16(const MatMulShape& s) : impl_(std::make_unique<Impl>()) {
+  detail::syncThreads();
+  i64 batch = s.batch, m = s.m;
+  if (s.broadcastB && !s.transA) {  // a shared B over row-major A batches: one tall GEMM
+    m *= batch;
+    batch = 1;
+  }
+  const i64 k = s.k, n = s.n;
+  memory::desc a, b, c;
+  if (batch == 1) {
+    a = memory::desc({m, k}, Dt::bf16, s.transA ? memory::dims{1, m} : memory::dims{k, 1});
+    b = memory::desc({k, n}, Dt::bf16, s.transB ? memory::dims{1, k} : memory::dims{n, 1});
+    c = memory::desc({m, n}, Dt::bf16, memory::dims{n, 1});
+  } else {
+    const i64 bBatch = s.broadcastB ? 1 : batch;
+    a = memory::desc({batch, m, k}, Dt::bf16,
+                     s.transA ? memory::dims{m * k, 1, m} : memory::dims{m * k, k, 1});
+    b = memory::desc({bBatch, k, n}, Dt::bf16,
+                     s.transB ? memory::dims{k * n, 1, k} : memory::dims{k * n, n, 1});
+    c = memory::desc({batch, m, n}, Dt::bf16, memory::dims{m * n, n, 1});
+  }
+  dnnl::matmul::desc desc(a, b, c);
+  dnnl::matmul::primitive_desc pd(desc, detail::userScratchpadAttr(), detail::cpuEngine());
+  impl_->a = userMemory(a);
+  impl_->b = userMemory(b);
+  impl_->c = userMemory(c);
+  impl_->mm = Prim(pd, dnnl::matmul(pd));
+  impl_->mm.arg(DNNL_ARG_SRC, impl_->a);
+  impl_->mm.arg(DNNL_ARG_WEIGHTS, impl_->b);
+  impl_->mm.arg(DNNL_ARG_DST, impl_->c);
+}
+
+MatMulBf16::~MatMulBf16() = default;
+
+void MatMulBf16::run(const void* a, const void* b, void* c) {
+  detail::syncThreads();
+  bind(impl_->a, a);
+  bind(impl_->b, b);
+  bind(impl_->c, c);
+  impl_->mm.execute();
+  detail::waitStream();
+}
+
+// ---- batch norm ----------------------------------------------------------------------------
+
+namespace {
+
+using Flags = dnnl::normalization_flags;
+
+// [rows, C] as N x C x 1 x 1 nhwc (oneDNN's channels-last implementations), as fused_onednn.
+memory::desc bnData(i64 rows, i64 c) {
+  return memory::desc({rows, c, 1, 1}, Dt::bf16, Tag::nhwc);
+}
+memory::desc bnChannels(i64 c) {
+  return memory::desc({c}, Dt::f32, Tag::x);
+}
+
+dnnl::batch_normalization_forward::primitive_desc bnForwardPd(i64 rows, i64 c, float eps,
+                                                              const dnnl::primitive_attr& attr) {
+  dnnl::batch_normalization_forward::desc desc(dnnl::prop_kind::forward_training, bnData(rows, c),
+                                               eps, Flags::use_scale | Flags::use_shift);
+  return dnnl::batch_normalization_forward::primitive_desc(desc, attr, detail::cpuEngine());
+}
+
+}  // namespace
+
+struct BatchNormForwardTrainingBf16::Impl {
+  memory x, gamma, beta, y, mean, var;
+  Prim bn;
+};
+
+BatchNormForwardTrainingBf16::BatchNormForwardTrainingBf16(i64 rows, i64 c, float eps)
+    : impl_(std::make_unique<Impl>()) {
+  detail::syncThreads();
+  const auto pd = bnForwardPd(rows, c, eps, detail::userScratchpadAttr());
+  Impl& p = *impl_;
+  p.x = userMemory(pd.src_desc());
+  p.y = userMemory(pd.dst_desc());
+  p.gamma = userMemory(bnChannels(c));
+  p.beta = userMemory(bnChannels(c));
+  p.mean = userMemory(pd.mean_desc());
+  p.var = userMemory(pd.variance_desc());
+  p.bn = Prim(pd, dnnl::batch_normalization_forward(pd));
+  p.bn.arg(DNNL_ARG_SRC, p.x);
+  p.bn.arg(DNNL_ARG_SCALE, p.gamma);
+  p.bn.arg(DNNL_ARG_SHIFT, p.beta);
+  p.bn.arg(DNNL_ARG_DST, p.y);
+  p.bn.arg(DNNL_ARG_MEAN, p.mean);
+  p.bn.arg(DNNL_ARG_VARIANCE, p.var);
+}
+
+BatchNormForwardTrainingBf16::~BatchNormForwardTrainingBf16() = default;
+
+void BatchNormForwardTrainingBf16::run(const void* x, const float* gamma, const float* beta,
+                                       void* y, float* mean, float* var) {
+  detail::syncThreads();
+  Impl& p = *impl_;
+  bind(p.x, x);
+  bind(p.gamma, gamma);
+  bind(p.beta, beta);
+  bind(p.y, y);
+  bind(p.mean, mean);
+  bind(p.var, var);
+  p.bn.execute();
+  detail::waitStream();
+}
+
+struct BatchNormBackwardBf16::Impl {
+  memory x, dy, gamma, mean, var, dx, dgamma, dbeta;
+  Prim bn;
+};
+
+BatchNormBackwardBf16::BatchNormBackwardBf16(i64 rows, i64 c, float eps)
+    : impl_(std::make_unique<Impl>()) {
+  detail::syncThreads();
+  const Flags flags = Flags::use_scale | Flags::use_shift;
+  const auto hint = bnForwardPd(rows, c, eps, dnnl::primitive_attr());
+  dnnl::batch_normalization_backward::desc desc(dnnl::prop_kind::backward, bnData(rows, c),
+                                                bnData(rows, c), eps, flags);
+  dnnl::batch_normalization_backward::primitive_desc pd(desc, detail::userScratchpadAttr(),
+                                                        detail::cpuEngine(), hint);
+  Impl& p = *impl_;
+  p.x = userMemory(pd.src_desc());
+  p.dy = userMemory(pd.diff_dst_desc());
+  p.dx = userMemory(pd.diff_src_desc());
+  p.gamma = userMemory(bnChannels(c));
+  p.dgamma = userMemory(bnChannels(c));
+  p.dbeta = userMemory(bnChannels(c));
+  p.mean = userMemory(pd.mean_desc());
+  p.var = userMemory(pd.variance_desc());
+  p.bn = Prim(pd, dnnl::batch_normalization_backward(pd));
+  p.bn.arg(DNNL_ARG_SRC, p.x);
+  p.bn.arg(DNNL_ARG_DIFF_DST, p.dy);
+  p.bn.arg(DNNL_ARG_SCALE, p.gamma);
+  p.bn.arg(DNNL_ARG_SHIFT, ownedMemory(bnChannels(c)));  // read by no one (see fused_onednn)
+  p.bn.arg(DNNL_ARG_MEAN, p.mean);
+  p.bn.arg(DNNL_ARG_VARIANCE, p.var);
+  p.bn.arg(DNNL_ARG_DIFF_SRC, p.dx);
+  p.bn.arg(DNNL_ARG_DIFF_SCALE, p.dgamma);
+  p.bn.arg(DNNL_ARG_DIFF_SHIFT, p.dbeta);
+}
+
+BatchNormBackwardBf16::~BatchNormBackwardBf16() = default;
+
+void BatchNormBackwardBf16::run(const void* x, const void* dy, const float* gamma,
+                                const float* mean, const float* var, void* dx, float* dgamma,
+                                float* dbeta) {
+  detail::syncThreads();
+  Impl& p = *impl_;
+  bind(p.x, x);
+  bind(p.dy, dy);
+  bind(p.gamma, gamma);
+  bind(p.mean, mean);
+  bind(p.var, var);
+  bind(p.dx, dx);
+  bind(p.dgamma, dgamma);
+  bind(p.dbeta, dbeta);
+  p.bn.execute();
+  detail::waitStream();
+}
+
+}  // namespace ipu::kernels::fused

@@ -1,0 +1,89 @@
+// Native bf16 fused kernels: oneDNN convolution and matmul primitives on bf16 storage (what
+// the fused engine runs for conv / matmul ops whose operands are all bf16). The primitives
+// accumulate in f32 and round each result to bf16 once, round-to-nearest-even: the rule the
+// tile engine applies when it widens bf16 operands, computes in f32 and rounds the output, so
+// the two modes agree within bf16's tolerance (they differ only in summation order).
+// On AVX512-BF16 CPUs oneDNN uses the native dot-product instructions; on AVX512F-only CPUs it
+// emulates them; nativeBf16Isa() says which.
+// Pointers are to bf16 data (2 bytes per element), in the layouts of fused.h.
+#pragma once
+
+#include <memory>
+
+#include "ipu_backend/kernels/kernel_types.h"
+
+namespace ipu::kernels::fused {
+
+// True when oneDNN dispatches bf16 convolutions to AVX512-BF16 (or AMX) instructions.
+bool nativeBf16Isa();
+
+class Conv2dForwardBf16 {
+ public:
+  explicit Conv2dForwardBf16(const Conv2dShape& s);
+  ~Conv2dForwardBf16();
+  void run(const void* x, const void* w, void* y);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+class Conv2dBackwardDataBf16 {
+ public:
+  explicit Conv2dBackwardDataBf16(const Conv2dShape& s);
+  ~Conv2dBackwardDataBf16();
+  void run(const void* dy, const void* w, void* dx);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+class Conv2dBackwardFilterBf16 {
+ public:
+  explicit Conv2dBackwardFilterBf16(const Conv2dShape& s);
+  ~Conv2dBackwardFilterBf16();
+  void run(const void* x, const void* dy, void* dw);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+class MatMulBf16 {
+ public:
+  explicit MatMulBf16(const MatMulShape& s);
+  ~MatMulBf16();
+  void run(const void* a, const void* b, void* c);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Batch norm on bf16 activations ([rows, C], channels innermost): f32 gamma / beta, batch
+// statistics and parameter gradients; statistics computed in f32, y / dx rounded to bf16.
+class BatchNormForwardTrainingBf16 {
+ public:
+  BatchNormForwardTrainingBf16(i64 rows, i64 c, float eps);
+  ~BatchNormForwardTrainingBf16();
+  void run(const void* x, const float* gamma, const float* beta, void* y, float* mean, float* var);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+class BatchNormBackwardBf16 {
+ public:
+  BatchNormBackwardBf16(i64 rows, i64 c, float eps);
+  ~BatchNormBackwardBf16();
+  void run(const void* x, const void* dy, const float* gamma, const float* mean, const float* var,
+           void* dx, float* dgamma, float* dbeta);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ipu::kernels::fused
