@@ -30,6 +30,7 @@ ResNetConfig ResNetConfig::fashionMnist() {
   c.inputH = c.inputW = 28;
   c.inputC = 1;
   c.stem = Stem::SmallImage;
+  c.smallStemStride = 2;
   return c;
 }
 
@@ -62,8 +63,8 @@ class ResNetBuilder {
       x = b_.relu(x, "relu0");
       x = b_.maxPool(x, Pool2dOptions::make(3, 2, 1), "pool0");  // [N,H/4,W/4,64]
     } else {
-      x = convBn(x, "conv0", "bn0", c.baseWidth, 3, 1, 1);
-      x = b_.relu(x, "relu0");  // [N,H,W,64]
+      x = convBn(x, "conv0", "bn0", c.baseWidth, 3, c.smallStemStride, 1);
+      x = b_.relu(x, "relu0");  // [N,H/stride,W/stride,64]
     }
 
     // Bottleneck stages.

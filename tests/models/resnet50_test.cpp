@@ -123,8 +123,9 @@ TEST(ResNet50, FashionMnistAdaptation) {
   EXPECT_EQ(shape("images"), (Shape{2, 28, 28, 1}));
   EXPECT_EQ(shape("conv0_weight"), (Shape{64, 3, 3, 1}));
   EXPECT_EQ(countOps(g, OpKind::MaxPool), 0);
-  EXPECT_EQ(shape("stage1_unit3_relu3"), (Shape{2, 28, 28, 256}));
-  EXPECT_EQ(shape("stage4_unit3_relu3"), (Shape{2, 4, 4, 2048}));
+  EXPECT_EQ(shape("relu0"), (Shape{2, 14, 14, 64}));  // the stride-2 small stem
+  EXPECT_EQ(shape("stage1_unit3_relu3"), (Shape{2, 14, 14, 256}));
+  EXPECT_EQ(shape("stage4_unit3_relu3"), (Shape{2, 2, 2, 2048}));
   EXPECT_EQ(g.tensor(rg.logits).shape, (Shape{2, 10}));
 }
 
