@@ -235,6 +235,7 @@ double ClassifierTrainer::evaluate(const datasets::ImageDataset& ds,
     for (std::int64_t k = 0; k < b; ++k) idx[k] = i + std::min(k, valid - 1);  // pad by repeating
     datasets::fillBatch(ds, idx, lut, images_, labels_);
     evalEngine_->run();
+    ++evalRuns_;
     for (std::int64_t k = 0; k < valid; ++k) {
       const float* row = logits_.data() + k * classes;
       std::int64_t arg = std::max_element(row, row + classes) - row;

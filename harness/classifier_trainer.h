@@ -13,8 +13,8 @@
 #include "datasets/image_dataset.h"
 #include "ipu_backend/compiler/compiler.h"
 #include "ipu_backend/engine/engine.h"
-#include "ipu_backend/replication/replica_group.h"
 #include "ipu_backend/precision/loss_scaling.h"
+#include "ipu_backend/replication/replica_group.h"
 #include "models/small_cnn/small_cnn.h"
 
 namespace ipu::harness {
@@ -73,6 +73,7 @@ class ClassifierTrainer {
   // The first local replica's engine (every replica holds the same weights).
   Engine& trainEngine() { return group_ ? group_->engine(0) : *trainEngine_; }
   std::int64_t stepsDone() const { return steps_; }
+  std::int64_t evalRunsDone() const { return evalRuns_; }  // inference program runs
   // Samples one step trains over every replica: replicas x accumulation x micro-batch.
   std::int64_t globalBatch() const { return opts_.batch * opts_.replicas * opts_.accumulation; }
   replication::ReplicaGroup* replicaGroup() { return group_.get(); }
@@ -100,6 +101,7 @@ class ClassifierTrainer {
   precision::LossScaler scaler_;
   float scale_ = 1, inverseScale_ = 1, overflow_ = 0;
   std::int64_t steps_ = 0;
+  std::int64_t evalRuns_ = 0;
   // Replicated training (replicas or accumulation > 1): per local replica, A micro-batches.
   std::unique_ptr<replication::ReplicaGroup> group_;
   std::vector<std::string> zeroInitialised_;

@@ -7,6 +7,7 @@
 #include "datasets/fashion_mnist.h"
 #include "harness/config.h"
 #include "harness/division_rules.h"
+#include "ipu_backend/cost/cost_model.h"
 
 namespace ipu::harness {
 namespace {
@@ -328,6 +329,9 @@ double preflightCompile(BenchmarkPlan& plan) {
     ModelInstance model = plan.run.entry->build(plan.run.model);
     plan.model_description = model.description;
     ClassifierTrainer trainer(std::move(model.train), std::move(model.eval), plan.run.trainer);
+    // The program exactly as compiled, exchange as planned (cost/cost_model.h).
+    plan.modeled_step_seconds = cost::estimateStep(trainer.trainExecutable()).seconds;
+    plan.modeled_eval_seconds = cost::estimateStep(trainer.evalExecutable()).seconds;
   } catch (const CompileError& e) {
     throw Refusal(
         fmt::format(

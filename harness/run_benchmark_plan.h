@@ -33,7 +33,7 @@ struct CliOptions {
   bool skip_memory_check = false;
   bool model_stand_in = false;
   bool shard_optimizer_state = false;  // replicated tensor sharding of the momentum
-  std::string precision;     // fp32 | fp16 | bf16 | 16.16 | 16.32; empty: the preset's
+  std::string precision;               // fp32 | fp16 | bf16 | 16.16 | 16.32; empty: the preset's
   std::string loss_scaling;  // none | static:S | dynamic[:S[:interval]]; empty: see makePlan
 };
 
@@ -64,6 +64,9 @@ struct BenchmarkPlan {
   bool stand_in = false;
   std::vector<std::uint64_t> seeds;  // one per run, distinct
   precision::PrecisionPolicy precision;
+  // Set by preflightCompile: the cost model's price of one run of the compiled training program
+  // (one weight update of one replica, collectives included) and of one evaluation batch.
+  double modeled_step_seconds = 0, modeled_eval_seconds = 0;
 };
 
 // The keys --config accepts besides the preset's (run settings, see RunSettings).
@@ -73,7 +76,8 @@ Json runSettingKeys(const PodPreset& preset);
 BenchmarkPlan makePlan(const CliOptions& cli);
 
 // Builds and compiles the model once: a CompileError (the configuration does not fit in tile
-// memory) becomes a Refusal that names the tile and the bytes. Sets plan.model_description;
+// memory) becomes a Refusal that names the tile and the bytes. Sets plan.model_description and
+// the modeled step times;
 // returns the seconds it took.
 double preflightCompile(BenchmarkPlan& plan);
 

@@ -261,6 +261,7 @@ RunOutcome executeRun(const RunPlan& plan, const fs::path& logPath, int runIndex
         const std::int64_t firstStep = trainer.stepsDone();
         const auto epochT0 = std::chrono::steady_clock::now();
         trainer.trainEpoch(train, norm, e, lr, trainCount, [&](std::int64_t step, float loss) {
+          out.train_steps = trainer.stepsDone();
           if (!std::isfinite(loss)) throw Diverged{step, loss};
           if (interrupted.load()) throw Interrupted{};
           const double secs =
@@ -295,6 +296,7 @@ RunOutcome executeRun(const RunPlan& plan, const fs::path& logPath, int runIndex
         if (interrupted.load()) throw Interrupted{};
         correct += std::llround(trainer.evaluate(chunk, norm) * static_cast<double>(chunk.count));
       }
+      out.eval_runs = trainer.evalRunsDone();
       const double accuracy = static_cast<double>(correct) / static_cast<double>(evalCount);
       logEvalStop(log, epoch);
       logEvalAccuracy(log, accuracy, epoch);

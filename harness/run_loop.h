@@ -76,7 +76,9 @@ struct RunOutcome {
   std::optional<double> accuracy;  // last eval_accuracy
   std::int64_t run_start_ms = 0, run_stop_ms = 0;  // as logged
   double init_seconds = 0;
-  std::string message;  // why it aborted
+  std::int64_t train_steps = 0;  // training program runs (weight updates) done
+  std::int64_t eval_runs = 0;    // inference program runs (evaluation batches) done
+  std::string message;           // why it aborted
   std::filesystem::path log;
   bool success() const { return status == RunStatus::kSuccess; }
   double minutes() const { return static_cast<double>(run_stop_ms - run_start_ms) / 60000.0; }

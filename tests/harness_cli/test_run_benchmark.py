@@ -292,6 +292,13 @@ def test_package_runs_and_summary(package):
         evals = [e["metadata"]["epoch_num"] for e in ev if e["key"] == "eval_accuracy"]
         assert evals and all(e == 1 or e % 4 == 1 or e == 3 for e in evals), evals
     assert len(set(seeds)) == 5 and all(isinstance(s, int) for s in seeds)
+    # The cost model prices each run's steps and evaluation batches (summary only, not logged).
+    modeled = re.findall(r"modeled IPU time, run (\d): ([\d.]+) s \((\d+) steps x ([\d.]+) ms "
+                         r"\+ (\d+) evaluation batches", r.stdout)
+    assert [int(m[0]) for m in modeled] == list(range(5)), r.stdout
+    for _, total, steps, step_ms, evals in modeled:
+        assert int(steps) > 0 and float(step_ms) > 0 and int(evals) > 0
+        assert float(total) >= int(steps) * float(step_ms) / 1e3 * 0.999
 
 
 @needs_checker
