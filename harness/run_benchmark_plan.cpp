@@ -329,7 +329,7 @@ double preflightCompile(BenchmarkPlan& plan) {
     ModelInstance model = plan.run.entry->build(plan.run.model);
     plan.model_description = model.description;
     ClassifierTrainer trainer(std::move(model.train), std::move(model.eval), plan.run.trainer);
-    // The program exactly as compiled, exchange as planned (cost/cost_model.h).
+    // The programs exactly as compiled (cost::ExchangeModel::AsCompiled, the default).
     plan.modeled_step_seconds = cost::estimateStep(trainer.trainExecutable()).seconds;
     plan.modeled_eval_seconds = cost::estimateStep(trainer.evalExecutable()).seconds;
   } catch (const CompileError& e) {

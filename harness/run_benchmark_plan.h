@@ -77,8 +77,7 @@ BenchmarkPlan makePlan(const CliOptions& cli);
 
 // Builds and compiles the model once: a CompileError (the configuration does not fit in tile
 // memory) becomes a Refusal that names the tile and the bytes. Sets plan.model_description and
-// the modeled step times;
-// returns the seconds it took.
+// the modeled step times; returns the seconds it took.
 double preflightCompile(BenchmarkPlan& plan);
 
 }  // namespace ipu::harness

@@ -164,7 +164,7 @@ def test_real_resnet50_that_does_not_fit_is_refused_before_writing(tmp_path):
     """The compile step of the real ResNet-50 (micro-batch 64) runs before anything is written."""
     results = tmp_path / "results"
     results.mkdir()
-    config = write_config(tmp_path / "mb32.json", {"micro_batch_size": 64, "model_bn_span": 64})
+    config = write_config(tmp_path / "mb64.json", {"micro_batch_size": 64, "model_bn_span": 64})
     r = run(["--results-dir", str(results), "--threads", "1", "--config", config], timeout=300)
     out = r.stdout + r.stderr
     assert r.returncode == 3, out
@@ -215,7 +215,9 @@ def test_real_resnet50_closed_run_reaches_the_target(real_closed_log):
     value = {e["key"]: e["value"] for e in ev}
     assert value["global_batch_size"] == 8 and value["submission_division"] == "closed"
     logged = sorted(e["metadata"]["tensor"] for e in ev if e["key"] == "weights_initialization")
-    assert len(logged) == 161 and logged == canonical_resnet50_names()
+    assert len(logged) == 161 and len(set(logged)) == 161
+    if have_checker():  # the checker's own list of the 1.1.0 names
+        assert logged == canonical_resnet50_names()
 
 
 @needs_checker
