@@ -38,7 +38,8 @@ ModelInstance buildResNet50(const ModelRequest& r) {
 
   // The full [3,4,6,3] bottleneck architecture with every canonical tensor; only the stem is
   // adapted to 28x28x1 (models/resnet50/resnet50.h explains why).
-  const models::ResNetConfig config = models::ResNetConfig::fashionMnist();
+  models::ResNetConfig config = models::ResNetConfig::fashionMnist();
+  config.bnSpanReplicas = r.bn_span_replicas;
   auto train = std::make_shared<models::ResNetGraph>(models::buildTraining(
       config, r.micro_batch, models::resnetSgdOptions(r.momentum, r.weight_decay), r.precision));
   const models::ResNetGraph eval = models::buildInference(config, r.micro_batch, r.precision);
@@ -60,7 +61,8 @@ ModelInstance buildResNet50(const ModelRequest& r) {
 
 // TEMPORARY stand-in for resnet50 mini (opt-in): the small CNN of models/small_cnn.
 ModelInstance buildSmallCnnStandIn(const ModelRequest& r) {
-  const ::models::SmallCnnConfig config;
+  ::models::SmallCnnConfig config;
+  config.bnSpanReplicas = r.bn_span_replicas;
   SgdOptions sgd;
   sgd.momentum = r.momentum;
   sgd.weightDecay = r.weight_decay;

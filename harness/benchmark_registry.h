@@ -33,6 +33,7 @@ struct ModelRequest {
   double weight_decay = 0.0;
   ModelChoice choice = ModelChoice::kReference;
   precision::PrecisionPolicy precision;  // fp32 by default
+  int bn_span_replicas = 1;  // batch-norm statistics over this many replicas (model_bn_span / b)
 };
 
 // A built model: both graphs (same variable names), host initial values, and what the MLPerf

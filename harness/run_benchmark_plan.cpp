@@ -254,15 +254,22 @@ BenchmarkPlan makePlan(const CliOptions& cli) {
                     "backend has no {} update yet)",
                     opt, opt));
   }
-  // Batch norm runs over each replica's micro-batch; spanning several replicas (Graphcore's
-  // bn_span > 1 replica) needs cross-replica statistics in the forward pass, not built yet.
-  if (hp.contains(keys::kModelBnSpan) &&
-      hp[keys::kModelBnSpan].get<std::int64_t>() != preset.micro_batch) {
-    throw Refusal(fmt::format(
-        "model_bn_span {}: batch-norm statistics span one replica's micro-batch ({} samples); "
-        "spanning several replicas is not implemented yet (set model_bn_span to the "
-        "micro-batch)",
-        hp[keys::kModelBnSpan].dump(), preset.micro_batch));
+  // Batch norm over model_bn_span samples: one replica's micro-batch, or a group of
+  // model_bn_span / micro-batch consecutive replicas (Graphcore's bn_span), whose statistics
+  // are summed across the group (ipu::Builder::batchNormTrainAcrossReplicas).
+  int bnSpanReplicas = 1;
+  if (hp.contains(keys::kModelBnSpan)) {
+    const std::int64_t span = hp[keys::kModelBnSpan].get<std::int64_t>();
+    if (span < preset.micro_batch || span % preset.micro_batch != 0 ||
+        preset.replicas % (span / preset.micro_batch) != 0) {
+      throw Refusal(fmt::format(
+          "model_bn_span {}: batch-norm statistics span whole replicas, so model_bn_span must "
+          "be the micro-batch ({}) times a number of replicas that divides the {} replicas of "
+          "this pod (e.g. {} or {})",
+          span, preset.micro_batch, preset.replicas, preset.micro_batch,
+          preset.micro_batch * preset.replicas));
+    }
+    bnSpanReplicas = static_cast<int>(span / preset.micro_batch);
   }
 
   // The data set.
@@ -299,6 +306,7 @@ BenchmarkPlan makePlan(const CliOptions& cli) {
   r.model.weight_decay = hp.value(keys::kSgdOptWeightDecay, 0.0);
   r.model.choice = cli.model_stand_in ? ModelChoice::kSmallCnnStandIn : ModelChoice::kReference;
   r.model.precision = plan.precision;
+  r.model.bn_span_replicas = bnSpanReplicas;
   r.trainer.batch = preset.micro_batch;
   try {
     r.trainer.mode = parseEngineMode(cli.engine);

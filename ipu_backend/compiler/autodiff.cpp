@@ -197,6 +197,11 @@ class GradBuilder {
       case OpKind::Cast:
         accumulate(in(0), b_.cast(dy, T(in(0)).dtype));
         return;
+      case OpKind::CrossReplicaSum:
+        // y_r = sum of x over r's group, so dL/dx_r = the same sum of dL/dy (L: the sum of the
+        // group's losses, as every replica's backward seeds its own).
+        accumulate(in(0), g_.addOp1(OpKind::CrossReplicaSum, {dy}, op.attrs));
+        return;
       case OpKind::Constant:
         return;
       default:
@@ -271,8 +276,8 @@ GradientResult appendBackwardSeeded(Graph& g, int loss, const std::vector<int>& 
                                     int seedTensor) {
   const Tensor S = g.tensor(seedTensor);
   if (S.elements() != 1 || !isFloat(S.dtype))
-    throw GraphError(fmt::format("autodiff: seed '{}' {}{} must be a floating-point scalar",
-                                 S.name, dtypeName(S.dtype), shapeStr(S.shape)));
+    throw GraphError(fmt::format("autodiff: seed '{}' {}{} must be a floating-point scalar", S.name,
+                                 dtypeName(S.dtype), shapeStr(S.shape)));
   return backwardFrom(g, loss, wrt, [&](Builder& b, const Tensor& L) {
     int s = b.cast(seedTensor, L.dtype);
     if (g.tensor(s).shape != L.shape) s = b.reshape(s, L.shape, g.uniqueName("loss_grad_seed"));

@@ -340,9 +340,8 @@ class Planner {
       return;
     }
     // The precision pass may ask for f16 partials (the IPU's "16.16" setting).
-    const DType pt = op.attrs.has("partials")
-                         ? parseDType(op.attrs.getString("partials")).value()
-                         : DType::F32;
+    const DType pt =
+        op.attrs.has("partials") ? parseDType(op.attrs.getString("partials")).value() : DType::F32;
     int partials = addPartials(exe_.buffers[out].name + "/partials", parts, e, pt);
     {
       ComputeSet& cs = newComputeSet(op, 0, "partials");
@@ -680,6 +679,7 @@ class Planner {
         return;
       case OpKind::CrossReplicaReduceScatter:
       case OpKind::CrossReplicaAllGather:
+      case OpKind::CrossReplicaSum:
       case OpKind::ShardedSgdUpdate: {
         // Runs off the tiles (IPU-Links / the replica index): these vertices only record which
         // tiles hold the operands, for liveness and vertex state; the engine moves the data.
@@ -696,9 +696,9 @@ class Planner {
         ComputeSet& cs = newComputeSet(op, 0, "");
         for (const TileSlice& s : exe_.mapping[in(0)]) {
           Range r{s.begin, s.end};
-          cs.vertices.push_back(vertexOn(
-              s.tile, {{in(2), r.begin, r.end}, whole(in(3)), whole(in(4)), whole(in(5))},
-              {{in(0), r.begin, r.end}, {in(1), r.begin, r.end}}, r));
+          cs.vertices.push_back(
+              vertexOn(s.tile, {{in(2), r.begin, r.end}, whole(in(3)), whole(in(4)), whole(in(5))},
+                       {{in(0), r.begin, r.end}, {in(1), r.begin, r.end}}, r));
         }
         return;
       }
@@ -1015,6 +1015,12 @@ std::string Program::describe(const Executable& exe) const {
                            cs.name, op.attrs.getInt("replicas"), x.bytes());
           break;
         }
+        if (op.kind == OpKind::CrossReplicaSum) {
+          s += fmt::format("  CrossReplicaSum({}: groups of {} of {} replicas, {} B in)\n", cs.name,
+                           op.attrs.getInt("group"), replicasOf(op),
+                           exe.graph.tensor(op.inputs[0]).bytes());
+          break;
+        }
         if (!cs.exchange.empty())
           s += fmt::format("  Exchange({} copies, {} B between tiles)\n  Sync\n",
                            cs.exchange.size(), cs.exchangeBytes());
@@ -1068,7 +1074,7 @@ nlohmann::json Executable::report() const {
     if (op.kind == OpKind::SgdUpdate || op.kind == OpKind::SgdUpdateScaled ||
         op.kind == OpKind::ShardedSgdUpdate)
       stateBytes += graph.tensor(op.inputs[1]).bytes();
-    if (isReplicaOp(op.kind)) replicas = std::max(replicas, op.attrs.getInt("replicas"));
+    if (isReplicaOp(op.kind)) replicas = std::max(replicas, replicasOf(op));
   }
   r["replication"] = {
       {"replicas", replicas},

@@ -385,12 +385,19 @@ void addComputeSets(const Executable& exe, const CostOptions& o, StepCost& sc) {
       c.kind = op.kind;
       if (op.kind != OpKind::ShardedSgdUpdate) {  // that one: 1/R of an sgd_update, not priced
         // Each half of a ring all-reduce of the whole tensor: (R-1)/R of its bytes per replica.
-        const int replicas = static_cast<int>(op.attrs.getInt("replicas"));
+        const int replicas = static_cast<int>(replicasOf(op));
         const int whole = op.kind == OpKind::CrossReplicaAllGather ? op.outputs[0] : op.inputs[0];
-        const i64 bytes = static_cast<i64>(static_cast<double>(exe.buffers[whole].elements) *
-                                           elemBytes(exe, whole, o));
+        double bytes = static_cast<double>(exe.buffers[whole].elements) * elemBytes(exe, whole, o);
+        // cross_replica_sum is a whole ring all-reduce of R / group slots (the engine's form).
+        double halves = 0.5;
+        if (op.kind == OpKind::CrossReplicaSum) {
+          bytes *= static_cast<double>(replicas / op.attrs.getInt("group"));
+          halves = 1.0;
+        }
         c.exchangeCycles =
-            0.5 * allReduceSeconds(bytes, PodShape::pod(replicas), t, o.collectives) * t.clockHz;
+            halves *
+            allReduceSeconds(static_cast<i64>(bytes), PodShape::pod(replicas), t, o.collectives) *
+            t.clockHz;
         c.syncCycles = t.syncCycles;
       }
       sc.exchangeCycles += c.exchangeCycles;

@@ -50,7 +50,9 @@ std::vector<int> toIntPerm(const std::vector<i64>& p) {
 // widened into f32 scratch before it runs and its 16-bit results rounded back after (RNE, or
 // stochastic rounding where the op asks for it). Both engine modes apply exactly these rules
 // at op (fused) or vertex (tile) granularity, so they round identically.
-bool isHalf(DType t) { return t == DType::F16 || t == DType::BF16; }
+bool isHalf(DType t) {
+  return t == DType::F16 || t == DType::BF16;
+}
 
 void widen(DType t, const void* src, float* dst, i64 n) {
   if (t == DType::F16)
@@ -80,7 +82,8 @@ void narrow(DType t, const float* src, void* dst, i64 n, bool stochastic, std::u
 
 // The seed of (step, tensor): every tile rounding part of `tensor` in `step` uses it.
 std::uint64_t roundingSeed(std::uint64_t base, std::uint64_t step, int tensor) {
-  return precision::deriveSeed(precision::deriveSeed(base, step), static_cast<std::uint64_t>(tensor));
+  return precision::deriveSeed(precision::deriveSeed(base, step),
+                               static_cast<std::uint64_t>(tensor));
 }
 
 }  // namespace
@@ -119,7 +122,7 @@ struct Engine::Impl {
   // operands and the conversions to run before and after it.
   std::unordered_map<int, float*> halfScratch;  // fused: tensor -> f32 scratch
   std::vector<std::function<void()>> preConvert, postConvert;
-  std::vector<std::unique_ptr<AlignedBytes>> fusedScratchPool;  // fused: one per operand slot
+  std::vector<std::unique_ptr<AlignedBytes>> fusedScratchPool;     // fused: one per operand slot
   std::vector<std::shared_ptr<std::vector<float>>> vertexScratch;  // tile: kept alive
   bool buildingInPlaceOp = false;  // tile: outputs are read-modify-write (update ops)
   const Op* buildingOp = nullptr;
@@ -160,7 +163,7 @@ struct Engine::Impl {
   }
 
   std::function<void()> makeReplicaOp(const Op& op) {
-    const i64 replicas = op.attrs.getInt("replicas");
+    const i64 replicas = replicasOf(op);
     Collective* coll = replica.collective;
     if (replicas > 1 && (!coll || coll->replicas() != replicas))
       throw std::invalid_argument(fmt::format(
@@ -183,7 +186,9 @@ struct Engine::Impl {
         const float scale = static_cast<float>(op.attrs.getFloat("scale", 1.0));
         const std::string what = g.tensor(op.outputs[0]).name;
         if (replicas == 1)
-          body = [=] { for (i64 i = 0; i < n; ++i) y[i] = x[i] * scale; };
+          body = [=] {
+            for (i64 i = 0; i < n; ++i) y[i] = x[i] * scale;
+          };
         else
           body = [=] { coll->reduceScatter(r, x, n, y, scale, what); };
         break;
@@ -203,7 +208,8 @@ struct Engine::Impl {
         const float* w = P(op.inputs[0]);
         float *v = P(op.inputs[1]), *gr = P(op.inputs[2]), *lr = P(op.inputs[3]);
         float* y = P(op.outputs[0]);
-        const i64 n = g.tensor(op.inputs[0]).elements(), s = chunkElements(n, static_cast<int>(replicas));
+        const i64 n = g.tensor(op.inputs[0]).elements(),
+                  s = chunkElements(n, static_cast<int>(replicas));
         const i64 begin = std::min(n, r * s), len = std::min(n, begin + s) - begin;
         const float m = static_cast<float>(op.attrs.getFloat("momentum"));
         const float wd = static_cast<float>(op.attrs.getFloat("weight_decay"));
@@ -212,6 +218,39 @@ struct Engine::Impl {
           std::copy(w + begin, w + begin + len, y);
           std::fill(y + len, y + s, 0.0f);
           fz::sgdMomentumUpdate(*lr, m, wd, nest, y, v, gr, len);
+        };
+        break;
+      }
+      case OpKind::CrossReplicaSum: {
+        // A sum within groups of G replicas through the all-replica ring: replica r puts x in
+        // slot r / G of an (R/G)-slot vector of zeros; reduce-scatter + all-gather sum the slots
+        // (adding zeros is exact), and each replica keeps its group's slot. The summation order
+        // is the ring's, so a run split over processes gives the same bits.
+        const float* x = P(op.inputs[0]);
+        float* y = P(op.outputs[0]);
+        const i64 n = g.tensor(op.inputs[0]).elements();
+        const i64 group = op.attrs.getInt("group");
+        if (replicas % group != 0)
+          throw std::invalid_argument(fmt::format(
+              "engine: cross_replica_sum on '{}' sums groups of {} replicas, which do not divide "
+              "the engine's {} replicas",
+              g.tensor(op.inputs[0]).name, group, replicas));
+        const std::string what = g.tensor(op.outputs[0]).name;
+        if (replicas == 1) {
+          body = [=] { std::copy(x, x + n, y); };
+          break;
+        }
+        const i64 slots = replicas / group, slot = r / group, total = slots * n;
+        auto padded = std::make_shared<std::vector<float>>(static_cast<size_t>(total));
+        auto chunk = std::make_shared<std::vector<float>>(
+            static_cast<size_t>(chunkElements(total, static_cast<int>(replicas))));
+        auto sum = std::make_shared<std::vector<float>>(static_cast<size_t>(total));
+        body = [=] {
+          std::fill(padded->begin(), padded->end(), 0.0f);
+          std::copy(x, x + n, padded->data() + slot * n);
+          coll->reduceScatter(r, padded->data(), total, chunk->data(), 1.0f, what);
+          coll->allGather(r, chunk->data(), sum->data(), total, what);
+          std::copy(sum->data() + slot * n, sum->data() + (slot + 1) * n, y);
         };
         break;
       }
@@ -431,9 +470,8 @@ struct Engine::Impl {
         bool sr = stochasticWrites(op);
         std::uint64_t* stepPtr = &step;
         const std::uint64_t* basePtr = &roundingSeedBase;
-        post.push_back([=] {
-          narrow(dt, f, dst, n, sr, sr ? roundingSeed(*basePtr, *stepPtr, t) : 0, 0);
-        });
+        post.push_back(
+            [=] { narrow(dt, f, dst, n, sr, sr ? roundingSeed(*basePtr, *stepPtr, t) : 0, 0); });
       }
     }
     auto fn = makeFused(op);
@@ -457,7 +495,9 @@ struct Engine::Impl {
     if (auto it = halfScratch.find(t); it != halfScratch.end()) return it->second;
     return reinterpret_cast<float*>(tensorMem[t]->p);
   }
-  const std::int32_t* I(int t) { return reinterpret_cast<const std::int32_t*>(tensorMem[t]->p); }
+  const std::int32_t* I(int t) {
+    return reinterpret_cast<const std::int32_t*>(tensorMem[t]->p);
+  }
 
   template <typename K, typename... A>
   K* keep(A&&... args) {
@@ -633,6 +673,7 @@ struct Engine::Impl {
       }
       case OpKind::CrossReplicaReduceScatter:
       case OpKind::CrossReplicaAllGather:
+      case OpKind::CrossReplicaSum:
       case OpKind::ShardedSgdUpdate:
         break;  // makeReplicaOp
       case OpKind::EmaUpdate: {
@@ -703,9 +744,8 @@ struct Engine::Impl {
       std::uint64_t* stepPtr = &step;
       const std::uint64_t* basePtr = &roundingSeedBase;
       i64 first = o.begin;
-      postConvert.push_back([=] {
-        narrow(dt, f, dst, n, sr, sr ? roundingSeed(*basePtr, *stepPtr, t) : 0, first);
-      });
+      postConvert.push_back(
+          [=] { narrow(dt, f, dst, n, sr, sr ? roundingSeed(*basePtr, *stepPtr, t) : 0, first); });
       return f;
     }
     return reinterpret_cast<float*>(sliceAddr(tile, o.buffer, o.begin));
@@ -898,8 +938,9 @@ struct Engine::Impl {
         };
       case OpKind::CrossReplicaReduceScatter:
       case OpKind::CrossReplicaAllGather:
+      case OpKind::CrossReplicaSum:
       case OpKind::ShardedSgdUpdate:
-        break;  // makeReplicaOp
+        break;            // makeReplicaOp
       case OpKind::Cast:  // the conversions around the vertex do the rounding
         return [=] {
           for (i64 i = work.begin; i < work.end; ++i) y[i - work.begin] = W[0][i];
@@ -1064,7 +1105,9 @@ std::vector<float> Engine::readFloats(int tensor) const {
   return v;
 }
 
-void Engine::setRoundingSeed(std::uint64_t seed) { impl_->roundingSeedBase = seed; }
+void Engine::setRoundingSeed(std::uint64_t seed) {
+  impl_->roundingSeedBase = seed;
+}
 
 std::vector<float> Engine::readFloats(const std::string& name) const {
   return readFloats(exe_->graph.get(name));

@@ -2,6 +2,8 @@
 
 #include <numeric>
 
+#include <fmt/format.h>
+
 namespace ipu {
 
 Attrs convAttrs(const Conv2dOptions& o) {
@@ -40,6 +42,33 @@ BatchNormOutputs Builder::batchNormTrain(int x, int gamma, int beta, double eps,
   int op = g_.addOp(OpKind::BatchNormTrain, {x, gamma, beta}, Attrs{{"eps", eps}}, names);
   const auto& outs = g_.op(op).outputs;
   return {outs[0], outs[1], outs[2]};
+}
+
+BatchNormOutputs Builder::batchNormTrainAcrossReplicas(int x, int gamma, int beta, double eps,
+                                                       i64 group, const std::string& name) {
+  if (group < 1)
+    throw GraphError(fmt::format("batch norm '{}': replica group {} must be >= 1", name, group));
+  if (group == 1) return batchNormTrain(x, gamma, beta, eps, name);
+  const Tensor& xt = g_.tensor(x);
+  if (xt.shape.size() < 2)
+    throw GraphError(fmt::format("batch norm '{}': input '{}' {} needs a channel axis", name,
+                                 xt.name, shapeStr(xt.shape)));
+  const i64 c = xt.shape.back();
+  const double count = static_cast<double>(xt.elements() / c) * static_cast<double>(group);
+  std::vector<i64> rows(xt.shape.size() - 1);
+  std::iota(rows.begin(), rows.end(), 0);
+  auto n = [&](const char* suffix) { return name.empty() ? std::string() : name + suffix; };
+  auto groupSum = [&](int t, const char* suffix) {
+    return g_.addOp1(OpKind::CrossReplicaSum, {t}, Attrs{{"group", group}}, n(suffix));
+  };
+  const int mean =
+      scale(groupSum(reduceSum(x, rows, false, n("/sum")), "/group_sum"), 1.0 / count, n("/mean"));
+  const int centred = sub(x, mean, n("/centred"));
+  const int sumSq = reduceSum(mul(centred, centred, n("/centred_sq")), rows, false, n("/sum_sq"));
+  const int var = scale(groupSum(sumSq, "/group_sum_sq"), 1.0 / count, n("/var"));
+  const int invStd = unary("rsqrt", add(var, constant({c}, eps)), n("/inv_std"));
+  const int y = add(mul(centred, mul(invStd, gamma)), beta, name);
+  return {y, mean, var};
 }
 
 int Builder::batchNormInference(int x, int gamma, int beta, int mean, int var, double eps,

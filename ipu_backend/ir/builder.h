@@ -60,6 +60,12 @@ class Builder {
   int dense(int x, int w, int bias, const std::string& name = "");
   BatchNormOutputs batchNormTrain(int x, int gamma, int beta, double eps,
                                   const std::string& name = "");
+  // Training batch norm whose statistics span `group` replicas (Graphcore's bn_span = group x
+  // micro-batch): per-channel sums go through cross_replica_sum, in two passes (mean, then the
+  // centred squares) as the single-replica op computes them. Built from reduce / binary / unary
+  // ops, so autodiff gives the synchronised backward. group 1 is batchNormTrain itself.
+  BatchNormOutputs batchNormTrainAcrossReplicas(int x, int gamma, int beta, double eps, i64 group,
+                                                const std::string& name = "");
   int batchNormInference(int x, int gamma, int beta, int mean, int var, double eps,
                          const std::string& name = "");
   int unary(const std::string& fn, int x, const std::string& name = "", double alpha = 1.0);
@@ -80,7 +86,9 @@ class Builder {
     return reduce("mean", x, std::move(axes), keep, name);
   }
   // [N,H,W,C] -> [N,C]
-  int globalAvgPool(int x, const std::string& name = "") { return reduceMean(x, {1, 2}, false, name); }
+  int globalAvgPool(int x, const std::string& name = "") {
+    return reduceMean(x, {1, 2}, false, name);
+  }
   int broadcast(int x, Shape shape, const std::string& name = "");
   int reshape(int x, Shape shape, const std::string& name = "");
   int transpose(int x, std::vector<i64> perm, const std::string& name = "");

@@ -114,6 +114,9 @@ enum class OpKind : std::uint8_t {
   // Mixed precision (appended so the kinds above keep their values).
   Cast,             // x -> x converted to attribute `dtype` (RNE)
   SgdUpdateScaled,  // sgd_update on loss-scaled gradients: unscale, skip on overflow
+  // Sum over each group of `group` consecutive replicas (batch-norm statistics that span
+  // replicas, Graphcore's bn_span); its gradient is the same sum of the gradients.
+  CrossReplicaSum,
 };
 
 struct Op {

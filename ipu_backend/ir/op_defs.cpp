@@ -29,66 +29,136 @@ std::vector<AttrSpec> with(std::vector<AttrSpec> base, std::vector<AttrSpec> ext
 const std::vector<OpDef>& table() {
   static const std::vector<OpDef> defs = {
       {OpKind::Conv2d, "conv2d", 2, 1, {}, kConvAttrs},
-      {OpKind::Conv2dBackwardData, "conv2d_backward_data", 2, 1, {},
+      {OpKind::Conv2dBackwardData,
+       "conv2d_backward_data",
+       2,
+       1,
+       {},
        with(kConvAttrs, {{"input_shape", A::Ints, true}})},
-      {OpKind::Conv2dBackwardFilter, "conv2d_backward_filter", 2, 1, {},
+      {OpKind::Conv2dBackwardFilter,
+       "conv2d_backward_filter",
+       2,
+       1,
+       {},
        with(kConvAttrs, {{"kernel", A::Ints, true}})},
-      {OpKind::MatMul, "matmul", 2, 1, {},
-       {{"trans_a", A::Bool, false},
-        {"trans_b", A::Bool, false},
-        {"partials", A::String, false}}},
+      {OpKind::MatMul,
+       "matmul",
+       2,
+       1,
+       {},
+       {{"trans_a", A::Bool, false}, {"trans_b", A::Bool, false}, {"partials", A::String, false}}},
       {OpKind::BatchNormTrain, "batch_norm_train", 3, 3, {}, {{"eps", A::Float, true}}},
       {OpKind::BatchNormInference, "batch_norm_inference", 5, 1, {}, {{"eps", A::Float, true}}},
       {OpKind::BatchNormBackward, "batch_norm_backward", 5, 3, {}, {{"eps", A::Float, true}}},
       {OpKind::Unary, "unary", 1, 1, {}, {{"fn", A::String, true}, {"alpha", A::Float, false}}},
-      {OpKind::UnaryGrad, "unary_grad", 2, 1, {},
+      {OpKind::UnaryGrad,
+       "unary_grad",
+       2,
+       1,
+       {},
        {{"fn", A::String, true}, {"alpha", A::Float, false}}},
       {OpKind::Binary, "binary", 2, 1, {}, {{"fn", A::String, true}}},
-      {OpKind::Reduce, "reduce", 1, 1, {},
+      {OpKind::Reduce,
+       "reduce",
+       1,
+       1,
+       {},
        {{"fn", A::String, true}, {"axes", A::Ints, true}, {"keep_dims", A::Bool, false}}},
       {OpKind::Broadcast, "broadcast", 1, 1, {}, {{"shape", A::Ints, true}}},
       {OpKind::Reshape, "reshape", 1, 1, {}, {{"shape", A::Ints, true}}},
       {OpKind::Transpose, "transpose", 1, 1, {}, {{"perm", A::Ints, true}}},
       {OpKind::MaxPool, "max_pool", 1, 1, {}, kPoolAttrs},
       {OpKind::MaxPoolGrad, "max_pool_grad", 2, 1, {}, kPoolAttrs},
-      {OpKind::AvgPool, "avg_pool", 1, 1, {},
+      {OpKind::AvgPool,
+       "avg_pool",
+       1,
+       1,
+       {},
        with(kPoolAttrs, {{"count_include_pad", A::Bool, false}})},
-      {OpKind::AvgPoolGrad, "avg_pool_grad", 1, 1, {},
+      {OpKind::AvgPoolGrad,
+       "avg_pool_grad",
+       1,
+       1,
+       {},
        with(kPoolAttrs, {{"count_include_pad", A::Bool, false}, {"input_shape", A::Ints, true}})},
       {OpKind::Softmax, "softmax", 1, 1, {}, {}},
       {OpKind::SoftmaxGrad, "softmax_grad", 2, 1, {}, {}},
-      {OpKind::SoftmaxCrossEntropy, "softmax_cross_entropy", 2, 1, {},
+      {OpKind::SoftmaxCrossEntropy,
+       "softmax_cross_entropy",
+       2,
+       1,
+       {},
        {{"smoothing", A::Float, false}}},
-      {OpKind::SoftmaxCrossEntropyGrad, "softmax_cross_entropy_grad", 3, 1, {},
+      {OpKind::SoftmaxCrossEntropyGrad,
+       "softmax_cross_entropy_grad",
+       3,
+       1,
+       {},
        {{"smoothing", A::Float, false}}},
-      {OpKind::Constant, "constant", 0, 1, {},
+      {OpKind::Constant,
+       "constant",
+       0,
+       1,
+       {},
        {{"shape", A::Ints, true}, {"value", A::Float, true}, {"dtype", A::String, false}}},
-      {OpKind::SgdUpdate, "sgd_update", 4, 0, {0, 1},
+      {OpKind::SgdUpdate,
+       "sgd_update",
+       4,
+       0,
+       {0, 1},
        {{"momentum", A::Float, true},
         {"weight_decay", A::Float, true},
         {"nesterov", A::Bool, false},
         {"stochastic_rounding", A::Bool, false}}},
-      {OpKind::EmaUpdate, "ema_update", 2, 0, {0},
+      {OpKind::EmaUpdate,
+       "ema_update",
+       2,
+       0,
+       {0},
        {{"momentum", A::Float, true}, {"scale", A::Float, false}}},
       // x (any shape, n elements) -> this replica's chunk [ceil(n/R)] of scale * sum over replicas.
-      {OpKind::CrossReplicaReduceScatter, "cross_replica_reduce_scatter", 1, 1, {},
+      {OpKind::CrossReplicaReduceScatter,
+       "cross_replica_reduce_scatter",
+       1,
+       1,
+       {},
        {{"replicas", A::Int, true}, {"scale", A::Float, false}}},
       // chunk [ceil(n/R)] of every replica -> the whole tensor of `shape`.
-      {OpKind::CrossReplicaAllGather, "cross_replica_all_gather", 1, 1, {},
+      {OpKind::CrossReplicaAllGather,
+       "cross_replica_all_gather",
+       1,
+       1,
+       {},
        {{"replicas", A::Int, true}, {"shape", A::Ints, true}}},
+      // x -> the sum of x over this replica's group (replicas g*G .. g*G+G-1, G = `group`).
+      // `replicas` (R, a multiple of G) is set by the replication pass; before it, R = G.
+      {OpKind::CrossReplicaSum,
+       "cross_replica_sum",
+       1,
+       1,
+       {},
+       {{"group", A::Int, true}, {"replicas", A::Int, false}}},
       // (weight, momentum chunk, gradient chunk, lr) -> updated weight chunk; updates the
       // momentum chunk in place (replicated tensor sharding of the optimizer state).
-      {OpKind::ShardedSgdUpdate, "sharded_sgd_update", 4, 1, {1},
+      {OpKind::ShardedSgdUpdate,
+       "sharded_sgd_update",
+       4,
+       1,
+       {1},
        {{"replicas", A::Int, true},
         {"momentum", A::Float, true},
         {"weight_decay", A::Float, true},
         {"nesterov", A::Bool, false}}},
-      {OpKind::Assign, "assign", 2, 0, {0}, {}},      // variable = value
+      {OpKind::Assign, "assign", 2, 0, {0}, {}},          // variable = value
       {OpKind::Accumulate, "accumulate", 2, 0, {0}, {}},  // variable += value
       {OpKind::Cast, "cast", 1, 1, {}, {{"dtype", A::String, true}}},
       // Inputs: weight, momentum, scaled gradient, lr, inverse loss scale [1], overflow [1]
       // (0 when every gradient is finite, NaN otherwise: the step is skipped).
-      {OpKind::SgdUpdateScaled, "sgd_update_scaled", 6, 0, {0, 1},
+      {OpKind::SgdUpdateScaled,
+       "sgd_update_scaled",
+       6,
+       0,
+       {0, 1},
        {{"momentum", A::Float, true},
         {"weight_decay", A::Float, true},
         {"nesterov", A::Bool, false},
@@ -103,22 +173,32 @@ const std::vector<OpDef>& table() {
 
 const char* attrTypeName(AttrType t) {
   switch (t) {
-    case A::Bool: return "bool";
-    case A::Int: return "int";
-    case A::Float: return "float";
-    case A::String: return "string";
-    case A::Ints: return "int list";
+    case A::Bool:
+      return "bool";
+    case A::Int:
+      return "int";
+    case A::Float:
+      return "float";
+    case A::String:
+      return "string";
+    case A::Ints:
+      return "int list";
   }
   return "?";
 }
 
 bool attrMatches(const AttrValue& v, AttrType t) {
   switch (t) {
-    case A::Bool: return std::holds_alternative<bool>(v);
-    case A::Int: return std::holds_alternative<i64>(v);
-    case A::Float: return std::holds_alternative<double>(v) || std::holds_alternative<i64>(v);
-    case A::String: return std::holds_alternative<std::string>(v);
-    case A::Ints: return std::holds_alternative<std::vector<i64>>(v);
+    case A::Bool:
+      return std::holds_alternative<bool>(v);
+    case A::Int:
+      return std::holds_alternative<i64>(v);
+    case A::Float:
+      return std::holds_alternative<double>(v) || std::holds_alternative<i64>(v);
+    case A::String:
+      return std::holds_alternative<std::string>(v);
+    case A::Ints:
+      return std::holds_alternative<std::vector<i64>>(v);
   }
   return false;
 }
@@ -137,13 +217,14 @@ void checkAttrs(const OpDef& def, const Attrs& attrs, const std::string& label) 
   }
   for (const auto& s : def.attrs)
     if (s.required && !attrs.has(std::string(s.name)))
-      fail(label, fmt::format("missing required attribute '{}' ({})", s.name, attrTypeName(s.type)));
+      fail(label,
+           fmt::format("missing required attribute '{}' ({})", s.name, attrTypeName(s.type)));
 }
 
 void expectRank(const Tensor& t, size_t rank, const std::string& label, const char* role) {
   if (t.shape.size() != rank)
-    fail(label, fmt::format("{} '{}' must have rank {}, got {}", role, t.name, rank,
-                            shapeStr(t.shape)));
+    fail(label,
+         fmt::format("{} '{}' must have rank {}, got {}", role, t.name, rank, shapeStr(t.shape)));
 }
 
 void expectIntsLen(const Attrs& a, const char* key, size_t n, const std::string& label) {
@@ -203,16 +284,23 @@ const OpDef* findOpDef(std::string_view name) {
 
 bool isReplicaOp(OpKind k) {
   return k == OpKind::CrossReplicaReduceScatter || k == OpKind::CrossReplicaAllGather ||
-         k == OpKind::ShardedSgdUpdate;
+         k == OpKind::ShardedSgdUpdate || k == OpKind::CrossReplicaSum;
 }
 
-bool hasSideEffects(OpKind k) { return !opDef(k).writesInputs.empty(); }
+i64 replicasOf(const Op& op) {
+  if (op.kind == OpKind::CrossReplicaSum)
+    return op.attrs.getInt("replicas", op.attrs.getInt("group"));
+  return op.attrs.getInt("replicas");
+}
+
+bool hasSideEffects(OpKind k) {
+  return !opDef(k).writesInputs.empty();
+}
 
 const std::vector<std::string_view>& unaryFunctionNames() {
-  static const std::vector<std::string_view> v = {"identity", "relu",    "neg",  "exp",
-                                                  "log",      "sqrt",    "rsqrt", "square",
-                                                  "sigmoid",  "tanh",    "gelu", "swish",
-                                                  "scale"};
+  static const std::vector<std::string_view> v = {"identity", "relu",  "neg",    "exp",     "log",
+                                                  "sqrt",     "rsqrt", "square", "sigmoid", "tanh",
+                                                  "gelu",     "swish", "scale"};
   return v;
 }
 const std::vector<std::string_view>& binaryFunctionNames() {
@@ -249,8 +337,8 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
         (kind == OpKind::SoftmaxCrossEntropy || kind == OpKind::SoftmaxCrossEntropyGrad) && i == 1;
     bool layoutOp = kind == OpKind::Reshape || kind == OpKind::Transpose;
     if (in[i]->dtype == DType::I32 && !labelsSlot && !layoutOp)
-      fail(label, fmt::format("input '{}' is i32; this op takes floating-point tensors",
-                              in[i]->name));
+      fail(label,
+           fmt::format("input '{}' is i32; this op takes floating-point tensors", in[i]->name));
   }
 
   if (a.has("partials")) {
@@ -262,7 +350,8 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
   auto fnCheck = [&](const std::vector<std::string_view>& valid) {
     const std::string& fn = a.getString("fn");
     if (std::find(valid.begin(), valid.end(), fn) == valid.end())
-      fail(label, fmt::format("unknown function fn=\"{}\" (valid: {})", fn, fmt::join(valid, ", ")));
+      fail(label,
+           fmt::format("unknown function fn=\"{}\" (valid: {})", fn, fmt::join(valid, ", ")));
   };
 
   switch (kind) {
@@ -272,8 +361,8 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
       expectRank(w, 4, label, "weight [K,R,S,C/G]");
       i64 g = a.getInt("groups");
       if (g < 1 || x.shape[3] % g != 0 || w.shape[0] % g != 0)
-        fail(label, fmt::format("groups={} must divide input channels {} and output channels {}",
-                                g, x.shape[3], w.shape[0]));
+        fail(label, fmt::format("groups={} must divide input channels {} and output channels {}", g,
+                                x.shape[3], w.shape[0]));
       if (w.shape[3] * g != x.shape[3])
         fail(label, fmt::format("weight '{}' {} expects {} input channels per group, input '{}' "
                                 "{} has {} channels for {} groups",
@@ -322,10 +411,10 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
       i64 kb = tb ? y.shape[rb - 1] : y.shape[rb - 2];
       i64 n = tb ? y.shape[rb - 2] : y.shape[rb - 1];
       if (k != kb)
-        fail(label, fmt::format("contraction dimensions differ: '{}' {} gives K={}, '{}' {} gives "
-                                "K={} (trans_a={}, trans_b={})",
-                                x.name, shapeStr(x.shape), k, y.name, shapeStr(y.shape), kb, ta,
-                                tb));
+        fail(label,
+             fmt::format("contraction dimensions differ: '{}' {} gives K={}, '{}' {} gives "
+                         "K={} (trans_a={}, trans_b={})",
+                         x.name, shapeStr(x.shape), k, y.name, shapeStr(y.shape), kb, ta, tb));
       Shape batch(x.shape.begin(), x.shape.end() - 2);
       if (rb > 2 && Shape(y.shape.begin(), y.shape.end() - 2) != batch)
         fail(label, fmt::format("batch dimensions of '{}' {} and '{}' {} must match (or the "
@@ -414,8 +503,8 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
       Shape out;
       for (i64 p : perm) {
         if (p < 0 || p >= static_cast<i64>(s.size()) || seen[p])
-          fail(label, fmt::format("perm {} is not a permutation of rank {}",
-                                  shapeStr(perm), s.size()));
+          fail(label,
+               fmt::format("perm {} is not a permutation of rank {}", shapeStr(perm), s.size()));
         seen[p] = true;
         out.push_back(s[p]);
       }
@@ -450,9 +539,9 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
       expectRank(lg, 2, label, "logits [N,classes]");
       expectFloat(lg, label, "logits");
       if (lb.dtype != DType::I32 || lb.shape != Shape{lg.shape[0]})
-        fail(label, fmt::format("labels '{}' must be i32[{}] for logits '{}' {}, got {}{}",
-                                lb.name, lg.shape[0], lg.name, shapeStr(lg.shape),
-                                dtypeName(lb.dtype), shapeStr(lb.shape)));
+        fail(label, fmt::format("labels '{}' must be i32[{}] for logits '{}' {}, got {}{}", lb.name,
+                                lg.shape[0], lg.name, shapeStr(lg.shape), dtypeName(lb.dtype),
+                                shapeStr(lb.shape)));
       double eps = a.getFloat("smoothing", 0.0);
       if (eps < 0.0 || eps >= 1.0) fail(label, "smoothing must be in [0, 1)");
       if (kind == OpKind::SoftmaxCrossEntropy) return {{{lg.shape[0]}, lg.dtype}};
@@ -498,6 +587,15 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
                                 in[0]->name, shapeStr(in[0]->shape),
                                 (numElements(full) + r - 1) / r, numElements(full), r));
       return {{full, in[0]->dtype}};
+    }
+    case OpKind::CrossReplicaSum: {
+      const i64 g = a.getInt("group"), r = a.getInt("replicas", g);
+      if (g < 1 || r < g || r % g != 0)
+        fail(label, fmt::format("group {} must be >= 1 and divide replicas {}", g, r));
+      if (in[0]->dtype != DType::F32)
+        fail(label, fmt::format("'{}' is {}; cross-replica sums take f32", in[0]->name,
+                                dtypeName(in[0]->dtype)));
+      return {{in[0]->shape, in[0]->dtype}};
     }
     case OpKind::ShardedSgdUpdate: {
       const Tensor &w = *in[0], &v = *in[1], &g = *in[2], &lr = *in[3];

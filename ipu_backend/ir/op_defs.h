@@ -21,20 +21,25 @@ struct AttrSpec {
 
 struct OpDef {
   OpKind kind;
-  std::string_view name;     // text-form name, e.g. "conv2d"
-  int numInputs;             // exact arity
-  int numOutputs;            // 0 for side-effect-only ops
+  std::string_view name;          // text-form name, e.g. "conv2d"
+  int numInputs;                  // exact arity
+  int numOutputs;                 // 0 for side-effect-only ops
   std::vector<int> writesInputs;  // inputs updated in place (must be Variables)
   std::vector<AttrSpec> attrs;
 };
 
 const OpDef& opDef(OpKind kind);
 const OpDef* findOpDef(std::string_view name);
-inline std::string_view opName(OpKind k) { return opDef(k).name; }
+inline std::string_view opName(OpKind k) {
+  return opDef(k).name;
+}
 bool hasSideEffects(OpKind k);
 // Ops whose result depends on the replica running them: the engine runs them through its
 // Collective or with its replica index, outside the tile vertices.
 bool isReplicaOp(OpKind k);
+// R of a replica op: its `replicas` attribute (a cross_replica_sum not yet through the
+// replication pass: its group).
+i64 replicasOf(const Op& op);
 
 struct TensorType {
   Shape shape;

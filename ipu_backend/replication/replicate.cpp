@@ -60,7 +60,17 @@ ReplicatedGraph replicate(const Graph& src, const ReplicationOptions& o) {
     if (op.kind == OpKind::SgdUpdate) continue;
     std::vector<std::string> names;
     for (int t : op.outputs) names.push_back(src.tensor(t).name);
-    const int nid = g.addOp(op.kind, map(op.inputs), op.attrs, names);
+    Attrs attrs = op.attrs;
+    if (op.kind == OpKind::CrossReplicaSum) {  // e.g. batch-norm statistics spanning replicas
+      const i64 group = attrs.getInt("group");
+      if (o.replicas % group != 0)
+        throw GraphError(fmt::format(
+            "replicate '{}': '{}' sums over groups of {} replicas, which do not divide {} "
+            "replicas (batch-norm span: choose a number of replicas that is a multiple of {})",
+            src.name(), src.tensor(op.inputs[0]).name, group, o.replicas, group));
+      attrs.set("replicas", static_cast<i64>(o.replicas));
+    }
+    const int nid = g.addOp(op.kind, map(op.inputs), attrs, names);
     for (size_t i = 0; i < op.outputs.size(); ++i) id[op.outputs[i]] = g.op(nid).outputs[i];
   }
   for (int t : src.outputs()) g.markOutput(id.at(t));

@@ -118,11 +118,13 @@ class ResNetBuilder {
     const double eps = rg_.config.bnEps;
     if (rg_.bnMode == BnMode::Inference)
       return b_.batchNormInference(x, gamma, beta, mean, var, eps, bn);
-    BatchNormOutputs o = b_.batchNormTrain(x, gamma, beta, eps, bn);
-    // The batch variance is biased; the running variance is unbiased (as PyTorch keeps it).
+    const i64 span = rg_.config.bnSpanReplicas;
+    BatchNormOutputs o = b_.batchNormTrainAcrossReplicas(x, gamma, beta, eps, span, bn);
+    // The batch variance is biased; the running variance is unbiased (as PyTorch keeps it),
+    // over every sample the statistics span.
     const double m = rg_.config.bnMomentum;
-    const double unbias =
-        rows > 1 ? static_cast<double>(rows) / static_cast<double>(rows - 1) : 1.0;
+    const double samples = static_cast<double>(rows * span);
+    const double unbias = samples > 1 ? samples / (samples - 1) : 1.0;
     g_.addOp(OpKind::EmaUpdate, {mean, o.mean}, Attrs{{"momentum", m}});
     g_.addOp(OpKind::EmaUpdate, {var, o.var}, Attrs{{"momentum", m}, {"scale", unbias}});
     return o.y;

@@ -53,6 +53,9 @@ struct ResNetConfig {
   // PyTorch's BatchNorm momentum 0.1 is m = 0.9 here.
   double bnMomentum = 0.9;
   bool zeroInitLastBnGamma = false;  // initWeights: bn3 gamma = 0 in every unit (Goyal et al.)
+  // Training batch norm over groups of this many replicas (model_bn_span = this x micro-batch);
+  // 1: each replica's micro-batch alone. The replication pass checks that it divides R.
+  int bnSpanReplicas = 1;
 
   static ResNetConfig resnet50();      // full, 224x224x3, 1000 classes
   static ResNetConfig small();         // tests: blocks [1,1,1,1], width 8, 32x32x3, 10 classes

@@ -38,8 +38,8 @@ Built forward(Graph& g, const SmallCnnConfig& c, i64 n, bool train) {
     r.params.insert(r.params.end(), {wt, gamma, beta});
     int y = b.conv2d(x, wt, ipu::Conv2dOptions::make(1, 1), p);
     if (train) {
-      auto o = b.batchNormTrain(y, gamma, beta, c.bnEps, bn);
-      double rows = static_cast<double>(n * h * w);
+      auto o = b.batchNormTrainAcrossReplicas(y, gamma, beta, c.bnEps, c.bnSpanReplicas, bn);
+      double rows = static_cast<double>(n * h * w * c.bnSpanReplicas);
       g.addOp(ipu::OpKind::EmaUpdate, {rmean, o.mean}, ipu::Attrs{{"momentum", c.bnMomentum}});
       g.addOp(ipu::OpKind::EmaUpdate, {rvar, o.var},
               ipu::Attrs{{"momentum", c.bnMomentum}, {"scale", rows / (rows - 1.0)}});
@@ -156,9 +156,9 @@ std::map<std::string, std::vector<float>> initSmallCnn(const Graph& g, std::uint
       double sd = std::sqrt(2.0 / fanOut);
       for (auto& x : v) x = static_cast<float>(sd * normal());
     } else if (n.rfind("fc", 0) == 0 && (ends("_weight") || ends("_bias"))) {
-      double bound = 1.0 / std::sqrt(static_cast<double>(g.get("fc_weight") >= 0
-                                                             ? g.tensor(g.get("fc_weight")).shape[0]
-                                                             : 1));
+      double bound =
+          1.0 / std::sqrt(static_cast<double>(
+                    g.get("fc_weight") >= 0 ? g.tensor(g.get("fc_weight")).shape[0] : 1));
       for (auto& x : v) x = static_cast<float>((2.0 * uniform() - 1.0) * bound);
     } else if (ends("_gamma") || ends("_running_var")) {
       std::fill(v.begin(), v.end(), 1.f);

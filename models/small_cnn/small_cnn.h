@@ -24,15 +24,16 @@ struct SmallCnnConfig {
   double bnEps = 1e-5;
   double bnMomentum = 0.9;  // running = m * running + (1 - m) * batch (PyTorch's 0.1)
   double labelSmoothing = 0.0;
+  int bnSpanReplicas = 1;  // training batch norm over groups of this many replicas (bn_span)
 };
 
 struct ClassifierGraph {
   ipu::Graph graph;
-  int images = -1;  // input f32[N,H,W,C]
-  int labels = -1;  // input i32[N]
-  int lr = -1;      // input f32[] (training graphs only)
-  int logits = -1;  // output [N, classes]
-  int loss = -1;    // output [] mean loss
+  int images = -1;              // input f32[N,H,W,C]
+  int labels = -1;              // input i32[N]
+  int lr = -1;                  // input f32[] (training graphs only)
+  int logits = -1;              // output [N, classes]
+  int loss = -1;                // output [] mean loss
   std::vector<int> parameters;  // trainable variables, in model order
   std::vector<int> state;       // running statistics and optimizer state (zero/one-initialised)
   // Loss scaling (training graphs of 16-bit policies; -1 otherwise): host inputs S and 1/S,

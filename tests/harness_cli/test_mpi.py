@@ -1,6 +1,7 @@
 """run_benchmark split over Open MPI processes (loopback): `mpirun -np 2` runs the 4 replicas of
 resnet50/mini/POD4 as 2 per process and writes the same log as one process running all 4 (times
-aside); a rank that hangs or dies makes the job exit with a clear error within a bounded time.
+aside), also when batch norm spans replicas of both processes; a rank that hangs or dies makes
+the job exit with a clear error within a bounded time.
 
 Environment: RUN_BENCHMARK = the binary (tests/harness_cli/CMakeLists.txt).
 """
@@ -84,6 +85,34 @@ def test_two_processes_write_the_log_of_one(tmp_path):
     assert b.stdout.count("== run_benchmark summary") == 1, b.stdout
     assert sorted(p.name for p in two.rglob("*") if p.is_file()) == \
         sorted(p.name for p in one.rglob("*") if p.is_file())
+
+
+def test_batch_norm_spanning_the_processes_gives_the_log_of_one(tmp_path):
+    """model_bn_span 32 = 4 replicas x micro-batch 8: every batch norm sums its statistics over
+    the 4 replicas, 2 in each process, so the sums cross the MPI link."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"mini_train_samples": 1024, "mini_eval_samples": 256,
+                                "mini_target_accuracy": 0.99, "eval_period": 1,
+                                "model_bn_span": 32}))
+    one, two, per_replica = tmp_path / "one", tmp_path / "two", tmp_path / "per_replica"
+    args = [*FAST, "--max-epochs", "1", "--config", str(path)]
+    a = subprocess.run([BINARY, *args, "--results-dir", str(one)],
+                       capture_output=True, text=True, timeout=300, env=env())
+    b = subprocess.run([*mpirun(2), BINARY, *args, "--results-dir", str(two)],
+                       capture_output=True, text=True, timeout=300, env=env())
+    assert a.returncode == 2, a.stdout + a.stderr  # ran; the 0.99 target is out of reach
+    assert b.returncode == 2, b.stdout + b.stderr
+    la, lb = without_times(log_of(one)), without_times(log_of(two))
+    assert la == lb
+    assert any('"key": "model_bn_span"' in l and '"value": 32' in l for l in la)
+    # The span changes the training: per-replica statistics give another evaluation accuracy
+    # or loss trajectory (compare the logged eval_accuracy values).
+    path.write_text(path.read_text().replace('"model_bn_span": 32', '"model_bn_span": 8'))
+    c = subprocess.run([BINARY, *args, "--results-dir", str(per_replica)],
+                       capture_output=True, text=True, timeout=300, env=env())
+    assert c.returncode == 2, c.stdout + c.stderr
+    evals = lambda log: [l for l in log if '"key": "eval_accuracy"' in l]
+    assert evals(la) != evals(without_times(log_of(per_replica)))
 
 
 def test_gradient_accumulation_runs_and_is_logged(tmp_path):
