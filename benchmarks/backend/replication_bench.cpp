@@ -1,7 +1,9 @@
 // Host time of one data-parallel training step of the small CNN for R = 1, 2, 4, 8, 16 replicas
 // at a fixed micro-batch: R engines (one thread each, 1 OpenMP thread per replica) joined by the
 // in-process ring collective. The emulator does R replicas' work on one host, so the time should
-// grow linearly with R; "ms/replica" shows how close (flat = linear).
+// grow linearly with R; "ms/replica" shows how close (flat = linear). span:1 runs the same step
+// with batch norm over all R replicas (model_bn_span = R x micro-batch): the cost of the
+// cross-replica statistics.
 #include <benchmark/benchmark.h>
 
 #include <chrono>
@@ -20,6 +22,7 @@ void BM_ReplicatedSmallCnnStep(benchmark::State& state) {
   const int replicas = static_cast<int>(state.range(0));
   kernels::fused::setNumThreads(1);  // R = 1 too: one thread per replica
   models::SmallCnnConfig cfg;
+  if (state.range(1) != 0) cfg.bnSpanReplicas = replicas;
   harness::TrainerOptions opts;
   opts.batch = kMicroBatch;
   opts.replicas = replicas;
@@ -43,11 +46,8 @@ void BM_ReplicatedSmallCnnStep(benchmark::State& state) {
 }
 
 BENCHMARK(BM_ReplicatedSmallCnnStep)
-    ->Arg(1)
-    ->Arg(2)
-    ->Arg(4)
-    ->Arg(8)
-    ->Arg(16)
+    ->ArgsProduct({{1, 2, 4, 8, 16}, {0, 1}})
+    ->ArgNames({"replicas", "span"})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
