@@ -3,7 +3,11 @@
 // images, as benchmarks/models/pytorch_resnet50_step.py runs the peer). 2 threads.
 //   images/s   batch / step time
 //   GFLOP/s    3 x forward (2 flop per MAC; 24.5 GFLOP per 224x224 image)
+//   tensor_GB  the engine's tensor memory (fused: activations share an arena by lifetime)
+//   peak_rss_GB  the process's peak resident memory so far (compile, engine and kernels)
 #include <benchmark/benchmark.h>
+
+#include <sys/resource.h>
 
 #include <chrono>
 #include <memory>
@@ -22,6 +26,16 @@ namespace {
 using namespace ipu;
 using namespace ipu::models;
 
+double peakRssGB() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) * 1024.0 / 1e9;  // ru_maxrss is in KiB
+}
+
+// The fused engine runs whole ops, so the tile plan is irrelevant to its timing: a 16-tile target
+// with large tiles keeps the planner small (the Mk2 plan of batch 32 at 224 takes ~14 GB).
+Target fusedTimingTarget() { return Target::small(16, std::int64_t{1} << 34); }
+
 void BM_ResNet50TrainStep(benchmark::State& state) {
   kernels::fused::setNumThreads(2);
   const i64 kBatch = state.range(1);
@@ -35,7 +49,7 @@ void BM_ResNet50TrainStep(benchmark::State& state) {
   const auto t0 = std::chrono::steady_clock::now();
   CompileOptions opts;
   opts.checkMemory = false;  // one step of batch 32 is far more than one IPU holds
-  auto exe = std::make_shared<const Executable>(compile(rg.graph, Target::mk2(), opts));
+  auto exe = std::make_shared<const Executable>(compile(rg.graph, fusedTimingTarget(), opts));
   Engine engine(exe, EngineMode::Fused);
   const double setupS =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -64,6 +78,8 @@ void BM_ResNet50TrainStep(benchmark::State& state) {
                                                  benchmark::Counter::kIsIterationInvariantRate);
   state.counters["compile_s"] = setupS;
   state.counters["loss"] = loss;
+  state.counters["tensor_GB"] = static_cast<double>(engine.tensorMemoryBytes()) / 1e9;
+  state.counters["peak_rss_GB"] = peakRssGB();
   state.SetLabel(fmt::format("batch {} at {}x{}, {:.2f} GFLOP/img", kBatch, c.inputH, c.inputW,
                              flopsPerImage / 1e9));
 }
@@ -111,8 +127,6 @@ BENCHMARK(BM_ResNet50CompileMk2)
 //            primitives (native on AVX512-BF16), the other ops widen to f32 and round back;
 //   1 fp16   f16 compute, f32 masters, dynamic loss scaling: no CPU has f16 conv kernels
 //            here, so every op converts f16 <-> f32 around an f32 kernel (the conversion cost).
-// The fused engine runs whole ops, so the tile plan is irrelevant to the timing: a 16-tile
-// target keeps the planner's memory small (the Mk2 plan of batch 32 at 224 takes ~14 GB).
 void BM_ResNet50TrainStepPrecision(benchmark::State& state) {
   kernels::fused::setNumThreads(2);
   const i64 kBatch = state.range(1);
@@ -135,7 +149,7 @@ void BM_ResNet50TrainStepPrecision(benchmark::State& state) {
   CompileOptions opts;
   opts.checkMemory = false;
   auto exe = std::make_shared<const Executable>(
-      compile(std::move(rw.graph), Target::small(16, std::int64_t{1} << 34), opts));
+      compile(std::move(rw.graph), fusedTimingTarget(), opts));
   Engine engine(exe, EngineMode::Fused);
   const double setupS =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -172,6 +186,8 @@ void BM_ResNet50TrainStepPrecision(benchmark::State& state) {
   state.counters["compile_s"] = setupS;
   state.counters["loss"] = loss;
   state.counters["native_bf16_isa"] = kernels::fused::nativeBf16Isa() ? 1 : 0;
+  state.counters["tensor_GB"] = static_cast<double>(engine.tensorMemoryBytes()) / 1e9;
+  state.counters["peak_rss_GB"] = peakRssGB();
   state.SetLabel(fmt::format("{} batch {} at {}x{}", policyName, kBatch, c.inputH, c.inputW));
 }
 BENCHMARK(BM_ResNet50TrainStepPrecision)

@@ -1,5 +1,6 @@
 #include "ipu_backend/engine/engine.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -102,8 +103,9 @@ struct Engine::Impl {
   const Executable& exe;
   const Graph& g;
   EngineMode mode;
-  // Fused: one buffer per IR tensor. Tile: one arena per tile.
-  std::vector<std::unique_ptr<AlignedBytes>> tensorMem;
+  // Fused: one arena, every IR tensor at an offset in it (tensorMem). Tile: one arena per tile.
+  std::unique_ptr<AlignedBytes> fusedArena;
+  std::vector<std::byte*> tensorMem;
   std::vector<std::unique_ptr<AlignedBytes>> arenas;
   std::vector<std::function<void()>> fusedSteps;              // per op
   std::vector<std::vector<std::function<void()>>> vertexFns;  // per compute set
@@ -132,8 +134,7 @@ struct Engine::Impl {
     inputs.assign(g.tensors().size(), nullptr);
     outputs.assign(g.tensors().size(), nullptr);
     if (mode == EngineMode::Fused) {
-      for (const Tensor& t : g.tensors())
-        tensorMem.push_back(std::make_unique<AlignedBytes>(static_cast<size_t>(t.bytes())));
+      allocateFusedTensors();
       allocateFusedScratch();
       for (const Op& op : g.ops())
         fusedSteps.push_back(isReplicaOp(op.kind) ? makeReplicaOp(op)
@@ -325,7 +326,7 @@ struct Engine::Impl {
       DType dt;
       std::byte* p;
     };
-    auto operand = [&](int t) { return Operand{g.tensor(t).dtype, tensorMem[t]->p}; };
+    auto operand = [&](int t) { return Operand{g.tensor(t).dtype, tensorMem[t]}; };
     std::vector<Operand> ins;
     for (int t : op.inputs) ins.push_back(operand(t));
     const Operand out = operand(op.outputs[0]);
@@ -385,8 +386,8 @@ struct Engine::Impl {
   // Batch norm of bf16 activations with f32 parameters and statistics: oneDNN bf16 batch norm.
   std::function<void()> makeFusedBatchNormBf16(const Op& op) {
     auto dt = [&](int t) { return g.tensor(t).dtype; };
-    auto P = [&](int t) { return static_cast<void*>(tensorMem[t]->p); };
-    auto Fp = [&](int t) { return reinterpret_cast<float*>(tensorMem[t]->p); };
+    auto P = [&](int t) { return static_cast<void*>(tensorMem[t]); };
+    auto Fp = [&](int t) { return reinterpret_cast<float*>(tensorMem[t]); };
     const auto [rows, c] = rowsChannelsOf(g, op.inputs[0]);
     const float eps = static_cast<float>(op.attrs.getFloat("eps"));
     const auto& in = op.inputs;
@@ -417,7 +418,7 @@ struct Engine::Impl {
       if (g.tensor(t).dtype != DType::BF16) return {};
     for (int t : op.outputs)
       if (g.tensor(t).dtype != DType::BF16) return {};
-    auto P = [&](int t) { return static_cast<void*>(tensorMem[t]->p); };
+    auto P = [&](int t) { return static_cast<void*>(tensorMem[t]); };
     void *a = P(op.inputs[0]), *b = P(op.inputs[1]), *c = P(op.outputs[0]);
     switch (op.kind) {
       case OpKind::Conv2d: {
@@ -460,13 +461,13 @@ struct Engine::Impl {
       const Tensor& T = g.tensor(t);
       DType dt = T.dtype;
       i64 n = T.elements();
-      const void* mem = tensorMem[t]->p;
+      const void* mem = tensorMem[t];
       bool isInput = std::find(op.inputs.begin(), op.inputs.end(), t) != op.inputs.end();
       bool written = std::find(op.outputs.begin(), op.outputs.end(), t) != op.outputs.end();
       for (int w : def.writesInputs) written = written || op.inputs[w] == t;
       if (isInput) pre.push_back([=] { widen(dt, mem, f, n); });
       if (written) {
-        void* dst = tensorMem[t]->p;
+        void* dst = tensorMem[t];
         bool sr = stochasticWrites(op);
         std::uint64_t* stepPtr = &step;
         const std::uint64_t* basePtr = &roundingSeedBase;
@@ -491,12 +492,81 @@ struct Engine::Impl {
   }
 
   // ---- fused mode ---------------------------------------------------------------------------
+  // Tensor memory as on the device: a tensor holds bytes from the first program step that
+  // writes or reads it to the last one (program order, the op's first compute set), so
+  // activations whose lifetimes do not overlap share memory (first fit, 64-byte aligned).
+  // Variables, host streams and graph outputs keep their bytes for the engine's life. An op's
+  // inputs and outputs are live at its own step, so they never alias.
+  void allocateFusedTensors() {
+    const size_t n = g.tensors().size();
+    const i64 end = static_cast<i64>(exe.program.body.size());
+    std::vector<i64> first(n, end), last(n, -1);
+    i64 pos = 0;
+    auto touch = [&](int t) {
+      first[t] = std::min(first[t], pos);
+      last[t] = std::max(last[t], pos);
+    };
+    for (const Program::Step& st : exe.program.body) {
+      if (st.kind != Program::Step::Kind::Execute) {
+        touch(st.index);
+      } else if (const ComputeSet& cs = exe.computeSets[st.index]; cs.phase == 0) {
+        for (int t : g.op(cs.op).inputs) touch(t);
+        for (int t : g.op(cs.op).outputs) touch(t);
+      }
+      ++pos;
+    }
+    std::vector<bool> persistent(n, false);
+    for (const Tensor& t : g.tensors())
+      persistent[t.id] = t.kind != TensorKind::Activation || last[t.id] < 0;
+    for (int t : g.outputs()) persistent[t] = true;
+
+    auto aligned = [](i64 b) { return (std::max<i64>(b, 1) + 63) / 64 * 64; };
+    std::vector<i64> offset(n, 0);
+    i64 persistentBytes = 0;
+    for (const Tensor& t : g.tensors())
+      if (persistent[t.id]) {
+        offset[t.id] = persistentBytes;
+        persistentBytes += aligned(t.bytes());
+      }
+    // First fit over lifetimes: tensors in order of their first step, larger first on ties.
+    std::vector<int> order;
+    for (const Tensor& t : g.tensors())
+      if (!persistent[t.id]) order.push_back(t.id);
+    std::sort(order.begin(), order.end(), [&](int a, int b) {
+      if (first[a] != first[b]) return first[a] < first[b];
+      return g.tensor(a).bytes() > g.tensor(b).bytes();
+    });
+    struct Block {
+      i64 offset, bytes;
+      int tensor;
+    };
+    std::vector<Block> active;  // sorted by offset
+    i64 peak = 0;
+    for (int t : order) {
+      active.erase(std::remove_if(active.begin(), active.end(),
+                                  [&](const Block& b) { return last[b.tensor] < first[t]; }),
+                   active.end());
+      const i64 bytes = aligned(g.tensor(t).bytes());
+      i64 at = 0;
+      auto it = active.begin();
+      for (; it != active.end(); ++it) {
+        if (it->offset - at >= bytes) break;
+        at = std::max(at, it->offset + it->bytes);
+      }
+      active.insert(it, Block{at, bytes, t});
+      offset[t] = persistentBytes + at;
+      peak = std::max(peak, at + bytes);
+    }
+    fusedArena = std::make_unique<AlignedBytes>(static_cast<size_t>(persistentBytes + peak));
+    for (size_t t = 0; t < n; ++t) tensorMem.push_back(fusedArena->p + offset[t]);
+  }
+
   float* F(int t) {
     if (auto it = halfScratch.find(t); it != halfScratch.end()) return it->second;
-    return reinterpret_cast<float*>(tensorMem[t]->p);
+    return reinterpret_cast<float*>(tensorMem[t]);
   }
   const std::int32_t* I(int t) {
-    return reinterpret_cast<const std::int32_t*>(tensorMem[t]->p);
+    return reinterpret_cast<const std::int32_t*>(tensorMem[t]);
   }
 
   template <typename K, typename... A>
@@ -587,8 +657,8 @@ struct Engine::Impl {
         return [=] { fz::reduce(kind, s, x, y); };
       }
       case OpKind::Reshape: {
-        const void* x = tensorMem[in(0)]->p;
-        void* y = tensorMem[out]->p;
+        const void* x = tensorMem[in(0)];
+        void* y = tensorMem[out];
         size_t n = static_cast<size_t>(g.tensor(out).bytes());
         return [=] { std::memcpy(y, x, n); };
       }
@@ -978,7 +1048,7 @@ struct Engine::Impl {
   void write(int t, const void* data) {
     const Tensor& T = g.tensor(t);
     if (mode == EngineMode::Fused) {
-      std::memcpy(tensorMem[t]->p, data, static_cast<size_t>(T.bytes()));
+      std::memcpy(tensorMem[t], data, static_cast<size_t>(T.bytes()));
       return;
     }
     i64 es = sizeOf(T.dtype);
@@ -989,7 +1059,7 @@ struct Engine::Impl {
   void read(int t, void* data) const {
     const Tensor& T = g.tensor(t);
     if (mode == EngineMode::Fused) {
-      std::memcpy(data, tensorMem[t]->p, static_cast<size_t>(T.bytes()));
+      std::memcpy(data, tensorMem[t], static_cast<size_t>(T.bytes()));
       return;
     }
     i64 es = sizeOf(T.dtype);
@@ -1126,6 +1196,14 @@ void Engine::connectOutput(int tensor, void* data) {
     throw std::invalid_argument(fmt::format("connectOutput: '{}' is not marked as a graph output",
                                             exe_->graph.tensor(tensor).name));
   impl_->outputs.at(tensor) = data;
+}
+
+std::int64_t Engine::tensorMemoryBytes() const {
+  std::int64_t bytes = 0;
+  if (impl_->fusedArena) bytes += static_cast<std::int64_t>(impl_->fusedArena->n);
+  for (const auto& a : impl_->fusedScratchPool) bytes += static_cast<std::int64_t>(a->n);
+  for (const auto& a : impl_->arenas) bytes += static_cast<std::int64_t>(a->n);
+  return bytes;
 }
 
 void Engine::run() {

@@ -56,6 +56,11 @@ class Engine {
   // and the same in both modes.
   void setRoundingSeed(std::uint64_t seed);
 
+  // Bytes the engine holds for tensors: fused mode's arena (activations share memory by
+  // lifetime; variables, streams and outputs have their own) plus its 16-bit scratch, or tile
+  // mode's tile arenas. Kernel workspaces (oneDNN scratchpads, reorders) are not counted.
+  std::int64_t tensorMemoryBytes() const;
+
   // Runs the program once: deviceIterations training steps (each of accumulationSteps
   // micro-batches when the program accumulates gradients).
   void run();
