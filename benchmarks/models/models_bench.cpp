@@ -5,11 +5,17 @@
 //   GFLOP/s    3 x forward (2 flop per MAC; 24.5 GFLOP per 224x224 image)
 //   tensor_GB  the engine's tensor memory (fused: activations share an arena by lifetime)
 //   peak_rss_GB  the process's peak resident memory so far (compile, engine and kernels)
+// MODELS_BENCH_PROFILE=1 prints, after each step benchmark, the host time per op kind and the
+// slowest ops of two profiled steps (stderr).
 #include <benchmark/benchmark.h>
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
 #include <memory>
 
 #include <fmt/format.h>
@@ -17,6 +23,7 @@
 #include "ipu_backend/compiler/compiler.h"
 #include "ipu_backend/compiler/mixed_precision.h"
 #include "ipu_backend/engine/engine.h"
+#include "ipu_backend/ir/op_defs.h"
 #include "ipu_backend/kernels/fused.h"
 #include "ipu_backend/kernels/fused_bf16.h"
 #include "models/resnet50/resnet50.h"
@@ -32,9 +39,48 @@ double peakRssGB() {
   return static_cast<double>(u.ru_maxrss) * 1024.0 / 1e9;  // ru_maxrss is in KiB
 }
 
+void maybePrintProfile(Engine& engine, const std::string& what) {
+  if (!std::getenv("MODELS_BENCH_PROFILE")) return;
+  constexpr int kSteps = 2;
+  engine.setProfiling(true);
+  for (int i = 0; i < kSteps; ++i) engine.run();
+  engine.setProfiling(false);
+  const Graph& g = engine.executable().graph;
+  const std::vector<double>& sec = engine.opSeconds();
+  std::map<std::string, std::pair<double, int>> byKind;
+  double total = 0;
+  for (const Op& op : g.ops()) {
+    std::string kind(opName(op.kind));
+    if (op.kind == OpKind::Unary || op.kind == OpKind::Binary || op.kind == OpKind::UnaryGrad)
+      kind += ":" + op.attrs.getString("fn");
+    byKind[kind].first += sec[op.id] / kSteps;
+    byKind[kind].second += 1;
+    total += sec[op.id] / kSteps;
+  }
+  std::vector<std::pair<double, std::string>> kinds;
+  for (auto& [k, v] : byKind) kinds.emplace_back(v.first, fmt::format("{} ({} ops)", k, v.second));
+  std::sort(kinds.rbegin(), kinds.rend());
+  std::fprintf(stderr, "profile of %s: %.1f ms per step over the ops\n", what.c_str(), total * 1e3);
+  for (auto& [t, k] : kinds)
+    std::fprintf(stderr, "  %8.1f ms %5.1f%%  %s\n", t * 1e3, 100 * t / total, k.c_str());
+  std::vector<int> ops(g.ops().size());
+  for (size_t i = 0; i < ops.size(); ++i) ops[i] = static_cast<int>(i);
+  std::sort(ops.begin(), ops.end(), [&](int a, int b) { return sec[a] > sec[b]; });
+  std::fprintf(stderr, "  slowest ops:\n");
+  for (size_t i = 0; i < std::min<size_t>(15, ops.size()); ++i) {
+    const Op& op = g.op(ops[i]);
+    std::fprintf(stderr, "  %8.2f ms  %s -> %s %s\n", sec[op.id] / kSteps * 1e3,
+                 std::string(opName(op.kind)).c_str(),
+                 op.outputs.empty() ? "" : g.tensor(op.outputs[0]).name.c_str(),
+                 op.outputs.empty() ? "" : shapeStr(g.tensor(op.outputs[0]).shape).c_str());
+  }
+}
+
 // The fused engine runs whole ops, so the tile plan is irrelevant to its timing: a 16-tile target
 // with large tiles keeps the planner small (the Mk2 plan of batch 32 at 224 takes ~14 GB).
-Target fusedTimingTarget() { return Target::small(16, std::int64_t{1} << 34); }
+Target fusedTimingTarget() {
+  return Target::small(16, std::int64_t{1} << 34);
+}
 
 void BM_ResNet50TrainStep(benchmark::State& state) {
   kernels::fused::setNumThreads(2);
@@ -80,6 +126,7 @@ void BM_ResNet50TrainStep(benchmark::State& state) {
   state.counters["loss"] = loss;
   state.counters["tensor_GB"] = static_cast<double>(engine.tensorMemoryBytes()) / 1e9;
   state.counters["peak_rss_GB"] = peakRssGB();
+  maybePrintProfile(engine, fmt::format("f32 batch {} at {}x{}", kBatch, c.inputH, c.inputW));
   state.SetLabel(fmt::format("batch {} at {}x{}, {:.2f} GFLOP/img", kBatch, c.inputH, c.inputW,
                              flopsPerImage / 1e9));
 }
@@ -148,8 +195,8 @@ void BM_ResNet50TrainStepPrecision(benchmark::State& state) {
   const auto t0 = std::chrono::steady_clock::now();
   CompileOptions opts;
   opts.checkMemory = false;
-  auto exe = std::make_shared<const Executable>(
-      compile(std::move(rw.graph), fusedTimingTarget(), opts));
+  auto exe =
+      std::make_shared<const Executable>(compile(std::move(rw.graph), fusedTimingTarget(), opts));
   Engine engine(exe, EngineMode::Fused);
   const double setupS =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -186,6 +233,8 @@ void BM_ResNet50TrainStepPrecision(benchmark::State& state) {
   state.counters["compile_s"] = setupS;
   state.counters["loss"] = loss;
   state.counters["native_bf16_isa"] = kernels::fused::nativeBf16Isa() ? 1 : 0;
+  maybePrintProfile(engine,
+                    fmt::format("{} batch {} at {}x{}", policyName, kBatch, c.inputH, c.inputW));
   state.counters["tensor_GB"] = static_cast<double>(engine.tensorMemoryBytes()) / 1e9;
   state.counters["peak_rss_GB"] = peakRssGB();
   state.SetLabel(fmt::format("{} batch {} at {}x{}", policyName, kBatch, c.inputH, c.inputW));

@@ -112,8 +112,11 @@ OpInfo opInfo(const Executable& exe, const Op& op, const CostOptions& o) {
                                : static_cast<double>(s.n * s.outH() * s.outW());
       in.ampEfficiency = ampEfficiency(contraction, o.precision);
       in.outElems = static_cast<double>(g.tensor(op.outputs[0]).elements());
+      // The extent the compiler splits partial sums over (a vertex's `red` is a part of it):
+      // output channels for the data gradient, output rows (n x OH) for the filter gradient.
+      if (op.kind == OpKind::Conv2dBackwardData) in.redExtent = static_cast<double>(s.k);
       if (op.kind == OpKind::Conv2dBackwardFilter) {
-        in.redExtent = static_cast<double>(s.n);
+        in.redExtent = static_cast<double>(s.n * s.outH());
         in.planA = bytesOf(op.inputs[0]) + bytesOf(op.inputs[1]);
         in.planW = bytesOf(op.outputs[0]);
       } else {
@@ -127,6 +130,7 @@ OpInfo opInfo(const Executable& exe, const Op& op, const CostOptions& o) {
       in.macs = static_cast<double>(s.macs());
       in.ampEfficiency = ampEfficiency(static_cast<double>(s.k), o.precision);
       in.outElems = static_cast<double>(s.cElems());
+      in.redExtent = static_cast<double>(s.k);  // split over the contraction
       in.planA = bytesOf(op.inputs[0]);
       in.planW = bytesOf(op.inputs[1]);
       break;

@@ -1,6 +1,7 @@
 #include "ipu_backend/engine/engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -126,6 +127,8 @@ struct Engine::Impl {
   std::vector<std::function<void()>> preConvert, postConvert;
   std::vector<std::unique_ptr<AlignedBytes>> fusedScratchPool;     // fused: one per operand slot
   std::vector<std::shared_ptr<std::vector<float>>> vertexScratch;  // tile: kept alive
+  bool profiling = false;
+  std::vector<double> opSeconds;   // fused profiling, per op id
   bool buildingInPlaceOp = false;  // tile: outputs are read-modify-write (update ops)
   const Op* buildingOp = nullptr;
 
@@ -1098,7 +1101,15 @@ struct Engine::Impl {
           case Program::Step::Kind::Execute:
             if (mode == EngineMode::Fused) {
               const ComputeSet& cs = exe.computeSets[st.index];
-              if (cs.phase == 0) fusedSteps[cs.op]();  // one host kernel per op
+              if (cs.phase != 0) break;
+              if (profiling) {
+                const auto t0 = std::chrono::steady_clock::now();
+                fusedSteps[cs.op]();
+                opSeconds[static_cast<size_t>(cs.op)] +=
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+              } else {
+                fusedSteps[cs.op]();  // one host kernel per op
+              }
             } else {
               runComputeSet(st.index);
             }
@@ -1204,6 +1215,15 @@ std::int64_t Engine::tensorMemoryBytes() const {
   for (const auto& a : impl_->fusedScratchPool) bytes += static_cast<std::int64_t>(a->n);
   for (const auto& a : impl_->arenas) bytes += static_cast<std::int64_t>(a->n);
   return bytes;
+}
+
+void Engine::setProfiling(bool on) {
+  impl_->profiling = on;
+  if (on && impl_->opSeconds.empty()) impl_->opSeconds.assign(exe_->graph.ops().size(), 0.0);
+}
+
+const std::vector<double>& Engine::opSeconds() const {
+  return impl_->opSeconds;
 }
 
 void Engine::run() {

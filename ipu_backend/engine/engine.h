@@ -61,6 +61,11 @@ class Engine {
   // mode's tile arenas. Kernel workspaces (oneDNN scratchpads, reorders) are not counted.
   std::int64_t tensorMemoryBytes() const;
 
+  // Fused mode: host seconds per op, summed over the run() calls made while profiling is on
+  // (indexed by op id; empty until profiling is enabled). Tile mode does not profile.
+  void setProfiling(bool on);
+  const std::vector<double>& opSeconds() const;
+
   // Runs the program once: deviceIterations training steps (each of accumulationSteps
   // micro-batches when the program accumulates gradients).
   void run();

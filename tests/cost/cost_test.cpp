@@ -5,6 +5,7 @@
 
 #include "ipu_backend/compiler/autodiff.h"
 #include "ipu_backend/compiler/compiler.h"
+#include "ipu_backend/compiler/op_shapes.h"
 #include "ipu_backend/cost/collectives.h"
 #include "ipu_backend/cost/cost_model.h"
 #include "ipu_backend/cost/time_to_train.h"
@@ -190,6 +191,44 @@ TEST(CostModel, SegmentedCompileGivesTheWholeGraphEstimate) {
     EXPECT_GT(whole.optimizerCycles, 0);
     EXPECT_DOUBLE_EQ(seg.hostBytes, whole.hostBytes);
     EXPECT_DOUBLE_EQ(seg.seconds, whole.seconds);
+  }
+}
+
+// Every MAC of the graph is priced exactly once, however the compiler splits the work: whole
+// ops, output slices, or partial sums over the contraction (data gradient over output
+// channels, filter gradient over output rows, matmul over k). Small tiles force the splits.
+TEST(CostModel, MacsOfSplitConvolutionsAndMatMulsAddUpToTheGraphsMacs) {
+  Graph g;
+  Builder b(g);
+  int x = b.input("x", {8, 16, 16, 32});
+  int labels = b.input("labels", {8}, DType::I32);
+  int w1 = b.variable("w1", {64, 3, 3, 32}), w2 = b.variable("w2", {128, 3, 3, 64});
+  int fc = b.variable("fc", {128, 512}), fc2 = b.variable("fc2", {512, 10});
+  int y = b.relu(b.conv2d(x, w1, Conv2dOptions::make(1, 1)));
+  y = b.relu(b.conv2d(y, w2, Conv2dOptions::make(2, 1)));
+  int logits = b.matmul(b.relu(b.matmul(b.globalAvgPool(y), fc)), fc2);
+  int loss = b.reduceMean(b.softmaxCrossEntropy(logits, labels), {0}, false, "loss");
+  g.markOutput(loss);
+  GradientResult gr = appendBackward(g, loss, {w1, w2, fc, fc2});
+  appendSgdUpdate(g, gr.grads, b.input("lr", {}), SgdOptions{});
+
+  for (i64 tileBytes : {i64{16} << 20, i64{48} << 10, i64{16} << 10}) {
+    const Executable exe =
+        compile(g, Target::small(64, tileBytes), {.deviceIterations = 1, .checkMemory = false});
+    double graphMacs = 0;
+    int partialSets = 0;
+    for (const Op& op : exe.graph.ops()) {
+      if (op.kind == OpKind::MatMul)
+        graphMacs += static_cast<double>(matMulShapeOf(exe.graph, op).macs());
+      if (op.kind == OpKind::Conv2d || op.kind == OpKind::Conv2dBackwardData ||
+          op.kind == OpKind::Conv2dBackwardFilter)
+        graphMacs += static_cast<double>(convShapeOf(exe.graph, op).macs());
+    }
+    for (const ComputeSet& cs : exe.computeSets) partialSets += cs.name.ends_with("/partials");
+    EXPECT_NEAR(estimateStep(exe).macs, graphMacs, 1e-9 * graphMacs) << tileBytes << " B tiles";
+    if (tileBytes == (i64{16} << 10)) {
+      EXPECT_GT(partialSets, 2) << "the small tiles should split some reductions";
+    }
   }
 }
 
