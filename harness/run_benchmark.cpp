@@ -17,6 +17,7 @@
 #include <regex>
 
 #include "datasets/fashion_mnist.h"
+#include "harness/full_scale_projection.h"
 #include "harness/progress.h"
 #include "harness/run_benchmark_plan.h"
 #include "harness/system_description.h"
@@ -196,6 +197,10 @@ int main(int argc, char** argv) {
   app.add_option("--loss-scaling", o.loss_scaling,
                  "none | static:S | dynamic[:S0[:growth interval]]; default: the preset's, or "
                  "the --precision policy's");
+  app.add_flag("--project-full-scale", o.project_full_scale,
+               "after the runs, also print the modeled time-to-train at full scale on this pod "
+               "size: the published configuration (full-scale preset), full ResNet-50 compiled "
+               "for IPU-Mk2 and priced by the cost model (about 30 s more)");
   CLI11_PARSE(app, argc, argv);
 
   // Under mpirun every process runs this same main; rank 0 alone writes the package and prints.
@@ -264,6 +269,13 @@ int main(int argc, char** argv) {
     if (gInterrupted.load()) break;
   }
   if (rank == 0) printSummary(plan, outcomes, systemJson);
+  if (rank == 0 && o.project_full_scale) {
+    try {
+      fmt::print("{}", projectFullScale(plan.benchmark, o.pod_size).describe());
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "run_benchmark: no full-scale projection: {}\n", e.what());
+    }
+  }
   std::fflush(stdout);
   if (mpi) mpi->barrier("the end of the runs");
   if (gInterrupted.load()) return 130;

@@ -34,7 +34,8 @@ struct CliOptions {
   bool model_stand_in = false;
   bool shard_optimizer_state = false;  // replicated tensor sharding of the momentum
   std::string precision;               // fp32 | fp16 | bf16 | 16.16 | 16.32; empty: the preset's
-  std::string loss_scaling;  // none | static:S | dynamic[:S[:interval]]; empty: see makePlan
+  std::string loss_scaling;         // none | static:S | dynamic[:S[:interval]]; empty: see makePlan
+  bool project_full_scale = false;  // also print the modeled full-scale time-to-train
 };
 
 // The precision policy a preset asks for: its precision ("FP32", "FP16.16", "FP16.32", "FP16",
