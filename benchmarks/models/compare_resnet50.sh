@@ -88,8 +88,8 @@ fi
 
 for cfg in "224 32" "224 8" "32 32"; do
   read -r hw b <<<"$cfg"
-  echo "== ours: ${hw}x${hw} batch $b"
-  "$BENCH" --benchmark_filter="^BM_ResNet50TrainStep/hw:$hw/batch:$b/" \
+  echo "== ours: ${hw}x${hw} batch $b (Winograd 3x3 and direct-only)"
+  "$BENCH" --benchmark_filter="^BM_ResNet50TrainStep(DirectConv)?/hw:$hw/batch:$b/" \
     --benchmark_out="$TMP/ours_${hw}_$b.json" \
     --benchmark_out_format=json >/dev/null || echo "   ours failed (rc $?; out of memory?)"
   echo "== pytorch: ${hw}x${hw} batch $b"
@@ -101,21 +101,25 @@ done
 /usr/bin/python3 - "$TMP" <<'PY'
 import json, os, sys
 d = sys.argv[1]
-print(f"{'workload':30s} {'ours img/s':>11s} {'ours GFLOP/s':>13s} {'pytorch img/s':>14s} "
-      f"{'ratio':>7s}")
+print(f"{'workload':26s} {'ours img/s':>10s} {'GFLOP/s':>8s} {'peak GB':>8s} {'direct':>8s} "
+      f"{'torch img/s':>11s} {'GFLOP/s':>8s} {'peak GB':>8s} {'ratio':>6s} {'direct':>6s}")
 for hw, b in ((224, 32), (224, 8), (32, 32)):
-    t = json.load(open(f"{d}/torch_{hw}_{b}.json"))["images_per_s"]
-    o = g = None
-    path = f"{d}/ours_{hw}_{b}.json"
+    t = json.load(open(f"{d}/torch_{hw}_{b}.json"))
+    runs = {}
     try:  # a run killed for memory leaves a truncated file
-        runs = json.load(open(path)).get("benchmarks", [])
-        if runs:
-            o, g = runs[0]["images/s"], runs[0]["GFLOP/s"]
+        for r in json.load(open(f"{d}/ours_{hw}_{b}.json")).get("benchmarks", []):
+            runs["direct" if "DirectConv" in r["name"] else "auto"] = r
     except (OSError, ValueError):
         pass
-    name = f"ResNet-50 {hw}x{hw} batch {b}"
-    if o is None:
-        print(f"{name:30s} {'failed':>11s} {'-':>13s} {t:14.2f} {'-':>7s}")
-    else:
-        print(f"{name:30s} {o:11.2f} {g:13.1f} {t:14.2f} {o / t:7.3f}")
+    o, dc = runs.get("auto"), runs.get("direct")
+    ti = t["images_per_s"]
+    cell = lambda r, k, f: format(r[k], f) if r else "failed"
+    print(f"{f'ResNet-50 {hw}x{hw} batch {b}':26s} {cell(o, 'images/s', '10.2f'):>10s} "
+          f"{cell(o, 'GFLOP/s', '8.1f'):>8s} {cell(o, 'peak_rss_GB', '8.2f'):>8s} "
+          f"{cell(dc, 'images/s', '8.2f'):>8s} {ti:11.2f} {t['gflops_approx']:8.1f} "
+          f"{t.get('peak_rss_gb', 0):8.2f} "
+          f"{(format(o['images/s'] / ti, '6.3f') if o else '-'):>6s} "
+          f"{(format(dc['images/s'] / ti, '6.3f') if dc else '-'):>6s}")
+print("ratio: ours (Winograd for 3x3 stride 1, the default) / PyTorch; direct: ours with direct "
+      "convolutions only / PyTorch. peak GB: peak resident memory of each process.")
 PY

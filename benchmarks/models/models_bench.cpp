@@ -82,8 +82,9 @@ Target fusedTimingTarget() {
   return Target::small(16, std::int64_t{1} << 34);
 }
 
-void BM_ResNet50TrainStep(benchmark::State& state) {
+void resnet50TrainStep(benchmark::State& state, kernels::fused::ConvAlgorithm algorithm) {
   kernels::fused::setNumThreads(2);
+  kernels::fused::setConvAlgorithm(algorithm);
   const i64 kBatch = state.range(1);
   ResNetConfig c = ResNetConfig::resnet50();
   c.inputH = c.inputW = static_cast<int>(state.range(0));
@@ -129,9 +130,25 @@ void BM_ResNet50TrainStep(benchmark::State& state) {
   maybePrintProfile(engine, fmt::format("f32 batch {} at {}x{}", kBatch, c.inputH, c.inputW));
   state.SetLabel(fmt::format("batch {} at {}x{}, {:.2f} GFLOP/img", kBatch, c.inputH, c.inputW,
                              flopsPerImage / 1e9));
+  kernels::fused::setConvAlgorithm(kernels::fused::ConvAlgorithm::Auto);
+}
+// Auto: Winograd for the 3x3 stride-1 convolutions (kernels/fused.h); Direct: direct only.
+void BM_ResNet50TrainStep(benchmark::State& state) {
+  resnet50TrainStep(state, kernels::fused::ConvAlgorithm::Auto);
+}
+void BM_ResNet50TrainStepDirectConv(benchmark::State& state) {
+  resnet50TrainStep(state, kernels::fused::ConvAlgorithm::Direct);
 }
 BENCHMARK(BM_ResNet50TrainStep)
     // batch 8 at 224: batch 32 at 224 needs more than the 23 GB of a 2-core dev machine.
+    ->Args({224, 32})
+    ->Args({224, 8})
+    ->Args({32, 32})
+    ->ArgNames({"hw", "batch"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(10.0);
+BENCHMARK(BM_ResNet50TrainStepDirectConv)
     ->Args({224, 32})
     ->Args({224, 8})
     ->Args({32, 32})

@@ -12,6 +12,7 @@ Prints one JSON line: {"hw", "batch", "median_s", "images_per_s", "gflops", ...}
 """
 import argparse
 import json
+import resource
 import os
 import statistics
 import time
@@ -66,6 +67,8 @@ def main():
         "precision": "bf16_autocast" if args.bf16 else "fp32",
         "threads": args.threads, "median_s": med, "min_s": min(times),
         "images_per_s": args.batch / med, "gflops_approx": args.batch * flop / med / 1e9,
+        # Peak resident memory of the process (model, activations, allocator caches).
+        "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9,
         "ld_preload": os.environ.get("LD_PRELOAD", ""),
         "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", "")}))
 

@@ -3,6 +3,7 @@
 // caller's pointers to pre-made memory objects and executes.
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <atomic>
 #include <optional>
 
 #include "ipu_backend/kernels/fused.h"
@@ -45,12 +46,68 @@ ConvDescs convDescs(const Conv2dShape& s) {
   return d;
 }
 
-dnnl::convolution_forward::primitive_desc convForwardPd(const ConvDescs& d,
+std::atomic<ConvAlgorithm> gConvAlgorithm{ConvAlgorithm::Auto};
+
+// The descriptors of the algorithm a convolution runs with: the user's NHWC activations for
+// direct, "any" (the primitive's blocked layout) for Winograd.
+struct ConvPlan {
+  dnnl::algorithm alg = dnnl::algorithm::convolution_direct;
+  memory::desc src, dst;
+};
+
+ConvPlan directPlan(const ConvDescs& d) {
+  return {dnnl::algorithm::convolution_direct, d.src, d.dst};
+}
+
+bool winogradShape(const Conv2dShape& s) {
+  return s.r == 3 && s.s == 3 && s.strideH == 1 && s.strideW == 1 && s.dilH == 1 && s.dilW == 1 &&
+         s.groups == 1 && s.c >= 64 && s.k >= 64 && s.c % 16 == 0 && s.k % 16 == 0;
+}
+
+dnnl::convolution_forward::primitive_desc convForwardPd(const ConvDescs& d, const ConvPlan& p,
                                                         const dnnl::primitive_attr& attr) {
-  dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_training,
-                                       dnnl::algorithm::convolution_direct, d.src, d.anyWeights,
-                                       d.dst, d.strides, d.dilates, d.padL, d.padR);
+  dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_training, p.alg, p.src,
+                                       d.anyWeights, p.dst, d.strides, d.dilates, d.padL, d.padR);
   return dnnl::convolution_forward::primitive_desc(desc, attr, detail::cpuEngine());
+}
+
+// Winograd where allowed and implemented on this CPU (oneDNN refuses the descriptor
+// otherwise), else direct on the user's layout.
+ConvPlan choosePlan(const Conv2dShape& s, const ConvDescs& d) {
+  if (gConvAlgorithm.load() != ConvAlgorithm::Auto || !winogradShape(s)) return directPlan(d);
+  ConvPlan w{dnnl::algorithm::convolution_winograd, memory::desc(d.src.dims(), Dt::f32, Tag::any),
+             memory::desc(d.dst.dims(), Dt::f32, Tag::any)};
+  try {
+    (void)convForwardPd(d, w, dnnl::primitive_attr());
+    return w;
+  } catch (const dnnl::error&) {
+    return directPlan(d);
+  }
+}
+
+// An activation operand: the caller's NHWC memory, and the primitive's own copy when its
+// layout differs (reordered in before, or out after, the convolution).
+struct ActivationBinding {
+  memory user, primitive;
+  Prim reorder;
+};
+
+ActivationBinding bindActivation(const memory::desc& userMd, const memory::desc& primMd,
+                                 bool toUser) {
+  ActivationBinding b;
+  b.user = userMemory(userMd);
+  if (primMd == userMd) {
+    b.primitive = b.user;
+  } else {
+    b.primitive = ownedMemory(primMd);
+    b.reorder = toUser ? detail::makeReorder(b.primitive, b.user)
+                       : detail::makeReorder(b.user, b.primitive);
+  }
+  return b;
+}
+
+void reorderIfNeeded(const ActivationBinding& a) {
+  if (a.reorder.valid()) a.reorder.execute();
 }
 
 // The primitive-format weights: the user's memory itself when the formats agree, else an
@@ -76,43 +133,59 @@ WeightsBinding bindWeights(const memory::desc& userMd, const memory::desc& primM
 
 }  // namespace
 
+void setConvAlgorithm(ConvAlgorithm a) {
+  gConvAlgorithm.store(a);
+}
+ConvAlgorithm convAlgorithm() {
+  return gConvAlgorithm.load();
+}
+
 // ---- Conv2dForward -------------------------------------------------------------------------
 
 struct Conv2dForward::Impl {
-  memory x, y;
+  ActivationBinding x, y;
   WeightsBinding w;
   Prim conv;
+  std::string implementation;
 };
 
 Conv2dForward::Conv2dForward(const Conv2dShape& s) : impl_(std::make_unique<Impl>()) {
   detail::syncThreads();
   const ConvDescs d = convDescs(s);
-  const auto pd = convForwardPd(d, detail::userScratchpadAttr());
-  impl_->x = userMemory(d.src);
-  impl_->y = userMemory(d.dst);
+  const ConvPlan plan = choosePlan(s, d);
+  const auto pd = convForwardPd(d, plan, detail::userScratchpadAttr());
+  impl_->x = bindActivation(d.src, pd.src_desc(), /*toUser=*/false);
+  impl_->y = bindActivation(d.dst, pd.dst_desc(), /*toUser=*/true);
   impl_->w = bindWeights(d.userWeights, pd.weights_desc(), /*toUser=*/false);
   impl_->conv = Prim(pd, dnnl::convolution_forward(pd));
-  impl_->conv.arg(DNNL_ARG_SRC, impl_->x);
+  impl_->implementation = pd.impl_info_str();
+  impl_->conv.arg(DNNL_ARG_SRC, impl_->x.primitive);
   impl_->conv.arg(DNNL_ARG_WEIGHTS, impl_->w.primitive);
-  impl_->conv.arg(DNNL_ARG_DST, impl_->y);
+  impl_->conv.arg(DNNL_ARG_DST, impl_->y.primitive);
 }
 
 Conv2dForward::~Conv2dForward() = default;
 
+std::string Conv2dForward::implementation() const {
+  return impl_->implementation;
+}
+
 void Conv2dForward::run(const float* x, const float* w, float* y) {
   detail::syncThreads();
-  bind(impl_->x, x);
+  bind(impl_->x.user, x);
   bind(impl_->w.user, w);
-  bind(impl_->y, y);
+  bind(impl_->y.user, y);
   if (impl_->w.reorder.valid()) impl_->w.reorder.execute();
+  reorderIfNeeded(impl_->x);
   impl_->conv.execute();
+  reorderIfNeeded(impl_->y);
   detail::waitStream();
 }
 
 // ---- Conv2dBackwardData --------------------------------------------------------------------
 
 struct Conv2dBackwardData::Impl {
-  memory dy, dx;
+  ActivationBinding dy, dx;
   WeightsBinding w;
   Prim conv;
 };
@@ -120,37 +193,39 @@ struct Conv2dBackwardData::Impl {
 Conv2dBackwardData::Conv2dBackwardData(const Conv2dShape& s) : impl_(std::make_unique<Impl>()) {
   detail::syncThreads();
   const ConvDescs d = convDescs(s);
-  const auto hint = convForwardPd(d, dnnl::primitive_attr());
-  dnnl::convolution_backward_data::desc desc(dnnl::algorithm::convolution_direct, d.src,
-                                             d.anyWeights, d.dst, d.strides, d.dilates, d.padL,
-                                             d.padR);
+  const ConvPlan plan = choosePlan(s, d);
+  const auto hint = convForwardPd(d, plan, dnnl::primitive_attr());
+  dnnl::convolution_backward_data::desc desc(plan.alg, plan.src, d.anyWeights, plan.dst, d.strides,
+                                             d.dilates, d.padL, d.padR);
   dnnl::convolution_backward_data::primitive_desc pd(desc, detail::userScratchpadAttr(),
                                                      detail::cpuEngine(), hint);
-  impl_->dy = userMemory(d.dst);
-  impl_->dx = userMemory(d.src);
+  impl_->dy = bindActivation(d.dst, pd.diff_dst_desc(), /*toUser=*/false);
+  impl_->dx = bindActivation(d.src, pd.diff_src_desc(), /*toUser=*/true);
   impl_->w = bindWeights(d.userWeights, pd.weights_desc(), /*toUser=*/false);
   impl_->conv = Prim(pd, dnnl::convolution_backward_data(pd));
-  impl_->conv.arg(DNNL_ARG_DIFF_DST, impl_->dy);
+  impl_->conv.arg(DNNL_ARG_DIFF_DST, impl_->dy.primitive);
   impl_->conv.arg(DNNL_ARG_WEIGHTS, impl_->w.primitive);
-  impl_->conv.arg(DNNL_ARG_DIFF_SRC, impl_->dx);
+  impl_->conv.arg(DNNL_ARG_DIFF_SRC, impl_->dx.primitive);
 }
 
 Conv2dBackwardData::~Conv2dBackwardData() = default;
 
 void Conv2dBackwardData::run(const float* dy, const float* w, float* dx) {
   detail::syncThreads();
-  bind(impl_->dy, dy);
+  bind(impl_->dy.user, dy);
   bind(impl_->w.user, w);
-  bind(impl_->dx, dx);
+  bind(impl_->dx.user, dx);
   if (impl_->w.reorder.valid()) impl_->w.reorder.execute();
+  reorderIfNeeded(impl_->dy);
   impl_->conv.execute();
+  reorderIfNeeded(impl_->dx);
   detail::waitStream();
 }
 
 // ---- Conv2dBackwardFilter ------------------------------------------------------------------
 
 struct Conv2dBackwardFilter::Impl {
-  memory x, dy;
+  ActivationBinding x, dy;
   WeightsBinding dw;
   Prim conv;
 };
@@ -158,18 +233,18 @@ struct Conv2dBackwardFilter::Impl {
 Conv2dBackwardFilter::Conv2dBackwardFilter(const Conv2dShape& s) : impl_(std::make_unique<Impl>()) {
   detail::syncThreads();
   const ConvDescs d = convDescs(s);
-  const auto hint = convForwardPd(d, dnnl::primitive_attr());
-  dnnl::convolution_backward_weights::desc desc(dnnl::algorithm::convolution_direct, d.src,
-                                                d.anyWeights, d.dst, d.strides, d.dilates, d.padL,
-                                                d.padR);
+  const ConvPlan plan = choosePlan(s, d);
+  const auto hint = convForwardPd(d, plan, dnnl::primitive_attr());
+  dnnl::convolution_backward_weights::desc desc(plan.alg, plan.src, d.anyWeights, plan.dst,
+                                                d.strides, d.dilates, d.padL, d.padR);
   dnnl::convolution_backward_weights::primitive_desc pd(desc, detail::userScratchpadAttr(),
                                                         detail::cpuEngine(), hint);
-  impl_->x = userMemory(d.src);
-  impl_->dy = userMemory(d.dst);
+  impl_->x = bindActivation(d.src, pd.src_desc(), /*toUser=*/false);
+  impl_->dy = bindActivation(d.dst, pd.diff_dst_desc(), /*toUser=*/false);
   impl_->dw = bindWeights(d.userWeights, pd.diff_weights_desc(), /*toUser=*/true);
   impl_->conv = Prim(pd, dnnl::convolution_backward_weights(pd));
-  impl_->conv.arg(DNNL_ARG_SRC, impl_->x);
-  impl_->conv.arg(DNNL_ARG_DIFF_DST, impl_->dy);
+  impl_->conv.arg(DNNL_ARG_SRC, impl_->x.primitive);
+  impl_->conv.arg(DNNL_ARG_DIFF_DST, impl_->dy.primitive);
   impl_->conv.arg(DNNL_ARG_DIFF_WEIGHTS, impl_->dw.primitive);
 }
 
@@ -177,9 +252,11 @@ Conv2dBackwardFilter::~Conv2dBackwardFilter() = default;
 
 void Conv2dBackwardFilter::run(const float* x, const float* dy, float* dw) {
   detail::syncThreads();
-  bind(impl_->x, x);
-  bind(impl_->dy, dy);
+  bind(impl_->x.user, x);
+  bind(impl_->dy.user, dy);
   bind(impl_->dw.user, dw);
+  reorderIfNeeded(impl_->x);
+  reorderIfNeeded(impl_->dy);
   impl_->conv.execute();
   if (impl_->dw.reorder.valid()) impl_->dw.reorder.execute();
   detail::waitStream();

@@ -115,7 +115,21 @@ struct ReduceShape {
   i64 reducedCount() const;  // product of reduced dimensions
 };
 
-enum class UnaryKind { Identity, Relu, Neg, Exp, Log, Sqrt, Rsqrt, Square, Sigmoid, Tanh, Gelu, Swish, Scale };
+enum class UnaryKind {
+  Identity,
+  Relu,
+  Neg,
+  Exp,
+  Log,
+  Sqrt,
+  Rsqrt,
+  Square,
+  Sigmoid,
+  Tanh,
+  Gelu,
+  Swish,
+  Scale
+};
 // Gelu is the exact erf form (BERT's reference uses erf). Scale computes alpha * x.
 enum class BinaryKind { Add, Sub, Mul, Div, Max, Min };
 enum class ReduceKind { Sum, Mean, Max };

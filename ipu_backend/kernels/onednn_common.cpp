@@ -3,7 +3,9 @@
 #include <omp.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <stdexcept>
 #include <string>
 
@@ -58,9 +60,43 @@ dnnl::primitive_attr userScratchpadAttr() {
   return attr;
 }
 
+namespace {
+
+// The scratchpad every primitive executed by this thread borrows: a primitive needs its
+// scratchpad only while it executes, and one thread executes one primitive at a time, so one
+// buffer per thread (as large as the largest request) serves them all. Replicas run on their
+// own threads and get their own buffers.
+struct ThreadScratchpad {
+  std::byte* p = nullptr;
+  size_t bytes = 0;
+  ~ThreadScratchpad() { std::free(p); }
+  void* atLeast(size_t n) {
+    if (n > bytes) {
+      std::free(p);
+      const size_t rounded = (n + 4095) / 4096 * 4096;
+      p = static_cast<std::byte*>(std::aligned_alloc(4096, rounded));
+      if (!p) throw std::bad_alloc();
+      std::memset(p, 0, rounded);  // touch the pages once, outside the timed kernels
+      bytes = rounded;
+    }
+    return p;
+  }
+};
+
+void* threadScratchpad(size_t bytes) {
+  thread_local ThreadScratchpad scratch;
+  return scratch.atLeast(bytes);
+}
+
+}  // namespace
+
 Prim::Prim(const dnnl::primitive_desc_base& pd, dnnl::primitive prim) : prim_(std::move(prim)) {
   const dnnl::memory::desc sp = pd.scratchpad_desc();
-  if (sp.get_size() > 0) arg(DNNL_ARG_SCRATCHPAD, ownedMemory(sp));
+  if (sp.get_size() > 0) {
+    scratchpadBytes_ = sp.get_size();
+    scratchpadMem_ = mems_.size();
+    arg(DNNL_ARG_SCRATCHPAD, userMemory(sp));
+  }
 }
 
 void Prim::arg(int key, const dnnl::memory& m) {
@@ -69,6 +105,8 @@ void Prim::arg(int key, const dnnl::memory& m) {
 }
 
 void Prim::execute() const {
+  if (scratchpadBytes_ > 0)
+    mems_[scratchpadMem_].set_data_handle(threadScratchpad(scratchpadBytes_));
   // The C entry point takes our prebuilt argument array: the C++ wrapper would rebuild it
   // from a map on every call.
   const dnnl_status_t st = dnnl_primitive_execute(prim_.get(), cpuStream().get(),

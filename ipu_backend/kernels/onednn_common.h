@@ -4,6 +4,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <cstddef>
 #include <vector>
 
 namespace ipu::kernels::fused::detail {
@@ -25,11 +26,12 @@ inline void bind(const dnnl::memory& m, const void* p) {
   m.set_data_handle(const_cast<void*>(p));
 }
 
-// Attributes every fused primitive is created with: scratchpad owned by us (see Prim).
+// Attributes every fused primitive is created with: scratchpad provided by us (see Prim).
 dnnl::primitive_attr userScratchpadAttr();
 
 // One primitive plus the arguments it executes with. The memories are owned here; their data
-// handles may be rebound between executions.
+// handles may be rebound between executions. The scratchpad is the executing thread's shared
+// buffer (grown to the largest primitive's request), not one buffer per primitive.
 class Prim {
  public:
   Prim() = default;
@@ -43,6 +45,8 @@ class Prim {
   dnnl::primitive prim_;
   std::vector<dnnl::memory> mems_;
   std::vector<dnnl_exec_arg_t> args_;
+  size_t scratchpadBytes_ = 0;  // 0: none
+  size_t scratchpadMem_ = 0;    // its index in mems_
 };
 
 // A reorder between two memories (created once; executed with Prim::execute).

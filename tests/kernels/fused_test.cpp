@@ -52,6 +52,9 @@ std::vector<ConvCase> convCases() {
       {"grouped", conv(2, 10, 16, 32, 3, 1, 1, 4)},
       {"dilated", conv(2, 12, 8, 12, 3, 1, 2, 1, 2)},
       {"oddChannels", conv(1, 9, 5, 7, 3, 1, 1)},
+      // Winograd where the CPU has it (3x3 stride 1, >= 64 channels; see ConvAlgorithm).
+      {"winograd3x3s1", conv(2, 14, 64, 64, 3, 1, 1)},
+      {"winograd3x3s1Rect", conv(1, 9, 128, 80, 3, 1, 1)},
   };
   Conv2dShape asym = conv(2, 11, 8, 12, 3, 2, 0);
   asym.padTop = 1, asym.padLeft = 0, asym.padBottom = 2, asym.padRight = 1;
@@ -79,6 +82,26 @@ TEST_F(Fused, Conv2dAllPasses) {
     EXPECT_TRUE(closeRel(dx, testing::refConvBwdData(s, dy, w), kTol));
     EXPECT_TRUE(closeRel(dw, testing::refConvBwdFilter(s, x, dy), kTol));
   }
+}
+
+// Auto takes Winograd for ResNet's 3x3 stride-1 shapes on AVX-512 and direct otherwise; Direct
+// never does; both agree with the reference (Conv2dAllPasses runs Auto).
+TEST_F(Fused, Conv2dAlgorithmChoice) {
+  const Conv2dShape s = conv(2, 14, 64, 64, 3, 1, 1);
+  const std::string autoImpl = fused::Conv2dForward(s).implementation();
+  if (autoImpl.find("avx512") != std::string::npos) {  // oneDNN has Winograd for AVX-512
+    EXPECT_NE(autoImpl.find("wino"), std::string::npos) << autoImpl;
+  }
+  EXPECT_EQ(fused::Conv2dForward(conv(2, 14, 64, 64, 3, 2, 1)).implementation().find("wino"),
+            std::string::npos);
+  fused::setConvAlgorithm(fused::ConvAlgorithm::Direct);
+  const Vec x = randomVec(s.inputElems(), 5), w = randomVec(s.weightElems(), 6);
+  Vec y(s.outputElems());
+  fused::Conv2dForward direct(s);
+  fused::setConvAlgorithm(fused::ConvAlgorithm::Auto);
+  EXPECT_EQ(direct.implementation().find("wino"), std::string::npos) << direct.implementation();
+  direct.run(x.data(), w.data(), y.data());
+  EXPECT_TRUE(closeRel(y, testing::refConvFwd(s, x, w), kTol));
 }
 
 TEST_F(Fused, MatMul) {
