@@ -190,18 +190,20 @@ def real_closed_log(tmp_path_factory):
     """One closed run of the real ResNet-50 to the closed target, at micro-batch 8 (more updates
     per image than the preset's 32, so the target comes sooner; SGD 0.012, linear scaling).
 
-    12,800 training images an epoch, 1,000 evaluated, evaluation at epoch 1 (offset 1) and at the
-    last of 2 epochs: on 2026-12-03 this seed reached 0.738 after epoch 1 and 0.794 after epoch
-    2 (target 0.759), in about 5 minutes with 2 threads.
+    12,800 training images an epoch, 1,000 evaluated, evaluation at epoch 2 (offset 2) and at the
+    last of 3 epochs. On 2026-12-03 this seed reached 0.794 after epoch 2 with direct
+    convolutions, 0.776 with Winograd 3x3 convolutions (AVX-512; 0.707 after epoch 1, 0.756
+    after epoch 3: the 1,000-image accuracy is noisy), against the 0.759 target; epoch 3 is a
+    second chance. About 6 minutes with 2 threads when epoch 2 reaches the target.
     """
     root = tmp_path_factory.mktemp("real_closed")
     results = root / "results"
     config = write_config(root / "c.json", {"micro_batch_size": 8, "model_bn_span": 8,
                                             "sgd_opt_base_learning_rate": 0.012,
                                             "mini_train_samples": 12800, "mini_eval_samples": 1000,
-                                            "mini_target_accuracy": 0.759, "eval_offset": 1})
+                                            "mini_target_accuracy": 0.759, "eval_offset": 2})
     t0 = time.time()
-    r = run(["--results-dir", str(results), "--max-epochs", "2", "--seed", "1", "--threads", "2",
+    r = run(["--results-dir", str(results), "--max-epochs", "3", "--seed", "1", "--threads", "2",
              "--config", config], timeout=1500)
     print(f"real ResNet-50 closed run: {time.time() - t0:.1f} s", file=sys.stderr)
     return results, r
