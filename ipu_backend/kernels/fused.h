@@ -23,7 +23,8 @@ void setNumThreads(int threads);
 int numThreads();
 
 // Convolution algorithm of the fused conv kernels. Auto: Winograd F(4x4, 3x3) for 3x3
-// stride-1 convolutions with >= 64 input and output channels where oneDNN has it (AVX-512:
+// stride-1 convolutions with >= 64 input and output channels and outputs of at least 7x7
+// where oneDNN has it (AVX-512:
 // about 2.25x fewer MACs, activations reordered from NHWC to its blocked layout and back),
 // direct otherwise. Direct: always direct. Takes effect for kernels created afterwards.
 enum class ConvAlgorithm { Auto, Direct };

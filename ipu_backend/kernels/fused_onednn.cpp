@@ -59,8 +59,13 @@ ConvPlan directPlan(const ConvDescs& d) {
   return {dnnl::algorithm::convolution_direct, d.src, d.dst};
 }
 
+// Winograd tiles the output in 4x4 blocks; on images under 7x7 the padding of the tiles and the
+// layout reorders cost more than the MACs saved (ResNet-50 at 32x32: direct was ~10-20% faster).
+constexpr i64 kWinogradMinSide = 7;
+
 bool winogradShape(const Conv2dShape& s) {
-  return s.r == 3 && s.s == 3 && s.strideH == 1 && s.strideW == 1 && s.dilH == 1 && s.dilW == 1 &&
+  return s.r == 3 && s.s == 3 && s.strideH == 1 && s.strideW == 1 && s.dilH == 1 &&
+         s.outH() >= kWinogradMinSide && s.outW() >= kWinogradMinSide && s.dilW == 1 &&
          s.groups == 1 && s.c >= 64 && s.k >= 64 && s.c % 16 == 0 && s.k % 16 == 0;
 }
 

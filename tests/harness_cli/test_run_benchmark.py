@@ -192,9 +192,10 @@ def real_closed_log(tmp_path_factory):
 
     12,800 training images an epoch, 1,000 evaluated, evaluation at epoch 2 (offset 2) and at the
     last of 3 epochs. On 2026-12-03 this seed reached 0.794 after epoch 2 with direct
-    convolutions, 0.776 with Winograd 3x3 convolutions (AVX-512; 0.707 after epoch 1, 0.756
-    after epoch 3: the 1,000-image accuracy is noisy), against the 0.759 target; epoch 3 is a
-    second chance. About 6 minutes with 2 threads when epoch 2 reaches the target.
+    convolutions and 0.801 with Winograd 3x3 convolutions on the 14x14 and 7x7 stages (AVX-512),
+    against the 0.759 target; epoch 3 is a second chance (the 1,000-image accuracy is noisy:
+    another kernel mix gave 0.776 after epoch 2 and 0.756 after epoch 3). About 6 minutes with
+    2 threads when epoch 2 reaches the target.
     """
     root = tmp_path_factory.mktemp("real_closed")
     results = root / "results"
