@@ -47,25 +47,6 @@ dnnl::convolution_forward::primitive_desc forwardPd(const ConvDescs& d,
   return dnnl::convolution_forward::primitive_desc(desc, attr, detail::cpuEngine());
 }
 
-// User-layout weights, and the primitive's layout when it differs (with the reorder).
-struct Weights {
-  memory user, primitive;
-  Prim reorder;
-};
-
-Weights bindWeights(const memory::desc& userMd, const memory::desc& primMd, bool toUser) {
-  Weights w;
-  w.user = userMemory(userMd);
-  if (primMd == userMd) {
-    w.primitive = w.user;
-  } else {
-    w.primitive = ownedMemory(primMd);
-    w.reorder = toUser ? detail::makeReorder(w.primitive, w.user)
-                       : detail::makeReorder(w.user, w.primitive);
-  }
-  return w;
-}
-
 }  // namespace
 
 bool nativeBf16Isa() {
@@ -75,7 +56,7 @@ bool nativeBf16Isa() {
 
 struct Conv2dForwardBf16::Impl {
   memory x, y;
-  Weights w;
+  detail::LayoutBinding w;
   Prim conv;
 };
 
@@ -85,7 +66,7 @@ Conv2dForwardBf16::Conv2dForwardBf16(const Conv2dShape& s) : impl_(std::make_uni
   const auto pd = forwardPd(d, detail::userScratchpadAttr());
   impl_->x = userMemory(d.src);
   impl_->y = userMemory(d.dst);
-  impl_->w = bindWeights(d.userWeights, pd.weights_desc(), false);
+  impl_->w = detail::bindLayout(d.userWeights, pd.weights_desc(), false);
   impl_->conv = Prim(pd, dnnl::convolution_forward(pd));
   impl_->conv.arg(DNNL_ARG_SRC, impl_->x);
   impl_->conv.arg(DNNL_ARG_WEIGHTS, impl_->w.primitive);
@@ -99,14 +80,14 @@ void Conv2dForwardBf16::run(const void* x, const void* w, void* y) {
   bind(impl_->x, x);
   bind(impl_->w.user, w);
   bind(impl_->y, y);
-  if (impl_->w.reorder.valid()) impl_->w.reorder.execute();
+  impl_->w.reorderIfNeeded();
   impl_->conv.execute();
   detail::waitStream();
 }
 
 struct Conv2dBackwardDataBf16::Impl {
   memory dy, dx;
-  Weights w;
+  detail::LayoutBinding w;
   Prim conv;
 };
 
@@ -122,7 +103,7 @@ Conv2dBackwardDataBf16::Conv2dBackwardDataBf16(const Conv2dShape& s)
                                                      detail::cpuEngine(), hint);
   impl_->dy = userMemory(d.dst);
   impl_->dx = userMemory(d.src);
-  impl_->w = bindWeights(d.userWeights, pd.weights_desc(), false);
+  impl_->w = detail::bindLayout(d.userWeights, pd.weights_desc(), false);
   impl_->conv = Prim(pd, dnnl::convolution_backward_data(pd));
   impl_->conv.arg(DNNL_ARG_DIFF_DST, impl_->dy);
   impl_->conv.arg(DNNL_ARG_WEIGHTS, impl_->w.primitive);
@@ -136,14 +117,14 @@ void Conv2dBackwardDataBf16::run(const void* dy, const void* w, void* dx) {
   bind(impl_->dy, dy);
   bind(impl_->w.user, w);
   bind(impl_->dx, dx);
-  if (impl_->w.reorder.valid()) impl_->w.reorder.execute();
+  impl_->w.reorderIfNeeded();
   impl_->conv.execute();
   detail::waitStream();
 }
 
 struct Conv2dBackwardFilterBf16::Impl {
   memory x, dy;
-  Weights dw;
+  detail::LayoutBinding dw;
   Prim conv;
 };
 
@@ -159,7 +140,7 @@ Conv2dBackwardFilterBf16::Conv2dBackwardFilterBf16(const Conv2dShape& s)
                                                         detail::cpuEngine(), hint);
   impl_->x = userMemory(d.src);
   impl_->dy = userMemory(d.dst);
-  impl_->dw = bindWeights(d.userWeights, pd.diff_weights_desc(), true);
+  impl_->dw = detail::bindLayout(d.userWeights, pd.diff_weights_desc(), true);
   impl_->conv = Prim(pd, dnnl::convolution_backward_weights(pd));
   impl_->conv.arg(DNNL_ARG_SRC, impl_->x);
   impl_->conv.arg(DNNL_ARG_DIFF_DST, impl_->dy);
@@ -174,7 +155,7 @@ void Conv2dBackwardFilterBf16::run(const void* x, const void* dy, void* dw) {
   bind(impl_->dy, dy);
   bind(impl_->dw.user, dw);
   impl_->conv.execute();
-  if (impl_->dw.reorder.valid()) impl_->dw.reorder.execute();
+  impl_->dw.reorderIfNeeded();
   detail::waitStream();
 }
 

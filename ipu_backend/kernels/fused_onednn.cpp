@@ -12,6 +12,8 @@
 namespace ipu::kernels::fused {
 
 using detail::bind;
+using detail::bindLayout;
+using detail::LayoutBinding;
 using detail::ownedMemory;
 using detail::Prim;
 using detail::userMemory;
@@ -90,52 +92,6 @@ ConvPlan choosePlan(const Conv2dShape& s, const ConvDescs& d) {
   }
 }
 
-// An activation operand: the caller's NHWC memory, and the primitive's own copy when its
-// layout differs (reordered in before, or out after, the convolution).
-struct ActivationBinding {
-  memory user, primitive;
-  Prim reorder;
-};
-
-ActivationBinding bindActivation(const memory::desc& userMd, const memory::desc& primMd,
-                                 bool toUser) {
-  ActivationBinding b;
-  b.user = userMemory(userMd);
-  if (primMd == userMd) {
-    b.primitive = b.user;
-  } else {
-    b.primitive = ownedMemory(primMd);
-    b.reorder = toUser ? detail::makeReorder(b.primitive, b.user)
-                       : detail::makeReorder(b.user, b.primitive);
-  }
-  return b;
-}
-
-void reorderIfNeeded(const ActivationBinding& a) {
-  if (a.reorder.valid()) a.reorder.execute();
-}
-
-// The primitive-format weights: the user's memory itself when the formats agree, else an
-// owned buffer plus a reorder between it and the user memory.
-struct WeightsBinding {
-  memory user;       // bound to the caller's pointer per run
-  memory primitive;  // == user when no reorder is needed
-  Prim reorder;      // user -> primitive (inputs) or primitive -> user (gradients)
-};
-
-WeightsBinding bindWeights(const memory::desc& userMd, const memory::desc& primMd, bool toUser) {
-  WeightsBinding b;
-  b.user = userMemory(userMd);
-  if (primMd == userMd) {
-    b.primitive = b.user;
-  } else {
-    b.primitive = ownedMemory(primMd);
-    b.reorder = toUser ? detail::makeReorder(b.primitive, b.user)
-                       : detail::makeReorder(b.user, b.primitive);
-  }
-  return b;
-}
-
 }  // namespace
 
 void setConvAlgorithm(ConvAlgorithm a) {
@@ -148,8 +104,7 @@ ConvAlgorithm convAlgorithm() {
 // ---- Conv2dForward -------------------------------------------------------------------------
 
 struct Conv2dForward::Impl {
-  ActivationBinding x, y;
-  WeightsBinding w;
+  LayoutBinding x, y, w;
   Prim conv;
   std::string implementation;
 };
@@ -159,9 +114,9 @@ Conv2dForward::Conv2dForward(const Conv2dShape& s) : impl_(std::make_unique<Impl
   const ConvDescs d = convDescs(s);
   const ConvPlan plan = choosePlan(s, d);
   const auto pd = convForwardPd(d, plan, detail::userScratchpadAttr());
-  impl_->x = bindActivation(d.src, pd.src_desc(), /*toUser=*/false);
-  impl_->y = bindActivation(d.dst, pd.dst_desc(), /*toUser=*/true);
-  impl_->w = bindWeights(d.userWeights, pd.weights_desc(), /*toUser=*/false);
+  impl_->x = bindLayout(d.src, pd.src_desc(), /*toUser=*/false);
+  impl_->y = bindLayout(d.dst, pd.dst_desc(), /*toUser=*/true);
+  impl_->w = bindLayout(d.userWeights, pd.weights_desc(), /*toUser=*/false);
   impl_->conv = Prim(pd, dnnl::convolution_forward(pd));
   impl_->implementation = pd.impl_info_str();
   impl_->conv.arg(DNNL_ARG_SRC, impl_->x.primitive);
@@ -180,18 +135,17 @@ void Conv2dForward::run(const float* x, const float* w, float* y) {
   bind(impl_->x.user, x);
   bind(impl_->w.user, w);
   bind(impl_->y.user, y);
-  if (impl_->w.reorder.valid()) impl_->w.reorder.execute();
-  reorderIfNeeded(impl_->x);
+  impl_->w.reorderIfNeeded();
+  impl_->x.reorderIfNeeded();
   impl_->conv.execute();
-  reorderIfNeeded(impl_->y);
+  impl_->y.reorderIfNeeded();
   detail::waitStream();
 }
 
 // ---- Conv2dBackwardData --------------------------------------------------------------------
 
 struct Conv2dBackwardData::Impl {
-  ActivationBinding dy, dx;
-  WeightsBinding w;
+  LayoutBinding dy, dx, w;
   Prim conv;
 };
 
@@ -204,9 +158,9 @@ Conv2dBackwardData::Conv2dBackwardData(const Conv2dShape& s) : impl_(std::make_u
                                              d.dilates, d.padL, d.padR);
   dnnl::convolution_backward_data::primitive_desc pd(desc, detail::userScratchpadAttr(),
                                                      detail::cpuEngine(), hint);
-  impl_->dy = bindActivation(d.dst, pd.diff_dst_desc(), /*toUser=*/false);
-  impl_->dx = bindActivation(d.src, pd.diff_src_desc(), /*toUser=*/true);
-  impl_->w = bindWeights(d.userWeights, pd.weights_desc(), /*toUser=*/false);
+  impl_->dy = bindLayout(d.dst, pd.diff_dst_desc(), /*toUser=*/false);
+  impl_->dx = bindLayout(d.src, pd.diff_src_desc(), /*toUser=*/true);
+  impl_->w = bindLayout(d.userWeights, pd.weights_desc(), /*toUser=*/false);
   impl_->conv = Prim(pd, dnnl::convolution_backward_data(pd));
   impl_->conv.arg(DNNL_ARG_DIFF_DST, impl_->dy.primitive);
   impl_->conv.arg(DNNL_ARG_WEIGHTS, impl_->w.primitive);
@@ -220,18 +174,17 @@ void Conv2dBackwardData::run(const float* dy, const float* w, float* dx) {
   bind(impl_->dy.user, dy);
   bind(impl_->w.user, w);
   bind(impl_->dx.user, dx);
-  if (impl_->w.reorder.valid()) impl_->w.reorder.execute();
-  reorderIfNeeded(impl_->dy);
+  impl_->w.reorderIfNeeded();
+  impl_->dy.reorderIfNeeded();
   impl_->conv.execute();
-  reorderIfNeeded(impl_->dx);
+  impl_->dx.reorderIfNeeded();
   detail::waitStream();
 }
 
 // ---- Conv2dBackwardFilter ------------------------------------------------------------------
 
 struct Conv2dBackwardFilter::Impl {
-  ActivationBinding x, dy;
-  WeightsBinding dw;
+  LayoutBinding x, dy, dw;
   Prim conv;
 };
 
@@ -244,9 +197,9 @@ Conv2dBackwardFilter::Conv2dBackwardFilter(const Conv2dShape& s) : impl_(std::ma
                                                 d.strides, d.dilates, d.padL, d.padR);
   dnnl::convolution_backward_weights::primitive_desc pd(desc, detail::userScratchpadAttr(),
                                                         detail::cpuEngine(), hint);
-  impl_->x = bindActivation(d.src, pd.src_desc(), /*toUser=*/false);
-  impl_->dy = bindActivation(d.dst, pd.diff_dst_desc(), /*toUser=*/false);
-  impl_->dw = bindWeights(d.userWeights, pd.diff_weights_desc(), /*toUser=*/true);
+  impl_->x = bindLayout(d.src, pd.src_desc(), /*toUser=*/false);
+  impl_->dy = bindLayout(d.dst, pd.diff_dst_desc(), /*toUser=*/false);
+  impl_->dw = bindLayout(d.userWeights, pd.diff_weights_desc(), /*toUser=*/true);
   impl_->conv = Prim(pd, dnnl::convolution_backward_weights(pd));
   impl_->conv.arg(DNNL_ARG_SRC, impl_->x.primitive);
   impl_->conv.arg(DNNL_ARG_DIFF_DST, impl_->dy.primitive);
@@ -260,10 +213,10 @@ void Conv2dBackwardFilter::run(const float* x, const float* dy, float* dw) {
   bind(impl_->x.user, x);
   bind(impl_->dy.user, dy);
   bind(impl_->dw.user, dw);
-  reorderIfNeeded(impl_->x);
-  reorderIfNeeded(impl_->dy);
+  impl_->x.reorderIfNeeded();
+  impl_->dy.reorderIfNeeded();
   impl_->conv.execute();
-  if (impl_->dw.reorder.valid()) impl_->dw.reorder.execute();
+  impl_->dw.reorderIfNeeded();
   detail::waitStream();
 }
 

@@ -124,6 +124,19 @@ Prim makeReorder(const dnnl::memory& from, const dnnl::memory& to) {
   return p;
 }
 
+LayoutBinding bindLayout(const dnnl::memory::desc& userMd, const dnnl::memory::desc& primMd,
+                         bool toUser) {
+  LayoutBinding b;
+  b.user = userMemory(userMd);
+  if (primMd == userMd) {
+    b.primitive = b.user;
+  } else {
+    b.primitive = ownedMemory(primMd);
+    b.reorder = toUser ? makeReorder(b.primitive, b.user) : makeReorder(b.user, b.primitive);
+  }
+  return b;
+}
+
 void waitStream() {
   cpuStream().wait();
 }

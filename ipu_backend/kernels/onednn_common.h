@@ -52,6 +52,21 @@ class Prim {
 // A reorder between two memories (created once; executed with Prim::execute).
 Prim makeReorder(const dnnl::memory& from, const dnnl::memory& to);
 
+// An operand in the caller's layout, and the primitive's own copy when the primitive wants
+// another layout (blocked weights, Winograd's blocked activations): `primitive` is `user` itself
+// when the layouts agree, else an owned buffer with a reorder user -> primitive (inputs) or
+// primitive -> user (outputs, gradients).
+struct LayoutBinding {
+  dnnl::memory user;       // bound to the caller's pointer per run
+  dnnl::memory primitive;  // what the primitive reads or writes
+  Prim reorder;            // invalid when no reorder is needed
+  void reorderIfNeeded() const {
+    if (reorder.valid()) reorder.execute();
+  }
+};
+LayoutBinding bindLayout(const dnnl::memory::desc& userMd, const dnnl::memory::desc& primMd,
+                         bool toUser);
+
 void waitStream();
 
 }  // namespace ipu::kernels::fused::detail
