@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "ipu_backend/compiler/first_fit.h"
 #include "ipu_backend/compiler/op_shapes.h"
 #include "ipu_backend/ir/op_defs.h"
 
@@ -848,32 +849,18 @@ class Planner {
         alwaysLiveBytes += (it.bytes + 7) / 8 * 8;
       }
     mem.alwaysLive = alwaysLiveBytes + fixedBytes;
-    // Not-always-live: sweep in start order; first fit among blocks whose lifetimes overlap.
+    // Not-always-live: first fit among blocks whose lifetimes overlap.
     std::vector<Item*> order;
+    std::vector<LiveRange> ranges;
     for (Item& it : items)
-      if (it.start != -2) order.push_back(&it);
-    std::stable_sort(order.begin(), order.end(),
-                     [](const Item* a, const Item* b) { return a->start < b->start; });
-    std::vector<Item*> active;  // sorted by offset
-    i64 extent = 0;
-    for (Item* it : order) {
-      active.erase(std::remove_if(active.begin(), active.end(),
-                                  [&](const Item* a) { return a->end < it->start; }),
-                   active.end());
-      i64 size = (it->bytes + 7) / 8 * 8, pos = 0;
-      for (const Item* a : active) {
-        if (*a->offset - pos >= size) break;
-        pos = std::max(pos, *a->offset + (a->bytes + 7) / 8 * 8);
+      if (it.start != -2) {
+        order.push_back(&it);
+        ranges.push_back({it.start, it.end, it.bytes});
       }
-      *it->offset = pos;
-      extent = std::max(extent, pos + size);
-      active.insert(
-          std::upper_bound(active.begin(), active.end(), it,
-                           [](const Item* a, const Item* b) { return *a->offset < *b->offset; }),
-          it);
-    }
-    // Shift not-always-live blocks above the always-live region.
-    for (Item* it : order) *it->offset += alwaysLiveBytes;
+    const i64 extent = placeFirstFit(ranges, 8);
+    // Not-always-live blocks sit above the always-live region.
+    for (size_t i = 0; i < order.size(); ++i)
+      *order[i]->offset = alwaysLiveBytes + ranges[i].offset;
     mem.peakNotAlwaysLive = extent;
     exe_.arenaBytes[tile] = alwaysLiveBytes + extent;
   }

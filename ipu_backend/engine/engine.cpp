@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "ipu_backend/compiler/first_fit.h"
 #include "ipu_backend/compiler/op_shapes.h"
 #include "ipu_backend/ir/op_defs.h"
 #include "ipu_backend/kernels/fused.h"
@@ -531,35 +532,16 @@ struct Engine::Impl {
         offset[t.id] = persistentBytes;
         persistentBytes += aligned(t.bytes());
       }
-    // First fit over lifetimes: tensors in order of their first step, larger first on ties.
+    // First fit over lifetimes (larger tensors first among those born at the same step).
     std::vector<int> order;
     for (const Tensor& t : g.tensors())
       if (!persistent[t.id]) order.push_back(t.id);
-    std::sort(order.begin(), order.end(), [&](int a, int b) {
-      if (first[a] != first[b]) return first[a] < first[b];
-      return g.tensor(a).bytes() > g.tensor(b).bytes();
-    });
-    struct Block {
-      i64 offset, bytes;
-      int tensor;
-    };
-    std::vector<Block> active;  // sorted by offset
-    i64 peak = 0;
-    for (int t : order) {
-      active.erase(std::remove_if(active.begin(), active.end(),
-                                  [&](const Block& b) { return last[b.tensor] < first[t]; }),
-                   active.end());
-      const i64 bytes = aligned(g.tensor(t).bytes());
-      i64 at = 0;
-      auto it = active.begin();
-      for (; it != active.end(); ++it) {
-        if (it->offset - at >= bytes) break;
-        at = std::max(at, it->offset + it->bytes);
-      }
-      active.insert(it, Block{at, bytes, t});
-      offset[t] = persistentBytes + at;
-      peak = std::max(peak, at + bytes);
-    }
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int a, int b) { return g.tensor(a).bytes() > g.tensor(b).bytes(); });
+    std::vector<LiveRange> ranges;
+    for (int t : order) ranges.push_back({first[t], last[t], g.tensor(t).bytes()});
+    const i64 peak = placeFirstFit(ranges, 64);
+    for (size_t i = 0; i < order.size(); ++i) offset[order[i]] = persistentBytes + ranges[i].offset;
     fusedArena = std::make_unique<AlignedBytes>(static_cast<size_t>(persistentBytes + peak));
     for (size_t t = 0; t < n; ++t) tensorMem.push_back(fusedArena->p + offset[t]);
   }
