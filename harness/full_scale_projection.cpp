@@ -48,13 +48,7 @@ FullScaleProjection projectFullScale(Benchmark benchmark, int podSize) {
   const PodPreset& p = findPreset(benchmark, podSize, Scale::kFull);
   FullScaleProjection r;
   r.system = podTopology(podSize).name;
-  r.pod_size = podSize;
-  r.replicas = p.replicas;
-  r.micro_batch = p.micro_batch;
-  r.accumulation = p.gradient_accumulation;
-  r.global_batch = p.global_batch;
-  r.epochs = p.epochs;
-  r.precision = p.precision;
+  r.preset = p;
   r.published_minutes = publishedResNetMinutes(podSize);
 
   const Target target = Target::mk2();
@@ -92,10 +86,10 @@ std::string FullScaleProjection::describe() const {
       "= global batch {}, {} epochs, {}:\n"
       "  modeled time-to-train {:.2f} min = {} steps x {:.1f} ms (compute {:.1f} ms, "
       "all-reduce {:.1f} ms, update {:.2f} ms) + evaluation {:.1f} s; {:.0f} images/s\n",
-      system, replicas, micro_batch, accumulation, global_batch, epochs, precision,
-      time.totalSeconds / 60, time.steps, time.stepSeconds * 1e3, time.computeSeconds * 1e3,
-      time.allReduceSeconds * 1e3, time.updateSeconds * 1e3, time.evalSeconds,
-      time.imagesPerSecond);
+      system, preset.replicas, preset.micro_batch, preset.gradient_accumulation,
+      preset.global_batch, preset.epochs, preset.precision, time.totalSeconds / 60, time.steps,
+      time.stepSeconds * 1e3, time.computeSeconds * 1e3, time.allReduceSeconds * 1e3,
+      time.updateSeconds * 1e3, time.evalSeconds, time.imagesPerSecond);
   if (published_minutes)
     s += fmt::format(
         "  published MLPerf Training v1.1 result (Graphcore, closed): {:.2f} min (ratio {:.2f})\n",

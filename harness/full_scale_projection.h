@@ -17,10 +17,7 @@ namespace ipu::harness {
 
 struct FullScaleProjection {
   std::string system;  // "IPU-POD16"
-  int pod_size = 0, replicas = 0, micro_batch = 0, accumulation = 0;
-  std::int64_t global_batch = 0;
-  int epochs = 0;
-  std::string precision;  // the preset's, e.g. "FP16.16"
+  PodPreset preset;    // the full-scale preset projected (replicas, batch, epochs, precision)
   std::int64_t parameters = 0;
   cost::TimeToTrain time;
   double model_seconds = 0;                 // host time spent compiling and pricing

@@ -139,23 +139,18 @@ void BM_ResNet50TrainStep(benchmark::State& state) {
 void BM_ResNet50TrainStepDirectConv(benchmark::State& state) {
   resnet50TrainStep(state, kernels::fused::ConvAlgorithm::Direct);
 }
-BENCHMARK(BM_ResNet50TrainStep)
-    // batch 8 at 224: batch 32 at 224 needs more than the 23 GB of a 2-core dev machine.
-    ->Args({224, 32})
-    ->Args({224, 8})
-    ->Args({32, 32})
-    ->ArgNames({"hw", "batch"})
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime()
-    ->MinTime(10.0);
-BENCHMARK(BM_ResNet50TrainStepDirectConv)
-    ->Args({224, 32})
-    ->Args({224, 8})
-    ->Args({32, 32})
-    ->ArgNames({"hw", "batch"})
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime()
-    ->MinTime(10.0);
+// The workloads of both step benchmarks (batch 32 at 224x224 holds ~3 GB of tensors).
+void stepWorkloads(benchmark::internal::Benchmark* b) {
+  b->Args({224, 32})
+      ->Args({224, 8})
+      ->Args({32, 32})
+      ->ArgNames({"hw", "batch"})
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime()
+      ->MinTime(10.0);
+}
+BENCHMARK(BM_ResNet50TrainStep)->Apply(stepWorkloads);
+BENCHMARK(BM_ResNet50TrainStepDirectConv)->Apply(stepWorkloads);
 
 // Compile time of the full ResNet-50 training graph (224x224, SGD momentum) for one Mk2 IPU at
 // the published micro-batch 20, with the per-tile memory check on. `fits` = 1 when it fits;
