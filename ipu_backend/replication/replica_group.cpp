@@ -2,9 +2,36 @@
 
 #include <omp.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
 #include <fmt/format.h>
 
 namespace ipu::replication {
+
+std::int64_t hostMemoryAvailableBytes() {
+  if (const char* s = std::getenv("IPU_HOST_MEMORY_LIMIT_GB"))
+    return static_cast<std::int64_t>(std::atof(s) * 1e9);
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  std::int64_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+  return 0;
+}
+
+namespace {
+// Resident bytes of this process (0 when unknown).
+std::int64_t residentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  std::int64_t pages = 0, resident = 0;
+  if (!(statm >> pages >> resident)) return 0;
+  return resident * 4096;
+}
+}  // namespace
 
 ReplicaGroup::ReplicaGroup(std::shared_ptr<const Executable> exe, const ReplicaGroupOptions& o)
     : options_(o) {
@@ -17,11 +44,35 @@ ReplicaGroup::ReplicaGroup(std::shared_ptr<const Executable> exe, const ReplicaG
   const int local = o.replicas / ranks;
   collective_ =
       std::make_unique<RingCollective>(o.replicas, rank * local, local, o.link, o.timeout);
-  for (int l = 0; l < local; ++l)
+  const std::int64_t before = residentBytes();
+  for (int l = 0; l < local; ++l) {
     engines_.push_back(
         std::make_unique<Engine>(exe, o.mode, ReplicaContext{rank * local + l, collective_.get()}));
+    if (l == 0 && local > 1) checkHostMemory(*engines_[0], residentBytes() - before, local);
+  }
   errors_.resize(static_cast<size_t>(local));
   for (int l = 1; l < local; ++l) threads_.emplace_back([this, l] { worker(l); });
+}
+
+void ReplicaGroup::checkHostMemory(const Engine& first, std::int64_t firstResident, int local) {
+  const std::int64_t available = hostMemoryAvailableBytes();
+  // What the first copy took: its tensors (touched when it first runs), or more where the
+  // process grew by more while building it (kernels, reordered weights).
+  const std::int64_t each = std::max(first.tensorMemoryBytes(), firstResident);
+  const std::int64_t more = each * (local - 1);  // the first copy is already allocated
+  if (available <= 0 || more <= available) return;
+  const int ranks = options_.link ? options_.link->ranks() : 1;
+  throw HostMemoryError(fmt::format(
+      "{} replicas in this process need {:.1f} GB of host memory ({:.2f} GB each: every "
+      "emulated IPU holds its own copy of the program's tensors), but only {:.1f} GB more is "
+      "available "
+      "({}); hint: split the {} replicas over more processes on hosts with enough memory "
+      "(mpirun -np N: each process holds {}/N of them; now {} process(es)), or choose a "
+      "smaller pod size",
+      local, static_cast<double>(each * local) / 1e9, static_cast<double>(each) / 1e9,
+      static_cast<double>(available) / 1e9,
+      std::getenv("IPU_HOST_MEMORY_LIMIT_GB") ? "IPU_HOST_MEMORY_LIMIT_GB" : "MemAvailable",
+      options_.replicas, options_.replicas, ranks));
 }
 
 ReplicaGroup::~ReplicaGroup() {

@@ -8,6 +8,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -24,8 +25,21 @@ struct ReplicaGroupOptions {
   std::chrono::milliseconds timeout = std::chrono::minutes(5);  // per collective
 };
 
+// The local replicas' tensors do not fit this host's memory (refused before they are allocated).
+class HostMemoryError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Bytes of host memory a process may still allocate: IPU_HOST_MEMORY_LIMIT_GB when set (tests,
+// shared hosts), else MemAvailable from /proc/meminfo (0 when unknown: no check).
+std::int64_t hostMemoryAvailableBytes();
+
 class ReplicaGroup {
  public:
+  // Every local replica holds its own copy of the program's tensors, as each IPU does: when the
+  // copies after the first would not fit hostMemoryAvailableBytes(), throws HostMemoryError
+  // (naming the sizes and how to split the replicas) instead of being killed part way.
   ReplicaGroup(std::shared_ptr<const Executable> exe, const ReplicaGroupOptions& options);
   ~ReplicaGroup();
   ReplicaGroup(const ReplicaGroup&) = delete;
@@ -46,6 +60,7 @@ class ReplicaGroup {
  private:
   void worker(int local);
   void runOne(int local);
+  void checkHostMemory(const Engine& first, std::int64_t firstResident, int local);
 
   ReplicaGroupOptions options_;
   std::unique_ptr<RingCollective> collective_;

@@ -2,9 +2,11 @@
 // replica of R x b, A accumulated micro-batches equal one batch of A x b, D device iterations
 // equal D calls, sharded optimizer state equals the plain update and uses 1/R of the memory, and
 // a failed replica stops its siblings instead of hanging them.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 
@@ -306,6 +308,38 @@ TEST(Replication, FailedReplicaStopsItsSiblings) {
     EXPECT_NE(std::string(e.what()).find("'labels'"), std::string::npos) << e.what();
   }
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+}
+
+// Every replica holds its own tensors: a group whose copies do not fit the host's memory is
+// refused after the first copy, with the sizes and a hint, instead of being killed part way.
+TEST(Replication, ReplicasBeyondTheHostsMemoryAreRefusedBeforeAllocation) {
+  Layout r;
+  r.replicas = 4;
+  auto exe = compileRun(r);
+  ReplicaGroupOptions o;
+  o.replicas = 4;
+  unsetenv("IPU_HOST_MEMORY_LIMIT_GB");
+  const std::int64_t each = ReplicaGroup(exe, o).engine(0).tensorMemoryBytes();
+  ASSERT_GT(each, 0);
+  // Room for 2 more copies, not 3.
+  const std::string limit = fmt::format("{:.9f}", 2.5 * static_cast<double>(each) / 1e9);
+  ASSERT_EQ(setenv("IPU_HOST_MEMORY_LIMIT_GB", limit.c_str(), 1), 0);
+  try {
+    ReplicaGroup group(exe, o);
+    unsetenv("IPU_HOST_MEMORY_LIMIT_GB");
+    FAIL() << "expected HostMemoryError";
+  } catch (const replication::HostMemoryError& e) {
+    unsetenv("IPU_HOST_MEMORY_LIMIT_GB");
+    const std::string m = e.what();
+    EXPECT_NE(m.find("4 replicas in this process need"), std::string::npos) << m;
+    EXPECT_NE(m.find("IPU_HOST_MEMORY_LIMIT_GB"), std::string::npos) << m;
+    EXPECT_NE(m.find("mpirun -np N"), std::string::npos) << m;
+  }
+  // Ample room (the first copy's resident growth may exceed its tensors): built.
+  const std::string enough = fmt::format("{:.9f}", 1000.0 * static_cast<double>(each) / 1e9 + 1.0);
+  ASSERT_EQ(setenv("IPU_HOST_MEMORY_LIMIT_GB", enough.c_str(), 1), 0);
+  EXPECT_NO_THROW(ReplicaGroup(exe, o));
+  unsetenv("IPU_HOST_MEMORY_LIMIT_GB");
 }
 
 TEST(Replication, BadOptionsAreRefusedClearly) {
