@@ -1,7 +1,7 @@
 """run_benchmark split over Open MPI processes (loopback): `mpirun -np 2` runs the 4 replicas of
-resnet50/mini/POD4 as 2 per process and writes the same log as one process running all 4 (times
-aside), also when batch norm spans replicas of both processes; a rank that hangs or dies makes
-the job exit with a clear error within a bounded time.
+resnet50/mini/POD4 (the real ResNet-50) as 2 per process and writes the same log as one process
+running all 4 (times aside), also when batch norm spans replicas of both processes; a rank that
+hangs or dies makes the job exit with a clear error within a bounded time.
 
 Environment: RUN_BENCHMARK = the binary (tests/harness_cli/CMakeLists.txt).
 """
@@ -11,13 +11,14 @@ import pathlib
 import re
 import shutil
 import subprocess
+import threading
 import time
 
 import pytest
 
 BINARY = os.environ.get("RUN_BENCHMARK", "")
 MPIRUN = shutil.which("mpirun")
-FAST = ["--model-stand-in", "--threads", "1", "--division", "open", "--pod-size", "4"]
+POD4 = ["--threads", "1", "--division", "open", "--pod-size", "4"]
 # Shared memory between the processes on this host; --oversubscribe: 2 cores may run 2 ranks and
 # more threads; root (CI containers) must say so.
 MPI_ENV = {"OMPI_MCA_btl": "self,vader", "OMPI_MCA_rmaps_base_oversubscribe": "1",
@@ -42,7 +43,7 @@ def env(**extra):
 
 def config(tmp_path, train_samples):
     path = tmp_path / "config.json"
-    path.write_text(json.dumps({"mini_train_samples": train_samples, "mini_eval_samples": 512,
+    path.write_text(json.dumps({"mini_train_samples": train_samples, "mini_eval_samples": 256,
                                 "mini_target_accuracy": 0.7, "eval_period": 1}))
     return str(path)
 
@@ -65,13 +66,13 @@ def without_times(log):
 
 
 def test_two_processes_write_the_log_of_one(tmp_path):
-    cfg = config(tmp_path, 2048)
+    cfg = config(tmp_path, 640)  # 20 steps of global batch 32 an epoch
     one, two = tmp_path / "one", tmp_path / "two"
     t0 = time.monotonic()
-    a = subprocess.run([BINARY, *FAST, "--max-epochs", "2", "--config", cfg, "--results-dir",
+    a = subprocess.run([BINARY, *POD4, "--max-epochs", "2", "--config", cfg, "--results-dir",
                         str(one)], capture_output=True, text=True, timeout=300, env=env())
     t1 = time.monotonic()
-    b = subprocess.run([*mpirun(2), BINARY, *FAST, "--max-epochs", "2", "--config", cfg,
+    b = subprocess.run([*mpirun(2), BINARY, *POD4, "--max-epochs", "2", "--config", cfg,
                         "--results-dir", str(two)],
                        capture_output=True, text=True, timeout=300, env=env())
     t2 = time.monotonic()
@@ -95,7 +96,7 @@ def test_batch_norm_spanning_the_processes_gives_the_log_of_one(tmp_path):
                                 "mini_target_accuracy": 0.99, "eval_period": 1,
                                 "model_bn_span": 32}))
     one, two, per_replica = tmp_path / "one", tmp_path / "two", tmp_path / "per_replica"
-    args = [*FAST, "--max-epochs", "1", "--config", str(path)]
+    args = [*POD4, "--max-epochs", "1", "--config", str(path)]
     a = subprocess.run([BINARY, *args, "--results-dir", str(one)],
                        capture_output=True, text=True, timeout=300, env=env())
     b = subprocess.run([*mpirun(2), BINARY, *args, "--results-dir", str(two)],
@@ -120,7 +121,7 @@ def test_gradient_accumulation_runs_and_is_logged(tmp_path):
     path.write_text(json.dumps({"mini_train_samples": 1024, "mini_eval_samples": 256,
                                 "mini_target_accuracy": 0.99, "eval_period": 1,
                                 "gradient_accumulation_steps": 2}))
-    r = subprocess.run([BINARY, *FAST, "--max-epochs", "1", "--shard-optimizer-state", "--config",
+    r = subprocess.run([BINARY, *POD4, "--max-epochs", "1", "--shard-optimizer-state", "--config",
                         str(path), "--results-dir", str(tmp_path / "r")],
                        capture_output=True, text=True, timeout=120, env=env())
     assert r.returncode == 2, r.stdout + r.stderr  # ran; the 0.99 target is out of reach
@@ -131,16 +132,18 @@ def test_gradient_accumulation_runs_and_is_logged(tmp_path):
 
 
 def test_replicas_must_split_evenly_over_processes(tmp_path):
-    r = subprocess.run([*mpirun(3), BINARY, *FAST, "--max-epochs", "1", "--config",
+    r = subprocess.run([*mpirun(3), BINARY, *POD4, "--max-epochs", "1", "--config",
                         config(tmp_path, 512), "--results-dir", str(tmp_path / "r")],
                        capture_output=True, text=True, timeout=120, env=env())
     assert r.returncode != 0
     assert "4 replicas do not split evenly over 3 processes" in r.stdout + r.stderr
 
 
-# A shell per rank starts run_benchmark, and on rank 1 stops (or kills) it once training runs.
-FAULT = ('"$@" & pid=$!; if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then sleep {delay}; '
-         'kill -{signal} $pid; fi; wait $pid')
+# A shell per rank starts run_benchmark, and on rank 1 stops (or kills) it once training runs:
+# {delay} s after rank 0 logged run_start (the compile step and the weight init come first).
+FAULT = ('"$@" & pid=$!; if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then '
+         'until grep -qs run_start {log}; do sleep 0.2; done; sleep {delay}; '
+         'echo "fault injected" >&2; kill -{signal} $pid; fi; wait $pid')
 
 
 @pytest.mark.parametrize("signal,expect", [
@@ -148,16 +151,31 @@ FAULT = ('"$@" & pid=$!; if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then sleep {delay};
     ("KILL", "exited with non-zero status"),     # dies: mpirun ends the job
 ])
 def test_a_failed_rank_ends_the_job(tmp_path, signal, expect):
-    cmd = [*mpirun(2), "sh", "-c", FAULT.format(delay=1.5, signal=signal), "sh", BINARY, *FAST,
-           "--max-epochs", "3", "--config", config(tmp_path, 60000), "--results-dir",
-           str(tmp_path / "r")]
-    t0 = time.monotonic()
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
-                       env=env(IPU_COLLECTIVE_TIMEOUT_S="3"))
-    elapsed = time.monotonic() - t0
-    out = r.stdout + r.stderr
-    assert r.returncode != 0, out
-    assert elapsed < 60, f"took {elapsed:.0f} s:\n{out}"
+    results = tmp_path / "r"
+    log = results / "ipu_mlperf" / "results" / "ipu-pod4-emulated" / "resnet" / "result_0.txt"
+    cmd = [*mpirun(2), "sh", "-c", FAULT.format(log=log, delay=1.5, signal=signal), "sh", BINARY,
+           *POD4, "--max-epochs", "3", "--config", config(tmp_path, 60000), "--results-dir",
+           str(results)]
+    stdout = tmp_path / "stdout.txt"
+    with open(stdout, "w") as out_file:
+        p = subprocess.Popen(cmd, stdout=out_file, stderr=subprocess.PIPE, text=True,
+                             env=env(IPU_COLLECTIVE_TIMEOUT_S="3"))
+        watchdog = threading.Timer(300, p.kill)  # a job that never ends fails, not hangs
+        watchdog.start()
+        # Time from the fault to the end of the job: rank 1's shell says when it strikes.
+        injected = None
+        err_lines = []
+        for line in p.stderr:
+            err_lines.append(line)
+            if "fault injected" in line and injected is None:
+                injected = time.monotonic()
+        p.wait()
+        watchdog.cancel()
+    out = stdout.read_text() + "".join(err_lines)
+    assert injected is not None, out
+    elapsed = time.monotonic() - injected
+    assert p.returncode != 0, out
+    assert elapsed < 60, f"took {elapsed:.0f} s after the fault:\n{out}"
     assert expect in out, out
     if signal == "STOP":
         # The stopped rank is caught in whichever collective its peer reaches first: the

@@ -4,11 +4,10 @@ MLPerf checker, a five-run package, SIGINT and a diverging run.
 Environment (set by tests/harness_cli/CMakeLists.txt): RUN_BENCHMARK = the binary,
 IPU_SOURCE_DIR = the repository (its .venv holds mlperf-logging; checker tests skip without it).
 
-The real ResNet-50 (the full [3,4,6,3] network on Fashion-MNIST) writes the logs that the checker
-judges closed and open under both rulesets (`real_resnet50` tests). The five-run package, SIGINT
-and the diverging run use --model-stand-in (the TEMPORARY small CNN in ResNet-50's place, see
-harness/README.md) and --threads 1: five real ResNet-50 runs to the closed target would take
-about half an hour on a 2-core machine.
+Every run is the real ResNet-50 (the full [3,4,6,3] network on Fashion-MNIST). One closed run
+reaches the MLPerf target and its log is judged under both rulesets (`real_resnet50` tests). The
+five-run package is five short open runs (five closed runs to 0.759 take about 40 minutes on a
+2-core machine: benchmarks/harness/resnet50_closed_package.sh does that outside CI).
 """
 import csv
 import json
@@ -31,15 +30,20 @@ SYSTEM = "ipu-pod1-emulated"
 # The checker writes compliance_checker.log into its working folder: keep it out of packages.
 CHECKER_CWD = tempfile.mkdtemp(prefix="harness_cli_checker_")
 
-# Short but compliant: 6,400 training images an epoch, 1,000 evaluation images, evaluation at
-# epoch 1 (offset 1) and at the last epoch of the budget; the target is above the checker's 0.759.
-SHORT_CONFIG = {
-    "mini_train_samples": 6400,
-    "mini_eval_samples": 1000,
-    "mini_target_accuracy": 0.78,
-    "eval_offset": 1,
+# Short open runs: micro-batch 8 and SGD 0.012 (the closed CI run's settings), 3,200 training
+# images an epoch, 500 evaluated after every epoch. The open division sets no accuracy floor: the
+# target is one the model passes after one or two such epochs (seed 1 on 2026-12-03: 0.376,
+# 0.690, 0.730 after epochs 1-3).
+OPEN_SHORT = {
+    "micro_batch_size": 8,
+    "model_bn_span": 8,
+    "sgd_opt_base_learning_rate": 0.012,
+    "mini_train_samples": 3200,
+    "mini_eval_samples": 500,
+    "mini_target_accuracy": 0.35,
+    "eval_period": 1,
 }
-FAST = ["--model-stand-in", "--threads", "1"]
+THREADS = ["--threads", "2"]
 
 
 def have_checker():
@@ -151,7 +155,7 @@ def test_refusal_writes_nothing(name, tmp_path):
     extra, config, code, needles = REFUSALS[name]
     results = tmp_path / "results"
     results.mkdir()
-    args = ["--results-dir", str(results), *FAST, *extra]
+    args = ["--results-dir", str(results), "--threads", "1", *extra]
     if config is not None:
         args += ["--config", write_config(tmp_path / "config.json", config)]
     r = run(args, timeout=120)
@@ -271,12 +275,13 @@ def test_help_documents_every_flag_with_its_default():
 
 @pytest.fixture(scope="module")
 def package(tmp_path_factory):
-    """Five closed runs of run_benchmark into one package (the MLPerf ResNet run count)."""
+    """Five open runs of the real ResNet-50 into one package (the MLPerf ResNet run count)."""
     root = tmp_path_factory.mktemp("package")
     results = root / "results"
     t0 = time.time()
-    r = run(["--results-dir", str(results), "--runs", "5", "--seed", "11", "--max-epochs", "3",
-             "--config", write_config(root / "short.json", SHORT_CONFIG), *FAST])
+    r = run(["--division", "open", "--results-dir", str(results), "--runs", "5", "--seed", "11",
+             "--max-epochs", "3", "--config", write_config(root / "short.json", OPEN_SHORT),
+             *THREADS], timeout=1500)
     print(f"5-run package: {time.time() - t0:.1f} s", file=sys.stderr)
     return results, r
 
@@ -299,11 +304,13 @@ def test_package_runs_and_summary(package):
         for once in ["init_stop", "run_start", "run_stop", "seed", "global_batch_size",
                      "gradient_accumulation_steps", "train_samples", "eval_samples"]:
             assert keys.count(once) == 1, once
-        assert "modeled_time_to_train_ms" not in keys  # no cost model yet: not invented
+        assert "modeled_time_to_train_ms" not in keys  # modeled times: the summary only
         seeds.append([e["value"] for e in ev if e["key"] == "seed"][0])
         assert keys.index("init_stop") < keys.index("run_start")
         evals = [e["metadata"]["epoch_num"] for e in ev if e["key"] == "eval_accuracy"]
-        assert evals and all(e == 1 or e % 4 == 1 or e == 3 for e in evals), evals
+        assert evals == list(range(1, len(evals) + 1)), evals  # eval_period 1
+        assert [e["value"] for e in ev if e["key"] == "submission_division"] == ["open"]
+        assert len([e for e in ev if e["key"] == "weights_initialization"]) == 161
     assert len(set(seeds)) == 5 and all(isinstance(s, int) for s in seeds)
     # The cost model prices each run's steps and evaluation batches (summary only, not logged).
     modeled = re.findall(r"modeled IPU time, run (\d): ([\d.]+) s \((\d+) steps x ([\d.]+) ms "
@@ -316,18 +323,11 @@ def test_package_runs_and_summary(package):
 
 @needs_checker
 @pytest.mark.parametrize("ruleset", ["4.0.0", "1.1.0"])
-def test_closed_log_passes_the_checker(package, ruleset):
+def test_package_logs_pass_the_checker(package, ruleset):
     results, _ = package
     for log in sorted(result_dir(results).glob("result_*.txt")):
         code, text, verdict = checker(log, ruleset)
-        if ruleset == "1.1.0":
-            # 1.1.0 also wants weights_initialization for the 161 ResNet-50 tensors; the stand-in
-            # logs its own tensors, so that is the one check it must fail, and the only one.
-            assert "FAILED" in verdict, text
-            fails = [l for l in text.splitlines() if "failed test" in l]
-            assert fails and all("initialized_tensors" in l for l in fails), text
-        else:
-            assert code == 0 and "SUCCESS" in verdict, text
+        assert code == 0 and "SUCCESS" in verdict, f"{log.name}:\n{text}"
 
 
 @needs_checker
@@ -361,25 +361,12 @@ def test_package_checker_and_summarizer(package, tmp_path):
 
 
 @needs_checker
-def test_open_run_passes_the_checker(tmp_path):
-    results = tmp_path / "results"
-    r = run(["--division", "open", "--results-dir", str(results), "--max-epochs", "2",
-             "--config", write_config(tmp_path / "c.json", SHORT_CONFIG), *FAST])
-    assert r.returncode in (0, 2), r.stdout + r.stderr
-    log = result_dir(results) / "result_0.txt"
-    division = [e["value"] for e in events(log) if e["key"] == "submission_division"]
-    assert division == ["open"]
-    for ruleset in ["4.0.0", "1.1.0"]:
-        code, text, verdict = checker(log, ruleset)
-        assert code == 0 and "SUCCESS" in verdict, f"{ruleset}:\n{text}"
-
-
-@needs_checker
 def test_open_run_with_precision_logs_the_policy_and_passes_the_checker(tmp_path):
     results = tmp_path / "results"
-    config = write_config(tmp_path / "c.json", {**SHORT_CONFIG, "mini_train_samples": 1600})
+    config = write_config(tmp_path / "c.json", {**OPEN_SHORT, "mini_train_samples": 1600})
     r = run(["--division", "open", "--results-dir", str(results), "--max-epochs", "1",
-             "--precision", "16.16", "--loss-scaling", "dynamic:1024", "--config", config, *FAST])
+             "--precision", "16.16", "--loss-scaling", "dynamic:1024", "--config", config,
+             *THREADS])
     assert r.returncode in (0, 2), r.stdout + r.stderr
     log = result_dir(results) / "result_0.txt"
     ev = events(log)
@@ -395,28 +382,45 @@ def test_open_run_with_precision_logs_the_policy_and_passes_the_checker(tmp_path
 
 
 def test_open_run_projects_full_scale_time_to_train(tmp_path):
-    """--project-full-scale prices full ResNet-50 (224x224, the published POD64 configuration)
+    """--project-full-scale prices full ResNet-50 (224x224, the published POD16 configuration)
     with the cost model. Nothing is fitted to the published time, so only a broad band is
     checked: the model once overcounted MACs and projected ~25x the published minutes."""
     config = write_config(tmp_path / "c.json", {"mini_train_samples": 256, "mini_eval_samples": 128,
                                                 "mini_target_accuracy": 0.99, "eval_period": 1})
-    r = run(["--division", "open", "--pod-size", "64", "--results-dir", str(tmp_path / "r"),
-             "--max-epochs", "1", "--config", config, "--project-full-scale", *FAST], timeout=600)
+    r = run(["--division", "open", "--pod-size", "16", "--results-dir", str(tmp_path / "r"),
+             "--max-epochs", "1", "--config", config, "--project-full-scale", *THREADS],
+            timeout=900)
     assert r.returncode == 2, r.stdout + r.stderr  # ran; the 0.99 target is out of reach
     out = r.stdout
-    assert "full-scale projection for IPU-POD64" in out, out
-    assert "64 replicas x micro-batch 20 x accumulation 3 = global batch 3840, 38 epochs" in out
+    assert "full-scale projection for IPU-POD16" in out, out
+    assert "16 replicas x micro-batch 20 x accumulation 10 = global batch 3200, 38 epochs" in out
     m = re.search(r"modeled time-to-train ([0-9.]+) min = (\d+) steps", out)
     assert m, out
-    assert int(m.group(2)) == -(-38 * 1281167 // 3840)  # ceil(epochs x ImageNet / batch)
-    ratio = float(re.search(r"8\.50 min \(ratio ([0-9.]+)\)", out).group(1))
+    assert int(m.group(2)) == -(-38 * 1281167 // 3200)  # ceil(epochs x ImageNet / batch)
+    ratio = float(re.search(r"28\.33 min \(ratio ([0-9.]+)\)", out).group(1))
     assert 0.33 < ratio < 3.0, out
-    assert abs(float(m.group(1)) / 8.50 - ratio) < 0.01
+    assert abs(float(m.group(1)) / 28.33 - ratio) < 0.01
+
+
+def test_open_run_beyond_the_hosts_memory_is_refused_before_writing(tmp_path):
+    """Each emulated IPU holds its own tensors: 16 real ResNet-50 replicas (~0.6 GB each) are
+    refused when the host's memory (here capped by IPU_HOST_MEMORY_LIMIT_GB) cannot hold them,
+    before anything is written (POD64 on a 24 GB host is refused so, instead of being killed)."""
+    results = tmp_path / "results"
+    results.mkdir()
+    r = subprocess.run([BINARY, "--division", "open", "--pod-size", "16", "--results-dir",
+                        str(results), "--threads", "1"], capture_output=True, text=True,
+                       timeout=300, env={**os.environ, "IPU_HOST_MEMORY_LIMIT_GB": "2"})
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out
+    assert "16 replicas in this process need" in out and "only 2.0 GB more" in out, out
+    assert "mpirun -np N" in out and "smaller pod size" in out, out
+    assert files_under(results) == []
 
 
 def test_progress_line_only_on_a_terminal(tmp_path):
-    config = write_config(tmp_path / "c.json", {**SHORT_CONFIG, "mini_train_samples": 1600})
-    args = ["--division", "open", "--max-epochs", "1", "--config", config, *FAST]
+    config = write_config(tmp_path / "c.json", {**OPEN_SHORT, "mini_train_samples": 800})
+    args = ["--division", "open", "--max-epochs", "1", "--config", config, *THREADS]
     quiet = run(["--results-dir", str(tmp_path / "a"), *args])
     assert "img/s" not in quiet.stderr and "\r" not in quiet.stderr
     cmd = " ".join([BINARY, "--results-dir", str(tmp_path / "b"), *args])
@@ -447,18 +451,18 @@ def test_sigint_ends_the_run_aborted_with_a_complete_log(tmp_path):
     results = tmp_path / "results"
     config = write_config(tmp_path / "c.json", {"mini_eval_samples": 1000})
     p = subprocess.Popen([BINARY, "--results-dir", str(results), "--runs", "2",
-                          "--config", config, *FAST],
+                          "--config", config, *THREADS],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     log = result_dir(results) / "result_0.txt"
-    deadline = time.time() + 120
+    deadline = time.time() + 300  # the compile step and the weight init come first
     while time.time() < deadline:
         if log.exists() and "run_start" in log.read_text():
             break
         time.sleep(0.1)
     else:
         p.kill()
-        pytest.fail("no run_start in the log within 120 s")
-    time.sleep(1.0)  # well inside the first epoch (60,000 images)
+        pytest.fail("no run_start in the log within 300 s")
+    time.sleep(2.0)  # well inside the first epoch (60,000 images, ~10 minutes)
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=120)
     assert p.returncode == 130, out + err
@@ -469,9 +473,12 @@ def test_sigint_ends_the_run_aborted_with_a_complete_log(tmp_path):
 
 def test_diverging_run_is_aborted_and_reported(tmp_path):
     results = tmp_path / "results"
+    # Closed (eval at epoch 1, offset 1): SGD 1e6 is legal, and diverges within the first epoch
+    # (on 2026-12-03 the loss was NaN at step 14).
     config = write_config(tmp_path / "c.json",
-                          {**SHORT_CONFIG, "sgd_opt_base_learning_rate": 1e6})
-    r = run(["--results-dir", str(results), "--max-epochs", "2", "--config", config, *FAST])
+                          {"mini_train_samples": 3200, "mini_eval_samples": 500, "eval_offset": 1,
+                           "sgd_opt_base_learning_rate": 1e6})
+    r = run(["--results-dir", str(results), "--max-epochs", "2", "--config", config, *THREADS])
     assert r.returncode == 2, r.stdout + r.stderr
     assert re.search(r"training diverged: loss -?(nan|inf)", r.stderr), r.stderr
     assert_aborted_log(result_dir(results) / "result_0.txt", "training diverged")
