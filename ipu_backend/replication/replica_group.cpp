@@ -1,6 +1,7 @@
 #include "ipu_backend/replication/replica_group.h"
 
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -11,16 +12,16 @@
 
 namespace ipu::replication {
 
-std::int64_t hostMemoryAvailableBytes() {
+HostMemoryBudget hostMemoryBudget() {
   if (const char* s = std::getenv("IPU_HOST_MEMORY_LIMIT_GB"))
-    return static_cast<std::int64_t>(std::atof(s) * 1e9);
+    return {static_cast<std::int64_t>(std::atof(s) * 1e9), "IPU_HOST_MEMORY_LIMIT_GB"};
   std::ifstream meminfo("/proc/meminfo");
   std::string key;
   std::int64_t kib = 0;
   std::string unit;
   while (meminfo >> key >> kib >> unit)
-    if (key == "MemAvailable:") return kib * 1024;
-  return 0;
+    if (key == "MemAvailable:") return {kib * 1024, "MemAvailable"};
+  return {};
 }
 
 namespace {
@@ -29,7 +30,7 @@ std::int64_t residentBytes() {
   std::ifstream statm("/proc/self/statm");
   std::int64_t pages = 0, resident = 0;
   if (!(statm >> pages >> resident)) return 0;
-  return resident * 4096;
+  return resident * static_cast<std::int64_t>(sysconf(_SC_PAGESIZE));
 }
 }  // namespace
 
@@ -55,12 +56,12 @@ ReplicaGroup::ReplicaGroup(std::shared_ptr<const Executable> exe, const ReplicaG
 }
 
 void ReplicaGroup::checkHostMemory(const Engine& first, std::int64_t firstResident, int local) {
-  const std::int64_t available = hostMemoryAvailableBytes();
+  const HostMemoryBudget budget = hostMemoryBudget();
   // What the first copy took: its tensors (touched when it first runs), or more where the
   // process grew by more while building it (kernels, reordered weights).
   const std::int64_t each = std::max(first.tensorMemoryBytes(), firstResident);
   const std::int64_t more = each * (local - 1);  // the first copy is already allocated
-  if (available <= 0 || more <= available) return;
+  if (budget.bytes <= 0 || more <= budget.bytes) return;
   const int ranks = options_.link ? options_.link->ranks() : 1;
   throw HostMemoryError(fmt::format(
       "{} replicas in this process need {:.1f} GB of host memory ({:.2f} GB each: every "
@@ -70,9 +71,8 @@ void ReplicaGroup::checkHostMemory(const Engine& first, std::int64_t firstReside
       "(mpirun -np N: each process holds {}/N of them; now {} process(es)), or choose a "
       "smaller pod size",
       local, static_cast<double>(each * local) / 1e9, static_cast<double>(each) / 1e9,
-      static_cast<double>(available) / 1e9,
-      std::getenv("IPU_HOST_MEMORY_LIMIT_GB") ? "IPU_HOST_MEMORY_LIMIT_GB" : "MemAvailable",
-      options_.replicas, options_.replicas, ranks));
+      static_cast<double>(budget.bytes) / 1e9, budget.source, options_.replicas, options_.replicas,
+      ranks));
 }
 
 ReplicaGroup::~ReplicaGroup() {

@@ -31,14 +31,19 @@ class HostMemoryError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Bytes of host memory a process may still allocate: IPU_HOST_MEMORY_LIMIT_GB when set (tests,
-// shared hosts), else MemAvailable from /proc/meminfo (0 when unknown: no check).
-std::int64_t hostMemoryAvailableBytes();
+// Bytes of host memory a process may still allocate, and where the figure came from:
+// IPU_HOST_MEMORY_LIMIT_GB when set (tests, shared hosts), else MemAvailable from /proc/meminfo
+// (0 when unknown: no check).
+struct HostMemoryBudget {
+  std::int64_t bytes = 0;
+  const char* source = "MemAvailable";
+};
+HostMemoryBudget hostMemoryBudget();
 
 class ReplicaGroup {
  public:
   // Every local replica holds its own copy of the program's tensors, as each IPU does: when the
-  // copies after the first would not fit hostMemoryAvailableBytes(), throws HostMemoryError
+  // copies after the first would not fit hostMemoryBudget(), throws HostMemoryError
   // (naming the sizes and how to split the replicas) instead of being killed part way.
   ReplicaGroup(std::shared_ptr<const Executable> exe, const ReplicaGroupOptions& options);
   ~ReplicaGroup();

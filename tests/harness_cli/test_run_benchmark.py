@@ -57,10 +57,11 @@ needs_checker = pytest.mark.skipif(
     not have_checker(), reason="mlperf-logging missing: run `bash scripts/setup.sh`")
 
 
-def run(args, timeout=600, cwd=None):
+def run(args, timeout=600, cwd=None, env=None):
+    """The binary with `args`; `env`: variables added to this process's environment."""
     assert BINARY, "RUN_BENCHMARK is not set"
     return subprocess.run([BINARY, *args], capture_output=True, text=True, timeout=timeout,
-                          cwd=cwd)
+                          cwd=cwd, env={**os.environ, **env} if env else None)
 
 
 def write_config(path, obj):
@@ -408,9 +409,8 @@ def test_open_run_beyond_the_hosts_memory_is_refused_before_writing(tmp_path):
     before anything is written (POD64 on a 24 GB host is refused so, instead of being killed)."""
     results = tmp_path / "results"
     results.mkdir()
-    r = subprocess.run([BINARY, "--division", "open", "--pod-size", "16", "--results-dir",
-                        str(results), "--threads", "1"], capture_output=True, text=True,
-                       timeout=300, env={**os.environ, "IPU_HOST_MEMORY_LIMIT_GB": "2"})
+    r = run(["--division", "open", "--pod-size", "16", "--results-dir", str(results), "--threads",
+             "1"], timeout=300, env={"IPU_HOST_MEMORY_LIMIT_GB": "2"})
     out = r.stdout + r.stderr
     assert r.returncode == 1, out
     assert "16 replicas in this process need" in out and "only 2.0 GB more" in out, out

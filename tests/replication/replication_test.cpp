@@ -312,6 +312,14 @@ TEST(Replication, FailedReplicaStopsItsSiblings) {
 
 // Every replica holds its own tensors: a group whose copies do not fit the host's memory is
 // refused after the first copy, with the sizes and a hint, instead of being killed part way.
+// Sets IPU_HOST_MEMORY_LIMIT_GB to `gb` for its lifetime (unset again however the test ends).
+struct HostMemoryLimit {
+  explicit HostMemoryLimit(double gb) {
+    EXPECT_EQ(setenv("IPU_HOST_MEMORY_LIMIT_GB", fmt::format("{:.9f}", gb).c_str(), 1), 0);
+  }
+  ~HostMemoryLimit() { unsetenv("IPU_HOST_MEMORY_LIMIT_GB"); }
+};
+
 TEST(Replication, ReplicasBeyondTheHostsMemoryAreRefusedBeforeAllocation) {
   Layout r;
   r.replicas = 4;
@@ -319,27 +327,21 @@ TEST(Replication, ReplicasBeyondTheHostsMemoryAreRefusedBeforeAllocation) {
   ReplicaGroupOptions o;
   o.replicas = 4;
   unsetenv("IPU_HOST_MEMORY_LIMIT_GB");
-  const std::int64_t each = ReplicaGroup(exe, o).engine(0).tensorMemoryBytes();
+  const double each = static_cast<double>(ReplicaGroup(exe, o).engine(0).tensorMemoryBytes());
   ASSERT_GT(each, 0);
-  // Room for 2 more copies, not 3.
-  const std::string limit = fmt::format("{:.9f}", 2.5 * static_cast<double>(each) / 1e9);
-  ASSERT_EQ(setenv("IPU_HOST_MEMORY_LIMIT_GB", limit.c_str(), 1), 0);
   try {
+    HostMemoryLimit limit(2.5 * each / 1e9);  // room for 2 more copies, not 3
     ReplicaGroup group(exe, o);
-    unsetenv("IPU_HOST_MEMORY_LIMIT_GB");
     FAIL() << "expected HostMemoryError";
   } catch (const replication::HostMemoryError& e) {
-    unsetenv("IPU_HOST_MEMORY_LIMIT_GB");
     const std::string m = e.what();
     EXPECT_NE(m.find("4 replicas in this process need"), std::string::npos) << m;
     EXPECT_NE(m.find("IPU_HOST_MEMORY_LIMIT_GB"), std::string::npos) << m;
     EXPECT_NE(m.find("mpirun -np N"), std::string::npos) << m;
   }
   // Ample room (the first copy's resident growth may exceed its tensors): built.
-  const std::string enough = fmt::format("{:.9f}", 1000.0 * static_cast<double>(each) / 1e9 + 1.0);
-  ASSERT_EQ(setenv("IPU_HOST_MEMORY_LIMIT_GB", enough.c_str(), 1), 0);
+  HostMemoryLimit ample(1000.0 * each / 1e9 + 1.0);
   EXPECT_NO_THROW(ReplicaGroup(exe, o));
-  unsetenv("IPU_HOST_MEMORY_LIMIT_GB");
 }
 
 TEST(Replication, BadOptionsAreRefusedClearly) {
