@@ -8,6 +8,7 @@ add_library(ipu_backend STATIC
   ${CMAKE_CURRENT_LIST_DIR}/compiler/op_shapes.cpp
   ${CMAKE_CURRENT_LIST_DIR}/compiler/compiler.cpp
   ${CMAKE_CURRENT_LIST_DIR}/compiler/first_fit.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/compiler/lars.cpp
   ${CMAKE_CURRENT_LIST_DIR}/compiler/mixed_precision.cpp
   ${CMAKE_CURRENT_LIST_DIR}/engine/engine.cpp
   ${CMAKE_CURRENT_LIST_DIR}/replication/replicate.cpp

@@ -294,6 +294,10 @@ OptimizerState appendSgdUpdate(Graph& g, const std::map<int, int>& grads, int lr
     st.stateVariables.push_back(v);
     Attrs a{{"momentum", opts.momentum}, {"weight_decay", opts.decay(w) ? opts.weightDecay : 0.0}};
     if (opts.nesterov) a.set("nesterov", true);
+    if (opts.larsEta > 0.0 && opts.decay(w)) {
+      a.set("lars_eta", opts.larsEta);
+      a.set("lars_epsilon", opts.larsEpsilon);
+    }
     if (opts.stochasticRounding && w.dtype != DType::F32) a.set("stochastic_rounding", true);
     if (opts.lossScaling.inverseScale >= 0)
       g.addOp(OpKind::SgdUpdateScaled,

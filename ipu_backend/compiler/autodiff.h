@@ -38,6 +38,10 @@ struct SgdOptions {
   bool nesterov = false;
   // Weight decay applies to the variables this returns true for (MLPerf: not BN params, biases).
   std::function<bool(const Tensor&)> decay = [](const Tensor&) { return true; };
+  // LARS (compiler/lars.h) on the variables `decay` selects, as the MLPerf reference skips batch
+  // norm and biases for both: trust coefficient eta (the reference's 0.001) and epsilon. 0: SGD.
+  double larsEta = 0.0;
+  double larsEpsilon = 0.0;
   // Round 16-bit weight and momentum writes stochastically (the IPU's 16.16 setting).
   bool stochasticRounding = false;
   // Set: the update unscales the gradients and is skipped on overflow (sgd_update_scaled).

@@ -1,5 +1,7 @@
 #include "ipu_backend/compiler/compiler.h"
 
+#include "ipu_backend/compiler/lars.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -446,6 +448,11 @@ class Planner {
       }
       case OpKind::Constant:
         perOutputSlice(op, out, [](Range) { return std::vector<NeedWindow>{}; });
+        return;
+      case OpKind::LarsLearningRate:  // four scalars in, one out: one vertex
+        perOutputSlice(op, out, [&](Range) {
+          return std::vector<NeedWindow>{whole(in(0)), whole(in(1)), whole(in(2)), whole(in(3))};
+        });
         return;
       case OpKind::Conv2d: {
         // Output slices are channel-blocked when the weights are large (see
@@ -1088,6 +1095,9 @@ Executable compile(Graph graph, const Target& target, const CompileOptions& opti
                        -1, 0, 0);
   // With a separate update part (replication, accumulation) the updates follow the
   // all-reduce anyway; moving them would take them out of that part.
+  // LARS updates become their norms, rate and plain update (inserted after updateFirstOp, the
+  // updates' part, so that index stays valid).
+  expandLars(graph);
   if (options.updateFirstOp < 0) scheduleUpdatesEarly(graph);
   Executable exe{std::move(graph), target, options, {}, {}, {}, {}, {}, {}, {}, 0.0};
   Planner(exe).run();

@@ -713,6 +713,14 @@ struct Engine::Impl {
         i64 n = g.tensor(in(0)).elements();
         return [=] { fz::sgdMomentumUpdate(*lr, m, wd, nest, w, v, gr, n); };
       }
+      case OpKind::LarsLearningRate: {
+        const float *ws = F(in(0)), *gs = F(in(1)), *lr = F(in(2)), *inv = F(in(3));
+        float* y = F(out);
+        const float eta = static_cast<float>(op.attrs.getFloat("eta"));
+        const float wd = static_cast<float>(op.attrs.getFloat("weight_decay"));
+        const float eps = static_cast<float>(op.attrs.getFloat("epsilon"));
+        return [=] { *y = ref::larsLearningRate(*lr, *ws, *gs, *inv, eta, wd, eps); };
+      }
       case OpKind::Assign: {
         float *dst = F(in(0)), *src = F(in(1));
         i64 n = g.tensor(in(0)).elements();
@@ -860,6 +868,12 @@ struct Engine::Impl {
       case OpKind::Constant: {
         float val = attrF("value", 0.0);
         return [=] { std::fill(y, y + work.size(), val); };
+      }
+      case OpKind::LarsLearningRate: {
+        const float eta = attrF("eta", 0.0), wd = attrF("weight_decay", 0.0);
+        const float eps = attrF("epsilon", 0.0);
+        return
+            [=] { *y = ref::larsLearningRate(W[2][0], W[0][0], W[1][0], W[3][0], eta, wd, eps); };
       }
       case OpKind::Conv2d: {
         auto s = convShapeOf(g, op);

@@ -204,4 +204,31 @@ void Graph::reorderOps(const std::vector<int>& order) {
     if (t.producer >= 0) t.producer = newId[t.producer];
 }
 
+void Graph::rewriteOp(int opId, std::vector<int> inputs, Attrs attrs) {
+  Op& op = ops_.at(static_cast<size_t>(opId));
+  const std::string label = fmt::format("{} (op {}, rewritten)", opName(op.kind), opId);
+  std::vector<const Tensor*> ins;
+  for (int id : inputs) {
+    if (id < 0 || id >= static_cast<int>(tensors_.size()))
+      throw GraphError(fmt::format("{}: input tensor id {} does not exist", label, id));
+    if (tensors_[id].producer >= opId)
+      throw GraphError(
+          fmt::format("{}: input '{}' is produced after the op", label, tensors_[id].name));
+    ins.push_back(&tensors_[id]);
+  }
+  const std::vector<TensorType> types = inferOutputTypes(op.kind, ins, attrs, label);
+  if (types.size() != op.outputs.size())
+    throw GraphError(fmt::format("{}: {} outputs inferred, the op has {}", label, types.size(),
+                                 op.outputs.size()));
+  for (size_t i = 0; i < types.size(); ++i) {
+    const Tensor& t = tensors_[op.outputs[i]];
+    if (t.shape != types[i].shape || t.dtype != types[i].dtype)
+      throw GraphError(fmt::format("{}: output '{}' would change from {}{} to {}{}", label, t.name,
+                                   dtypeName(t.dtype), shapeStr(t.shape), dtypeName(types[i].dtype),
+                                   shapeStr(types[i].shape)));
+  }
+  op.inputs = std::move(inputs);
+  op.attrs = std::move(attrs);
+}
+
 }  // namespace ipu

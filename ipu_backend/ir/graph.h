@@ -117,6 +117,10 @@ enum class OpKind : std::uint8_t {
   // Sum over each group of `group` consecutive replicas (batch-norm statistics that span
   // replicas, Graphcore's bn_span); its gradient is the same sum of the gradients.
   CrossReplicaSum,
+  // LARS (layer-wise adaptive rate scaling): the learning rate of one weight from the sums of
+  // squares of the weight and its gradient (the compiler expands sgd_update's lars_* attributes
+  // into it, ipu_backend/compiler/lars.h).
+  LarsLearningRate,
 };
 
 struct Op {
@@ -163,6 +167,9 @@ class Graph {
   // Puts the ops in the given order (a permutation of op ids that keeps every producer before
   // its consumers; GraphError otherwise) and renumbers them; tensors keep their ids.
   void reorderOps(const std::vector<int>& order);
+  // Gives op `op` new inputs and attributes of the same kind (compiler lowering passes). They are
+  // checked like addOp's and must infer the outputs the op already has (GraphError otherwise).
+  void rewriteOp(int op, std::vector<int> inputs, Attrs attrs);
   // A unique tensor name with the given stem ("conv_3", "conv_4", ...).
   std::string uniqueName(const std::string& stem) const;
 

@@ -65,11 +65,14 @@ const std::vector<OpDef>& table() {
        {{"smoothing", A::Float, false}}},
       {OpKind::Constant, "constant", 0, 1, {},
        {{"shape", A::Ints, true}, {"value", A::Float, true}, {"dtype", A::String, false}}},
+      // lars_eta > 0: LARS, the learning rate scaled by the weight's trust ratio (compiler/lars.h).
       {OpKind::SgdUpdate, "sgd_update", 4, 0, {0, 1},
        {{"momentum", A::Float, true},
         {"weight_decay", A::Float, true},
         {"nesterov", A::Bool, false},
-        {"stochastic_rounding", A::Bool, false}}},
+        {"stochastic_rounding", A::Bool, false},
+        {"lars_eta", A::Float, false},
+        {"lars_epsilon", A::Float, false}}},
       {OpKind::EmaUpdate, "ema_update", 2, 0, {0},
        {{"momentum", A::Float, true}, {"scale", A::Float, false}}},
       // x (any shape, n elements) -> this replica's chunk [ceil(n/R)] of scale * sum over replicas.
@@ -98,7 +101,16 @@ const std::vector<OpDef>& table() {
        {{"momentum", A::Float, true},
         {"weight_decay", A::Float, true},
         {"nesterov", A::Bool, false},
-        {"stochastic_rounding", A::Bool, false}}},
+        {"stochastic_rounding", A::Bool, false},
+        {"lars_eta", A::Float, false},
+        {"lars_epsilon", A::Float, false}}},
+      // (sum of w^2, sum of g^2, lr, 1 / gradient scale) -> lr x trust ratio, every one a scalar:
+      // trust = eta |w| / (|g| + weight_decay |w| + epsilon) where |w| > 0 and |g| > 0, else 1
+      // (the MLPerf reference's LARS, TensorFlow's LARSOptimizer).
+      {OpKind::LarsLearningRate, "lars_learning_rate", 4, 1, {},
+       {{"eta", A::Float, true},
+        {"weight_decay", A::Float, true},
+        {"epsilon", A::Float, true}}},
   };
   return defs;
 }
@@ -556,6 +568,17 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
                                 "f16, bf16)",
                                 in[0]->name, a.getString("dtype")));
       return {{in[0]->shape, *dt}};
+    }
+    case OpKind::LarsLearningRate: {
+      for (int i = 0; i < 4; ++i)
+        if (in[i]->elements() != 1 || in[i]->dtype != DType::F32)
+          fail(label, fmt::format("'{}' {}{} must be an f32 scalar (sum of squares of the weight, "
+                                  "of the gradient, learning rate, inverse gradient scale)",
+                                  in[i]->name, dtypeName(in[i]->dtype), shapeStr(in[i]->shape)));
+      if (a.getFloat("eta") <= 0.0 || a.getFloat("epsilon") < 0.0 || a.getFloat("weight_decay") < 0.0)
+        fail(label, fmt::format("needs eta > 0, epsilon >= 0 and weight_decay >= 0, got {}, {}, {}",
+                                a.getFloat("eta"), a.getFloat("epsilon"), a.getFloat("weight_decay")));
+      return {{in[2]->shape, DType::F32}};
     }
     case OpKind::SgdUpdateScaled: {
       const Tensor &w = *in[0], &v = *in[1], &g = *in[2];

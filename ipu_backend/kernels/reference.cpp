@@ -460,6 +460,19 @@ void sgdMomentumUpdate(float lr, float momentum, float weightDecay, bool nestero
   }
 }
 
+float larsLearningRate(float lr, float wSumSq, float gSumSq, float gradScaleInverse, float eta,
+                       float weightDecay, float epsilon) {
+  const double wNorm = std::sqrt(static_cast<double>(wSumSq));
+  const double gNorm = std::sqrt(static_cast<double>(gSumSq)) * gradScaleInverse;
+  // Not finite (an overflowed step under loss scaling): the update skips the step anyway; keep
+  // the NaN visible rather than turning it into a rate.
+  if (!std::isfinite(wNorm) || !std::isfinite(gNorm))
+    return std::numeric_limits<float>::quiet_NaN();
+  if (!(wNorm > 0.0) || !(gNorm > 0.0)) return lr;
+  const double trust = eta * wNorm / (gNorm + weightDecay * wNorm + epsilon);
+  return static_cast<float>(static_cast<double>(lr) * trust);
+}
+
 void emaUpdate(float momentum, float scale, float* running, const float* value, i64 count) {
   for (i64 i = 0; i < count; ++i) {
     running[i] = momentum * running[i] + (1.0f - momentum) * scale * value[i];

@@ -96,6 +96,12 @@ void softmaxGrad(i64 cols, W y, W dy, float* dx, Range out);
 // g' + momentum * v : v). With momentum == 0, v is untouched and w -= lr * g'.
 void sgdMomentumUpdate(float lr, float momentum, float weightDecay, bool nesterov, float* w,
                        float* v, const float* g, i64 count);
+// LARS (You et al. 2017; TensorFlow's LARSOptimizer, used by the MLPerf ResNet-50 reference):
+// lr x trust, trust = eta |w| / (|g| + weightDecay |w| + epsilon) when |w| > 0 and |g| > 0, else
+// 1; |w| = sqrt(wSumSq), |g| = sqrt(gSumSq) x gradScaleInverse (gradients under loss scaling).
+// The update then applies sgdMomentumUpdate with this rate, as LARSOptimizer's apply_momentum.
+float larsLearningRate(float lr, float wSumSq, float gSumSq, float gradScaleInverse, float eta,
+                       float weightDecay, float epsilon);
 // running = momentum * running + (1 - momentum) * scale * value  (scale: e.g. n/(n-1)).
 void emaUpdate(float momentum, float scale, float* running, const float* value, i64 count);
 

@@ -103,6 +103,12 @@ ReplicatedGraph replicate(const Graph& src, const ReplicationOptions& o) {
     const int chunk = g.addOp1(OpKind::CrossReplicaReduceScatter, {reduced[i]},
                                Attrs{{"replicas", R}, {"scale", scale}}, w.name + "/grad_chunk");
     if (sharded) {
+      if (u.attrs.getFloat("lars_eta", 0.0) > 0.0)
+        throw GraphError(fmt::format(
+            "replicate '{}': '{}' uses LARS, whose trust ratio needs the norm of the whole "
+            "weight and gradient; sharding the optimizer state over replicas is not supported "
+            "with LARS (turn sharding off)",
+            src.name(), w.name));
       Attrs a = u.attrs;
       a.set("replicas", R);
       const int wChunk =
