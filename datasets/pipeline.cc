@@ -103,7 +103,7 @@ int64_t PipelineState::loadSlot(int64_t pos, float* out, int32_t* label) {
 }
 
 void PipelineState::fill(Batch& b, int64_t batchIndex) {
-  const int bs = opt.batchSize;
+  const int bs = opt.sliceSize > 0 ? opt.sliceSize : opt.batchSize;
   const size_t elems = shape.elems();
   b.index = batchIndex;
   b.batchSize = bs;
@@ -111,8 +111,9 @@ void PipelineState::fill(Batch& b, int64_t batchIndex) {
   b.images.resize(elems * bs);
   b.labels.resize(bs);
   b.sampleIndices.resize(bs);
-  const int64_t start = batchIndex * bs;
-  b.validCount = static_cast<int>(std::min<int64_t>(bs, samplesUsed - start));
+  const int64_t start = batchIndex * opt.batchSize + opt.sliceBegin;
+  b.validCount =
+      static_cast<int>(std::clamp<int64_t>(samplesUsed - start, 0, static_cast<int64_t>(bs)));
   for (int s = 0; s < b.validCount; ++s) {
     if (stop.load(std::memory_order_relaxed)) return;
     const int64_t pos = start + s;
@@ -179,6 +180,14 @@ Pipeline::Pipeline(std::shared_ptr<const Source> source, const PipelineOptions& 
                    uint64_t epoch)
     : state_(std::make_shared<detail::PipelineState>()) {
   if (!source) throw DatasetError("pipeline: null source");
+  if (options.sliceBegin < 0 || options.sliceSize < 0 ||
+      options.sliceBegin + options.sliceSize > options.batchSize ||
+      (options.sliceSize == 0 && options.sliceBegin != 0)) {
+    throw DatasetError(fmt::format(
+        "pipeline: slice [{}, {} + {}) is not inside a batch of {} (sliceSize 0: the whole batch, "
+        "from 0)",
+        options.sliceBegin, options.sliceBegin, options.sliceSize, options.batchSize));
+  }
   if (options.batchSize <= 0 || options.numThreads <= 0 || options.prefetchBatches <= 0 ||
       options.maxReplacementAttempts <= 0) {
     throw DatasetError(fmt::format(

@@ -43,6 +43,12 @@ struct PipelineOptions {
   // kFail: the consumer's next() throws, naming the file.
   CorruptPolicy corruptPolicy = CorruptPolicy::kFail;
   int maxReplacementAttempts = 64;
+  // Data parallelism over processes: each batch holds only slots [sliceBegin, sliceBegin +
+  // sliceSize) of the batch of batchSize that the epoch order defines, so that N processes with
+  // disjoint slices see together exactly what one process would, each decoding only its part.
+  // sliceSize 0: the whole batch.
+  int sliceBegin = 0;
+  int sliceSize = 0;
 
   // Training / evaluation defaults.
   static PipelineOptions train(int batchSize, uint64_t seed, int threads = 2);
@@ -51,7 +57,7 @@ struct PipelineOptions {
 
 struct Batch {
   int64_t index = 0;   // batch number within the epoch
-  int batchSize = 0;   // slots (always options.batchSize)
+  int batchSize = 0;   // slots (options.batchSize, or its sliceSize)
   int validCount = 0;  // real samples; < batchSize only for a padded last batch
   SampleShape shape;
   std::vector<float> images;           // batchSize * shape.elems(), NHWC float32

@@ -31,6 +31,9 @@ struct ModelRequest {
   std::int64_t micro_batch = 1;
   double momentum = 0.9;
   double weight_decay = 0.0;
+  // LARS (opt_name "lars"): trust coefficient and epsilon; eta 0 is plain SGD with momentum.
+  double lars_eta = 0.0;
+  double lars_epsilon = 0.0;
   ModelChoice choice = ModelChoice::kReference;
   precision::PrecisionPolicy precision;  // fp32 by default
   int bn_span_replicas = 1;  // batch-norm statistics over this many replicas (model_bn_span / b)

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "datasets/pipeline.h"
 #include "ipu_backend/replication/replicate.h"
 
 namespace ipu::harness {
@@ -135,47 +136,26 @@ void ClassifierTrainer::initialise(const std::map<std::string, std::vector<float
   }
 }
 
-EpochStats ClassifierTrainer::trainEpochReplicated(
-    const datasets::ImageDataset& ds, const datasets::Normalization& norm, int epoch,
-    const std::function<float(std::int64_t)>& lr, std::int64_t maxSamples,
-    const std::function<void(std::int64_t, float)>& onStep) {
-  const std::int64_t b = opts_.batch, perReplica = b * opts_.accumulation;
-  const std::int64_t global = globalBatch();
-  std::vector<std::int64_t> order(static_cast<size_t>(ds.count));
-  std::iota(order.begin(), order.end(), 0);
-  std::mt19937_64 rng(opts_.seed * 1000003ULL + static_cast<std::uint64_t>(epoch));
-  std::shuffle(order.begin(), order.end(), rng);
-  std::int64_t n = maxSamples > 0 ? std::min(maxSamples, ds.count) : ds.count;
-  datasets::NormalizationLut lut(norm, ds.channels);
-  EpochStats st;
-  auto t0 = std::chrono::steady_clock::now();
-  double lossSum = 0;
-  std::int64_t steps = 0;
-  const int local = group_->localReplicas(), first = group_->firstReplica();
-  for (std::int64_t i = 0; i + global <= n; i += global) {
-    // Replica r trains samples [i + r A b, i + (r + 1) A b) of the step, micro-batch after
-    // micro-batch: the same global batch whatever R and A split it.
-    for (int l = 0; l < local; ++l)
-      datasets::fillBatch(ds,
-                          std::span<const std::int64_t>(order.data() + i + (first + l) * perReplica,
-                                                        static_cast<size_t>(perReplica)),
-                          lut, replicaImages_[l], replicaLabels_[l]);
+float ClassifierTrainer::step(const std::function<float(std::int64_t)>& lr, EpochStats& st) {
+  if (group_) {
     std::fill(replicaLr_.begin(), replicaLr_.end(), lr(steps_));
     group_->run();
     double loss = 0;
     for (const auto& ls : replicaLosses_)
       for (float x : ls) loss += x;
-    loss_ = static_cast<float>(loss / static_cast<double>(local * opts_.accumulation));
-    ++steps_;
-    ++steps;
-    if (!std::isfinite(loss_)) st.finite = false;
-    lossSum += loss_;
-    if (onStep) onStep(steps_, loss_);
+    loss_ = static_cast<float>(loss /
+                               static_cast<double>(group_->localReplicas() * opts_.accumulation));
+  } else {
+    lr_ = lr(steps_);
+    scale_ = scaler_.scale();
+    inverseScale_ = scaler_.inverseScale();
+    trainEngine_->run();
+    // The overflow flag is 0, or NaN when some gradient was not finite (the step was skipped).
+    if (train_.overflow >= 0 && !scaler_.update(overflow_ != 0.0f)) ++st.skippedSteps;
   }
-  st.samples = steps * global;
-  st.meanLoss = steps ? lossSum / static_cast<double>(steps) : 0.0;
-  st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return st;
+  ++steps_;
+  if (!std::isfinite(loss_)) st.finite = false;
+  return loss_;
 }
 
 EpochStats ClassifierTrainer::trainEpoch(const datasets::ImageDataset& ds,
@@ -183,34 +163,83 @@ EpochStats ClassifierTrainer::trainEpoch(const datasets::ImageDataset& ds,
                                          const std::function<float(std::int64_t)>& lr,
                                          std::int64_t maxSamples,
                                          const std::function<void(std::int64_t, float)>& onStep) {
-  if (group_) return trainEpochReplicated(ds, norm, epoch, lr, maxSamples, onStep);
-  const std::int64_t b = static_cast<std::int64_t>(labels_.size());
+  const std::int64_t global = globalBatch(), perReplica = opts_.batch * opts_.accumulation;
   std::vector<std::int64_t> order(static_cast<size_t>(ds.count));
   std::iota(order.begin(), order.end(), 0);
   std::mt19937_64 rng(opts_.seed * 1000003ULL + static_cast<std::uint64_t>(epoch));
   std::shuffle(order.begin(), order.end(), rng);
-  std::int64_t n = maxSamples > 0 ? std::min(maxSamples, ds.count) : ds.count;
+  const std::int64_t n = maxSamples > 0 ? std::min(maxSamples, ds.count) : ds.count;
   datasets::NormalizationLut lut(norm, ds.channels);
   EpochStats st;
-  auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = std::chrono::steady_clock::now();
   double lossSum = 0;
   std::int64_t steps = 0;
-  for (std::int64_t i = 0; i + b <= n; i += b) {
-    datasets::fillBatch(ds, std::span<const std::int64_t>(order.data() + i, static_cast<size_t>(b)),
-                        lut, images_, labels_);
-    lr_ = lr(steps_);
-    scale_ = scaler_.scale();
-    inverseScale_ = scaler_.inverseScale();
-    trainEngine_->run();
-    // The overflow flag is 0, or NaN when some gradient was not finite (the step was skipped).
-    if (train_.overflow >= 0 && !scaler_.update(overflow_ != 0.0f)) ++st.skippedSteps;
-    ++steps_;
+  for (std::int64_t i = 0; i + global <= n; i += global) {
+    if (group_) {
+      // Replica r trains samples [i + r A b, i + (r + 1) A b) of the step, micro-batch after
+      // micro-batch: the same global batch whatever R and A split it.
+      const int first = group_->firstReplica();
+      for (int l = 0; l < group_->localReplicas(); ++l)
+        datasets::fillBatch(
+            ds,
+            std::span<const std::int64_t>(order.data() + i + (first + l) * perReplica,
+                                          static_cast<size_t>(perReplica)),
+            lut, replicaImages_[l], replicaLabels_[l]);
+    } else {
+      datasets::fillBatch(
+          ds, std::span<const std::int64_t>(order.data() + i, static_cast<size_t>(global)), lut,
+          images_, labels_);
+    }
+    lossSum += step(lr, st);
     ++steps;
-    if (!std::isfinite(loss_)) st.finite = false;
-    lossSum += loss_;
     if (onStep) onStep(steps_, loss_);
   }
-  st.samples = steps * b;
+  st.samples = steps * global;
+  st.lossScale = scaler_.scale();
+  st.meanLoss = steps ? lossSum / static_cast<double>(steps) : 0.0;
+  st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return st;
+}
+
+EpochStats ClassifierTrainer::trainEpoch(std::shared_ptr<const datasets::Source> source, int epoch,
+                                         const std::function<float(std::int64_t)>& lr,
+                                         std::int64_t maxSamples,
+                                         const std::function<void(std::int64_t, float)>& onStep,
+                                         int loaderThreads, datasets::CorruptPolicy corruptPolicy) {
+  const std::int64_t global = globalBatch(), perReplica = opts_.batch * opts_.accumulation;
+  const int local = group_ ? group_->localReplicas() : 1;
+  const int first = group_ ? group_->firstReplica() : 0;
+  datasets::PipelineOptions po =
+      datasets::PipelineOptions::train(static_cast<int>(global), opts_.seed, loaderThreads);
+  po.sliceBegin = static_cast<int>(first * perReplica);
+  po.sliceSize = static_cast<int>(local * perReplica);
+  po.corruptPolicy = corruptPolicy;
+  datasets::Pipeline pipeline(std::move(source), po, static_cast<std::uint64_t>(epoch));
+  const std::int64_t stepsWanted =
+      maxSamples > 0 ? std::min<std::int64_t>(maxSamples / global, pipeline.numBatches())
+                     : pipeline.numBatches();
+  EpochStats st;
+  const auto t0 = std::chrono::steady_clock::now();
+  double lossSum = 0;
+  std::int64_t steps = 0;
+  for (; steps < stepsWanted; ++steps) {
+    datasets::BatchPtr b = pipeline.next();
+    if (!b) break;
+    // One copy into the engines' input buffers (the batch returns to the pipeline at once).
+    const size_t elems = b->shape.elems();
+    for (int l = 0; l < local; ++l) {
+      float* images = group_ ? replicaImages_[l].data() : images_.data();
+      std::int32_t* labels = group_ ? replicaLabels_[l].data() : labels_.data();
+      const size_t off = static_cast<size_t>(l * perReplica);
+      std::copy_n(b->images.data() + off * elems, static_cast<size_t>(perReplica) * elems, images);
+      std::copy_n(b->labels.data() + off, static_cast<size_t>(perReplica), labels);
+    }
+    b.reset();
+    lossSum += step(lr, st);
+    if (onStep) onStep(steps_, loss_);
+  }
+  st.corruptFiles = pipeline.corruptFiles();
+  st.samples = steps * global;
   st.lossScale = scaler_.scale();
   st.meanLoss = steps ? lossSum / static_cast<double>(steps) : 0.0;
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -225,7 +254,6 @@ double ClassifierTrainer::evaluate(const datasets::ImageDataset& ds,
                                    const datasets::Normalization& norm, std::int64_t maxSamples) {
   syncWeightsToEval();
   const std::int64_t b = static_cast<std::int64_t>(labels_.size());
-  const std::int64_t classes = static_cast<std::int64_t>(logits_.size()) / b;
   std::int64_t n = maxSamples > 0 ? std::min(maxSamples, ds.count) : ds.count;
   datasets::NormalizationLut lut(norm, ds.channels);
   std::vector<std::int64_t> idx(static_cast<size_t>(b));
@@ -236,13 +264,48 @@ double ClassifierTrainer::evaluate(const datasets::ImageDataset& ds,
     datasets::fillBatch(ds, idx, lut, images_, labels_);
     evalEngine_->run();
     ++evalRuns_;
-    for (std::int64_t k = 0; k < valid; ++k) {
-      const float* row = logits_.data() + k * classes;
-      std::int64_t arg = std::max_element(row, row + classes) - row;
-      correct += arg == labels_[k];
-    }
+    correct += countCorrect(valid);
   }
   return n ? static_cast<double>(correct) / static_cast<double>(n) : 0.0;
+}
+
+std::int64_t ClassifierTrainer::countCorrect(std::int64_t valid) const {
+  const std::int64_t b = static_cast<std::int64_t>(labels_.size());
+  const std::int64_t classes = static_cast<std::int64_t>(logits_.size()) / b;
+  std::int64_t correct = 0;
+  for (std::int64_t k = 0; k < valid; ++k) {
+    const float* row = logits_.data() + k * classes;
+    const std::int64_t arg = std::max_element(row, row + classes) - row;
+    correct += arg == labels_[k];
+  }
+  return correct;
+}
+
+ClassifierTrainer::Accuracy ClassifierTrainer::evaluate(
+    std::shared_ptr<const datasets::Source> source, std::int64_t maxSamples, int loaderThreads,
+    const std::function<void()>& onBatch, datasets::CorruptPolicy corruptPolicy) {
+  syncWeightsToEval();
+  const int b = static_cast<int>(labels_.size());
+  datasets::PipelineOptions po = datasets::PipelineOptions::eval(b, loaderThreads);
+  po.corruptPolicy = corruptPolicy;
+  datasets::Pipeline pipeline(std::move(source), po, 0);
+  Accuracy acc;
+  while (datasets::BatchPtr batch = pipeline.next()) {
+    const std::int64_t valid =
+        maxSamples > 0 ? std::min<std::int64_t>(batch->validCount, maxSamples - acc.samples)
+                       : batch->validCount;
+    if (valid <= 0) break;
+    std::copy(batch->images.begin(), batch->images.end(), images_.begin());
+    // Pad slots are labelled -1 by the pipeline: give them a valid class (they are not counted).
+    for (int k = 0; k < b; ++k) labels_[k] = k < valid ? batch->labels[k] : 0;
+    batch.reset();
+    evalEngine_->run();
+    ++evalRuns_;
+    acc.correct += countCorrect(valid);
+    acc.samples += valid;
+    if (onBatch) onBatch();
+  }
+  return acc;
 }
 
 }  // namespace ipu::harness

@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "datasets/error.h"
 #include "datasets/image_dataset.h"
+#include "datasets/source.h"
 #include "ipu_backend/compiler/compiler.h"
 #include "ipu_backend/engine/engine.h"
 #include "ipu_backend/precision/loss_scaling.h"
@@ -44,6 +46,8 @@ struct EpochStats {
   // the scale at its end (1 without loss scaling).
   std::int64_t skippedSteps = 0;
   float lossScale = 1.0f;
+  // Source epochs under CorruptPolicy::kSkip: the files found corrupt and replaced (sorted).
+  std::vector<std::string> corruptFiles;
 };
 
 class ClassifierTrainer {
@@ -68,6 +72,23 @@ class ClassifierTrainer {
   double evaluate(const datasets::ImageDataset& ds, const datasets::Normalization& norm,
                   std::int64_t maxSamples = 0);
 
+  // The same two over a Source (ImageNet folders: decoded and augmented on the fly) through a
+  // prefetching datasets::Pipeline of `loaderThreads` workers. The epoch order is the
+  // pipeline's (seed, epoch); this process decodes only its own replicas' part of each global
+  // batch. evaluate's `onBatch` runs after every batch (the run loop's SIGINT check) and returns
+  // the number of correct predictions with the samples evaluated.
+  EpochStats trainEpoch(std::shared_ptr<const datasets::Source> source, int epoch,
+                        const std::function<float(std::int64_t)>& lr, std::int64_t maxSamples,
+                        const std::function<void(std::int64_t, float)>& onStep, int loaderThreads,
+                        datasets::CorruptPolicy corruptPolicy = datasets::CorruptPolicy::kFail);
+  struct Accuracy {
+    std::int64_t correct = 0, samples = 0;
+    double top1() const { return samples ? static_cast<double>(correct) / samples : 0.0; }
+  };
+  Accuracy evaluate(std::shared_ptr<const datasets::Source> source, std::int64_t maxSamples,
+                    int loaderThreads, const std::function<void()>& onBatch = {},
+                    datasets::CorruptPolicy corruptPolicy = datasets::CorruptPolicy::kFail);
+
   const Executable& trainExecutable() const { return *trainExe_; }
   const Executable& evalExecutable() const { return *evalExe_; }
   // The first local replica's engine (every replica holds the same weights).
@@ -84,11 +105,11 @@ class ClassifierTrainer {
  private:
   void syncWeightsToEval();
   void setUpReplicas();
-  EpochStats trainEpochReplicated(const datasets::ImageDataset& ds,
-                                  const datasets::Normalization& norm, int epoch,
-                                  const std::function<float(std::int64_t)>& lr,
-                                  std::int64_t maxSamples,
-                                  const std::function<void(std::int64_t, float)>& onStep);
+  // One weight update on the inputs already filled (images_/labels_, or the replicas' buffers);
+  // returns the step's loss (mean over the micro-batches of this process's replicas).
+  float step(const std::function<float(std::int64_t)>& lr, EpochStats& st);
+  // Top-1 hits among the first `valid` rows of logits_ (labels_).
+  std::int64_t countCorrect(std::int64_t valid) const;
 
   models::ClassifierGraph train_, eval_;
   TrainerOptions opts_;

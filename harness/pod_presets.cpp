@@ -20,8 +20,9 @@ constexpr std::int64_t kBertEval = 10000;  // the MLPerf BERT evaluation set
 
 // LARS as logged by Graphcore's v1.1 ResNet runs (ipu-pod*-TF1/resnet/result_*.txt): end LR
 // 1e-4, poly power 2, epsilon 0, momentum 0.9, 2 warmup epochs; decay steps = epochs.
-// model_bn_span 40 = 2 replicas x micro-batch 20: their batch norm spans two replicas.
-Json lars(double baseLr, int decayEpochs, double weightDecay) {
+// model_bn_span 40 = 2 replicas x micro-batch 20: their batch norm spans two replicas (POD1 has
+// one replica: its statistics span its micro-batch, 20).
+Json lars(double baseLr, int decayEpochs, double weightDecay, int bnSpan = 40) {
   return Json{{keys::kOptName, "lars"},
               {keys::kLarsOptBaseLearningRate, baseLr},
               {keys::kLarsOptEndLearningRate, 0.0001},
@@ -31,7 +32,7 @@ Json lars(double baseLr, int decayEpochs, double weightDecay) {
               {keys::kLarsOptMomentum, 0.9},
               {keys::kLarsOptLrWarmupEpochs, 2},
               {keys::kLarsOptWeightDecay, weightDecay},
-              {keys::kModelBnSpan, 40}};
+              {keys::kModelBnSpan, bnSpan}};
 }
 
 // SGD with momentum within the closed-division limits (base LR a multiple of 0.001, end LR
@@ -112,8 +113,9 @@ std::vector<Row> tableRows() {
   return {
     // ---- ResNet-50, full scale (ImageNet; FP16.16, LARS, static loss scale 128) ----
     // POD1 and POD4 keep POD16's global batch 3,200 so its LARS hyperparameters carry over.
-    {kRn, kFull,   1,   1, 1,  1, 20, 160,  3200, lars(10.72, 38, 5e-05), "FP16.16", kStatic128, 38,
-     false, "not published: POD16's configuration, accumulation 160 (same global batch)"},
+    {kRn, kFull,   1,   1, 1,  1, 20, 160,  3200, lars(10.72, 38, 5e-05, 20), "FP16.16", kStatic128, 38,
+     false, "not published: POD16's configuration, accumulation 160 (same global batch), batch "
+     "norm over the one replica's micro-batch"},
     {kRn, kFull,   4,   4, 1,  1, 20,  40,  3200, lars(10.72, 38, 5e-05), "FP16.16", kStatic128, 38,
      false, "not published: POD16's configuration, accumulation 40 (same global batch)"},
     {kRn, kFull,  16,  16, 1,  1, 20,  10,  3200, lars(10.72, 38, 5e-05), "FP16.16", kStatic128, 38,
@@ -423,6 +425,16 @@ PodPreset applyConfig(const PodPreset& preset, const Json& user, std::string_vie
                     merged[kLossScaling]["scale"].get<double>()};
   for (auto& [k, v] : p.hyperparameters.items()) v = merged[k];
   p.optimizer = p.hyperparameters.value(keys::kOptName, "");
+  if (p.optimizer != preset.optimizer) {
+    // The preset's keys are its optimizer's (sgd_opt_* or lars_opt_*): another optimizer would
+    // be logged with them.
+    throw ConfigError(
+        fmt::format("{}: key '{}' \"{}\": the {} preset trains with \"{}\" and its keys; "
+                    "the optimizer cannot be changed through --config (the full-scale ResNet-50 "
+                    "presets use lars, the mini ones sgd)",
+                    sourceName, keys::kOptName, p.optimizer, preset.name(), preset.optimizer),
+        std::string(sourceName), keys::kOptName);
+  }
   if (p.hyperparameters.contains(keys::kModelBnSpan) && !user.contains(keys::kModelBnSpan) &&
       user.contains(kMicroBatch) && preset.scale == Scale::kMini) {
     p.hyperparameters[keys::kModelBnSpan] = p.micro_batch;  // mini: BN over one micro-batch

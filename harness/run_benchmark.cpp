@@ -114,7 +114,7 @@ void printSummary(const BenchmarkPlan& plan, const std::vector<RunOutcome>& runs
         "modeled IPU time, run {}: {:.3f} s ({} steps x {:.3f} ms + {} evaluation batches x "
         "{:.3f} ms; cost model of the programs as compiled, for {})\n",
         i, trainS + evalS, r.train_steps, plan.modeled_step_seconds * 1e3, r.eval_runs,
-        plan.modeled_eval_seconds * 1e3, plan.run.trainer.target.name);
+        plan.modeled_eval_seconds * 1e3, plan.fit_check.target.name);
   }
   fmt::print("system description: {}\n", systemJson.string());
   if (plan.stand_in) {
@@ -156,13 +156,22 @@ int main(int argc, char** argv) {
                "replicated tensor sharding: each replica keeps 1/R of the momentum and updates "
                "1/R of the weights (all-gathered)");
   app.add_option("--scale", o.scale,
-                 "mini: Fashion-MNIST, CPU-sized; full: the MLPerf data set (not implemented "
-                 "yet)")
+                 "mini: Fashion-MNIST and CPU-sized models; full: ImageNet at --data-dir "
+                 "(train/<synset>/*.JPEG, val/<synset>/*.JPEG) and ResNet-50 at 224x224 with the "
+                 "published pod configuration")
       ->check(CLI::IsMember({"mini", "full"}))
       ->capture_default_str();
-  app.add_option(
-      "--data-dir", o.data_dir,
-      fmt::format("data set folder (default for mini: {})", datasets::kDefaultFashionMnistDir));
+  app.add_option("--data-dir", o.data_dir,
+                 fmt::format("data set folder (default for mini: {}; full: required)",
+                             datasets::kDefaultFashionMnistDir));
+  app.add_option("--on-corrupt-image", o.on_corrupt_image,
+                 "full scale: a corrupt or truncated JPEG stops the run (fail) or is replaced by "
+                 "the next image of the epoch and reported by name (skip)")
+      ->check(CLI::IsMember({"fail", "skip"}))
+      ->capture_default_str();
+  app.add_option("--loader-threads", o.loader_threads,
+                 "full scale: JPEG decoding and augmentation threads (0: as --threads)")
+      ->capture_default_str();
   app.add_option("--results-dir", o.results_dir, "root of the results package")
       ->capture_default_str();
   app.add_option("--org", o.org, "submitter (submission_org and the package's top folder)")

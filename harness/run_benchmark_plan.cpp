@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "datasets/fashion_mnist.h"
+#include "datasets/image_folder.h"
 #include "harness/config.h"
 #include "harness/division_rules.h"
 #include "ipu_backend/cost/cost_model.h"
@@ -21,6 +22,9 @@ constexpr char kEvalPeriodKey[] = "eval_period";
 constexpr char kEvalOffsetKey[] = "eval_offset";
 constexpr char kResnetRule[] = "MLPerf Training rules v4.0, ResNet-50 closed";
 constexpr double kClosedResnetTarget = 0.759;  // the checker's closed_resnet.yaml target
+// LARS trust coefficient (eeta): TensorFlow LARSOptimizer's default, which the MLPerf ResNet-50
+// reference uses; the rules do not log it.
+constexpr double kLarsTrustCoefficient = 0.001;
 
 std::string joinViolations(const std::vector<Violation>& v) {
   std::string out;
@@ -102,6 +106,34 @@ precision::PrecisionPolicy precisionPolicyOf(const PodPreset& preset) {
   return p;
 }
 
+ImageNetIndex scanImageNet(const fs::path& dataDir, datasets::CorruptPolicy policy,
+                           int maxClasses) {
+  const char* layout =
+      "expected the standard ImageNet layout: <data-dir>/train/<synset>/*.JPEG and "
+      "<data-dir>/val/<synset>/*.JPEG (val sorted into the same synset folders)";
+  for (const char* split : {"train", "val"}) {
+    std::error_code ec;
+    if (!fs::is_directory(dataDir / split, ec))
+      throw Refusal(fmt::format("--data-dir {}: no {} folder ({}); {}", dataDir.string(), split,
+                                (dataDir / split).string(), layout));
+  }
+  ImageNetIndex index;
+  try {
+    auto train = std::make_shared<datasets::ImageFolderIndex>(
+        datasets::scanImageFolder(dataDir / "train", policy));
+    index.val = std::make_shared<const datasets::ImageFolderIndex>(
+        datasets::scanImageFolder(dataDir / "val", policy, &train->classes));
+    index.train = std::move(train);
+  } catch (const datasets::DatasetError& e) {
+    throw Refusal(fmt::format("--data-dir {}: {}; {}", dataDir.string(), e.what(), layout));
+  }
+  if (static_cast<int>(index.train->classes.size()) > maxClasses)
+    throw Refusal(fmt::format(
+        "--data-dir {}: {} holds {} class folders, but ResNet-50 classifies {} (ImageNet-1k)",
+        dataDir.string(), (dataDir / "train").string(), index.train->classes.size(), maxClasses));
+  return index;
+}
+
 Json runSettingKeys(const PodPreset& preset) {
   return Json{{kTrainSamplesKey, 0},
               {kEvalSamplesKey, 0},
@@ -129,9 +161,19 @@ BenchmarkPlan makePlan(const CliOptions& cli) {
     throw Refusal(fmt::format("--scale full is not implemented yet for {}: {}. Use --scale mini.",
                               cli.benchmark, entry.full_scale_missing));
   }
-  if (cli.model_stand_in && plan.benchmark != Benchmark::kResNet50) {
-    throw Refusal("--model-stand-in only applies to --benchmark resnet50");
+  if (cli.model_stand_in &&
+      (plan.benchmark != Benchmark::kResNet50 || plan.scale != Scale::kMini)) {
+    throw Refusal("--model-stand-in only applies to --benchmark resnet50 --scale mini");
   }
+  datasets::CorruptPolicy corruptPolicy = datasets::CorruptPolicy::kFail;
+  if (cli.on_corrupt_image == "skip") {
+    corruptPolicy = datasets::CorruptPolicy::kSkip;
+  } else if (cli.on_corrupt_image != "fail") {
+    throw Refusal(
+        fmt::format("--on-corrupt-image {}: unknown (valid: fail, skip)", cli.on_corrupt_image));
+  }
+  if (cli.loader_threads < 0)
+    throw Refusal(fmt::format("--loader-threads must be >= 0, got {}", cli.loader_threads));
   if (cli.runs < 1) throw Refusal(fmt::format("--runs must be >= 1, got {}", cli.runs));
   if (cli.threads < 1) throw Refusal(fmt::format("--threads must be >= 1, got {}", cli.threads));
   if (cli.max_epochs < 0) {
@@ -231,6 +273,33 @@ BenchmarkPlan makePlan(const CliOptions& cli) {
                     "precision FP32 use none (or pick --precision fp16 / 16.16 / 16.32)",
                     cli.loss_scaling));
 
+  // The data set (at full scale, the folders are scanned now: the logged sample counts are the
+  // folders' own, and a broken layout is refused before anything is written).
+  const fs::path dataDir = !cli.data_dir.empty() ? fs::path(cli.data_dir)
+                           : plan.scale == Scale::kMini
+                               ? fs::path(datasets::kDefaultFashionMnistDir)
+                               : fs::path();
+  if (plan.scale == Scale::kFull) {
+    if (dataDir.empty())
+      throw Refusal(
+          "--scale full needs --data-dir: the ImageNet folder with train/<synset>/*.JPEG and "
+          "val/<synset>/*.JPEG (the standard layout; val sorted into synset folders)");
+    const ImageNetIndex index = scanImageNet(dataDir, corruptPolicy, 1000);
+    plan.run.imagenet_train = index.train;
+    plan.run.imagenet_val = index.val;
+  } else {
+    std::string missing;
+    if (fashionMnistFiles(dataDir, &missing).empty()) {
+      throw Refusal(fmt::format(
+          "--data-dir {}: Fashion-MNIST not found ({} is missing, nor its uncompressed form); "
+          "install Debian's dataset-fashion-mnist package (files under {}) or pass --data-dir",
+          dataDir.string(), missing, datasets::kDefaultFashionMnistDir));
+    }
+  }
+  plan.run.data_dir = dataDir;
+  plan.run.corrupt_policy = corruptPolicy;
+  plan.run.loader_threads = cli.loader_threads > 0 ? cli.loader_threads : cli.threads;
+
   // What the log will say, checked against the division's rules.
   Json hp = mlperfHyperparameters(preset);
   if (s.train_samples > 0) {
@@ -238,6 +307,10 @@ BenchmarkPlan makePlan(const CliOptions& cli) {
   }
   if (s.eval_samples > 0) {
     hp[keys::kEvalSamples] = std::min<std::int64_t>(s.eval_samples, preset.eval_samples);
+  }
+  if (plan.run.imagenet_train) {  // what this data set holds (ImageNet: 1,281,167 and 50,000)
+    hp[keys::kTrainSamples] = static_cast<std::int64_t>(plan.run.imagenet_train->samples.size());
+    hp[keys::kEvalSamples] = static_cast<std::int64_t>(plan.run.imagenet_val->samples.size());
   }
   std::vector<Violation> violations = validate(plan.division, plan.benchmark, hp, entry.variant);
   for (Violation& v : validateSettings(plan.division, s)) violations.push_back(std::move(v));
@@ -248,11 +321,17 @@ BenchmarkPlan makePlan(const CliOptions& cli) {
 
   // What the training loop implements today.
   const std::string opt = hp.value(keys::kOptName, "");
-  if (opt != "sgd") {
+  if (opt != "sgd" && opt != "lars") {
     throw Refusal(
-        fmt::format("opt_name \"{}\": only SGD with momentum is implemented (the "
+        fmt::format("opt_name \"{}\": only SGD with momentum and LARS are implemented (the "
                     "backend has no {} update yet)",
                     opt, opt));
+  }
+  if (opt == "lars" && cli.shard_optimizer_state) {
+    throw Refusal(
+        "--shard-optimizer-state with opt_name \"lars\": the LARS trust ratio needs the norm of "
+        "every whole weight and gradient, which a replica holding 1/R of them does not have; "
+        "drop --shard-optimizer-state");
   }
   // Batch norm over model_bn_span samples: one replica's micro-batch, or a group of
   // model_bn_span / micro-batch consecutive replicas (Graphcore's bn_span), whose statistics
@@ -272,18 +351,6 @@ BenchmarkPlan makePlan(const CliOptions& cli) {
     bnSpanReplicas = static_cast<int>(span / preset.micro_batch);
   }
 
-  // The data set.
-  const fs::path dataDir =
-      cli.data_dir.empty() ? fs::path(datasets::kDefaultFashionMnistDir) : fs::path(cli.data_dir);
-  std::string missing;
-  if (fashionMnistFiles(dataDir, &missing).empty()) {
-    throw Refusal(fmt::format(
-        "--data-dir {}: Fashion-MNIST not found ({} is missing, nor its uncompressed form); "
-        "install Debian's dataset-fashion-mnist package (files under {}) or pass --data-dir",
-        dataDir.string(), missing, datasets::kDefaultFashionMnistDir));
-  }
-  plan.run.data_dir = dataDir;
-
   // The results package: names checked now, folders created only after every check.
   plan.layout = {cli.results_dir, cli.org,
                  cli.system_name.empty() ? defaultSystemId(cli.pod_size) : cli.system_name};
@@ -302,8 +369,13 @@ BenchmarkPlan makePlan(const CliOptions& cli) {
                   mlperfBenchmarkName(plan.benchmark)};
   r.model.scale = plan.scale;
   r.model.micro_batch = preset.micro_batch;
-  r.model.momentum = hp.value(keys::kSgdOptMomentum, 0.9);
-  r.model.weight_decay = hp.value(keys::kSgdOptWeightDecay, 0.0);
+  const bool lars = opt == "lars";
+  r.model.momentum = hp.value(lars ? keys::kLarsOptMomentum : keys::kSgdOptMomentum, 0.9);
+  r.model.weight_decay = hp.value(lars ? keys::kLarsOptWeightDecay : keys::kSgdOptWeightDecay, 0.0);
+  if (lars) {
+    r.model.lars_eta = kLarsTrustCoefficient;
+    r.model.lars_epsilon = hp.value(keys::kLarsEpsilon, 0.0);
+  }
   r.model.choice = cli.model_stand_in ? ModelChoice::kSmallCnnStandIn : ModelChoice::kReference;
   r.model.precision = plan.precision;
   r.model.bn_span_replicas = bnSpanReplicas;
@@ -318,12 +390,25 @@ BenchmarkPlan makePlan(const CliOptions& cli) {
   r.trainer.accumulation = preset.gradient_accumulation;
   r.trainer.shardOptimizerState = cli.shard_optimizer_state;
   r.trainer.threadsPerReplica = cli.threads;
-  r.lr.base = hp.value(keys::kSgdOptBaseLearningRate, 0.1);
-  r.lr.end = hp.value(keys::kSgdOptEndLearningRate, 0.0001);
-  r.lr.power = hp.value(keys::kSgdOptLrDecayPolyPower, 2.0);
-  r.lr.warmup_epochs = hp.value(keys::kOptLrWarmupEpochs, 0);
-  r.lr.decay_epochs = hp.value(keys::kSgdOptLrDecaySteps, std::max(1, preset.epochs));
+  if (lars) {
+    r.lr.base = hp.value(keys::kLarsOptBaseLearningRate, 0.1);
+    r.lr.end = hp.value(keys::kLarsOptEndLearningRate, 0.0001);
+    r.lr.power = hp.value(keys::kLarsOptLrDecayPolyPower, 2.0);
+    r.lr.warmup_epochs = hp.value(keys::kLarsOptLrWarmupEpochs, 0);
+    r.lr.decay_epochs = hp.value(keys::kLarsOptLrDecaySteps, std::max(1, preset.epochs));
+  } else {
+    r.lr.base = hp.value(keys::kSgdOptBaseLearningRate, 0.1);
+    r.lr.end = hp.value(keys::kSgdOptEndLearningRate, 0.0001);
+    r.lr.power = hp.value(keys::kSgdOptLrDecayPolyPower, 2.0);
+    r.lr.warmup_epochs = hp.value(keys::kOptLrWarmupEpochs, 0);
+    r.lr.decay_epochs = hp.value(keys::kSgdOptLrDecaySteps, std::max(1, preset.epochs));
+  }
   r.max_epochs = cli.max_epochs > 0 ? cli.max_epochs : std::max(1, preset.epochs);
+  plan.fit_check = r.trainer;
+  if (plan.scale == Scale::kFull && r.trainer.mode == EngineMode::Fused) {
+    r.trainer.target = Target::small(16, std::int64_t{1} << 36);
+    r.trainer.checkMemory = false;  // checked for the IPU by preflightCompile
+  }
 
   // Distinct integer seeds, one per run (the seed checker wants them distinct in a package).
   for (int i = 0; i < cli.runs; ++i) plan.seeds.push_back(cli.seed + static_cast<std::uint64_t>(i));
@@ -336,7 +421,7 @@ double preflightCompile(BenchmarkPlan& plan) {
   try {
     ModelInstance model = plan.run.entry->build(plan.run.model);
     plan.model_description = model.description;
-    ClassifierTrainer trainer(std::move(model.train), std::move(model.eval), plan.run.trainer);
+    ClassifierTrainer trainer(std::move(model.train), std::move(model.eval), plan.fit_check);
     // The programs exactly as compiled (cost::ExchangeModel::AsCompiled, the default).
     plan.modeled_step_seconds = cost::estimateStep(trainer.trainExecutable()).seconds;
     plan.modeled_eval_seconds = cost::estimateStep(trainer.evalExecutable()).seconds;

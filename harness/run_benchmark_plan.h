@@ -36,7 +36,18 @@ struct CliOptions {
   std::string precision;               // fp32 | fp16 | bf16 | 16.16 | 16.32; empty: the preset's
   std::string loss_scaling;         // none | static:S | dynamic[:S[:interval]]; empty: see makePlan
   bool project_full_scale = false;  // also print the modeled full-scale time-to-train
+  std::string on_corrupt_image = "fail";  // full scale: fail | skip (reported by file name)
+  int loader_threads = 0;                 // full scale: JPEG decoding threads (0: --threads)
 };
+
+// The ImageNet folders of `dataDir` for --scale full: train/ and val/ scanned (val labelled by
+// train's sorted synsets), at most `maxClasses` classes. Throws Refusal naming the folder, what
+// was expected and the layout.
+struct ImageNetIndex {
+  std::shared_ptr<const datasets::ImageFolderIndex> train, val;
+};
+ImageNetIndex scanImageNet(const std::filesystem::path& dataDir, datasets::CorruptPolicy policy,
+                           int maxClasses);
 
 // The precision policy a preset asks for: its precision ("FP32", "FP16.16", "FP16.32", "FP16",
 // "BF16") and loss scaling ({"static", S}, {"dynamic", S0}, {"none"}). Throws Refusal naming an
@@ -65,6 +76,10 @@ struct BenchmarkPlan {
   bool stand_in = false;
   std::vector<std::uint64_t> seeds;  // one per run, distinct
   precision::PrecisionPolicy precision;
+  // What preflightCompile compiles: the run's trainer options for the target IPU with the
+  // tile-memory check. At full scale the fused engine then runs a plan for a small target (it
+  // executes whole ops; the Mk2 plan of 224x224 images takes gigabytes and a minute to build).
+  TrainerOptions fit_check;
   // Set by preflightCompile: the cost model's price of one run of the compiled training program
   // (one weight update of one replica, collectives included) and of one evaluation batch.
   double modeled_step_seconds = 0, modeled_eval_seconds = 0;

@@ -62,6 +62,43 @@ std::vector<datasets::ImageDataset> sliceDataset(const datasets::ImageDataset& d
   return out;
 }
 
+// A run's data, loaded after run_start. Mini: Fashion-MNIST in memory, evaluated in slices (so
+// that SIGINT is honoured during a long evaluation). Full: the ImageNet folders, decoded and
+// augmented on the fly (train: random-resized crop + flip; val: resize 256, center crop 224).
+struct RunData {
+  datasets::ImageDataset train;
+  std::vector<datasets::ImageDataset> evalChunks;
+  datasets::Normalization norm;
+  std::shared_ptr<const datasets::Source> trainSource, evalSource;
+  std::int64_t trainCount = 0, evalCount = 0;
+};
+
+RunData loadRunData(const RunPlan& plan) {
+  RunData d;
+  if (plan.imagenet_train) {
+    datasets::ImageFolderOptions train;
+    train.transform = datasets::ImageTransform::kTrain;
+    datasets::ImageFolderOptions eval;
+    eval.transform = datasets::ImageTransform::kEval;
+    d.trainSource = std::make_shared<datasets::ImageFolderSource>(*plan.imagenet_train, train);
+    d.evalSource = std::make_shared<datasets::ImageFolderSource>(*plan.imagenet_val, eval);
+    d.trainCount = d.trainSource->size();
+    d.evalCount = d.evalSource->size();
+    return d;
+  }
+  d.train = datasets::loadFashionMnist(plan.data_dir, datasets::Split::kTrain);
+  const datasets::ImageDataset test =
+      datasets::loadFashionMnist(plan.data_dir, datasets::Split::kTest);
+  d.norm = datasets::Normalization::fashionMnist();
+  d.trainCount = plan.settings.train_samples > 0
+                     ? std::min(plan.settings.train_samples, d.train.count)
+                     : d.train.count;
+  d.evalCount = plan.settings.eval_samples > 0 ? std::min(plan.settings.eval_samples, test.count)
+                                               : test.count;
+  d.evalChunks = sliceDataset(test, d.evalCount, 1024);
+  return d;
+}
+
 // Tracks which intervals are open so that any exit closes them in order and ends the log with
 // run_stop (the checker requires init_stop, run_start and run_stop exactly once).
 class LogState {
@@ -198,7 +235,14 @@ RunOutcome executeRun(const RunPlan& plan, const fs::path& logPath, int runIndex
 
   const auto initT0 = std::chrono::steady_clock::now();
   try {
-    dropFileCaches(fashionMnistFiles(plan.data_dir));
+    if (plan.imagenet_train) {
+      std::vector<fs::path> files;
+      for (const auto* index : {plan.imagenet_train.get(), plan.imagenet_val.get()})
+        for (const auto& sample : index->samples) files.push_back(sample.path);
+      dropFileCaches(files);
+    } else {
+      dropFileCaches(fashionMnistFiles(plan.data_dir));
+    }
     logCacheClear(log);
     logInitStart(log);
     logSubmissionHeader(log, plan.submission);
@@ -224,24 +268,14 @@ RunOutcome executeRun(const RunPlan& plan, const fs::path& logPath, int runIndex
     state.runStart();
     out.run_start_ms = *lastMs;
     // The clock runs from here: reading the data set is part of the time to train.
-    const datasets::ImageDataset train =
-        datasets::loadFashionMnist(plan.data_dir, datasets::Split::kTrain);
-    const datasets::ImageDataset test =
-        datasets::loadFashionMnist(plan.data_dir, datasets::Split::kTest);
-    const auto norm = datasets::Normalization::fashionMnist();
-    const std::int64_t trainCount = plan.settings.train_samples > 0
-                                        ? std::min(plan.settings.train_samples, train.count)
-                                        : train.count;
-    const std::int64_t evalCount = plan.settings.eval_samples > 0
-                                       ? std::min(plan.settings.eval_samples, test.count)
-                                       : test.count;
-    const std::vector<datasets::ImageDataset> evalChunks = sliceDataset(test, evalCount, 1024);
+    RunData data = loadRunData(plan);
     // Samples per step over every replica (and process): R x A x micro-batch.
     const std::int64_t batch = trainer.globalBatch();
-    const std::int64_t stepsPerEpoch = trainCount / batch;
+    const std::int64_t stepsPerEpoch = data.trainCount / batch;
     if (stepsPerEpoch < 1) {
-      throw std::invalid_argument(fmt::format(
-          "{} training samples per epoch is less than one global batch of {}", trainCount, batch));
+      throw std::invalid_argument(
+          fmt::format("{} training samples per epoch is less than one global batch of {}",
+                      data.trainCount, batch));
     }
     ps.steps_per_epoch = stepsPerEpoch;
     const std::int64_t totalSteps = stepsPerEpoch * plan.max_epochs;
@@ -260,7 +294,7 @@ RunOutcome executeRun(const RunPlan& plan, const fs::path& logPath, int runIndex
         ps.phase = "train";
         const std::int64_t firstStep = trainer.stepsDone();
         const auto epochT0 = std::chrono::steady_clock::now();
-        trainer.trainEpoch(train, norm, e, lr, trainCount, [&](std::int64_t step, float loss) {
+        const auto onStep = [&](std::int64_t step, float loss) {
           out.train_steps = trainer.stepsDone();
           if (!std::isfinite(loss)) throw Diverged{step, loss};
           if (interrupted.load()) throw Interrupted{};
@@ -275,7 +309,20 @@ RunOutcome executeRun(const RunPlan& plan, const fs::path& logPath, int runIndex
                   ? static_cast<double>((totalSteps - step) * batch) / ps.images_per_second
                   : -1;
           progress.update(ps);
-        });
+        };
+        const EpochStats st =
+            data.trainSource
+                ? trainer.trainEpoch(data.trainSource, e, lr, data.trainCount, onStep,
+                                     plan.loader_threads, plan.corrupt_policy)
+                : trainer.trainEpoch(data.train, data.norm, e, lr, data.trainCount, onStep);
+        if (!st.corruptFiles.empty()) {
+          // --on-corrupt-image skip: each replaced by the next image of the epoch, and named.
+          log.event("ipu_corrupt_images_skipped", static_cast<std::int64_t>(st.corruptFiles.size()),
+                    Json{{"epoch_num", e}, {"files", st.corruptFiles}});
+          if (plan.rank == 0)
+            fmt::print(stderr, "epoch {}: {} corrupt image(s) skipped, first: {}\n", e,
+                       st.corruptFiles.size(), st.corruptFiles.front());
+        }
         if (trainer.lossScaler().config().mode != precision::LossScalingMode::None) {
           // Per epoch: the scale now in use, and the steps skipped / overflows so far.
           const precision::LossScaler& ls = trainer.lossScaler();
@@ -292,12 +339,24 @@ RunOutcome executeRun(const RunPlan& plan, const fs::path& logPath, int runIndex
       progress.update(ps, true);
       logEvalStart(log, epoch);
       std::int64_t correct = 0;
-      for (const datasets::ImageDataset& chunk : evalChunks) {
-        if (interrupted.load()) throw Interrupted{};
-        correct += std::llround(trainer.evaluate(chunk, norm) * static_cast<double>(chunk.count));
+      if (data.evalSource) {
+        correct = trainer
+                      .evaluate(
+                          data.evalSource, data.evalCount, plan.loader_threads,
+                          [&] {
+                            if (interrupted.load()) throw Interrupted{};
+                          },
+                          plan.corrupt_policy)
+                      .correct;
+      } else {
+        for (const datasets::ImageDataset& chunk : data.evalChunks) {
+          if (interrupted.load()) throw Interrupted{};
+          correct +=
+              std::llround(trainer.evaluate(chunk, data.norm) * static_cast<double>(chunk.count));
+        }
       }
       out.eval_runs = trainer.evalRunsDone();
-      const double accuracy = static_cast<double>(correct) / static_cast<double>(evalCount);
+      const double accuracy = static_cast<double>(correct) / static_cast<double>(data.evalCount);
       logEvalStop(log, epoch);
       logEvalAccuracy(log, accuracy, epoch);
       out.accuracy = accuracy;

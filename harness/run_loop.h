@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "datasets/error.h"
+#include "datasets/image_folder.h"
 #include "harness/benchmark_registry.h"
 #include "harness/classifier_trainer.h"
 #include "harness/mlperf_events.h"
@@ -53,6 +55,11 @@ struct RunPlan {
   LrSchedule lr;
   RunSettings settings;
   std::filesystem::path data_dir;
+  // Full scale: the ImageNet train/ and val/ folders as makePlan scanned them (val labelled by
+  // train's classes), how a corrupt JPEG is handled, and the decoding threads.
+  std::shared_ptr<const datasets::ImageFolderIndex> imagenet_train, imagenet_val;
+  datasets::CorruptPolicy corrupt_policy = datasets::CorruptPolicy::kFail;
+  int loader_threads = 2;
   int max_epochs = 1;  // the epoch budget
   int rank = 0;        // MPI rank (mpirun): only rank 0 writes the log
 };

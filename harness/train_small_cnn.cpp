@@ -1,7 +1,7 @@
 // The embedded default job: trains the small CNN on real Fashion-MNIST through the emulated IPU
 // backend and prints loss, test accuracy and time per epoch.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <exception>
@@ -45,21 +45,23 @@ int main(int argc, char** argv) {
     ipu::harness::ClassifierTrainer trainer(models::buildSmallCnnTraining(cfg, batch, sgd),
                                             models::buildSmallCnnInference(cfg, batch), opts);
     const auto& rep = trainer.trainExecutable().report();
-    fmt::print("compiled for {}: {} compute sets, {} vertices, max tile memory {} B of {} B, "
-               "compile {:.2f} s\n",
-               opts.target.name, rep["program"]["compute_sets"].get<long>(),
-               rep["program"]["vertices"].get<long>(), rep["memory"]["max_tile_bytes"].get<long>(),
-               opts.target.bytesPerTile, rep["compile_seconds"].get<double>());
+    fmt::print(
+        "compiled for {}: {} compute sets, {} vertices, max tile memory {} B of {} B, "
+        "compile {:.2f} s\n",
+        opts.target.name, rep["program"]["compute_sets"].get<long>(),
+        rep["program"]["vertices"].get<long>(), rep["memory"]["max_tile_bytes"].get<long>(),
+        opts.target.bytesPerTile, rep["compile_seconds"].get<double>());
     if (!reportPath.empty()) {
       std::ofstream(reportPath) << rep.dump(2) << "\n";
       fmt::print("compile report written to {}\n", reportPath);
     }
     trainer.initialise(models::initSmallCnn(trainer.trainExecutable().graph, seed));
-    std::int64_t perEpoch = (trainSubset > 0 ? std::min<std::int64_t>(trainSubset, train.count)
-                                             : train.count) / batch;
+    std::int64_t perEpoch =
+        (trainSubset > 0 ? std::min<std::int64_t>(trainSubset, train.count) : train.count) / batch;
     std::int64_t total = perEpoch * epochs;
     auto schedule = [&](std::int64_t step) {
-      return static_cast<float>(lr * (1.0 - static_cast<double>(step) / static_cast<double>(total)));
+      return static_cast<float>(lr *
+                                (1.0 - static_cast<double>(step) / static_cast<double>(total)));
     };
     auto norm = datasets::Normalization::fashionMnist();
     double seconds = 0;

@@ -106,6 +106,46 @@ TEST(Pipeline, ImageFolderDeterministicAcrossThreadCounts) {
   EXPECT_FALSE(runEpoch(src, opt, 1).images == ref.images);
 }
 
+TEST(Pipeline, SlicesOfProcessesMakeUpTheWholeBatch) {
+  // Two "processes" taking slots [0, 3) and [3, 8) of each batch of 8 see together exactly the
+  // batches of one, and each loads only its own samples.
+  auto whole = std::make_shared<NoisySource>(45);
+  PipelineOptions opt = PipelineOptions::eval(8, 2);  // padded last batch: 45 = 5 x 8 + 5
+  opt.shuffle = true;
+  opt.seed = 7;
+  const EpochData ref = runEpoch(whole, opt, 2);
+  std::vector<EpochData> parts;
+  std::vector<int64_t> loads;
+  for (auto [begin, size] : {std::pair{0, 3}, std::pair{3, 5}}) {
+    auto src = std::make_shared<NoisySource>(45);
+    PipelineOptions o = opt;
+    o.sliceBegin = begin;
+    o.sliceSize = size;
+    parts.push_back(runEpoch(src, o, 2));
+    loads.push_back(src->loads.load());
+  }
+  const size_t elems = 4 * 4 * 2;
+  ASSERT_EQ(parts[0].images.size(), ref.images.size());
+  for (size_t b = 0; b < ref.images.size(); ++b) {
+    std::vector<int32_t> labels = parts[0].labels[b];
+    labels.insert(labels.end(), parts[1].labels[b].begin(), parts[1].labels[b].end());
+    EXPECT_EQ(labels, ref.labels[b]) << b;
+    std::vector<float> images = parts[0].images[b];
+    images.insert(images.end(), parts[1].images[b].begin(), parts[1].images[b].end());
+    EXPECT_TRUE(images == ref.images[b]) << b;
+    EXPECT_EQ(parts[0].images[b].size(), 3 * elems);
+    EXPECT_EQ(parts[0].valid[b] + parts[1].valid[b], ref.valid[b]) << b;
+  }
+  EXPECT_EQ(parts[0].valid.back(), 3);  // the last batch's 5 real samples: 3 + 2
+  EXPECT_EQ(parts[1].valid.back(), 2);
+  EXPECT_EQ(loads[0] + loads[1], 45);
+  // A slice outside the batch is refused, naming it.
+  PipelineOptions bad = opt;
+  bad.sliceBegin = 6;
+  bad.sliceSize = 3;
+  EXPECT_THROW(Pipeline(whole, bad, 0), DatasetError);
+}
+
 TEST(Pipeline, EpochChangesOrderSeedFixesIt) {
   const auto a = Pipeline::epochOrder(1000, 5, 0, true);
   EXPECT_EQ(a, Pipeline::epochOrder(1000, 5, 0, true));
