@@ -789,6 +789,14 @@ class Planner {
     for (int o : g_.outputs()) last[o] = nCs;             // streamed out after the last set
 
     std::vector<std::vector<Item>> items(T);
+    {  // reserved up front: a full ResNet-50 step has ~15,000 items per tile
+      std::vector<size_t> count(T, 0);
+      for (const auto& m : exe_.mapping)
+        for (const TileSlice& s : m) ++count[s.tile];
+      for (const ComputeSet& cs : exe_.computeSets)
+        for (const Vertex& v : cs.vertices) count[v.tile] += v.inputs.size();
+      for (int t = 0; t < T; ++t) items[t].reserve(count[t]);
+    }
     exe_.tileMemory.assign(T, {});
     for (size_t b = 0; b < exe_.buffers.size(); ++b) {
       const Buffer& buf = exe_.buffers[b];
@@ -806,41 +814,69 @@ class Planner {
     // Gather buffers: a vertex input window not contained in one local slice. Vertices on one
     // tile that need the same window in the same compute set share one buffer and one exchange.
     std::vector<std::pair<Window*, Window*>> sharedWindows;  // (duplicate, owner)
+    struct Gather {
+      int tile, buffer;
+      i64 begin, end;
+      std::size_t order;  // position in the compute set: the first of equal windows owns them
+      Window* window;
+    };
+    std::vector<Gather> gathers;
     for (int c = 0; c < nCs; ++c) {
       ComputeSet& cs = exe_.computeSets[c];
-      std::map<std::tuple<int, int, i64, i64>, Window*> owners;
-      for (Vertex& v : cs.vertices) {
+      gathers.clear();
+      for (Vertex& v : cs.vertices)
         for (Window& w : v.inputs) {
           const TileSlice& s = exe_.sliceOf(w.buffer, w.begin);
           w.gather = !(s.tile == v.tile && w.end <= s.end);
-          if (!w.gather) continue;
-          auto [it, inserted] = owners.try_emplace({v.tile, w.buffer, w.begin, w.end}, &w);
-          if (!inserted) {
-            w.shared = true;
-            sharedWindows.emplace_back(&w, it->second);
-            continue;
-          }
-          items[v.tile].push_back({c, c, (w.end - w.begin) * sizeOf(exe_.buffers[w.buffer].dtype),
-                                   &w.gatherOffset, w.buffer, c});
+          w.shared = false;
+          if (w.gather) gathers.push_back({v.tile, w.buffer, w.begin, w.end, gathers.size(), &w});
+        }
+      // Equal windows side by side (a sort, not a map: millions of windows in a full step).
+      std::sort(gathers.begin(), gathers.end(), [](const Gather& a, const Gather& b) {
+        return std::tie(a.tile, a.buffer, a.begin, a.end, a.order) <
+               std::tie(b.tile, b.buffer, b.begin, b.end, b.order);
+      });
+      Window* owner = nullptr;
+      for (std::size_t i = 0; i < gathers.size(); ++i) {
+        const Gather& b = gathers[i];
+        const Gather* a = i > 0 ? &gathers[i - 1] : nullptr;
+        if (a && a->tile == b.tile && a->buffer == b.buffer && a->begin == b.begin &&
+            a->end == b.end) {
+          b.window->shared = true;
+          sharedWindows.emplace_back(b.window, owner);
+        } else {
+          owner = b.window;
         }
       }
+      // Arena items in vertex order (the placement's order of ties), one per owned window.
+      for (Vertex& v : cs.vertices)
+        for (Window& w : v.inputs)
+          if (w.gather && !w.shared)
+            items[v.tile].push_back({c, c, (w.end - w.begin) * sizeOf(exe_.buffers[w.buffer].dtype),
+                                     &w.gatherOffset, w.buffer, c});
     }
     // Code and vertex state, always live.
     std::vector<i64> fixed(T, 0);
-    std::vector<std::map<std::pair<int, int>, bool>> codelets(T);
+    // One codelet per (op kind, phase) a tile runs: a flat table per tile.
+    int phases = 1;
+    for (const ComputeSet& cs : exe_.computeSets) phases = std::max(phases, cs.phase + 1);
+    const size_t kinds = static_cast<size_t>(OpKind::LarsLearningRate) + 1;
+    std::vector<std::vector<char>> codelets(T, std::vector<char>(kinds * phases, 0));
     for (const ComputeSet& cs : exe_.computeSets) {
       if (isReplicaOp(g_.op(cs.op).kind)) continue;  // no tile code: IPU-Links / host side
+      const size_t key = static_cast<size_t>(g_.op(cs.op).kind) * phases + cs.phase;
       for (const Vertex& v : cs.vertices) {
         fixed[v.tile] += t_.vertexStateBytes;
-        auto key = std::make_pair(static_cast<int>(g_.op(cs.op).kind), cs.phase);
         if (!codelets[v.tile][key]) {
-          codelets[v.tile][key] = true;
+          codelets[v.tile][key] = 1;
           fixed[v.tile] += t_.codeBytesPerCodelet;
         }
       }
     }
 
     exe_.arenaBytes.assign(T, 0);
+    // Tiles are placed independently (each writes only its own items and memory record).
+#pragma omp parallel for schedule(dynamic, 8)
     for (int tile = 0; tile < T; ++tile) placeTile(tile, items[tile], fixed[tile]);
     for (auto& [dup, owner] : sharedWindows) dup->gatherOffset = owner->gatherOffset;
     checkMemory(items);

@@ -1,34 +1,133 @@
 #include "ipu_backend/compiler/first_fit.h"
 
 #include <algorithm>
+#include <functional>
+#include <queue>
 
 namespace ipu {
+namespace {
+
+// The ranges live at one moment, sorted by offset, in chunks that remember their largest gap.
+// Live ranges never overlap (each was placed in a gap), so a first-fit query walks the chunks and
+// looks inside only the one whose gap fits: about n/B + B steps instead of n. (A full ResNet-50
+// step has ~15,000 ranges per tile, ~1,400 live at once; the plain scan was 90% of the compile.)
+class ActiveSet {
+ public:
+  explicit ActiveSet(i64 alignment) : alignment_(alignment) {}
+
+  i64 rounded(i64 b) const { return (b + alignment_ - 1) / alignment_ * alignment_; }
+
+  // Lowest offset with `size` free bytes before the next live range; puts r there.
+  void place(LiveRange* r, i64 size) {
+    i64 prevEnd = 0;
+    for (size_t c = 0; c < chunks_.size(); ++c) {
+      Chunk& ch = chunks_[c];
+      if (ch.v.front().offset - prevEnd >= size) return insert(c, 0, r, prevEnd, size);
+      if (ch.maxGap >= size)
+        for (size_t k = 1; k < ch.v.size(); ++k)
+          if (ch.v[k].offset - ch.v[k - 1].end >= size)
+            return insert(c, k, r, ch.v[k - 1].end, size);
+      prevEnd = ch.v.back().end;
+    }
+    if (chunks_.empty()) chunks_.emplace_back();
+    insert(chunks_.size() - 1, chunks_.back().v.size(), r, prevEnd, size);
+  }
+
+  // Takes out the range at `offset` (each live range has its own offset).
+  void erase(i64 offset) {
+    auto c = std::upper_bound(chunks_.begin(), chunks_.end(), offset,
+                              [](i64 o, const Chunk& ch) { return o < ch.v.front().offset; });
+    --c;
+    std::vector<Entry>& v = c->v;
+    auto it = std::lower_bound(v.begin(), v.end(), offset,
+                               [](const Entry& e, i64 o) { return e.offset < o; });
+    const size_t k = static_cast<size_t>(it - v.begin());
+    // Inside, the two gaps around it merge into a larger one; at an end of the chunk one
+    // internal gap goes, and it may have been the largest.
+    const bool inside = k > 0 && k + 1 < v.size();
+    const i64 lost = k == 0 ? (v.size() > 1 ? v[1].offset - v[0].end : -1)
+                            : (k + 1 == v.size() ? v[k].offset - v[k - 1].end : -1);
+    v.erase(it);
+    if (v.empty()) {
+      chunks_.erase(c);
+    } else if (inside) {
+      c->maxGap = std::max(c->maxGap, v[k].offset - v[k - 1].end);
+    } else if (lost == c->maxGap) {
+      refresh(*c);
+    }
+  }
+
+ private:
+  static constexpr size_t kChunk = 64;
+  struct Entry {
+    i64 offset, end;  // the bytes [offset, end) the range occupies (size rounded)
+    LiveRange* range;
+  };
+  struct Chunk {
+    std::vector<Entry> v;
+    i64 maxGap = 0;  // largest gap between consecutive ranges inside the chunk
+  };
+
+  static void refresh(Chunk& ch) {
+    ch.maxGap = 0;
+    for (size_t k = 1; k < ch.v.size(); ++k)
+      ch.maxGap = std::max(ch.maxGap, ch.v[k].offset - ch.v[k - 1].end);
+  }
+
+  void insert(size_t c, size_t k, LiveRange* r, i64 offset, i64 size) {
+    r->offset = offset;
+    Chunk& ch = chunks_[c];
+    // The gap r lands in (inside the chunk, k in 1..n-1) splits in two smaller ones; at either
+    // end of the chunk it adds one internal gap.
+    const bool inside = k > 0 && k < ch.v.size();
+    const i64 split = inside ? ch.v[k].offset - ch.v[k - 1].end : -1;
+    ch.v.insert(ch.v.begin() + static_cast<std::ptrdiff_t>(k), Entry{offset, offset + size, r});
+    if (ch.v.size() > 2 * kChunk) {
+      Chunk tail;
+      tail.v.assign(ch.v.begin() + kChunk, ch.v.end());
+      ch.v.resize(kChunk);
+      refresh(tail);
+      refresh(ch);
+      chunks_.insert(chunks_.begin() + static_cast<std::ptrdiff_t>(c) + 1, std::move(tail));
+    } else if (inside) {
+      if (split == ch.maxGap) refresh(ch);
+    } else if (ch.v.size() > 1) {
+      const i64 added = k == 0 ? ch.v[1].offset - ch.v[0].end : ch.v[k].offset - ch.v[k - 1].end;
+      ch.maxGap = std::max(ch.maxGap, added);
+    }
+  }
+
+  i64 alignment_;
+  std::vector<Chunk> chunks_;
+};
+
+}  // namespace
 
 i64 placeFirstFit(std::vector<LiveRange>& ranges, i64 alignment) {
-  auto rounded = [alignment](i64 b) { return (b + alignment - 1) / alignment * alignment; };
   std::vector<LiveRange*> order;
   order.reserve(ranges.size());
   for (LiveRange& r : ranges) order.push_back(&r);
   std::stable_sort(order.begin(), order.end(),
                    [](const LiveRange* a, const LiveRange* b) { return a->start < b->start; });
-  std::vector<LiveRange*> active;  // sorted by offset
+  ActiveSet active(alignment);
+  // (end, offset) of the live ranges, earliest end first: each range is taken out once, when
+  // the sweep passes its end.
+  using Live = std::pair<i64, i64>;
+  std::priority_queue<Live, std::vector<Live>, std::greater<>> ends;
   i64 extent = 0;
   for (LiveRange* r : order) {
-    active.erase(std::remove_if(active.begin(), active.end(),
-                                [&](const LiveRange* a) { return a->end < r->start; }),
-                 active.end());
-    const i64 size = rounded(r->bytes);
-    i64 pos = 0;
-    for (const LiveRange* a : active) {
-      if (a->offset - pos >= size) break;
-      pos = std::max(pos, a->offset + rounded(a->bytes));
+    while (!ends.empty() && ends.top().first < r->start) {
+      active.erase(ends.top().second);
+      ends.pop();
     }
-    r->offset = pos;
-    extent = std::max(extent, pos + size);
-    active.insert(std::upper_bound(
-                      active.begin(), active.end(), r,
-                      [](const LiveRange* a, const LiveRange* b) { return a->offset < b->offset; }),
-                  r);
+    const i64 size = active.rounded(r->bytes);
+    if (size == 0) {  // occupies nothing: offset 0, as the lowest offset that fits
+      r->offset = 0;
+      continue;
+    }
+    active.place(r, size);
+    extent = std::max(extent, r->offset + size);
+    ends.push({r->end, r->offset});
   }
   return extent;
 }

@@ -120,7 +120,7 @@ enum class OpKind : std::uint8_t {
   // LARS (layer-wise adaptive rate scaling): the learning rate of one weight from the sums of
   // squares of the weight and its gradient (the compiler expands sgd_update's lars_* attributes
   // into it, ipu_backend/compiler/lars.h).
-  LarsLearningRate,
+  LarsLearningRate,  // keep last: tables indexed by kind size themselves by it
 };
 
 struct Op {

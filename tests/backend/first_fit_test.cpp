@@ -1,0 +1,71 @@
+// placeFirstFit against the plain first fit it replaced (every live range scanned per
+// placement): the same offsets and extent on random lifetimes and sizes, zero-size ranges and
+// ties of start included, and no two ranges live at once overlap.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+
+#include "ipu_backend/compiler/first_fit.h"
+
+namespace ipu {
+namespace {
+
+i64 plainFirstFit(std::vector<LiveRange>& ranges, i64 alignment) {
+  auto rounded = [alignment](i64 b) { return (b + alignment - 1) / alignment * alignment; };
+  std::vector<LiveRange*> order;
+  for (LiveRange& r : ranges) order.push_back(&r);
+  std::stable_sort(order.begin(), order.end(),
+                   [](const LiveRange* a, const LiveRange* b) { return a->start < b->start; });
+  std::vector<LiveRange*> active;
+  i64 extent = 0;
+  for (LiveRange* r : order) {
+    active.erase(std::remove_if(active.begin(), active.end(),
+                                [&](const LiveRange* a) { return a->end < r->start; }),
+                 active.end());
+    const i64 size = rounded(r->bytes);
+    i64 pos = 0;
+    for (const LiveRange* a : active) {
+      if (a->offset - pos >= size) break;
+      pos = std::max(pos, a->offset + rounded(a->bytes));
+    }
+    r->offset = pos;
+    extent = std::max(extent, pos + size);
+    active.insert(std::upper_bound(
+                      active.begin(), active.end(), r,
+                      [](const LiveRange* a, const LiveRange* b) { return a->offset < b->offset; }),
+                  r);
+  }
+  return extent;
+}
+
+TEST(FirstFit, SameOffsetsAsThePlainScanAndNoOverlap) {
+  for (unsigned seed = 0; seed < 20; ++seed) {
+    std::mt19937 rng(seed);
+    const int n = 200 + static_cast<int>(seed) * 150;  // up to ~3,000: many chunks
+    std::vector<LiveRange> ranges;
+    for (int i = 0; i < n; ++i) {
+      const i64 start = std::uniform_int_distribution<i64>(0, n / 4)(rng);
+      const bool longLived = rng() % 4 == 0;  // activations: forward to backward
+      const i64 len = longLived ? std::uniform_int_distribution<i64>(10, n / 2)(rng)
+                                : std::uniform_int_distribution<i64>(0, 3)(rng);
+      const i64 bytes = rng() % 20 == 0 ? 0 : std::uniform_int_distribution<i64>(1, 5000)(rng);
+      ranges.push_back({start, start + len, bytes, -1});
+    }
+    std::vector<LiveRange> plain = ranges;
+    const i64 alignment = seed % 2 ? 8 : 64;
+    EXPECT_EQ(placeFirstFit(ranges, alignment), plainFirstFit(plain, alignment)) << seed;
+    for (size_t i = 0; i < ranges.size(); ++i)
+      ASSERT_EQ(ranges[i].offset, plain[i].offset) << "seed " << seed << " range " << i;
+    for (size_t i = 0; i < ranges.size(); ++i)
+      for (size_t j = i + 1; j < ranges.size(); ++j) {
+        const LiveRange &a = ranges[i], &b = ranges[j];
+        if (a.bytes == 0 || b.bytes == 0 || a.end < b.start || b.end < a.start) continue;
+        ASSERT_TRUE(a.offset + a.bytes <= b.offset || b.offset + b.bytes <= a.offset)
+            << "seed " << seed << ": ranges " << i << " and " << j << " overlap";
+      }
+  }
+}
+
+}  // namespace
+}  // namespace ipu
