@@ -952,7 +952,10 @@ class Planner {
 
   // -- exchange: copies into gather buffers --
   void planExchanges() {
-    for (ComputeSet& cs : exe_.computeSets)
+    // Compute sets are independent: each fills only its own copy list.
+#pragma omp parallel for schedule(dynamic, 4)
+    for (size_t c = 0; c < exe_.computeSets.size(); ++c) {
+      ComputeSet& cs = exe_.computeSets[c];
       for (const Vertex& v : cs.vertices)
         for (const Window& w : v.inputs) {
           if (!w.gather || w.shared) continue;
@@ -967,6 +970,7 @@ class Planner {
                                    w.gatherOffset + (b - w.begin) * es, (e - b) * es});
           }
         }
+    }
   }
 
   Executable& exe_;
