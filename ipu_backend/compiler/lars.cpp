@@ -18,10 +18,11 @@ int expandLars(Graph& g) {
   std::vector<int> rates(static_cast<size_t>(n), -1);
   for (int u : lars) {
     const Op op = g.op(u);
-    const Tensor& w = g.tensor(op.inputs[0]);
+    // Copies: adding ops grows the tensor table, which would leave references dangling.
+    const Tensor w = g.tensor(op.inputs[0]);
     const int first = static_cast<int>(g.ops().size());
     auto sumOfSquares = [&](int t, const std::string& what) {
-      const Tensor& x = g.tensor(t);
+      const Tensor x = g.tensor(t);
       int f = t;
       if (x.dtype != DType::F32)
         f = g.addOp1(OpKind::Cast, {t}, Attrs{{"dtype", std::string("f32")}},

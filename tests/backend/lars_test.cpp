@@ -21,12 +21,12 @@ constexpr i64 kRows = 96, kCols = 40;  // the weight: 3,840 elements, spread ove
 constexpr double kEta = 0.001, kMomentum = 0.9, kWeightDecay = 5e-4, kEpsilon = 1e-9;
 
 // loss = sum((x * w + b)^2) / 2 over a [rows, cols] weight and a [cols] bias; LARS on w only.
-Graph larsGraph() {
+Graph larsGraph(DType dt = DType::F32) {
   Graph g("lars");
   Builder b(g);
-  int w = b.variable("w", {kRows, kCols});
-  int bias = b.variable("b", {kCols});
-  int x = b.input("x", {kRows, kCols});
+  int w = b.variable("w", {kRows, kCols}, dt);
+  int bias = b.variable("b", {kCols}, dt);
+  int x = b.input("x", {kRows, kCols}, dt);
   int lr = b.input("lr", {});
   int y = b.add(b.mul(x, w), bias);
   int loss = b.scale(b.reduceSum(b.mul(y, y), {0, 1}, false), 0.5, "loss");
@@ -131,6 +131,22 @@ TEST(Lars, ExpandsIntoNormsAndARateBeforeTheUpdate) {
   }
   EXPECT_EQ(updates, 2);
   EXPECT_EQ(expandLars(g), 0);
+}
+
+TEST(Lars, SixteenBitWeightsAreWidenedForTheirNorms) {
+  // f16 weights and gradients ("16.16" runs): each norm reads an f32 cast, named after the weight.
+  Graph g = larsGraph(DType::F16);
+  const size_t before = g.ops().size();
+  EXPECT_EQ(expandLars(g), 1);
+  EXPECT_EQ(g.ops().size(), before + 8);  // 2 x (cast, square, reduce), constant 1/S, rate
+  for (const std::string what : {"weight", "grad"}) {
+    const Tensor& f = g.tensor(g.get("w/lars_" + what + "_f32"));
+    EXPECT_EQ(f.dtype, DType::F32) << what;
+    EXPECT_EQ(f.shape, (Shape{kRows, kCols})) << what;
+    EXPECT_EQ(g.tensor(g.get("w/lars_" + what + "_sumsq")).elements(), 1) << what;
+  }
+  auto exe = std::make_shared<Executable>(compile(larsGraph(DType::F16), Target::mk2(), {}));
+  EXPECT_EQ(exe->graph.tensor(exe->graph.get("w/lars_lr")).dtype, DType::F32);
 }
 
 TEST(Lars, RateUnderLossScalingAndAtZeroNorms) {
