@@ -177,10 +177,10 @@ struct Engine::Impl {
           opName(op.kind), g.tensor(op.inputs[0]).name, replicas, coll ? coll->replicas() : 1));
     for (int t : op.inputs)
       if (g.tensor(t).dtype != DType::F32)
-        throw std::invalid_argument(fmt::format(
-            "engine: '{}' reads '{}' in {}; cross-replica ops take f32 operands (replication "
-            "of 16-bit graphs is not implemented yet: keep gradients in f32)",
-            opName(op.kind), g.tensor(t).name, dtypeName(g.tensor(t).dtype)));
+        throw std::invalid_argument(
+            fmt::format("engine: '{}' reads '{}' in {}; cross-replica ops take f32 operands (the "
+                        "replication pass widens 16-bit gradients: cast the operand to f32 first)",
+                        opName(op.kind), g.tensor(t).name, dtypeName(g.tensor(t).dtype)));
     const int r = replica.replica;
     std::function<void()> body;
     switch (op.kind) {
@@ -451,9 +451,12 @@ struct Engine::Impl {
     if (ops.empty()) return makeFused(op);
     bool matmulLike = op.kind == OpKind::Conv2d || op.kind == OpKind::Conv2dBackwardData ||
                       op.kind == OpKind::Conv2dBackwardFilter || op.kind == OpKind::MatMul;
-    if (matmulLike)
+    // AVX2-only CPUs have no oneDNN bf16 primitives: the conversion path below serves them.
+    const bool bf16Primitives = fz::bf16PrimitivesAvailable();
+    if (matmulLike && bf16Primitives)
       if (auto native = makeFusedBf16(op)) return native;
-    if (op.kind == OpKind::BatchNormTrain || op.kind == OpKind::BatchNormBackward)
+    if ((op.kind == OpKind::BatchNormTrain || op.kind == OpKind::BatchNormBackward) &&
+        bf16Primitives)
       if (auto native = makeFusedBatchNormBf16(op)) return native;
     if (auto chunked = makeFusedElementwise(op)) return chunked;
     const OpDef& def = opDef(op.kind);

@@ -54,6 +54,28 @@ bool nativeBf16Isa() {
   return isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
 }
 
+bool bf16PrimitivesAvailable() {
+  static const bool available = [] {
+    try {
+      Conv2dShape s;
+      s.n = 1, s.c = 8, s.h = 4, s.w = 4, s.k = 8, s.r = 3, s.s = 3, s.padTop = s.padBottom = 1,
+      s.padLeft = s.padRight = 1;
+      Conv2dForwardBf16 forward(s);
+      Conv2dBackwardDataBf16 backwardData(s);
+      Conv2dBackwardFilterBf16 backwardFilter(s);
+      MatMulShape m;
+      m.m = 4, m.k = 8, m.n = 4;
+      MatMulBf16 matmul(m);
+      BatchNormForwardTrainingBf16 bnForward(16, 8, 1e-5f);
+      BatchNormBackwardBf16 bnBackward(16, 8, 1e-5f);
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return available;
+}
+
 struct Conv2dForwardBf16::Impl {
   memory x, y;
   detail::LayoutBinding w;

@@ -17,6 +17,11 @@ namespace ipu::kernels::fused {
 // True when oneDNN dispatches bf16 convolutions to AVX512-BF16 (or AMX) instructions.
 bool nativeBf16Isa();
 
+// True when this CPU's oneDNN builds bf16 convolution, matmul and batch-norm primitives at all
+// (it needs AVX512F; on AVX2-only CPUs it has none). Probed once on tiny shapes. Without them
+// the fused engine widens bf16 operands to f32 and rounds the results, as the tile engine does.
+bool bf16PrimitivesAvailable();
+
 class Conv2dForwardBf16 {
  public:
   explicit Conv2dForwardBf16(const Conv2dShape& s);
