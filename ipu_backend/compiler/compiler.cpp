@@ -731,25 +731,24 @@ class Planner {
     for (const Tensor& t : g_.tensors())
       if (t.kind == TensorKind::Input) p.body.push_back({Program::Step::Kind::StreamIn, t.id});
     const int split = exe_.options.updateFirstOp;
-    auto streamOuts = [&] {
-      for (int o : g_.outputs()) {
-        if (split >= 0 && g_.tensor(o).producer >= split)
-          throw CompileError(fmt::format("output '{}' is produced in the once-per-step update part "
-                                         "(op {} >= {}); stream it from the micro-batch part",
-                                         g_.tensor(o).name, g_.tensor(o).producer, split),
-                             -1, 0, 0);
-        p.body.push_back({Program::Step::Kind::StreamOut, o});
-      }
+    // Outputs stream out after the part that produces them: the micro-batch part's every
+    // micro-batch (slot a), the update part's once per step (slot A - 1, e.g. the overflow flag
+    // of the reduced gradients).
+    auto streamOuts = [&](bool updatePart) {
+      for (int o : g_.outputs())
+        if ((split >= 0 && g_.tensor(o).producer >= split) == updatePart)
+          p.body.push_back({Program::Step::Kind::StreamOut, o});
     };
     p.accumulationSteps = exe_.options.accumulationSteps;
     for (size_t i = 0; i < exe_.computeSets.size(); ++i) {
       if (split >= 0 && p.updateBegin < 0 && exe_.computeSets[i].op >= split) {
-        streamOuts();
+        streamOuts(false);
         p.updateBegin = static_cast<int>(p.body.size());
       }
       p.body.push_back({Program::Step::Kind::Execute, static_cast<int>(i)});
     }
-    if (p.updateBegin < 0) streamOuts();
+    if (p.updateBegin < 0) streamOuts(false);
+    streamOuts(true);
   }
 
   // -- arenas: liveness-based first-fit placement per tile --

@@ -1,10 +1,12 @@
 #include "ipu_backend/replication/replicate.h"
 
 #include <map>
+#include <numeric>
 #include <set>
 
 #include <fmt/format.h>
 
+#include "ipu_backend/ir/builder.h"
 #include "ipu_backend/ir/op_defs.h"
 #include "ipu_backend/replication/collective.h"
 
@@ -22,7 +24,7 @@ ReplicatedGraph replicate(const Graph& src, const ReplicationOptions& o) {
   std::vector<const Op*> updates;
   std::set<int> updated;  // weights and momentum written by sgd_update
   for (const Op& op : src.ops()) {
-    if (op.kind == OpKind::SgdUpdate) {
+    if (op.kind == OpKind::SgdUpdate || op.kind == OpKind::SgdUpdateScaled) {
       updates.push_back(&op);
       updated.insert(op.inputs[0]);
       updated.insert(op.inputs[1]);
@@ -37,9 +39,48 @@ ReplicatedGraph replicate(const Graph& src, const ReplicationOptions& o) {
             src.name(), op.id, opName(op.kind), src.tensor(t).name));
   }
 
+  // Loss-scaled updates (sgd_update_scaled) read an overflow flag that the source computes from
+  // one micro-batch of one replica. A replicated step must skip on every replica when any
+  // gradient of any micro-batch was not finite, so the pass drops the source's flag and
+  // recomputes it from the reduced mean gradient, which is Inf/NaN exactly then.
+  int sourceFlag = -1;
+  for (const Op* u : updates)
+    if (u->kind == OpKind::SgdUpdateScaled) sourceFlag = u->inputs[5];
+  const bool replicated = o.replicas > 1 || o.accumulation > 1;
+  const bool sharded = o.shardOptimizerState && o.replicas > 1;
+  if (sharded)
+    for (const Op* u : updates)
+      if (src.tensor(u->inputs[0]).dtype != DType::F32 || u->kind == OpKind::SgdUpdateScaled)
+        throw GraphError(fmt::format(
+            "replicate '{}': '{}' is {}{}; sharding the optimizer state over replicas is "
+            "implemented for f32 weights without loss scaling (turn sharding off)",
+            src.name(), src.tensor(u->inputs[0]).name, dtypeName(src.tensor(u->inputs[0]).dtype),
+            u->kind == OpKind::SgdUpdateScaled ? " with a loss-scaled update" : ""));
+
+  // The source ops the replicated graph keeps: all of them, except (replicated, loss-scaled)
+  // those that only compute the per-micro-batch flag.
+  std::vector<bool> keep(src.ops().size(), true);
+  if (replicated && sourceFlag >= 0) {
+    std::vector<bool> live(src.tensors().size(), false);
+    for (int t : src.outputs())
+      if (t != sourceFlag) live[static_cast<size_t>(t)] = true;
+    for (const Op* u : updates)
+      for (size_t i = 0; i < u->inputs.size(); ++i)
+        if (!(u->kind == OpKind::SgdUpdateScaled && i == 5))
+          live[static_cast<size_t>(u->inputs[i])] = true;
+    for (size_t k = src.ops().size(); k-- > 0;) {
+      const Op& op = src.ops()[k];
+      if (op.kind == OpKind::SgdUpdate || op.kind == OpKind::SgdUpdateScaled) continue;
+      bool needed = hasSideEffects(op.kind);
+      for (int t : op.outputs) needed = needed || live[static_cast<size_t>(t)];
+      keep[k] = needed;
+      if (needed)
+        for (int t : op.inputs) live[static_cast<size_t>(t)] = true;
+    }
+  }
+
   ReplicatedGraph out{Graph(src.name()), -1, {}};
   Graph& g = out.graph;
-  const bool sharded = o.shardOptimizerState && o.replicas > 1;
   std::set<int> momenta;
   for (const Op* u : updates) momenta.insert(u->inputs[1]);
   std::map<int, int> id;  // source tensor -> new tensor
@@ -56,8 +97,9 @@ ReplicatedGraph replicate(const Graph& src, const ReplicationOptions& o) {
     for (int t : ts) v.push_back(id.at(t));
     return v;
   };
-  for (const Op& op : src.ops()) {
-    if (op.kind == OpKind::SgdUpdate) continue;
+  for (size_t k = 0; k < src.ops().size(); ++k) {
+    const Op& op = src.ops()[k];
+    if (op.kind == OpKind::SgdUpdate || op.kind == OpKind::SgdUpdateScaled || !keep[k]) continue;
     std::vector<std::string> names;
     for (int t : op.outputs) names.push_back(src.tensor(t).name);
     Attrs attrs = op.attrs;
@@ -73,22 +115,27 @@ ReplicatedGraph replicate(const Graph& src, const ReplicationOptions& o) {
     const int nid = g.addOp(op.kind, map(op.inputs), attrs, names);
     for (size_t i = 0; i < op.outputs.size(); ++i) id[op.outputs[i]] = g.op(nid).outputs[i];
   }
-  for (int t : src.outputs()) g.markOutput(id.at(t));
-  if (o.replicas == 1 && o.accumulation == 1) {  // the plain step, in the source's form
-    for (const Op* u : updates) g.addOp(OpKind::SgdUpdate, map(u->inputs), u->attrs);
+  if (!replicated) {  // the plain step, in the source's form
+    for (int t : src.outputs()) g.markOutput(id.at(t));
+    for (const Op* u : updates) g.addOp(u->kind, map(u->inputs), u->attrs);
     return out;
   }
+  for (int t : src.outputs())
+    if (t != sourceFlag) g.markOutput(id.at(t));
 
-  // Micro-batch part: accumulate every gradient.
+  // Micro-batch part: accumulate every gradient. Accumulators and the cross-replica reduction
+  // are f32 whatever the gradient's dtype (a 16-bit gradient is widened first): the ring
+  // collectives sum f32, and A x R loss-scaled 16-bit gradients could overflow a 16-bit sum.
+  Builder b(g);
   std::vector<int> reduced;  // per update: what the reduction reads
   for (const Op* u : updates) {
-    const int grad = id.at(u->inputs[2]);
+    const Tensor& w = src.tensor(u->inputs[0]);
+    const int grad = b.cast(id.at(u->inputs[2]), DType::F32, w.name + "/grad_f32");
     if (o.accumulation == 1) {
       reduced.push_back(grad);
       continue;
     }
-    const Tensor& w = src.tensor(u->inputs[0]);
-    const int acc = g.addVariable(w.name + "/grad_accum", w.shape, w.dtype);
+    const int acc = g.addVariable(w.name + "/grad_accum", w.shape, DType::F32);
     out.zeroInitialised.push_back(w.name + "/grad_accum");
     g.addOp(OpKind::Accumulate, {acc, grad}, {});
     reduced.push_back(acc);
@@ -96,6 +143,45 @@ ReplicatedGraph replicate(const Graph& src, const ReplicationOptions& o) {
   out.updateFirstOp = static_cast<int>(g.ops().size());
   const double scale = 1.0 / (static_cast<double>(o.replicas) * o.accumulation);
   const i64 R = o.replicas;
+  auto resetAccumulator = [&](size_t i, const Tensor& w) {
+    if (o.accumulation == 1) return;
+    const int zero = g.addOp1(OpKind::Constant, {}, Attrs{{"shape", w.shape}, {"value", 0.0}},
+                              w.name + "/grad_accum_zero");
+    g.addOp(OpKind::Assign, {reduced[i], zero}, {});
+  };
+  if (sourceFlag >= 0) {
+    // Loss scaled: every mean gradient first, then the flag over all of them, then the updates
+    // (none may run before the flag is known).
+    std::vector<int> means;
+    int flag = -1;
+    for (size_t i = 0; i < updates.size(); ++i) {
+      const Tensor& w = src.tensor(updates[i]->inputs[0]);
+      const int chunk = g.addOp1(OpKind::CrossReplicaReduceScatter, {reduced[i]},
+                                 Attrs{{"replicas", R}, {"scale", scale}}, w.name + "/grad_chunk");
+      const int mean = g.addOp1(OpKind::CrossReplicaAllGather, {chunk},
+                                Attrs{{"replicas", R}, {"shape", w.shape}}, w.name + "/grad_mean");
+      means.push_back(mean);
+      std::vector<i64> axes(w.shape.size());
+      std::iota(axes.begin(), axes.end(), 0);
+      int term = b.scale(mean, 0.0);  // 0, or NaN where the mean is Inf/NaN
+      if (!axes.empty()) term = b.reduceSum(term, axes);
+      if (g.tensor(term).shape != Shape{}) term = b.reshape(term, {});
+      flag = flag < 0 ? term : b.add(flag, term);
+    }
+    flag = b.unary("identity", flag, src.tensor(sourceFlag).name);
+    g.markOutput(flag);
+    for (size_t i = 0; i < updates.size(); ++i) {
+      const Op& u = *updates[i];
+      const Tensor& w = src.tensor(u.inputs[0]);
+      std::vector<int> in;
+      for (size_t k = 0; k < u.inputs.size(); ++k)
+        in.push_back(k == 5 && u.kind == OpKind::SgdUpdateScaled ? flag : id.at(u.inputs[k]));
+      in[2] = b.cast(means[i], w.dtype, w.name + "/grad_mean_" + std::string(dtypeName(w.dtype)));
+      g.addOp(u.kind, in, u.attrs);
+      resetAccumulator(i, w);
+    }
+    return out;
+  }
   for (size_t i = 0; i < updates.size(); ++i) {
     const Op& u = *updates[i];
     const Tensor& w = src.tensor(u.inputs[0]);
@@ -119,13 +205,11 @@ ReplicatedGraph replicate(const Graph& src, const ReplicationOptions& o) {
     } else {
       const int full = g.addOp1(OpKind::CrossReplicaAllGather, {chunk},
                                 Attrs{{"replicas", R}, {"shape", w.shape}}, w.name + "/grad_mean");
-      g.addOp(OpKind::SgdUpdate, {wId, mId, full, lr}, u.attrs);
+      std::vector<int> in = map(u.inputs);
+      in[2] = b.cast(full, w.dtype, w.name + "/grad_mean_" + std::string(dtypeName(w.dtype)));
+      g.addOp(u.kind, in, u.attrs);
     }
-    if (o.accumulation > 1) {
-      const int zero = g.addOp1(OpKind::Constant, {}, Attrs{{"shape", w.shape}, {"value", 0.0}},
-                                w.name + "/grad_accum_zero");
-      g.addOp(OpKind::Assign, {reduced[i], zero}, {});
-    }
+    resetAccumulator(i, w);
   }
   return out;
 }

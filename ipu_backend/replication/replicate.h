@@ -3,6 +3,7 @@
 //
 //   micro-batch part, run `accumulation` times per step:
 //     the original ops (sgd_update removed); with accumulation > 1, accumulate(<w>/grad_accum, g)
+//     (16-bit gradients are widened first: accumulators and the reduction are f32)
 //   update part, once per step:
 //     c = cross_replica_reduce_scatter(g or <w>/grad_accum, scale 1/(R A))   ring, chunk of the
 //     mean plain:   g' = cross_replica_all_gather(c); sgd_update(w, <w>/momentum, g', lr) sharded:
@@ -10,6 +11,10 @@
 //              sharding: each replica keeps 1/R of the momentum and updates 1/R of the weights)
 //              assign(w, cross_replica_all_gather(w'))
 //     with accumulation > 1: assign(<w>/grad_accum, 0)
+//   loss scaling (sgd_update_scaled): the source's overflow flag, which saw one micro-batch of
+//     one replica, is dropped with the ops that only fed it; the flag (same name, a graph
+//     output) is recomputed from every mean gradient g' before the first update, so every
+//     replica skips the step when any gradient of any replica or micro-batch was Inf/NaN.
 //
 // Every replica therefore applies the same update to the same weights: replicas stay bit-identical.
 // Batch-norm statistics stay per replica (each replica normalises over its own micro-batch).
