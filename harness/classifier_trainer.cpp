@@ -29,12 +29,34 @@ void copyVariables(const Engine& src, Engine& dst) {
   }
 }
 
+TrainerPrograms compileTrainerPrograms(const models::ClassifierGraph& train,
+                                       const models::ClassifierGraph& eval,
+                                       const TrainerOptions& opts) {
+  TrainerPrograms p;
+  CompileOptions co;
+  co.checkMemory = opts.checkMemory;
+  p.eval = std::make_shared<Executable>(compile(eval.graph, opts.target, co));
+  if (opts.replicas > 1 || opts.accumulation > 1) {
+    // The replicated step: same model graph, cross-replica reduction and accumulation added.
+    // Each replica's graph sees its own micro-batch (batch norm statistics per replica).
+    const replication::ReplicatedGraph rg = replication::replicate(
+        train.graph, {opts.replicas, opts.accumulation, opts.shardOptimizerState});
+    rg.configure(co, opts.accumulation);
+    p.train = std::make_shared<Executable>(compile(rg.graph, opts.target, co));
+    p.zeroInitialised = rg.zeroInitialised;
+  } else {
+    p.train = std::make_shared<Executable>(compile(train.graph, opts.target, co));
+  }
+  return p;
+}
+
 ClassifierTrainer::ClassifierTrainer(models::ClassifierGraph train, models::ClassifierGraph eval,
                                      const TrainerOptions& opts)
     : train_(std::move(train)), eval_(std::move(eval)), opts_(opts), scaler_(train_.lossScaling) {
-  CompileOptions co;
-  co.checkMemory = opts.checkMemory;
-  evalExe_ = std::make_shared<Executable>(compile(eval_.graph, opts.target, co));
+  TrainerPrograms programs = compileTrainerPrograms(train_, eval_, opts);
+  evalExe_ = std::move(programs.eval);
+  trainExe_ = std::move(programs.train);
+  zeroInitialised_ = std::move(programs.zeroInitialised);
   evalEngine_ = std::make_unique<Engine>(evalExe_, opts.mode);
   const Shape& img = eval_.graph.tensor(eval_.images).shape;
   images_.resize(static_cast<size_t>(numElements(img)));
@@ -43,7 +65,6 @@ ClassifierTrainer::ClassifierTrainer(models::ClassifierGraph train, models::Clas
   if (opts.replicas > 1 || opts.accumulation > 1) {
     setUpReplicas();
   } else {
-    trainExe_ = std::make_shared<Executable>(compile(train_.graph, opts.target, co));
     trainEngine_ = std::make_unique<Engine>(trainExe_, opts.mode);
     trainEngine_->connectInput(train_.images, images_.data());
     trainEngine_->connectInput(train_.labels, labels_.data());
@@ -64,26 +85,6 @@ ClassifierTrainer::ClassifierTrainer(models::ClassifierGraph train, models::Clas
 }
 
 void ClassifierTrainer::setUpReplicas() {
-  // The replicated step reduces f32 gradients and has no loss-scaling feedback yet.
-  for (const Tensor& t : train_.graph.tensors())
-    if (t.kind == TensorKind::Variable && t.dtype != DType::F32)
-      throw std::invalid_argument(fmt::format(
-          "replication ({} replicas, accumulation {}) of a 16-bit model ('{}' is {}) is not "
-          "implemented yet; use --precision fp32 with replicas or gradient accumulation",
-          opts_.replicas, opts_.accumulation, t.name, dtypeName(t.dtype)));
-  if (train_.lossScale >= 0)
-    throw std::invalid_argument(
-        "loss scaling with replicas or gradient accumulation is not implemented yet; use "
-        "--precision fp32");
-  // The replicated step: same model graph, cross-replica reduction and accumulation added. Each
-  // replica's graph sees its own micro-batch (batch norm statistics per replica).
-  const replication::ReplicatedGraph rg = replication::replicate(
-      train_.graph, {opts_.replicas, opts_.accumulation, opts_.shardOptimizerState});
-  CompileOptions co;
-  co.checkMemory = opts_.checkMemory;
-  rg.configure(co, opts_.accumulation);
-  trainExe_ = std::make_shared<Executable>(compile(rg.graph, opts_.target, co));
-  zeroInitialised_ = rg.zeroInitialised;
   replication::ReplicaGroupOptions go;
   go.mode = opts_.mode;
   go.replicas = opts_.replicas;
@@ -98,12 +99,25 @@ void ClassifierTrainer::setUpReplicas() {
   replicaLabels_.assign(local, std::vector<std::int32_t>(static_cast<size_t>(img[0] * micro)));
   replicaLosses_.assign(local, std::vector<float>(static_cast<size_t>(micro)));
   replicaLr_.assign(static_cast<size_t>(micro), 0.0f);
+  replicaScale_.assign(static_cast<size_t>(micro), 1.0f);
+  replicaInverseScale_.assign(static_cast<size_t>(micro), 1.0f);
+  replicaOverflow_.assign(local, std::vector<float>(static_cast<size_t>(micro), 0.0f));
   for (int l = 0; l < local; ++l) {
     Engine& e = group_->engine(l);
     e.connectInput(g.get(train_.graph.tensor(train_.images).name), replicaImages_[l].data());
     e.connectInput(g.get(train_.graph.tensor(train_.labels).name), replicaLabels_[l].data());
     e.connectInput(g.get(train_.graph.tensor(train_.lr).name), replicaLr_.data());
     e.connectOutput(g.get(train_.graph.tensor(train_.loss).name), replicaLosses_[l].data());
+    // The same seed on every replica: stochastic rounding of the update then draws the same
+    // bits, so the 16-bit weights of all replicas stay identical.
+    e.setRoundingSeed(opts_.seed);
+    if (train_.lossScale >= 0) {
+      // The flag is the graph's (from the reduced gradients): the same on every replica.
+      e.connectInput(g.get(train_.graph.tensor(train_.lossScale).name), replicaScale_.data());
+      e.connectInput(g.get(train_.graph.tensor(train_.lossScaleInverse).name),
+                     replicaInverseScale_.data());
+      e.connectOutput(g.get(train_.graph.tensor(train_.overflow).name), replicaOverflow_[l].data());
+    }
   }
 }
 
@@ -130,7 +144,7 @@ void ClassifierTrainer::initialise(const std::map<std::string, std::vector<float
       v = &zeros;
     }
     if (group_)
-      group_->writeAll(t.id, v->data(), v->size() * sizeof(float));  // f32: setUpReplicas
+      for (int l = 0; l < group_->localReplicas(); ++l) group_->engine(l).writeTensor(t.name, *v);
     else
       trainEngine_->writeTensor(t.name, *v);  // rounded to 16-bit variables' dtype
   }
@@ -139,7 +153,12 @@ void ClassifierTrainer::initialise(const std::map<std::string, std::vector<float
 float ClassifierTrainer::step(const std::function<float(std::int64_t)>& lr, EpochStats& st) {
   if (group_) {
     std::fill(replicaLr_.begin(), replicaLr_.end(), lr(steps_));
+    std::fill(replicaScale_.begin(), replicaScale_.end(), scaler_.scale());
+    std::fill(replicaInverseScale_.begin(), replicaInverseScale_.end(), scaler_.inverseScale());
     group_->run();
+    // The update part streams the flag out once per step, after the last micro-batch.
+    if (train_.overflow >= 0 && !scaler_.update(replicaOverflow_[0].back() != 0.0f))
+      ++st.skippedSteps;
     double loss = 0;
     for (const auto& ls : replicaLosses_)
       for (float x : ls) loss += x;

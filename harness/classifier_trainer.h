@@ -50,6 +50,16 @@ struct EpochStats {
   std::vector<std::string> corruptFiles;
 };
 
+// The two programs a trainer runs, compiled for opts.target (the replicated training step when
+// opts has replicas or accumulation): what a fit check needs, without engines or host tensors.
+struct TrainerPrograms {
+  std::shared_ptr<Executable> train, eval;
+  std::vector<std::string> zeroInitialised;  // variables the replication pass created
+};
+TrainerPrograms compileTrainerPrograms(const models::ClassifierGraph& train,
+                                       const models::ClassifierGraph& eval,
+                                       const TrainerOptions& opts);
+
 class ClassifierTrainer {
  public:
   // Compiles both graphs (the compile reports are kept for the caller).
@@ -91,6 +101,8 @@ class ClassifierTrainer {
 
   const Executable& trainExecutable() const { return *trainExe_; }
   const Executable& evalExecutable() const { return *evalExe_; }
+  std::shared_ptr<const Executable> trainExecutablePtr() const { return trainExe_; }
+  std::shared_ptr<const Executable> evalExecutablePtr() const { return evalExe_; }
   // The first local replica's engine (every replica holds the same weights).
   Engine& trainEngine() { return group_ ? group_->engine(0) : *trainEngine_; }
   std::int64_t stepsDone() const { return steps_; }
@@ -130,6 +142,8 @@ class ClassifierTrainer {
   std::vector<std::vector<std::int32_t>> replicaLabels_;
   std::vector<std::vector<float>> replicaLosses_;
   std::vector<float> replicaLr_;
+  std::vector<float> replicaScale_, replicaInverseScale_;  // S and 1/S per micro-batch slot
+  std::vector<std::vector<float>> replicaOverflow_;        // [local replica][micro-batch slot]
 };
 
 // Copies every variable of dst's graph from the same-named variable of src (converted when

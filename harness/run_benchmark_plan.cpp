@@ -421,10 +421,19 @@ double preflightCompile(BenchmarkPlan& plan) {
   try {
     ModelInstance model = plan.run.entry->build(plan.run.model);
     plan.model_description = model.description;
-    ClassifierTrainer trainer(std::move(model.train), std::move(model.eval), plan.fit_check);
+    std::shared_ptr<const Executable> train, eval;
+    if (plan.fit_check.replicas > 1) {
+      // With replicas the engines are built too: the replica group refuses, before anything is
+      // written, replicas whose host copies of the tensors this host cannot hold.
+      ClassifierTrainer trainer(std::move(model.train), std::move(model.eval), plan.fit_check);
+      train = trainer.trainExecutablePtr(), eval = trainer.evalExecutablePtr();
+    } else {  // compiled only (a full ResNet-50's host tensors take gigabytes to build)
+      TrainerPrograms programs = compileTrainerPrograms(model.train, model.eval, plan.fit_check);
+      train = std::move(programs.train), eval = std::move(programs.eval);
+    }
     // The programs exactly as compiled (cost::ExchangeModel::AsCompiled, the default).
-    plan.modeled_step_seconds = cost::estimateStep(trainer.trainExecutable()).seconds;
-    plan.modeled_eval_seconds = cost::estimateStep(trainer.evalExecutable()).seconds;
+    plan.modeled_step_seconds = cost::estimateStep(*train).seconds;
+    plan.modeled_eval_seconds = cost::estimateStep(*eval).seconds;
   } catch (const CompileError& e) {
     throw Refusal(
         fmt::format(

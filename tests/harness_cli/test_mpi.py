@@ -131,6 +131,30 @@ def test_gradient_accumulation_runs_and_is_logged(tmp_path):
     assert '"key": "eval_accuracy"' in log
 
 
+def test_loss_scaled_16_bit_replicas_over_processes_give_the_log_of_one(tmp_path):
+    """The published precision (16.16: f16 weights, stochastic rounding) with dynamic loss
+    scaling from 65,536, which overflows f16 at once: the overflow flag comes from the gradients
+    reduced over all replicas of both processes, so every rank skips the same steps and backs
+    off the same scale, and the log (scales, skipped steps, accuracies) is that of one process."""
+    cfg = config(tmp_path, 640)  # 20 steps of global batch 32
+    args = [*POD4, "--max-epochs", "1", "--config", cfg, "--precision", "16.16",
+            "--loss-scaling", "dynamic:65536"]
+    one, two = tmp_path / "one", tmp_path / "two"
+    a = subprocess.run([BINARY, *args, "--results-dir", str(one)],
+                       capture_output=True, text=True, timeout=300, env=env())
+    b = subprocess.run([*mpirun(2), BINARY, *args, "--results-dir", str(two)],
+                       capture_output=True, text=True, timeout=300, env=env())
+    assert a.returncode in (0, 2), a.stdout + a.stderr
+    assert b.returncode == a.returncode, b.stdout + b.stderr
+    la, lb = without_times(log_of(one)), without_times(log_of(two))
+    assert la == lb
+    value = {json.loads(l)["key"]: json.loads(l)["value"] for l in la}
+    assert value["ipu_precision"].startswith("16.16,loss=dynamic:65536")
+    assert value["ipu_overflow_events"] >= 1 and value["ipu_skipped_steps"] >= 1, value
+    assert value["ipu_loss_scale"] < 65536, value
+    assert 0.0 <= value["eval_accuracy"] <= 1.0
+
+
 def test_replicas_must_split_evenly_over_processes(tmp_path):
     r = subprocess.run([*mpirun(3), BINARY, *POD4, "--max-epochs", "1", "--config",
                         config(tmp_path, 512), "--results-dir", str(tmp_path / "r")],
