@@ -220,7 +220,12 @@ int main(int argc, char** argv) {
   BenchmarkPlan plan;
   try {
     plan = makePlan(o);
-    plan.run.trainer.link = mpi.get();
+    if (mpi && plan.run.trainer.replicas % mpi->ranks() != 0)  // before any compile
+      throw Refusal(fmt::format(
+          "{} replicas do not split evenly over {} processes (hint: use a process count that "
+          "divides the replica count: mpirun -np N)",
+          plan.run.trainer.replicas, mpi->ranks()));
+    plan.run.trainer.link = plan.fit_check.link = mpi.get();
     plan.run.rank = rank;
     ipu::kernels::fused::setNumThreads(o.threads);
     if (plan.stand_in && rank == 0) {

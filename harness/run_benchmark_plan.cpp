@@ -9,6 +9,7 @@
 #include "harness/config.h"
 #include "harness/division_rules.h"
 #include "ipu_backend/cost/cost_model.h"
+#include "ipu_backend/replication/replica_group.h"
 
 namespace ipu::harness {
 namespace {
@@ -421,15 +422,18 @@ double preflightCompile(BenchmarkPlan& plan) {
   try {
     ModelInstance model = plan.run.entry->build(plan.run.model);
     plan.model_description = model.description;
-    std::shared_ptr<const Executable> train, eval;
+    TrainerPrograms programs = compileTrainerPrograms(model.train, model.eval, plan.fit_check);
+    const std::shared_ptr<const Executable> train = std::move(programs.train);
+    const std::shared_ptr<const Executable> eval = std::move(programs.eval);
     if (plan.fit_check.replicas > 1) {
-      // With replicas the engines are built too: the replica group refuses, before anything is
-      // written, replicas whose host copies of the tensors this host cannot hold.
-      ClassifierTrainer trainer(std::move(model.train), std::move(model.eval), plan.fit_check);
-      train = trainer.trainExecutablePtr(), eval = trainer.evalExecutablePtr();
-    } else {  // compiled only (a full ResNet-50's host tensors take gigabytes to build)
-      TrainerPrograms programs = compileTrainerPrograms(model.train, model.eval, plan.fit_check);
-      train = std::move(programs.train), eval = std::move(programs.eval);
+      // Each emulated IPU holds its own tensors: refuse, before anything is written, replicas
+      // whose copies this host (this process's share under mpirun) cannot hold. One replica's
+      // engine is built to measure it, not all of them (the run builds those).
+      replication::ReplicaGroupOptions go;
+      go.mode = plan.fit_check.mode;
+      go.replicas = plan.fit_check.replicas;
+      go.link = plan.fit_check.link;
+      replication::ReplicaGroup::checkHostMemory(train, go);
     }
     // The programs exactly as compiled (cost::ExchangeModel::AsCompiled, the default).
     plan.modeled_step_seconds = cost::estimateStep(*train).seconds;

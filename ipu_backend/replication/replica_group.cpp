@@ -32,37 +32,27 @@ std::int64_t residentBytes() {
   if (!(statm >> pages >> resident)) return 0;
   return resident * static_cast<std::int64_t>(sysconf(_SC_PAGESIZE));
 }
-}  // namespace
 
-ReplicaGroup::ReplicaGroup(std::shared_ptr<const Executable> exe, const ReplicaGroupOptions& o)
-    : options_(o) {
-  const int ranks = o.link ? o.link->ranks() : 1, rank = o.link ? o.link->rank() : 0;
+int localReplicasOf(const ReplicaGroupOptions& o) {
+  const int ranks = o.link ? o.link->ranks() : 1;
   if (o.replicas < 1 || o.replicas % ranks != 0)
     throw std::invalid_argument(fmt::format(
         "ReplicaGroup: {} replicas do not split evenly over {} processes (hint: use a process "
         "count that divides the replica count)",
         o.replicas, ranks));
-  const int local = o.replicas / ranks;
-  collective_ =
-      std::make_unique<RingCollective>(o.replicas, rank * local, local, o.link, o.timeout);
-  const std::int64_t before = residentBytes();
-  for (int l = 0; l < local; ++l) {
-    engines_.push_back(
-        std::make_unique<Engine>(exe, o.mode, ReplicaContext{rank * local + l, collective_.get()}));
-    if (l == 0 && local > 1) checkHostMemory(*engines_[0], residentBytes() - before, local);
-  }
-  errors_.resize(static_cast<size_t>(local));
-  for (int l = 1; l < local; ++l) threads_.emplace_back([this, l] { worker(l); });
+  return o.replicas / ranks;
 }
 
-void ReplicaGroup::checkHostMemory(const Engine& first, std::int64_t firstResident, int local) {
+// Throws HostMemoryError when `local` copies of the first engine would not fit.
+void refuseBeyondHostMemory(const ReplicaGroupOptions& o, const Engine& first,
+                            std::int64_t firstResident, int local) {
   const HostMemoryBudget budget = hostMemoryBudget();
   // What the first copy took: its tensors (touched when it first runs), or more where the
   // process grew by more while building it (kernels, reordered weights).
   const std::int64_t each = std::max(first.tensorMemoryBytes(), firstResident);
   const std::int64_t more = each * (local - 1);  // the first copy is already allocated
   if (budget.bytes <= 0 || more <= budget.bytes) return;
-  const int ranks = options_.link ? options_.link->ranks() : 1;
+  const int ranks = o.link ? o.link->ranks() : 1;
   throw HostMemoryError(fmt::format(
       "{} replicas in this process need {:.1f} GB of host memory ({:.2f} GB each: every "
       "emulated IPU holds its own copy of the program's tensors), but only {:.1f} GB more is "
@@ -71,8 +61,36 @@ void ReplicaGroup::checkHostMemory(const Engine& first, std::int64_t firstReside
       "(mpirun -np N: each process holds {}/N of them; now {} process(es)), or choose a "
       "smaller pod size",
       local, static_cast<double>(each * local) / 1e9, static_cast<double>(each) / 1e9,
-      static_cast<double>(budget.bytes) / 1e9, budget.source, options_.replicas, options_.replicas,
-      ranks));
+      static_cast<double>(budget.bytes) / 1e9, budget.source, o.replicas, o.replicas, ranks));
+}
+}  // namespace
+
+void ReplicaGroup::checkHostMemory(std::shared_ptr<const Executable> exe,
+                                   const ReplicaGroupOptions& o) {
+  const int local = localReplicasOf(o);
+  if (local < 2) return;
+  const int rank = o.link ? o.link->rank() : 0;
+  RingCollective collective(o.replicas, rank * local, local, o.link, o.timeout);
+  const std::int64_t before = residentBytes();
+  const Engine first(std::move(exe), o.mode, ReplicaContext{rank * local, &collective});
+  refuseBeyondHostMemory(o, first, residentBytes() - before, local);
+}
+
+ReplicaGroup::ReplicaGroup(std::shared_ptr<const Executable> exe, const ReplicaGroupOptions& o)
+    : options_(o) {
+  const int rank = o.link ? o.link->rank() : 0;
+  const int local = localReplicasOf(o);
+  collective_ =
+      std::make_unique<RingCollective>(o.replicas, rank * local, local, o.link, o.timeout);
+  const std::int64_t before = residentBytes();
+  for (int l = 0; l < local; ++l) {
+    engines_.push_back(
+        std::make_unique<Engine>(exe, o.mode, ReplicaContext{rank * local + l, collective_.get()}));
+    if (l == 0 && local > 1)
+      refuseBeyondHostMemory(o, *engines_[0], residentBytes() - before, local);
+  }
+  errors_.resize(static_cast<size_t>(local));
+  for (int l = 1; l < local; ++l) threads_.emplace_back([this, l] { worker(l); });
 }
 
 ReplicaGroup::~ReplicaGroup() {

@@ -50,6 +50,12 @@ class ReplicaGroup {
   ReplicaGroup(const ReplicaGroup&) = delete;
   ReplicaGroup& operator=(const ReplicaGroup&) = delete;
 
+  // The same check without the group: builds the first local replica's engine only, measures
+  // it and throws HostMemoryError where the constructor would. For a fit check before a run
+  // (its engines are built again by the run): one engine instead of every replica's.
+  static void checkHostMemory(std::shared_ptr<const Executable> exe,
+                              const ReplicaGroupOptions& options);
+
   int replicas() const { return options_.replicas; }
   int localReplicas() const { return static_cast<int>(engines_.size()); }
   int firstReplica() const { return collective_->firstReplica(); }
@@ -65,7 +71,6 @@ class ReplicaGroup {
  private:
   void worker(int local);
   void runOne(int local);
-  void checkHostMemory(const Engine& first, std::int64_t firstResident, int local);
 
   ReplicaGroupOptions options_;
   std::unique_ptr<RingCollective> collective_;
