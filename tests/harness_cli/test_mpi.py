@@ -66,7 +66,7 @@ def without_times(log):
 
 
 def test_two_processes_write_the_log_of_one(tmp_path):
-    cfg = config(tmp_path, 640)  # 20 steps of global batch 32 an epoch
+    cfg = config(tmp_path, 320)  # 10 steps of global batch 32 an epoch
     one, two = tmp_path / "one", tmp_path / "two"
     t0 = time.monotonic()
     a = subprocess.run([BINARY, *POD4, "--max-epochs", "2", "--config", cfg, "--results-dir",
@@ -118,7 +118,7 @@ def test_batch_norm_spanning_the_processes_gives_the_log_of_one(tmp_path):
 
 def test_gradient_accumulation_runs_and_is_logged(tmp_path):
     path = tmp_path / "config.json"
-    path.write_text(json.dumps({"mini_train_samples": 1024, "mini_eval_samples": 256,
+    path.write_text(json.dumps({"mini_train_samples": 512, "mini_eval_samples": 256,
                                 "mini_target_accuracy": 0.99, "eval_period": 1,
                                 "gradient_accumulation_steps": 2}))
     r = subprocess.run([BINARY, *POD4, "--max-epochs", "1", "--shard-optimizer-state", "--config",
@@ -136,7 +136,7 @@ def test_loss_scaled_16_bit_replicas_over_processes_give_the_log_of_one(tmp_path
     scaling from 65,536, which overflows f16 at once: the overflow flag comes from the gradients
     reduced over all replicas of both processes, so every rank skips the same steps and backs
     off the same scale, and the log (scales, skipped steps, accuracies) is that of one process."""
-    cfg = config(tmp_path, 640)  # 20 steps of global batch 32
+    cfg = config(tmp_path, 320)  # 10 steps of global batch 32
     args = [*POD4, "--max-epochs", "1", "--config", cfg, "--precision", "16.16",
             "--loss-scaling", "dynamic:65536"]
     one, two = tmp_path / "one", tmp_path / "two"
