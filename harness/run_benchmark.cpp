@@ -23,6 +23,7 @@
 #include "harness/system_description.h"
 #include "ipu_backend/kernels/fused.h"
 #include "ipu_backend/replication/mpi_link.h"
+#include "ipu_backend/replication/replica_group.h"
 
 namespace {
 
@@ -220,11 +221,12 @@ int main(int argc, char** argv) {
   BenchmarkPlan plan;
   try {
     plan = makePlan(o);
-    if (mpi && plan.run.trainer.replicas % mpi->ranks() != 0)  // before any compile
-      throw Refusal(fmt::format(
-          "{} replicas do not split evenly over {} processes (hint: use a process count that "
-          "divides the replica count: mpirun -np N)",
-          plan.run.trainer.replicas, mpi->ranks()));
+    if (mpi) {  // an uneven split is refused before anything is compiled
+      ipu::replication::ReplicaGroupOptions split;
+      split.replicas = plan.run.trainer.replicas;
+      split.link = mpi.get();
+      ipu::replication::localReplicasOf(split);
+    }
     plan.run.trainer.link = plan.fit_check.link = mpi.get();
     plan.run.rank = rank;
     ipu::kernels::fused::setNumThreads(o.threads);

@@ -33,16 +33,6 @@ std::int64_t residentBytes() {
   return resident * static_cast<std::int64_t>(sysconf(_SC_PAGESIZE));
 }
 
-int localReplicasOf(const ReplicaGroupOptions& o) {
-  const int ranks = o.link ? o.link->ranks() : 1;
-  if (o.replicas < 1 || o.replicas % ranks != 0)
-    throw std::invalid_argument(fmt::format(
-        "ReplicaGroup: {} replicas do not split evenly over {} processes (hint: use a process "
-        "count that divides the replica count)",
-        o.replicas, ranks));
-  return o.replicas / ranks;
-}
-
 // Throws HostMemoryError when `local` copies of the first engine would not fit.
 void refuseBeyondHostMemory(const ReplicaGroupOptions& o, const Engine& first,
                             std::int64_t firstResident, int local) {
@@ -64,6 +54,16 @@ void refuseBeyondHostMemory(const ReplicaGroupOptions& o, const Engine& first,
       static_cast<double>(budget.bytes) / 1e9, budget.source, o.replicas, o.replicas, ranks));
 }
 }  // namespace
+
+int localReplicasOf(const ReplicaGroupOptions& o) {
+  const int ranks = o.link ? o.link->ranks() : 1;
+  if (o.replicas < 1 || o.replicas % ranks != 0)
+    throw std::invalid_argument(fmt::format(
+        "ReplicaGroup: {} replicas do not split evenly over {} processes (hint: use a process "
+        "count that divides the replica count)",
+        o.replicas, ranks));
+  return o.replicas / ranks;
+}
 
 void ReplicaGroup::checkHostMemory(std::shared_ptr<const Executable> exe,
                                    const ReplicaGroupOptions& o) {

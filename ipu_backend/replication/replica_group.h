@@ -40,6 +40,10 @@ struct HostMemoryBudget {
 };
 HostMemoryBudget hostMemoryBudget();
 
+// Replicas each process holds (options.replicas over the link's processes); throws
+// std::invalid_argument when they do not split evenly.
+int localReplicasOf(const ReplicaGroupOptions& options);
+
 class ReplicaGroup {
  public:
   // Every local replica holds its own copy of the program's tensors, as each IPU does: when the
