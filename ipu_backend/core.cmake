@@ -11,6 +11,7 @@ add_library(ipu_backend STATIC
   ${CMAKE_CURRENT_LIST_DIR}/compiler/lars.cpp
   ${CMAKE_CURRENT_LIST_DIR}/compiler/mixed_precision.cpp
   ${CMAKE_CURRENT_LIST_DIR}/engine/engine.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/engine/host_fusion.cpp
   ${CMAKE_CURRENT_LIST_DIR}/replication/replicate.cpp
   ${CMAKE_CURRENT_LIST_DIR}/replication/ring_collective.cpp
   ${CMAKE_CURRENT_LIST_DIR}/replication/replica_group.cpp)

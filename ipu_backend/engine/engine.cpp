@@ -12,6 +12,7 @@
 
 #include "ipu_backend/compiler/first_fit.h"
 #include "ipu_backend/compiler/op_shapes.h"
+#include "ipu_backend/engine/host_fusion.h"
 #include "ipu_backend/ir/op_defs.h"
 #include "ipu_backend/kernels/fused.h"
 #include "ipu_backend/kernels/fused_bf16.h"
@@ -109,9 +110,11 @@ struct Engine::Impl {
   std::unique_ptr<AlignedBytes> fusedArena;
   std::vector<std::byte*> tensorMem;
   std::vector<std::unique_ptr<AlignedBytes>> arenas;
-  std::vector<std::function<void()>> fusedSteps;              // per op
-  std::vector<std::vector<std::function<void()>>> vertexFns;  // per compute set
-  std::vector<std::shared_ptr<void>> kernelObjects;           // keeps fused kernels alive
+  std::vector<std::function<void()>> fusedSteps;  // per op
+  HostFusionPlan fusion;  // fused: op pairs run as one kernel (host_fusion.h)
+  std::unordered_map<int, std::shared_ptr<AlignedBytes>> reluMasks;  // per fused BN forward op
+  std::vector<std::vector<std::function<void()>>> vertexFns;         // per compute set
+  std::vector<std::shared_ptr<void>> kernelObjects;                  // keeps fused kernels alive
   std::vector<const void*> inputs;
   std::vector<void*> outputs;
   float zero = 0.0f;
@@ -138,11 +141,14 @@ struct Engine::Impl {
     inputs.assign(g.tensors().size(), nullptr);
     outputs.assign(g.tensors().size(), nullptr);
     if (mode == EngineMode::Fused) {
+      fusion = planHostFusions(g);
       allocateFusedTensors();
       allocateFusedScratch();
       for (const Op& op : g.ops())
-        fusedSteps.push_back(isReplicaOp(op.kind) ? makeReplicaOp(op)
-                                                  : makeFusedWithConversions(op));
+        fusedSteps.push_back(fusion.role[op.id] == HostFusionPlan::Role::kAbsorbed
+                                 ? std::function<void()>([] {})
+                             : isReplicaOp(op.kind) ? makeReplicaOp(op)
+                                                    : makeFusedWithConversions(op));
     } else {
       for (i64 b : exe.arenaBytes) arenas.push_back(std::make_unique<AlignedBytes>(b));
       for (const ComputeSet& cs : exe.computeSets) {
@@ -517,14 +523,15 @@ struct Engine::Impl {
       if (st.kind != Program::Step::Kind::Execute) {
         touch(st.index);
       } else if (const ComputeSet& cs = exe.computeSets[st.index]; cs.phase == 0) {
-        for (int t : g.op(cs.op).inputs) touch(t);
-        for (int t : g.op(cs.op).outputs) touch(t);
+        for (int t : fusion.inputsOf(g.op(cs.op))) touch(t);
+        for (int t : fusion.outputsOf(g.op(cs.op))) touch(t);
       }
       ++pos;
     }
     std::vector<bool> persistent(n, false);
     for (const Tensor& t : g.tensors())
-      persistent[t.id] = t.kind != TensorKind::Activation || last[t.id] < 0;
+      persistent[t.id] =
+          !fusion.elided[t.id] && (t.kind != TensorKind::Activation || last[t.id] < 0);
     for (int t : g.outputs()) persistent[t] = true;
 
     auto aligned = [](i64 b) { return (std::max<i64>(b, 1) + 63) / 64 * 64; };
@@ -538,7 +545,7 @@ struct Engine::Impl {
     // First fit over lifetimes (larger tensors first among those born at the same step).
     std::vector<int> order;
     for (const Tensor& t : g.tensors())
-      if (!persistent[t.id]) order.push_back(t.id);
+      if (!persistent[t.id] && !fusion.elided[t.id]) order.push_back(t.id);
     std::stable_sort(order.begin(), order.end(),
                      [&](int a, int b) { return g.tensor(a).bytes() > g.tensor(b).bytes(); });
     std::vector<LiveRange> ranges;
@@ -546,7 +553,8 @@ struct Engine::Impl {
     const i64 peak = placeFirstFit(ranges, 64);
     for (size_t i = 0; i < order.size(); ++i) offset[order[i]] = persistentBytes + ranges[i].offset;
     fusedArena = std::make_unique<AlignedBytes>(static_cast<size_t>(persistentBytes + peak));
-    for (size_t t = 0; t < n; ++t) tensorMem.push_back(fusedArena->p + offset[t]);
+    for (size_t t = 0; t < n; ++t)
+      tensorMem.push_back(fusion.elided[t] ? nullptr : fusedArena->p + offset[t]);
   }
 
   float* F(int t) {
@@ -590,27 +598,42 @@ struct Engine::Impl {
       }
       case OpKind::BatchNormTrain: {
         auto [rows, c] = rowsChannelsOf(g, in(0));
-        auto* k = keep<fz::BatchNormForwardTraining>(rows, c,
-                                                     static_cast<float>(op.attrs.getFloat("eps")));
-        float *x = F(in(0)), *ga = F(in(1)), *be = F(in(2)), *y = F(out);
+        const bool relu = fusion.role[op.id] == HostFusionPlan::Role::kBatchNormRelu;
+        auto* k = keep<fz::BatchNormForwardTraining>(
+            rows, c, static_cast<float>(op.attrs.getFloat("eps")),
+            relu ? fz::BatchNormRelu::kFused : fz::BatchNormRelu::kNone);
+        float *x = F(in(0)), *ga = F(in(1)), *be = F(in(2));
+        float* y = F(relu ? fusion.reluOut[op.id] : out);
         float *mean = F(op.outputs[1]), *var = F(op.outputs[2]);
-        return [=] { k->run(x, ga, be, y, mean, var); };
+        void* mask = nullptr;
+        if (relu) {
+          auto& m = reluMasks[op.id];
+          m = std::make_shared<AlignedBytes>(k->workspaceBytes());
+          mask = m->p;
+        }
+        return [=] { k->run(x, ga, be, y, mean, var, mask); };
       }
       case OpKind::BatchNormInference: {
         auto [rows, c] = rowsChannelsOf(g, in(0));
-        auto* k = keep<fz::BatchNormForwardInference>(rows, c,
-                                                      static_cast<float>(op.attrs.getFloat("eps")));
+        const bool relu = fusion.role[op.id] == HostFusionPlan::Role::kBatchNormRelu;
+        auto* k = keep<fz::BatchNormForwardInference>(
+            rows, c, static_cast<float>(op.attrs.getFloat("eps")),
+            relu ? fz::BatchNormRelu::kFused : fz::BatchNormRelu::kNone);
         float *x = F(in(0)), *ga = F(in(1)), *be = F(in(2)), *mean = F(in(3)), *var = F(in(4));
-        float* y = F(out);
+        float* y = F(relu ? fusion.reluOut[op.id] : out);
         return [=] { k->run(x, ga, be, mean, var, y); };
       }
       case OpKind::BatchNormBackward: {
         auto [rows, c] = rowsChannelsOf(g, in(0));
-        auto* k =
-            keep<fz::BatchNormBackward>(rows, c, static_cast<float>(op.attrs.getFloat("eps")));
-        float *x = F(in(0)), *dy = F(in(1)), *ga = F(in(2)), *mean = F(in(3)), *var = F(in(4));
+        const bool relu = fusion.role[op.id] == HostFusionPlan::Role::kBatchNormReluBackward;
+        auto* k = keep<fz::BatchNormBackward>(
+            rows, c, static_cast<float>(op.attrs.getFloat("eps")),
+            relu ? fz::BatchNormRelu::kFused : fz::BatchNormRelu::kNone);
+        float *x = F(in(0)), *ga = F(in(2)), *mean = F(in(3)), *var = F(in(4));
+        float* dy = F(relu ? fusion.reluGradIn[op.id] : in(1));
         float *dx = F(out), *dga = F(op.outputs[1]), *dbe = F(op.outputs[2]);
-        return [=] { k->run(x, dy, ga, mean, var, dx, dga, dbe); };
+        const void* mask = relu ? reluMasks.at(fusion.forwardOp[op.id])->p : nullptr;
+        return [=] { k->run(x, dy, ga, mean, var, dx, dga, dbe, mask); };
       }
       case OpKind::Unary: {
         auto kind = unaryKindOf(op);
@@ -627,6 +650,11 @@ struct Engine::Impl {
         return [=] { fz::unaryGrad(kind, alpha, x, dy, dx, n); };
       }
       case OpKind::Binary: {
+        if (fusion.role[op.id] == HostFusionPlan::Role::kAddRelu) {
+          float *a = F(in(0)), *b = F(in(1)), *y = F(fusion.reluOut[op.id]);
+          const i64 n = g.tensor(out).elements();
+          return [=] { fz::addRelu(a, b, y, n); };
+        }
         auto kind = binaryKindOf(op);
         auto bs = binaryShapeOf(g, op);
         float *a = F(in(0)), *b = F(in(1)), *y = F(out);
@@ -1047,8 +1075,17 @@ struct Engine::Impl {
   }
 
   // ---- host access --------------------------------------------------------------------------
+  // Fused mode: a tensor between two ops that run as one kernel has no memory.
+  void checkMaterialised(int t) const {
+    if (mode == EngineMode::Fused && fusion.elided[static_cast<size_t>(t)])
+      throw std::invalid_argument(fmt::format(
+          "engine: tensor '{}' is not materialised in fused mode: its producer and its only "
+          "reader run as one kernel (host_fusion.h); mark it as a graph output to keep it",
+          g.tensor(t).name));
+  }
   void write(int t, const void* data) {
     const Tensor& T = g.tensor(t);
+    checkMaterialised(t);
     if (mode == EngineMode::Fused) {
       std::memcpy(tensorMem[t], data, static_cast<size_t>(T.bytes()));
       return;
@@ -1060,6 +1097,7 @@ struct Engine::Impl {
   }
   void read(int t, void* data) const {
     const Tensor& T = g.tensor(t);
+    checkMaterialised(t);
     if (mode == EngineMode::Fused) {
       std::memcpy(data, tensorMem[t], static_cast<size_t>(T.bytes()));
       return;
@@ -1219,6 +1257,10 @@ std::int64_t Engine::tensorMemoryBytes() const {
 void Engine::setProfiling(bool on) {
   impl_->profiling = on;
   if (on && impl_->opSeconds.empty()) impl_->opSeconds.assign(exe_->graph.ops().size(), 0.0);
+}
+
+int Engine::hostFusedOps() const {
+  return impl_->fusion.absorbedOps;
 }
 
 const std::vector<double>& Engine::opSeconds() const {

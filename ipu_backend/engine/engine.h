@@ -61,6 +61,10 @@ class Engine {
   // mode's tile arenas. Kernel workspaces (oneDNN scratchpads, reorders) are not counted.
   std::int64_t tensorMemoryBytes() const;
 
+  // Fused mode: ops whose work another op's kernel does in the same pass (batch norm + ReLU,
+  // their backward, residual add + ReLU; engine/host_fusion.h). 0 in tile mode.
+  int hostFusedOps() const;
+
   // Fused mode: host seconds per op, summed over the run() calls made while profiling is on
   // (indexed by op id; empty until profiling is enabled). Tile mode does not profile.
   void setProfiling(bool on);

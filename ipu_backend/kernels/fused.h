@@ -78,12 +78,17 @@ class MatMul {
 };
 
 // Training-mode batch norm over x viewed as [rows, C]: batch statistics (biased variance).
+// With `BatchNormRelu::kFused`, y = relu(batch norm(x)) in one pass (oneDNN's fuse_norm_relu),
+// and run() also writes `workspace` (workspaceBytes(): the ReLU mask that the fused backward
+// reads); without it, workspace is unused.
+enum class BatchNormRelu { kNone, kFused };
 class BatchNormForwardTraining {
  public:
-  BatchNormForwardTraining(i64 rows, i64 c, float eps);
+  BatchNormForwardTraining(i64 rows, i64 c, float eps, BatchNormRelu relu = BatchNormRelu::kNone);
   ~BatchNormForwardTraining();
-  void run(const float* x, const float* gamma, const float* beta, float* y, float* mean,
-           float* var);
+  void run(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* var,
+           void* workspace = nullptr);
+  std::size_t workspaceBytes() const;
 
  private:
   struct Impl;
@@ -92,7 +97,7 @@ class BatchNormForwardTraining {
 
 class BatchNormForwardInference {
  public:
-  BatchNormForwardInference(i64 rows, i64 c, float eps);
+  BatchNormForwardInference(i64 rows, i64 c, float eps, BatchNormRelu relu = BatchNormRelu::kNone);
   ~BatchNormForwardInference();
   void run(const float* x, const float* gamma, const float* beta, const float* mean,
            const float* var, float* y);
@@ -102,13 +107,15 @@ class BatchNormForwardInference {
   std::unique_ptr<Impl> impl_;
 };
 
-// Backward of training-mode batch norm: dx, dgamma (= sumDyXhat), dbeta (= sumDy).
+// Backward of training-mode batch norm: dx, dgamma (= sumDyXhat), dbeta (= sumDy). With
+// `BatchNormRelu::kFused`, dy is the gradient of relu(batch norm(x)) and `workspace` the mask
+// that the fused forward wrote: the ReLU backward happens inside the same pass.
 class BatchNormBackward {
  public:
-  BatchNormBackward(i64 rows, i64 c, float eps);
+  BatchNormBackward(i64 rows, i64 c, float eps, BatchNormRelu relu = BatchNormRelu::kNone);
   ~BatchNormBackward();
   void run(const float* x, const float* dy, const float* gamma, const float* mean, const float* var,
-           float* dx, float* dgamma, float* dbeta);
+           float* dx, float* dgamma, float* dbeta, const void* workspace = nullptr);
 
  private:
   struct Impl;
@@ -164,6 +171,8 @@ class AvgPoolBackward {
 void unary(UnaryKind kind, float alpha, const float* x, float* y, i64 count);
 void unaryGrad(UnaryKind kind, float alpha, const float* x, const float* dy, float* dx, i64 count);
 void binary(BinaryKind kind, const BroadcastShape& s, const float* a, const float* b, float* y);
+// y = relu(a + b) over `count` elements (same shapes): a residual add and its ReLU in one pass.
+void addRelu(const float* a, const float* b, float* y, i64 count);
 void reduce(ReduceKind kind, const ReduceShape& s, const float* x, float* y);
 void transpose(const std::vector<i64>& inDims, const std::vector<int>& perm, const float* x,
                float* y);

@@ -77,6 +77,20 @@ void unaryGradLoop(float alpha, const float* x, const float* dy, float* dx, i64 
   });
 }
 
+}  // namespace
+
+void addRelu(const float* a, const float* b, float* y, i64 count) {
+  parallelChunks(count, [&](i64 begin, i64 end) {
+#pragma omp simd
+    for (i64 i = begin; i < end; ++i) {
+      const float s = a[i] + b[i];
+      y[i] = s > 0.0f ? s : 0.0f;  // as the unfused ReLU: NaN -> 0
+    }
+  });
+}
+
+namespace {
+
 // Calls f.template operator()<K>() for the run-time kind.
 template <typename F>
 void dispatchUnary(UnaryKind kind, F&& f) {

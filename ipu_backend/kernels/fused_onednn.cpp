@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <optional>
+#include <stdexcept>
 
 #include "ipu_backend/kernels/fused.h"
 #include "ipu_backend/kernels/onednn_common.h"
@@ -295,17 +296,27 @@ dnnl::batch_normalization_forward::primitive_desc bnForwardPd(dnnl::prop_kind pr
 
 }  // namespace
 
+Flags trainingFlags(BatchNormRelu relu) {
+  return relu == BatchNormRelu::kFused ? Flags::use_scale | Flags::use_shift | Flags::fuse_norm_relu
+                                       : Flags::use_scale | Flags::use_shift;
+}
+
 struct BatchNormForwardTraining::Impl {
-  memory x, gamma, beta, y, mean, var;
+  memory x, gamma, beta, y, mean, var, workspace;
+  std::size_t workspaceBytes = 0;
   Prim bn;
 };
 
-BatchNormForwardTraining::BatchNormForwardTraining(i64 rows, i64 c, float eps)
+BatchNormForwardTraining::BatchNormForwardTraining(i64 rows, i64 c, float eps, BatchNormRelu relu)
     : impl_(std::make_unique<Impl>()) {
   detail::syncThreads();
-  const auto pd = bnForwardPd(dnnl::prop_kind::forward_training, rows, c, eps,
-                              Flags::use_scale | Flags::use_shift, detail::userScratchpadAttr());
+  const auto pd = bnForwardPd(dnnl::prop_kind::forward_training, rows, c, eps, trainingFlags(relu),
+                              detail::userScratchpadAttr());
   Impl& p = *impl_;
+  if (relu == BatchNormRelu::kFused) {
+    p.workspace = userMemory(pd.workspace_desc());
+    p.workspaceBytes = pd.workspace_desc().get_size();
+  }
   p.x = userMemory(pd.src_desc());
   p.y = userMemory(pd.dst_desc());
   p.gamma = userMemory(bnChannels(c));
@@ -319,14 +330,24 @@ BatchNormForwardTraining::BatchNormForwardTraining(i64 rows, i64 c, float eps)
   p.bn.arg(DNNL_ARG_DST, p.y);
   p.bn.arg(DNNL_ARG_MEAN, p.mean);
   p.bn.arg(DNNL_ARG_VARIANCE, p.var);
+  if (relu == BatchNormRelu::kFused) p.bn.arg(DNNL_ARG_WORKSPACE, p.workspace);
 }
 
 BatchNormForwardTraining::~BatchNormForwardTraining() = default;
 
+std::size_t BatchNormForwardTraining::workspaceBytes() const {
+  return impl_->workspaceBytes;
+}
+
 void BatchNormForwardTraining::run(const float* x, const float* gamma, const float* beta, float* y,
-                                   float* mean, float* var) {
+                                   float* mean, float* var, void* workspace) {
   detail::syncThreads();
   Impl& p = *impl_;
+  if (p.workspaceBytes > 0) {
+    if (!workspace)
+      throw std::invalid_argument("BatchNormForwardTraining with fused ReLU: no workspace given");
+    bind(p.workspace, workspace);
+  }
   bind(p.x, x);
   bind(p.gamma, gamma);
   bind(p.beta, beta);
@@ -342,12 +363,13 @@ struct BatchNormForwardInference::Impl {
   Prim bn;
 };
 
-BatchNormForwardInference::BatchNormForwardInference(i64 rows, i64 c, float eps)
+BatchNormForwardInference::BatchNormForwardInference(i64 rows, i64 c, float eps, BatchNormRelu relu)
     : impl_(std::make_unique<Impl>()) {
   detail::syncThreads();
-  const auto pd = bnForwardPd(dnnl::prop_kind::forward_inference, rows, c, eps,
-                              Flags::use_global_stats | Flags::use_scale | Flags::use_shift,
-                              detail::userScratchpadAttr());
+  // Inference with fuse_norm_relu needs no workspace (there is no backward to feed).
+  const auto pd =
+      bnForwardPd(dnnl::prop_kind::forward_inference, rows, c, eps,
+                  Flags::use_global_stats | trainingFlags(relu), detail::userScratchpadAttr());
   Impl& p = *impl_;
   p.x = userMemory(pd.src_desc());
   p.y = userMemory(pd.dst_desc());
@@ -381,13 +403,15 @@ void BatchNormForwardInference::run(const float* x, const float* gamma, const fl
 }
 
 struct BatchNormBackward::Impl {
-  memory x, dy, gamma, mean, var, dx, dgamma, dbeta;
+  memory x, dy, gamma, mean, var, dx, dgamma, dbeta, workspace;
+  bool fusedRelu = false;
   Prim bn;
 };
 
-BatchNormBackward::BatchNormBackward(i64 rows, i64 c, float eps) : impl_(std::make_unique<Impl>()) {
+BatchNormBackward::BatchNormBackward(i64 rows, i64 c, float eps, BatchNormRelu relu)
+    : impl_(std::make_unique<Impl>()) {
   detail::syncThreads();
-  const Flags flags = Flags::use_scale | Flags::use_shift;
+  const Flags flags = trainingFlags(relu);
   const auto hint =
       bnForwardPd(dnnl::prop_kind::forward_training, rows, c, eps, flags, dnnl::primitive_attr());
   dnnl::batch_normalization_backward::desc desc(dnnl::prop_kind::backward, bnData(rows, c),
@@ -415,14 +439,25 @@ BatchNormBackward::BatchNormBackward(i64 rows, i64 c, float eps) : impl_(std::ma
   p.bn.arg(DNNL_ARG_DIFF_SRC, p.dx);
   p.bn.arg(DNNL_ARG_DIFF_SCALE, p.dgamma);
   p.bn.arg(DNNL_ARG_DIFF_SHIFT, p.dbeta);
+  if (relu == BatchNormRelu::kFused) {
+    p.fusedRelu = true;
+    p.workspace = userMemory(pd.workspace_desc());
+    p.bn.arg(DNNL_ARG_WORKSPACE, p.workspace);
+  }
 }
 
 BatchNormBackward::~BatchNormBackward() = default;
 
 void BatchNormBackward::run(const float* x, const float* dy, const float* gamma, const float* mean,
-                            const float* var, float* dx, float* dgamma, float* dbeta) {
+                            const float* var, float* dx, float* dgamma, float* dbeta,
+                            const void* workspace) {
   detail::syncThreads();
   Impl& p = *impl_;
+  if (p.fusedRelu) {
+    if (!workspace)
+      throw std::invalid_argument("BatchNormBackward with fused ReLU: no workspace given");
+    bind(p.workspace, workspace);
+  }
   bind(p.x, x);
   bind(p.dy, dy);
   bind(p.gamma, gamma);

@@ -107,6 +107,11 @@ TEST(ResNetGolden, SmallTrainingMatchesPyTorch) {
   EngineRun r(trainingWithGrads(configOf(gc.at("config")), gc.at("batch").get<i64>(), sgd),
               EngineMode::Fused);
   r.lr = sgd.at("lr").get<float>();
+  // Host fusions (engine/host_fusion.h): per unit bn1 + relu, bn2 + relu, the residual add +
+  // relu and the backward of the first two; the stem's bn + relu and its backward.
+  int units = 0;
+  for (int b : r.rg.config.blocks) units += b;
+  EXPECT_EQ(r.engine->hostFusedOps(), 2 + 5 * units);
   const auto stepLosses = gc.at("step_losses").get<std::vector<double>>();
   double worstGrad = 0;
   std::string worstName;
@@ -138,6 +143,7 @@ TEST(ResNetGolden, SmallTrainingMatchesPyTorch) {
 
   // The trained weights move to the inference graph by name.
   EngineRun inf(buildInference(r.rg.config, r.rg.batch), EngineMode::Fused);
+  EXPECT_EQ(inf.engine->hostFusedOps(), 1 + 3 * units) << "inference: the forward fusions";
   for (const Tensor& t : inf.exe->graph.tensors())
     if (t.kind == TensorKind::Variable)
       inf.engine->writeTensor(t.name, r.engine->readFloats(t.name));

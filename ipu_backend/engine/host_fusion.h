@@ -1,0 +1,41 @@
+// Host fusions of the fused engine: op pairs whose second op's work the first op's kernel does
+// in the same pass over memory, as CPU frameworks fuse them (the IPU program is unchanged: tile
+// mode, the compiler's tile plan and the cost model still see every op).
+//   batch_norm_train -> relu          one oneDNN batch norm with fuse_norm_relu (it also writes
+//                                     a ReLU mask: the workspace); batch_norm_inference too
+//                                     (without a mask)
+//   relu_grad -> batch_norm_backward  one oneDNN batch norm backward that applies that mask
+//   add -> relu                       relu(a + b) in one loop (the residual add of a block)
+// The tensor between the two ops is never materialised (elided). Only f32 operands fuse; a
+// tensor that is a graph output, or that any other op reads, keeps its pair unfused.
+#pragma once
+
+#include <vector>
+
+#include "ipu_backend/ir/graph.h"
+
+namespace ipu {
+
+struct HostFusionPlan {
+  enum class Role : unsigned char {
+    kNone,                   // runs as its own kernel
+    kBatchNormRelu,          // batch_norm_train/_inference writing relu(y) to `reluOut`
+    kBatchNormReluBackward,  // batch_norm_backward reading the relu's gradient `reluGradIn`
+    kAddRelu,                // add writing relu(a + b) to `reluOut`
+    kAbsorbed,               // its work is done by another op's kernel: runs nothing
+  };
+  std::vector<Role> role;       // per op id
+  std::vector<int> reluOut;     // per op id: kBatchNormRelu, kAddRelu (else -1)
+  std::vector<int> reluGradIn;  // per op id: kBatchNormReluBackward: the relu_grad's dy
+  std::vector<int> forwardOp;   // per op id: kBatchNormReluBackward: its kBatchNormRelu op
+  std::vector<bool> elided;     // per tensor id: never written nor read
+  int absorbedOps = 0;
+
+  // The tensors an op's kernel reads and writes under this plan (absorbed ops: none).
+  std::vector<int> inputsOf(const Op& op) const;
+  std::vector<int> outputsOf(const Op& op) const;
+};
+
+HostFusionPlan planHostFusions(const Graph& g);
+
+}  // namespace ipu

@@ -1,0 +1,154 @@
+// Host fusions of the fused engine (engine/host_fusion.h): which op pairs fuse, that a fused
+// training step computes what tile mode computes op by op, and that a tensor fused away is a
+// clear error to read rather than stale memory.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ipu_backend/compiler/autodiff.h"
+#include "ipu_backend/compiler/compiler.h"
+#include "ipu_backend/engine/engine.h"
+#include "ipu_backend/engine/host_fusion.h"
+#include "ipu_backend/ir/builder.h"
+#include "ipu_backend/kernels/fused.h"
+
+namespace ipu {
+namespace {
+
+// A residual block as ResNet's: conv -> bn -> relu -> conv -> bn -> (+ x) -> relu, then a mean
+// loss. `keepBnOutput` marks the first batch norm's output as a graph output, which must keep
+// that pair (and its backward) unfused.
+struct Block {
+  Graph g;
+  int x = -1, lr = -1, loss = -1, bn1 = -1, sum = -1;
+};
+
+Block residualBlock(bool keepBnOutput) {
+  Block b;
+  Builder B(b.g);
+  const i64 n = 4, h = 6, w = 6, c = 8;
+  b.x = B.input("x", {n, h, w, c});
+  b.lr = B.input("lr", {});
+  const int w1 = B.variable("w1", {c, 3, 3, c}), w2 = B.variable("w2", {c, 3, 3, c});
+  const int g1 = B.variable("g1", {c}), be1 = B.variable("be1", {c});
+  const int g2 = B.variable("g2", {c}), be2 = B.variable("be2", {c});
+  const auto conv = Conv2dOptions::make(1, 1);
+  const BatchNormOutputs n1 = B.batchNormTrain(B.conv2d(b.x, w1, conv), g1, be1, 1e-5, "bn1");
+  b.bn1 = n1.y;
+  const int a1 = B.relu(n1.y, "relu1");
+  const BatchNormOutputs n2 = B.batchNormTrain(B.conv2d(a1, w2, conv), g2, be2, 1e-5, "bn2");
+  b.sum = B.add(n2.y, b.x, "sum");
+  const int out = B.relu(b.sum, "out");
+  b.loss = B.reduceMean(B.mul(out, out), {0, 1, 2, 3}, false, "loss");
+  b.g.markOutput(b.loss);
+  if (keepBnOutput) b.g.markOutput(n1.y);
+  const GradientResult gr = appendBackward(b.g, b.loss, trainableVariables(b.g));
+  SgdOptions sgd;
+  sgd.momentum = 0.9;
+  appendSgdUpdate(b.g, gr.grads, b.lr, sgd);
+  return b;
+}
+
+struct BlockRun {
+  std::shared_ptr<const Executable> exe;
+  std::unique_ptr<Engine> engine;
+  std::vector<float> x;
+  float lr = 0.05f, loss = 0;
+};
+
+BlockRun makeRun(const Block& b, EngineMode mode) {
+  BlockRun r;
+  CompileOptions opts;
+  r.exe = std::make_shared<const Executable>(compile(b.g, Target::small(16, 1 << 20), opts));
+  r.engine = std::make_unique<Engine>(r.exe, mode);
+  const Graph& g = r.exe->graph;
+  for (const Tensor& t : g.tensors()) {
+    if (t.kind != TensorKind::Variable) continue;
+    std::vector<float> v(static_cast<size_t>(t.elements()));
+    const bool gamma = t.name[0] == 'g';
+    for (size_t i = 0; i < v.size(); ++i)
+      v[i] = t.name.find("momentum") != std::string::npos ? 0.0f
+             : gamma                                      ? 1.0f + 0.1f * std::sin(float(i))
+                     : 0.2f * std::sin(0.7f * float(i) + float(t.id));
+    r.engine->writeTensor(t.name, v);
+  }
+  r.x.resize(static_cast<size_t>(g.tensor(b.x).elements()));
+  for (size_t i = 0; i < r.x.size(); ++i) r.x[i] = std::cos(0.37f * float(i));
+  r.engine->connectInput(b.x, r.x.data());
+  r.engine->connectInput(b.lr, &r.lr);
+  r.engine->connectOutput(b.loss, &r.loss);
+  return r;
+}
+
+TEST(HostFusion, ResidualBlockFusesEveryBatchNormReluAndTheResidualAdd) {
+  const Block b = residualBlock(false);
+  const HostFusionPlan plan = planHostFusions(b.g);
+  // bn1 + relu1, add + relu (bn2 feeds the add), and relu1's backward into bn1's backward.
+  EXPECT_EQ(plan.absorbedOps, 3);
+  EXPECT_TRUE(plan.elided[static_cast<size_t>(b.bn1)]);
+  EXPECT_TRUE(plan.elided[static_cast<size_t>(b.sum)]);
+  int forward = 0, backward = 0, addRelu = 0;
+  for (auto r : plan.role) {
+    forward += r == HostFusionPlan::Role::kBatchNormRelu;
+    backward += r == HostFusionPlan::Role::kBatchNormReluBackward;
+    addRelu += r == HostFusionPlan::Role::kAddRelu;
+  }
+  EXPECT_EQ(forward, 1);
+  EXPECT_EQ(backward, 1);
+  EXPECT_EQ(addRelu, 1);
+}
+
+TEST(HostFusion, AGraphOutputBetweenTheOpsKeepsThePairUnfused) {
+  const Block b = residualBlock(true);
+  const HostFusionPlan plan = planHostFusions(b.g);
+  EXPECT_EQ(plan.absorbedOps, 1) << "only add + relu: bn1's output is a graph output";
+  EXPECT_FALSE(plan.elided[static_cast<size_t>(b.bn1)]);
+}
+
+// Three SGD steps: fused (with the fusions) against tile mode (every op on its own, reference
+// kernels): losses and every variable agree within f32 rounding.
+TEST(HostFusion, FusedTrainingStepsEqualTileMode) {
+  kernels::fused::setNumThreads(2);
+  const Block b = residualBlock(false);
+  BlockRun fused = makeRun(b, EngineMode::Fused), tile = makeRun(b, EngineMode::Tile);
+  EXPECT_EQ(fused.engine->hostFusedOps(), 3);
+  EXPECT_EQ(tile.engine->hostFusedOps(), 0);
+  for (int step = 0; step < 3; ++step) {
+    fused.engine->run();
+    tile.engine->run();
+    EXPECT_NEAR(fused.loss, tile.loss, 1e-5 * std::max(1.0f, std::abs(tile.loss)))
+        << "step " << step;
+  }
+  for (const Tensor& t : fused.exe->graph.tensors()) {
+    if (t.kind != TensorKind::Variable) continue;
+    const auto f = fused.engine->readFloats(t.name), r = tile.engine->readFloats(t.name);
+    double scale = 1e-6;
+    for (float v : r) scale = std::max(scale, static_cast<double>(std::abs(v)));
+    for (size_t i = 0; i < f.size(); ++i)
+      ASSERT_NEAR(f[i], r[i], 1e-4 * scale) << t.name << "[" << i << "]";
+  }
+}
+
+TEST(HostFusion, ReadingATensorFusedAwayNamesItAndTheFix) {
+  const Block b = residualBlock(false);
+  BlockRun fused = makeRun(b, EngineMode::Fused);
+  fused.engine->run();
+  try {
+    (void)fused.engine->readFloats("bn1");
+    FAIL() << "reading a tensor that is never materialised must throw";
+  } catch (const std::invalid_argument& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("'bn1'"), std::string::npos) << m;
+    EXPECT_NE(m.find("graph output"), std::string::npos) << m;
+  }
+  // Tile mode materialises every tensor.
+  BlockRun tile = makeRun(b, EngineMode::Tile);
+  tile.engine->run();
+  EXPECT_NO_THROW((void)tile.engine->readFloats("bn1"));
+}
+
+}  // namespace
+}  // namespace ipu
