@@ -171,6 +171,11 @@ class AvgPoolBackward {
 void unary(UnaryKind kind, float alpha, const float* x, float* y, i64 count);
 void unaryGrad(UnaryKind kind, float alpha, const float* x, const float* dy, float* dx, i64 count);
 void binary(BinaryKind kind, const BroadcastShape& s, const float* a, const float* b, float* y);
+// Serial loops over one chunk of same-shape operands (the caller parallelises over chunks):
+// the 16-bit elementwise path widens a chunk, computes with these and rounds it back.
+void unaryChunk(UnaryKind kind, float alpha, const float* x, float* y, i64 n);
+void unaryGradChunk(UnaryKind kind, float alpha, const float* x, const float* dy, float* dx, i64 n);
+void binaryChunk(BinaryKind kind, const float* a, const float* b, float* y, i64 n);
 // y = relu(a + b) over `count` elements (same shapes): a residual add and its ReLU in one pass.
 void addRelu(const float* a, const float* b, float* y, i64 count);
 void reduce(ReduceKind kind, const ReduceShape& s, const float* x, float* y);

@@ -353,6 +353,38 @@ void binary(BinaryKind kind, const BroadcastShape& s, const float* a, const floa
   }
 }
 
+void unaryChunk(UnaryKind kind, float alpha, const float* x, float* y, i64 n) {
+  dispatchUnary(kind, [&]<UnaryKind K>() {
+#pragma omp simd
+    for (i64 i = 0; i < n; ++i) y[i] = kernels::detail::unaryValue(K, alpha, x[i]);
+  });
+}
+
+void unaryGradChunk(UnaryKind kind, float alpha, const float* x, const float* dy, float* dx,
+                    i64 n) {
+  dispatchUnary(kind, [&]<UnaryKind K>() {
+#pragma omp simd
+    for (i64 i = 0; i < n; ++i) dx[i] = dy[i] * kernels::detail::unaryDerivative(K, alpha, x[i]);
+  });
+}
+
+void binaryChunk(BinaryKind kind, const float* a, const float* b, float* y, i64 n) {
+  switch (kind) {
+    case BinaryKind::Add:
+      return binaryRow<BinaryKind::Add>(a, 1, b, 1, y, n);
+    case BinaryKind::Sub:
+      return binaryRow<BinaryKind::Sub>(a, 1, b, 1, y, n);
+    case BinaryKind::Mul:
+      return binaryRow<BinaryKind::Mul>(a, 1, b, 1, y, n);
+    case BinaryKind::Div:
+      return binaryRow<BinaryKind::Div>(a, 1, b, 1, y, n);
+    case BinaryKind::Max:
+      return binaryRow<BinaryKind::Max>(a, 1, b, 1, y, n);
+    case BinaryKind::Min:
+      return binaryRow<BinaryKind::Min>(a, 1, b, 1, y, n);
+  }
+}
+
 void reduce(ReduceKind kind, const ReduceShape& s, const float* x, float* y) {
   // Collapse: drop size-1 dims, fuse neighbours with the same reduced flag.
   std::vector<i64> dims;
