@@ -44,7 +44,8 @@ std::vector<ConvCase> convCases() {
   std::vector<ConvCase> cases = {
       {"resnet3x3s1", conv(2, 14, 32, 32, 3, 1, 1)},
       {"resnet3x3s2", conv(2, 14, 32, 32, 3, 2, 1)},
-      {"pointwise", conv(2, 14, 32, 64, 1, 1, 0)},
+      {"pointwise", conv(2, 14, 32, 64, 1, 1, 0)},            // few pixels: a matmul
+      {"pointwiseManyPixels", conv(2, 50, 16, 24, 1, 1, 0)},  // 5,000 pixels: a convolution
       {"pointwiseS2", conv(2, 14, 64, 32, 1, 2, 0)},
       {"stem7x7s2", conv(2, 32, 3, 16, 7, 2, 3)},
       {"depthwise", conv(2, 14, 32, 32, 3, 1, 1, 32)},
@@ -93,6 +94,10 @@ TEST_F(Fused, Conv2dAlgorithmChoice) {
     EXPECT_NE(autoImpl.find("wino"), std::string::npos) << autoImpl;
   }
   EXPECT_EQ(fused::Conv2dForward(conv(2, 14, 64, 64, 3, 2, 1)).implementation().find("wino"),
+            std::string::npos);
+  // Pointwise stride-1 convolutions over few pixels run as a matmul; over many, as a convolution.
+  EXPECT_EQ(fused::Conv2dForward(conv(2, 14, 32, 64, 1, 1, 0)).implementation().find("matmul"), 0u);
+  EXPECT_EQ(fused::Conv2dForward(conv(2, 50, 16, 24, 1, 1, 0)).implementation().find("matmul"),
             std::string::npos);
   fused::setConvAlgorithm(fused::ConvAlgorithm::Direct);
   const Vec x = randomVec(s.inputElems(), 5), w = randomVec(s.weightElems(), 6);
