@@ -3,9 +3,12 @@
 // caller's pointers to pre-made memory objects and executes.
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <algorithm>
 #include <atomic>
+#include <memory>
 #include <optional>
 #include <stdexcept>
+#include <vector>
 
 #include "ipu_backend/kernels/fused.h"
 #include "ipu_backend/kernels/onednn_common.h"
@@ -112,6 +115,98 @@ MatMulShape pointwiseGemm(i64 m, i64 k, i64 n, bool transA, bool transB) {
   return g;
 }
 
+// Other ungrouped convolutions over few output pixels (strided 1x1 shortcuts, 3x3s on 1x1-4x4
+// images) as im2col + matmul: the patch matrix col[M, R*S*C] against the user's ohwi weights,
+// which are W[K, R*S*C] row-major. oneDNN's direct kernels block over output pixels and waste
+// most of their work on so few (ResNet-50 at 32x32: 5-6 ms for a 1x1 stride-2 conv onto 1x1
+// outputs that is 134 MFLOP). The patch matrix is capped (8 MB) and shared by every such
+// kernel that runs on a thread: fused ops run one at a time per engine, and each replica's
+// engine runs on its own thread.
+constexpr i64 kIm2colMaxElements = i64{2} << 20;
+
+constexpr i64 kIm2colMaxImagePixels = 16;  // output images up to 4x4
+
+bool im2colGemm(const Conv2dShape& s) {
+  const i64 m = s.n * s.outH() * s.outW();
+  return s.groups == 1 && !pointwiseAsMatMul(s) && s.outH() * s.outW() <= kIm2colMaxImagePixels &&
+         m <= kPointwiseMatMulMaxPixels && m * s.r * s.s * s.c <= kIm2colMaxElements;
+}
+
+class Im2col {
+ public:
+  explicit Im2col(const Conv2dShape& s)
+      : s_(s), m_(s.n * s.outH() * s.outW()), cols_(s.r * s.s * s.c) {
+    (void)col();  // grows this thread's buffer now rather than in a step
+  }
+  i64 m() const { return m_; }
+  i64 cols() const { return cols_; }
+  // This thread's patch matrix, grown to this shape (valid until the next kernel runs).
+  float* col() const {
+    thread_local std::vector<float> buffer;
+    if (static_cast<i64>(buffer.size()) < m_ * cols_)
+      buffer.resize(static_cast<size_t>(m_ * cols_));
+    return buffer.data();
+  }
+
+  // col[pixel, (r, s, c)] = x[n, ih, iw, c], 0 in the padding.
+  void gather(const float* x) const {
+    detail::syncThreads();
+    float* colData = col();
+    const i64 oh = s_.outH(), ow = s_.outW();
+#pragma omp parallel for schedule(static)
+    for (i64 p = 0; p < m_; ++p) {
+      const i64 n = p / (oh * ow), y = p / ow % oh, xo = p % ow;
+      float* row = colData + p * cols_;
+      for (i64 r = 0; r < s_.r; ++r) {
+        const i64 ih = y * s_.strideH - s_.padTop + r * s_.dilH;
+        for (i64 t = 0; t < s_.s; ++t) {
+          const i64 iw = xo * s_.strideW - s_.padLeft + t * s_.dilW;
+          float* dst = row + (r * s_.s + t) * s_.c;
+          if (ih < 0 || ih >= s_.h || iw < 0 || iw >= s_.w) {
+            std::fill(dst, dst + s_.c, 0.0f);
+          } else {
+            const float* src = x + ((n * s_.h + ih) * s_.w + iw) * s_.c;
+            std::copy(src, src + s_.c, dst);
+          }
+        }
+      }
+    }
+  }
+
+  // dx = sum over patches of col (the adjoint of gather): one image per thread, so the
+  // overlapping windows of an image never race.
+  void scatterAdd(float* dx) const {
+    detail::syncThreads();
+    const i64 oh = s_.outH(), ow = s_.outW(), image = s_.h * s_.w * s_.c;
+    const float* colData = col();
+#pragma omp parallel for schedule(static)
+    for (i64 n = 0; n < s_.n; ++n) {
+      float* img = dx + n * image;
+      std::fill(img, img + image, 0.0f);
+      for (i64 p = n * oh * ow; p < (n + 1) * oh * ow; ++p) {
+        const i64 y = p / ow % oh, xo = p % ow;
+        const float* row = colData + p * cols_;
+        for (i64 r = 0; r < s_.r; ++r) {
+          const i64 ih = y * s_.strideH - s_.padTop + r * s_.dilH;
+          if (ih < 0 || ih >= s_.h) continue;
+          for (i64 t = 0; t < s_.s; ++t) {
+            const i64 iw = xo * s_.strideW - s_.padLeft + t * s_.dilW;
+            if (iw < 0 || iw >= s_.w) continue;
+            const float* src = row + (r * s_.s + t) * s_.c;
+            float* dst = img + (ih * s_.w + iw) * s_.c;
+#pragma omp simd
+            for (i64 c = 0; c < s_.c; ++c) dst[c] += src[c];
+          }
+        }
+      }
+    }
+  }
+
+ private:
+  Conv2dShape s_;
+  i64 m_, cols_;
+};
+
 }  // namespace
 
 void setConvAlgorithm(ConvAlgorithm a) {
@@ -127,7 +222,8 @@ struct Conv2dForward::Impl {
   LayoutBinding x, y, w;
   Prim conv;
   std::string implementation;
-  std::unique_ptr<MatMul> gemm;  // pointwiseAsMatMul
+  std::unique_ptr<MatMul> gemm;  // pointwiseAsMatMul, or im2colGemm with `patches`
+  std::unique_ptr<Im2col> patches;
 };
 
 Conv2dForward::Conv2dForward(const Conv2dShape& s) : impl_(std::make_unique<Impl>()) {
@@ -135,6 +231,13 @@ Conv2dForward::Conv2dForward(const Conv2dShape& s) : impl_(std::make_unique<Impl
   if (pointwiseAsMatMul(s)) {  // y[M,K] = x[M,C] W[K,C]^T
     impl_->gemm = std::make_unique<MatMul>(pointwiseGemm(s.n * s.h * s.w, s.c, s.k, false, true));
     impl_->implementation = "matmul (pointwise convolution)";
+    return;
+  }
+  if (im2colGemm(s)) {  // y[M,K] = col[M,RSC] W[K,RSC]^T
+    impl_->patches = std::make_unique<Im2col>(s);
+    impl_->gemm = std::make_unique<MatMul>(
+        pointwiseGemm(impl_->patches->m(), impl_->patches->cols(), s.k, false, true));
+    impl_->implementation = "matmul (im2col convolution)";
     return;
   }
   const ConvDescs d = convDescs(s);
@@ -157,6 +260,10 @@ std::string Conv2dForward::implementation() const {
 }
 
 void Conv2dForward::run(const float* x, const float* w, float* y) {
+  if (impl_->patches) {
+    impl_->patches->gather(x);
+    return impl_->gemm->run(impl_->patches->col(), w, y);
+  }
   if (impl_->gemm) return impl_->gemm->run(x, w, y);
   detail::syncThreads();
   bind(impl_->x.user, x);
@@ -174,13 +281,20 @@ void Conv2dForward::run(const float* x, const float* w, float* y) {
 struct Conv2dBackwardData::Impl {
   LayoutBinding dy, dx, w;
   Prim conv;
-  std::unique_ptr<MatMul> gemm;  // pointwiseAsMatMul
+  std::unique_ptr<MatMul> gemm;  // pointwiseAsMatMul, or im2colGemm with `patches`
+  std::unique_ptr<Im2col> patches;
 };
 
 Conv2dBackwardData::Conv2dBackwardData(const Conv2dShape& s) : impl_(std::make_unique<Impl>()) {
   detail::syncThreads();
   if (pointwiseAsMatMul(s)) {  // dx[M,C] = dy[M,K] W[K,C]
     impl_->gemm = std::make_unique<MatMul>(pointwiseGemm(s.n * s.h * s.w, s.k, s.c, false, false));
+    return;
+  }
+  if (im2colGemm(s)) {  // dcol[M,RSC] = dy[M,K] W[K,RSC], then summed back into dx
+    impl_->patches = std::make_unique<Im2col>(s);
+    impl_->gemm = std::make_unique<MatMul>(
+        pointwiseGemm(impl_->patches->m(), s.k, impl_->patches->cols(), false, false));
     return;
   }
   const ConvDescs d = convDescs(s);
@@ -202,6 +316,10 @@ Conv2dBackwardData::Conv2dBackwardData(const Conv2dShape& s) : impl_(std::make_u
 Conv2dBackwardData::~Conv2dBackwardData() = default;
 
 void Conv2dBackwardData::run(const float* dy, const float* w, float* dx) {
+  if (impl_->patches) {
+    impl_->gemm->run(dy, w, impl_->patches->col());
+    return impl_->patches->scatterAdd(dx);
+  }
   if (impl_->gemm) return impl_->gemm->run(dy, w, dx);
   detail::syncThreads();
   bind(impl_->dy.user, dy);
@@ -219,13 +337,20 @@ void Conv2dBackwardData::run(const float* dy, const float* w, float* dx) {
 struct Conv2dBackwardFilter::Impl {
   LayoutBinding x, dy, dw;
   Prim conv;
-  std::unique_ptr<MatMul> gemm;  // pointwiseAsMatMul
+  std::unique_ptr<MatMul> gemm;  // pointwiseAsMatMul, or im2colGemm with `patches`
+  std::unique_ptr<Im2col> patches;
 };
 
 Conv2dBackwardFilter::Conv2dBackwardFilter(const Conv2dShape& s) : impl_(std::make_unique<Impl>()) {
   detail::syncThreads();
   if (pointwiseAsMatMul(s)) {  // dW[K,C] = dy[M,K]^T x[M,C]
     impl_->gemm = std::make_unique<MatMul>(pointwiseGemm(s.k, s.n * s.h * s.w, s.c, true, false));
+    return;
+  }
+  if (im2colGemm(s)) {  // dW[K,RSC] = dy[M,K]^T col[M,RSC]
+    impl_->patches = std::make_unique<Im2col>(s);
+    impl_->gemm = std::make_unique<MatMul>(
+        pointwiseGemm(s.k, impl_->patches->m(), impl_->patches->cols(), true, false));
     return;
   }
   const ConvDescs d = convDescs(s);
@@ -247,6 +372,10 @@ Conv2dBackwardFilter::Conv2dBackwardFilter(const Conv2dShape& s) : impl_(std::ma
 Conv2dBackwardFilter::~Conv2dBackwardFilter() = default;
 
 void Conv2dBackwardFilter::run(const float* x, const float* dy, float* dw) {
+  if (impl_->patches) {
+    impl_->patches->gather(x);
+    return impl_->gemm->run(dy, impl_->patches->col(), dw);
+  }
   if (impl_->gemm) return impl_->gemm->run(dy, x, dw);
   detail::syncThreads();
   bind(impl_->x.user, x);

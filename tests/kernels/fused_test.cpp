@@ -46,6 +46,10 @@ std::vector<ConvCase> convCases() {
       {"resnet3x3s2", conv(2, 14, 32, 32, 3, 2, 1)},
       {"pointwise", conv(2, 14, 32, 64, 1, 1, 0)},            // few pixels: a matmul
       {"pointwiseManyPixels", conv(2, 50, 16, 24, 1, 1, 0)},  // 5,000 pixels: a convolution
+      // Few output pixels: im2col + matmul (strided 1x1 onto 1x1, 3x3 on 2x2 and 4x4 images).
+      {"im2colPointwiseS2", conv(4, 2, 24, 40, 1, 2, 0)},
+      {"im2col3x3s2", conv(4, 2, 16, 24, 3, 2, 1)},
+      {"im2col3x3s1", conv(3, 4, 16, 24, 3, 1, 1)},
       {"pointwiseS2", conv(2, 14, 64, 32, 1, 2, 0)},
       {"stem7x7s2", conv(2, 32, 3, 16, 7, 2, 3)},
       {"depthwise", conv(2, 14, 32, 32, 3, 1, 1, 32)},
@@ -99,6 +103,8 @@ TEST_F(Fused, Conv2dAlgorithmChoice) {
   EXPECT_EQ(fused::Conv2dForward(conv(2, 14, 32, 64, 1, 1, 0)).implementation().find("matmul"), 0u);
   EXPECT_EQ(fused::Conv2dForward(conv(2, 50, 16, 24, 1, 1, 0)).implementation().find("matmul"),
             std::string::npos);
+  EXPECT_EQ(fused::Conv2dForward(conv(4, 2, 16, 24, 3, 2, 1)).implementation(),
+            "matmul (im2col convolution)");
   fused::setConvAlgorithm(fused::ConvAlgorithm::Direct);
   const Vec x = randomVec(s.inputElems(), 5), w = randomVec(s.weightElems(), 6);
   Vec y(s.outputElems());
