@@ -141,7 +141,7 @@ struct Engine::Impl {
     inputs.assign(g.tensors().size(), nullptr);
     outputs.assign(g.tensors().size(), nullptr);
     if (mode == EngineMode::Fused) {
-      fusion = planHostFusions(g);
+      fusion = planHostFusions(g, {fz::bf16PrimitivesAvailable()});
       allocateFusedTensors();
       allocateFusedScratch();
       for (const Op& op : g.ops())
@@ -340,7 +340,8 @@ struct Engine::Impl {
     auto operand = [&](int t) { return Operand{g.tensor(t).dtype, tensorMem[t]}; };
     std::vector<Operand> ins;
     for (int t : op.inputs) ins.push_back(operand(t));
-    const Operand out = operand(op.outputs[0]);
+    const bool addRelu = fusion.role[op.id] == HostFusionPlan::Role::kAddRelu;
+    const Operand out = operand(addRelu ? fusion.reluOut[op.id] : op.outputs[0]);
     using Chunk = std::function<void(const FW*, float*, Range)>;
     Chunk chunk;
     switch (op.kind) {
@@ -364,6 +365,7 @@ struct Engine::Impl {
         auto k = binaryKindOf(op);  // same shapes (checked above): no broadcast indexing
         chunk = [=](const FW* w, float* y, Range r) {
           fz::binaryChunk(k, w[0].data, w[1].data, y, r.size());
+          if (addRelu) fz::unaryChunk(kernels::UnaryKind::Relu, 1.0f, y, y, r.size());
         };
         break;
       }
@@ -410,19 +412,30 @@ struct Engine::Impl {
     const auto& out = op.outputs;
     if (op.kind == OpKind::BatchNormTrain && dt(in[0]) == DType::BF16 &&
         dt(out[0]) == DType::BF16 && dt(in[1]) == DType::F32 && dt(in[2]) == DType::F32) {
-      auto* k = keep<fz::BatchNormForwardTrainingBf16>(rows, c, eps);
-      void *x = P(in[0]), *y = P(out[0]);
+      const bool relu = fusion.role[op.id] == HostFusionPlan::Role::kBatchNormRelu;
+      auto* k = keep<fz::BatchNormForwardTrainingBf16>(
+          rows, c, eps, relu ? kernels::BatchNormRelu::kFused : kernels::BatchNormRelu::kNone);
+      void *x = P(in[0]), *y = P(relu ? fusion.reluOut[op.id] : out[0]);
       float *ga = Fp(in[1]), *be = Fp(in[2]), *mean = Fp(out[1]), *var = Fp(out[2]);
-      return [=] { k->run(x, ga, be, y, mean, var); };
+      void* mask = nullptr;
+      if (relu) {
+        auto& m = reluMasks[op.id];
+        m = std::make_shared<AlignedBytes>(k->workspaceBytes());
+        mask = m->p;
+      }
+      return [=] { k->run(x, ga, be, y, mean, var, mask); };
     }
     if (op.kind == OpKind::BatchNormBackward && dt(in[0]) == DType::BF16 &&
         dt(in[1]) == DType::BF16 && dt(out[0]) == DType::BF16 && dt(in[2]) == DType::F32 &&
         dt(in[3]) == DType::F32 && dt(in[4]) == DType::F32) {
-      auto* k = keep<fz::BatchNormBackwardBf16>(rows, c, eps);
-      void *x = P(in[0]), *dy = P(in[1]), *dx = P(out[0]);
+      const bool relu = fusion.role[op.id] == HostFusionPlan::Role::kBatchNormReluBackward;
+      auto* k = keep<fz::BatchNormBackwardBf16>(
+          rows, c, eps, relu ? kernels::BatchNormRelu::kFused : kernels::BatchNormRelu::kNone);
+      void *x = P(in[0]), *dy = P(relu ? fusion.reluGradIn[op.id] : in[1]), *dx = P(out[0]);
       float *ga = Fp(in[2]), *mean = Fp(in[3]), *var = Fp(in[4]);
       float *dga = Fp(out[1]), *dbe = Fp(out[2]);
-      return [=] { k->run(x, dy, ga, mean, var, dx, dga, dbe); };
+      const void* mask = relu ? reluMasks.at(fusion.forwardOp[op.id])->p : nullptr;
+      return [=] { k->run(x, dy, ga, mean, var, dx, dga, dbe, mask); };
     }
     return {};
   }
@@ -471,6 +484,10 @@ struct Engine::Impl {
         bf16Primitives)
       if (auto native = makeFusedBatchNormBf16(op)) return native;
     if (auto chunked = makeFusedElementwise(op)) return chunked;
+    if (fusion.role[op.id] != HostFusionPlan::Role::kNone)
+      throw std::logic_error(fmt::format(
+          "engine: op {} ('{}') is planned as a host fusion but has no fusing 16-bit kernel", op.id,
+          opName(op.kind)));
     const OpDef& def = opDef(op.kind);
     std::vector<std::function<void()>> pre, post;
     for (size_t k = 0; k < ops.size(); ++k) {
@@ -607,7 +624,7 @@ struct Engine::Impl {
         const bool relu = fusion.role[op.id] == HostFusionPlan::Role::kBatchNormRelu;
         auto* k = keep<fz::BatchNormForwardTraining>(
             rows, c, static_cast<float>(op.attrs.getFloat("eps")),
-            relu ? fz::BatchNormRelu::kFused : fz::BatchNormRelu::kNone);
+            relu ? kernels::BatchNormRelu::kFused : kernels::BatchNormRelu::kNone);
         float *x = F(in(0)), *ga = F(in(1)), *be = F(in(2));
         float* y = F(relu ? fusion.reluOut[op.id] : out);
         float *mean = F(op.outputs[1]), *var = F(op.outputs[2]);
@@ -624,7 +641,7 @@ struct Engine::Impl {
         const bool relu = fusion.role[op.id] == HostFusionPlan::Role::kBatchNormRelu;
         auto* k = keep<fz::BatchNormForwardInference>(
             rows, c, static_cast<float>(op.attrs.getFloat("eps")),
-            relu ? fz::BatchNormRelu::kFused : fz::BatchNormRelu::kNone);
+            relu ? kernels::BatchNormRelu::kFused : kernels::BatchNormRelu::kNone);
         float *x = F(in(0)), *ga = F(in(1)), *be = F(in(2)), *mean = F(in(3)), *var = F(in(4));
         float* y = F(relu ? fusion.reluOut[op.id] : out);
         return [=] { k->run(x, ga, be, mean, var, y); };
@@ -634,7 +651,7 @@ struct Engine::Impl {
         const bool relu = fusion.role[op.id] == HostFusionPlan::Role::kBatchNormReluBackward;
         auto* k = keep<fz::BatchNormBackward>(
             rows, c, static_cast<float>(op.attrs.getFloat("eps")),
-            relu ? fz::BatchNormRelu::kFused : fz::BatchNormRelu::kNone);
+            relu ? kernels::BatchNormRelu::kFused : kernels::BatchNormRelu::kNone);
         float *x = F(in(0)), *ga = F(in(2)), *mean = F(in(3)), *var = F(in(4));
         float* dy = F(relu ? fusion.reluGradIn[op.id] : in(1));
         float *dx = F(out), *dga = F(op.outputs[1]), *dbe = F(op.outputs[2]);

@@ -1,6 +1,7 @@
 #include "ipu_backend/engine/host_fusion.h"
 
 #include <algorithm>
+#include <optional>
 
 namespace ipu {
 namespace {
@@ -41,7 +42,7 @@ std::vector<int> HostFusionPlan::outputsOf(const Op& op) const {
   }
 }
 
-HostFusionPlan planHostFusions(const Graph& g) {
+HostFusionPlan planHostFusions(const Graph& g, const HostFusionOptions& options) {
   const size_t nOps = g.ops().size(), nTensors = g.tensors().size();
   HostFusionPlan p;
   p.role.assign(nOps, HostFusionPlan::Role::kNone);
@@ -53,10 +54,25 @@ HostFusionPlan planHostFusions(const Graph& g) {
   const auto consumers = g.consumers();
   std::vector<bool> output(nTensors, false);
   for (int t : g.outputs()) output[static_cast<size_t>(t)] = true;
-  auto f32 = [&](const Op& op) {
-    auto isF32 = [&](int t) { return g.tensor(t).dtype == DType::F32; };
-    return std::all_of(op.inputs.begin(), op.inputs.end(), isF32) &&
-           std::all_of(op.outputs.begin(), op.outputs.end(), isF32);
+  auto dt = [&](int t) { return g.tensor(t).dtype; };
+  auto all = [&](const Op& op, DType d) {
+    auto is = [&](int t) { return dt(t) == d; };
+    return std::all_of(op.inputs.begin(), op.inputs.end(), is) &&
+           std::all_of(op.outputs.begin(), op.outputs.end(), is);
+  };
+  // Batch norm ops the engine has a fusing kernel for: all f32, or bf16 activations with f32
+  // parameters and statistics (the native bf16 kernels). Returns the activation dtype.
+  auto batchNormDtype = [&](const Op& op) -> std::optional<DType> {
+    if (all(op, DType::F32)) return DType::F32;
+    if (!options.bf16BatchNorm || dt(op.inputs[0]) != DType::BF16) return std::nullopt;
+    const bool backward = op.kind == OpKind::BatchNormBackward;
+    for (size_t i = 0; i < op.inputs.size(); ++i) {
+      const bool activation = i == 0 || (backward && i == 1);
+      if (dt(op.inputs[i]) != (activation ? DType::BF16 : DType::F32)) return std::nullopt;
+    }
+    for (size_t i = 0; i < op.outputs.size(); ++i)
+      if (dt(op.outputs[i]) != (i == 0 ? DType::BF16 : DType::F32)) return std::nullopt;
+    return DType::BF16;
   };
   // The single op that reads activation `t` (and nothing else does), or nullptr.
   auto soleReader = [&](int t) -> const Op* {
@@ -67,10 +83,10 @@ HostFusionPlan planHostFusions(const Graph& g) {
     return &g.op(c[0]);
   };
   using Role = HostFusionPlan::Role;
-  auto fuseRelu = [&](const Op& producer, Role role) {
+  auto fuseRelu = [&](const Op& producer, Role role, DType d) {
     const int between = producer.outputs[0];
     const Op* relu = soleReader(between);
-    if (!relu || !isFn(*relu, OpKind::Unary, "relu") || !f32(*relu)) return;
+    if (!relu || !isFn(*relu, OpKind::Unary, "relu") || !all(*relu, d)) return;
     p.role[producer.id] = role;
     p.reluOut[producer.id] = relu->outputs[0];
     p.role[relu->id] = Role::kAbsorbed;
@@ -79,14 +95,18 @@ HostFusionPlan planHostFusions(const Graph& g) {
   };
 
   for (const Op& op : g.ops()) {  // producers come before consumers
-    if (!f32(op)) continue;
-    if (op.kind == OpKind::BatchNormTrain || op.kind == OpKind::BatchNormInference) {
-      fuseRelu(op, Role::kBatchNormRelu);
+    if (op.kind == OpKind::BatchNormTrain) {
+      if (auto d = batchNormDtype(op)) fuseRelu(op, Role::kBatchNormRelu, *d);
+    } else if (op.kind == OpKind::BatchNormInference) {
+      if (all(op, DType::F32)) fuseRelu(op, Role::kBatchNormRelu, DType::F32);
     } else if (isFn(op, OpKind::Binary, "add")) {
       const Shape& y = g.tensor(op.outputs[0]).shape;
-      if (g.tensor(op.inputs[0]).shape == y && g.tensor(op.inputs[1]).shape == y)
-        fuseRelu(op, Role::kAddRelu);
+      const DType d = dt(op.outputs[0]);
+      if (all(op, d) && g.tensor(op.inputs[0]).shape == y && g.tensor(op.inputs[1]).shape == y)
+        fuseRelu(op, Role::kAddRelu, d);
     } else if (op.kind == OpKind::BatchNormBackward) {
+      const auto d = batchNormDtype(op);
+      if (!d) continue;
       // relu_grad(relu output, g) -> dy -> batch_norm_backward(x, dy, gamma, mean, var) whose
       // forward is a fused batch norm + relu over the same x: the mask is in its workspace.
       const int dy = op.inputs[1];
@@ -97,9 +117,10 @@ HostFusionPlan planHostFusions(const Graph& g) {
         continue;
       const Op& forward = g.op(fwd);
       const Op& grad = g.op(reluGrad);
-      if (soleReader(dy) != &op || !isFn(grad, OpKind::UnaryGrad, "relu") || !f32(grad) ||
+      if (soleReader(dy) != &op || !isFn(grad, OpKind::UnaryGrad, "relu") || !all(grad, *d) ||
           grad.inputs[0] != p.reluOut[static_cast<size_t>(fwd)] ||
-          forward.inputs[0] != op.inputs[0] || forward.outputs[2] != op.inputs[4])
+          forward.inputs[0] != op.inputs[0] || forward.outputs[2] != op.inputs[4] ||
+          batchNormDtype(forward) != d)
         continue;
       p.role[op.id] = Role::kBatchNormReluBackward;
       p.reluGradIn[op.id] = grad.inputs[1];

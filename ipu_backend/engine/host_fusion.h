@@ -6,8 +6,10 @@
 //                                     (without a mask)
 //   relu_grad -> batch_norm_backward  one oneDNN batch norm backward that applies that mask
 //   add -> relu                       relu(a + b) in one loop (the residual add of a block)
-// The tensor between the two ops is never materialised (elided). Only f32 operands fuse; a
-// tensor that is a graph output, or that any other op reads, keeps its pair unfused.
+// The tensor between the two ops is never materialised (elided). A tensor that is a graph
+// output, or that any other op reads, keeps its pair unfused. Operands: f32; the batch-norm
+// pairs also in bf16 where the CPU has oneDNN's bf16 batch norm (`bf16BatchNorm`); add + relu
+// in any one dtype (16-bit through the engine's chunked widening path).
 #pragma once
 
 #include <vector>
@@ -36,6 +38,10 @@ struct HostFusionPlan {
   std::vector<int> outputsOf(const Op& op) const;
 };
 
-HostFusionPlan planHostFusions(const Graph& g);
+struct HostFusionOptions {
+  bool bf16BatchNorm = false;  // native bf16 batch norm kernels (x, y bf16; parameters f32)
+};
+
+HostFusionPlan planHostFusions(const Graph& g, const HostFusionOptions& options = {});
 
 }  // namespace ipu

@@ -81,7 +81,6 @@ class MatMul {
 // With `BatchNormRelu::kFused`, y = relu(batch norm(x)) in one pass (oneDNN's fuse_norm_relu),
 // and run() also writes `workspace` (workspaceBytes(): the ReLU mask that the fused backward
 // reads); without it, workspace is unused.
-enum class BatchNormRelu { kNone, kFused };
 class BatchNormForwardTraining {
  public:
   BatchNormForwardTraining(i64 rows, i64 c, float eps, BatchNormRelu relu = BatchNormRelu::kNone);

@@ -4,6 +4,8 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <stdexcept>
+
 #include "ipu_backend/kernels/onednn_common.h"
 
 namespace ipu::kernels::fused {
@@ -243,24 +245,32 @@ memory::desc bnChannels(i64 c) {
   return memory::desc({c}, Dt::f32, Tag::x);
 }
 
+Flags bnFlags(BatchNormRelu relu) {
+  return relu == BatchNormRelu::kFused ? Flags::use_scale | Flags::use_shift | Flags::fuse_norm_relu
+                                       : Flags::use_scale | Flags::use_shift;
+}
+
 dnnl::batch_normalization_forward::primitive_desc bnForwardPd(i64 rows, i64 c, float eps,
+                                                              BatchNormRelu relu,
                                                               const dnnl::primitive_attr& attr) {
   dnnl::batch_normalization_forward::desc desc(dnnl::prop_kind::forward_training, bnData(rows, c),
-                                               eps, Flags::use_scale | Flags::use_shift);
+                                               eps, bnFlags(relu));
   return dnnl::batch_normalization_forward::primitive_desc(desc, attr, detail::cpuEngine());
 }
 
 }  // namespace
 
 struct BatchNormForwardTrainingBf16::Impl {
-  memory x, gamma, beta, y, mean, var;
+  memory x, gamma, beta, y, mean, var, workspace;
+  std::size_t workspaceBytes = 0;
   Prim bn;
 };
 
-BatchNormForwardTrainingBf16::BatchNormForwardTrainingBf16(i64 rows, i64 c, float eps)
+BatchNormForwardTrainingBf16::BatchNormForwardTrainingBf16(i64 rows, i64 c, float eps,
+                                                           BatchNormRelu relu)
     : impl_(std::make_unique<Impl>()) {
   detail::syncThreads();
-  const auto pd = bnForwardPd(rows, c, eps, detail::userScratchpadAttr());
+  const auto pd = bnForwardPd(rows, c, eps, relu, detail::userScratchpadAttr());
   Impl& p = *impl_;
   p.x = userMemory(pd.src_desc());
   p.y = userMemory(pd.dst_desc());
@@ -275,14 +285,28 @@ BatchNormForwardTrainingBf16::BatchNormForwardTrainingBf16(i64 rows, i64 c, floa
   p.bn.arg(DNNL_ARG_DST, p.y);
   p.bn.arg(DNNL_ARG_MEAN, p.mean);
   p.bn.arg(DNNL_ARG_VARIANCE, p.var);
+  if (relu == BatchNormRelu::kFused) {
+    p.workspace = userMemory(pd.workspace_desc());
+    p.workspaceBytes = pd.workspace_desc().get_size();
+    p.bn.arg(DNNL_ARG_WORKSPACE, p.workspace);
+  }
 }
 
 BatchNormForwardTrainingBf16::~BatchNormForwardTrainingBf16() = default;
 
+std::size_t BatchNormForwardTrainingBf16::workspaceBytes() const {
+  return impl_->workspaceBytes;
+}
+
 void BatchNormForwardTrainingBf16::run(const void* x, const float* gamma, const float* beta,
-                                       void* y, float* mean, float* var) {
+                                       void* y, float* mean, float* var, void* workspace) {
   detail::syncThreads();
   Impl& p = *impl_;
+  if (p.workspaceBytes > 0) {
+    if (!workspace)
+      throw std::invalid_argument("BatchNormForwardTrainingBf16 with fused ReLU: no workspace");
+    bind(p.workspace, workspace);
+  }
   bind(p.x, x);
   bind(p.gamma, gamma);
   bind(p.beta, beta);
@@ -294,15 +318,16 @@ void BatchNormForwardTrainingBf16::run(const void* x, const float* gamma, const 
 }
 
 struct BatchNormBackwardBf16::Impl {
-  memory x, dy, gamma, mean, var, dx, dgamma, dbeta;
+  memory x, dy, gamma, mean, var, dx, dgamma, dbeta, workspace;
+  bool fusedRelu = false;
   Prim bn;
 };
 
-BatchNormBackwardBf16::BatchNormBackwardBf16(i64 rows, i64 c, float eps)
+BatchNormBackwardBf16::BatchNormBackwardBf16(i64 rows, i64 c, float eps, BatchNormRelu relu)
     : impl_(std::make_unique<Impl>()) {
   detail::syncThreads();
-  const Flags flags = Flags::use_scale | Flags::use_shift;
-  const auto hint = bnForwardPd(rows, c, eps, dnnl::primitive_attr());
+  const Flags flags = bnFlags(relu);
+  const auto hint = bnForwardPd(rows, c, eps, relu, dnnl::primitive_attr());
   dnnl::batch_normalization_backward::desc desc(dnnl::prop_kind::backward, bnData(rows, c),
                                                 bnData(rows, c), eps, flags);
   dnnl::batch_normalization_backward::primitive_desc pd(desc, detail::userScratchpadAttr(),
@@ -326,15 +351,25 @@ BatchNormBackwardBf16::BatchNormBackwardBf16(i64 rows, i64 c, float eps)
   p.bn.arg(DNNL_ARG_DIFF_SRC, p.dx);
   p.bn.arg(DNNL_ARG_DIFF_SCALE, p.dgamma);
   p.bn.arg(DNNL_ARG_DIFF_SHIFT, p.dbeta);
+  if (relu == BatchNormRelu::kFused) {
+    p.fusedRelu = true;
+    p.workspace = userMemory(pd.workspace_desc());
+    p.bn.arg(DNNL_ARG_WORKSPACE, p.workspace);
+  }
 }
 
 BatchNormBackwardBf16::~BatchNormBackwardBf16() = default;
 
 void BatchNormBackwardBf16::run(const void* x, const void* dy, const float* gamma,
                                 const float* mean, const float* var, void* dx, float* dgamma,
-                                float* dbeta) {
+                                float* dbeta, const void* workspace) {
   detail::syncThreads();
   Impl& p = *impl_;
+  if (p.fusedRelu) {
+    if (!workspace)
+      throw std::invalid_argument("BatchNormBackwardBf16 with fused ReLU: no workspace");
+    bind(p.workspace, workspace);
+  }
   bind(p.x, x);
   bind(p.dy, dy);
   bind(p.gamma, gamma);

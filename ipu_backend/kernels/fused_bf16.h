@@ -8,6 +8,7 @@
 // Pointers are to bf16 data (2 bytes per element), in the layouts of fused.h.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 
 #include "ipu_backend/kernels/kernel_types.h"
@@ -70,9 +71,14 @@ class MatMulBf16 {
 // statistics and parameter gradients; statistics computed in f32, y / dx rounded to bf16.
 class BatchNormForwardTrainingBf16 {
  public:
-  BatchNormForwardTrainingBf16(i64 rows, i64 c, float eps);
+  // relu kFused: y = relu(batch norm(x)), and run() writes the ReLU mask to `workspace`
+  // (workspaceBytes()) for the fused backward, as BatchNormForwardTraining.
+  BatchNormForwardTrainingBf16(i64 rows, i64 c, float eps,
+                               BatchNormRelu relu = BatchNormRelu::kNone);
   ~BatchNormForwardTrainingBf16();
-  void run(const void* x, const float* gamma, const float* beta, void* y, float* mean, float* var);
+  void run(const void* x, const float* gamma, const float* beta, void* y, float* mean, float* var,
+           void* workspace = nullptr);
+  std::size_t workspaceBytes() const;
 
  private:
   struct Impl;
@@ -81,10 +87,10 @@ class BatchNormForwardTrainingBf16 {
 
 class BatchNormBackwardBf16 {
  public:
-  BatchNormBackwardBf16(i64 rows, i64 c, float eps);
+  BatchNormBackwardBf16(i64 rows, i64 c, float eps, BatchNormRelu relu = BatchNormRelu::kNone);
   ~BatchNormBackwardBf16();
   void run(const void* x, const void* dy, const float* gamma, const float* mean, const float* var,
-           void* dx, float* dgamma, float* dbeta);
+           void* dx, float* dgamma, float* dbeta, const void* workspace = nullptr);
 
  private:
   struct Impl;

@@ -132,6 +132,8 @@ enum class UnaryKind {
 };
 // Gelu is the exact erf form (BERT's reference uses erf). Scale computes alpha * x.
 enum class BinaryKind { Add, Sub, Mul, Div, Max, Min };
+// Fused kernels: batch norm alone, or with the ReLU that follows it in the same pass.
+enum class BatchNormRelu { kNone, kFused };
 enum class ReduceKind { Sum, Mean, Max };
 
 }  // namespace ipu::kernels
