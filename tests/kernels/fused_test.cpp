@@ -5,6 +5,8 @@
 #include <string>
 
 #include "ipu_backend/kernels/fused.h"
+#include "ipu_backend/kernels/fused_bf16.h"
+#include "ipu_backend/precision/half.h"
 #include "tests/kernels/test_util.h"
 
 namespace ipu::kernels {
@@ -86,6 +88,44 @@ TEST_F(Fused, Conv2dAllPasses) {
     EXPECT_TRUE(closeRel(y, testing::refConvFwd(s, x, w), kTol));
     EXPECT_TRUE(closeRel(dx, testing::refConvBwdData(s, dy, w), kTol));
     EXPECT_TRUE(closeRel(dw, testing::refConvBwdFilter(s, x, dy), kTol));
+  }
+}
+
+// bf16 convolutions (native oneDNN bf16: pointwise stride-1 ones run as matmuls) against the f32
+// reference on the same bf16-rounded operands: within bf16 output rounding (2^-8) plus the
+// different accumulation order.
+TEST_F(Fused, Conv2dBf16AllPasses) {
+  if (!fused::bf16PrimitivesAvailable()) GTEST_SKIP() << "this CPU has no oneDNN bf16 kernels";
+  using precision::bf16;
+  auto rounded = [](Vec v, std::vector<bf16>* out) {
+    out->resize(v.size());
+    precision::toBF16(v.data(), out->data(), static_cast<i64>(v.size()));
+    precision::toFloat(out->data(), v.data(), static_cast<i64>(v.size()));
+    return v;
+  };
+  auto widened = [](const std::vector<bf16>& v) {
+    Vec f(v.size());
+    precision::toFloat(v.data(), f.data(), static_cast<i64>(v.size()));
+    return f;
+  };
+  unsigned seed = 100;
+  for (const auto& [name, s] :
+       std::vector<ConvCase>{{"pointwise", conv(2, 14, 32, 64, 1, 1, 0)},
+                             {"pointwiseS2", conv(2, 14, 64, 32, 1, 2, 0)},
+                             {"resnet3x3s1", conv(2, 14, 32, 32, 3, 1, 1)}}) {
+    SCOPED_TRACE(name);
+    std::vector<bf16> xb, wb, dyb;
+    const Vec x = rounded(randomVec(s.inputElems(), seed++), &xb);
+    const Vec w = rounded(randomVec(s.weightElems(), seed++), &wb);
+    const Vec dy = rounded(randomVec(s.outputElems(), seed++), &dyb);
+    std::vector<bf16> y(s.outputElems()), dx(s.inputElems()), dw(s.weightElems());
+    fused::Conv2dForwardBf16(s).run(xb.data(), wb.data(), y.data());
+    fused::Conv2dBackwardDataBf16(s).run(dyb.data(), wb.data(), dx.data());
+    fused::Conv2dBackwardFilterBf16(s).run(xb.data(), dyb.data(), dw.data());
+    constexpr float kBf16Tol = 1e-2f;
+    EXPECT_TRUE(closeRel(widened(y), testing::refConvFwd(s, x, w), kBf16Tol));
+    EXPECT_TRUE(closeRel(widened(dx), testing::refConvBwdData(s, dy, w), kBf16Tol));
+    EXPECT_TRUE(closeRel(widened(dw), testing::refConvBwdFilter(s, x, dy), kBf16Tol));
   }
 }
 
