@@ -23,6 +23,13 @@ export OMP_NUM_THREADS=2
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
 
+# Prints the img/s of a models_bench JSON as it is written (a partial run still reports).
+show() {
+  /usr/bin/python3 -c 'import json,sys
+try: print("   img/s", json.load(open(sys.argv[1]))["benchmarks"][0]["images/s"])
+except Exception: print("   no result")' "$1"
+}
+
 if [[ "$MODE" == bf16 ]]; then
   exec_bf16() { # $1 = batch, $2 = rep
     local b="$1" r="$2"
@@ -31,12 +38,14 @@ if [[ "$MODE" == bf16 ]]; then
       "$BENCH" --benchmark_filter="^BM_ResNet50TrainStepPrecision/hw:224/batch:$b/precision:$p/" \
         --benchmark_out="$TMP/ours_p${p}_${b}_$r.json" \
         --benchmark_out_format=json >/dev/null || echo "   ours failed (rc $?; out of memory?)"
+      show "$TMP/ours_p${p}_${b}_$r.json"
     done
     if [[ " $F32_BATCHES " == *" $b "* ]]; then
       echo "== ours (f32): 224x224 batch $b, rep $r"
       "$BENCH" --benchmark_filter="^BM_ResNet50TrainStep/hw:224/batch:$b/" \
         --benchmark_out="$TMP/ours_f32_${b}_$r.json" --benchmark_out_format=json >/dev/null ||
         echo "   ours failed (rc $?; out of memory?)"
+      show "$TMP/ours_f32_${b}_$r.json"
     fi
     echo "== pytorch (bf16 autocast): 224x224 batch $b, rep $r"
     LD_PRELOAD="$JEMALLOC" MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1 \
