@@ -114,7 +114,7 @@ Conv2dForwardBf16::Conv2dForwardBf16(const Conv2dShape& s) : impl_(std::make_uni
   const auto pd = forwardPd(d, detail::userScratchpadAttr());
   impl_->x = userMemory(d.src);
   impl_->y = userMemory(d.dst);
-  impl_->w = detail::bindLayout(d.userWeights, pd.weights_desc(), false);
+  impl_->w = detail::bindLayout(d.userWeights, pd.weights_desc(), false, 2);
   impl_->conv = Prim(pd, dnnl::convolution_forward(pd));
   impl_->conv.arg(DNNL_ARG_SRC, impl_->x);
   impl_->conv.arg(DNNL_ARG_WEIGHTS, impl_->w.primitive);
@@ -129,6 +129,7 @@ void Conv2dForwardBf16::run(const void* x, const void* w, void* y) {
   bind(impl_->x, x);
   bind(impl_->w.user, w);
   bind(impl_->y, y);
+  impl_->w.attach();
   impl_->w.reorderIfNeeded();
   impl_->conv.execute();
   detail::waitStream();
@@ -157,7 +158,7 @@ Conv2dBackwardDataBf16::Conv2dBackwardDataBf16(const Conv2dShape& s)
                                                      detail::cpuEngine(), hint);
   impl_->dy = userMemory(d.dst);
   impl_->dx = userMemory(d.src);
-  impl_->w = detail::bindLayout(d.userWeights, pd.weights_desc(), false);
+  impl_->w = detail::bindLayout(d.userWeights, pd.weights_desc(), false, 2);
   impl_->conv = Prim(pd, dnnl::convolution_backward_data(pd));
   impl_->conv.arg(DNNL_ARG_DIFF_DST, impl_->dy);
   impl_->conv.arg(DNNL_ARG_WEIGHTS, impl_->w.primitive);
@@ -172,6 +173,7 @@ void Conv2dBackwardDataBf16::run(const void* dy, const void* w, void* dx) {
   bind(impl_->dy, dy);
   bind(impl_->w.user, w);
   bind(impl_->dx, dx);
+  impl_->w.attach();
   impl_->w.reorderIfNeeded();
   impl_->conv.execute();
   detail::waitStream();
@@ -200,7 +202,7 @@ Conv2dBackwardFilterBf16::Conv2dBackwardFilterBf16(const Conv2dShape& s)
                                                         detail::cpuEngine(), hint);
   impl_->x = userMemory(d.src);
   impl_->dy = userMemory(d.dst);
-  impl_->dw = detail::bindLayout(d.userWeights, pd.diff_weights_desc(), true);
+  impl_->dw = detail::bindLayout(d.userWeights, pd.diff_weights_desc(), true, 2);
   impl_->conv = Prim(pd, dnnl::convolution_backward_weights(pd));
   impl_->conv.arg(DNNL_ARG_SRC, impl_->x);
   impl_->conv.arg(DNNL_ARG_DIFF_DST, impl_->dy);
@@ -215,6 +217,7 @@ void Conv2dBackwardFilterBf16::run(const void* x, const void* dy, void* dw) {
   bind(impl_->x, x);
   bind(impl_->dy, dy);
   bind(impl_->dw.user, dw);
+  impl_->dw.attach();
   impl_->conv.execute();
   impl_->dw.reorderIfNeeded();
   detail::waitStream();

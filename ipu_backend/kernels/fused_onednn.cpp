@@ -243,9 +243,9 @@ Conv2dForward::Conv2dForward(const Conv2dShape& s) : impl_(std::make_unique<Impl
   const ConvDescs d = convDescs(s);
   const ConvPlan plan = choosePlan(s, d);
   const auto pd = convForwardPd(d, plan, detail::userScratchpadAttr());
-  impl_->x = bindLayout(d.src, pd.src_desc(), /*toUser=*/false);
-  impl_->y = bindLayout(d.dst, pd.dst_desc(), /*toUser=*/true);
-  impl_->w = bindLayout(d.userWeights, pd.weights_desc(), /*toUser=*/false);
+  impl_->x = bindLayout(d.src, pd.src_desc(), /*toUser=*/false, 0);
+  impl_->y = bindLayout(d.dst, pd.dst_desc(), /*toUser=*/true, 1);
+  impl_->w = bindLayout(d.userWeights, pd.weights_desc(), /*toUser=*/false, 2);
   impl_->conv = Prim(pd, dnnl::convolution_forward(pd));
   impl_->implementation = pd.impl_info_str();
   impl_->conv.arg(DNNL_ARG_SRC, impl_->x.primitive);
@@ -269,6 +269,7 @@ void Conv2dForward::run(const float* x, const float* w, float* y) {
   bind(impl_->x.user, x);
   bind(impl_->w.user, w);
   bind(impl_->y.user, y);
+  impl_->x.attach(), impl_->y.attach(), impl_->w.attach();
   impl_->w.reorderIfNeeded();
   impl_->x.reorderIfNeeded();
   impl_->conv.execute();
@@ -304,9 +305,9 @@ Conv2dBackwardData::Conv2dBackwardData(const Conv2dShape& s) : impl_(std::make_u
                                              d.dilates, d.padL, d.padR);
   dnnl::convolution_backward_data::primitive_desc pd(desc, detail::userScratchpadAttr(),
                                                      detail::cpuEngine(), hint);
-  impl_->dy = bindLayout(d.dst, pd.diff_dst_desc(), /*toUser=*/false);
-  impl_->dx = bindLayout(d.src, pd.diff_src_desc(), /*toUser=*/true);
-  impl_->w = bindLayout(d.userWeights, pd.weights_desc(), /*toUser=*/false);
+  impl_->dy = bindLayout(d.dst, pd.diff_dst_desc(), /*toUser=*/false, 0);
+  impl_->dx = bindLayout(d.src, pd.diff_src_desc(), /*toUser=*/true, 1);
+  impl_->w = bindLayout(d.userWeights, pd.weights_desc(), /*toUser=*/false, 2);
   impl_->conv = Prim(pd, dnnl::convolution_backward_data(pd));
   impl_->conv.arg(DNNL_ARG_DIFF_DST, impl_->dy.primitive);
   impl_->conv.arg(DNNL_ARG_WEIGHTS, impl_->w.primitive);
@@ -325,6 +326,7 @@ void Conv2dBackwardData::run(const float* dy, const float* w, float* dx) {
   bind(impl_->dy.user, dy);
   bind(impl_->w.user, w);
   bind(impl_->dx.user, dx);
+  impl_->dy.attach(), impl_->dx.attach(), impl_->w.attach();
   impl_->w.reorderIfNeeded();
   impl_->dy.reorderIfNeeded();
   impl_->conv.execute();
@@ -360,9 +362,9 @@ Conv2dBackwardFilter::Conv2dBackwardFilter(const Conv2dShape& s) : impl_(std::ma
                                                 d.strides, d.dilates, d.padL, d.padR);
   dnnl::convolution_backward_weights::primitive_desc pd(desc, detail::userScratchpadAttr(),
                                                         detail::cpuEngine(), hint);
-  impl_->x = bindLayout(d.src, pd.src_desc(), /*toUser=*/false);
-  impl_->dy = bindLayout(d.dst, pd.diff_dst_desc(), /*toUser=*/false);
-  impl_->dw = bindLayout(d.userWeights, pd.diff_weights_desc(), /*toUser=*/true);
+  impl_->x = bindLayout(d.src, pd.src_desc(), /*toUser=*/false, 0);
+  impl_->dy = bindLayout(d.dst, pd.diff_dst_desc(), /*toUser=*/false, 1);
+  impl_->dw = bindLayout(d.userWeights, pd.diff_weights_desc(), /*toUser=*/true, 2);
   impl_->conv = Prim(pd, dnnl::convolution_backward_weights(pd));
   impl_->conv.arg(DNNL_ARG_SRC, impl_->x.primitive);
   impl_->conv.arg(DNNL_ARG_DIFF_DST, impl_->dy.primitive);
@@ -381,6 +383,7 @@ void Conv2dBackwardFilter::run(const float* x, const float* dy, float* dw) {
   bind(impl_->x.user, x);
   bind(impl_->dy.user, dy);
   bind(impl_->dw.user, dw);
+  impl_->x.attach(), impl_->dy.attach(), impl_->dw.attach();
   impl_->x.reorderIfNeeded();
   impl_->dy.reorderIfNeeded();
   impl_->conv.execute();

@@ -88,6 +88,11 @@ void* threadScratchpad(size_t bytes) {
   return scratch.atLeast(bytes);
 }
 
+void* threadLayoutBuffer(int slot, size_t bytes) {
+  thread_local ThreadScratchpad slots[kLayoutSlots];
+  return slots[slot].atLeast(bytes);
+}
+
 }  // namespace
 
 Prim::Prim(const dnnl::primitive_desc_base& pd, dnnl::primitive prim) : prim_(std::move(prim)) {
@@ -125,16 +130,25 @@ Prim makeReorder(const dnnl::memory& from, const dnnl::memory& to) {
 }
 
 LayoutBinding bindLayout(const dnnl::memory::desc& userMd, const dnnl::memory::desc& primMd,
-                         bool toUser) {
+                         bool toUser, int slot) {
+  if (slot < 0 || slot >= kLayoutSlots)
+    throw std::invalid_argument("bindLayout: slot " + std::to_string(slot) + " out of range");
   LayoutBinding b;
   b.user = userMemory(userMd);
+  b.slot = slot;
   if (primMd == userMd) {
     b.primitive = b.user;
   } else {
-    b.primitive = ownedMemory(primMd);
+    b.primitive = userMemory(primMd);
+    b.bytes = primMd.get_size();
     b.reorder = toUser ? makeReorder(b.primitive, b.user) : makeReorder(b.user, b.primitive);
+    b.attach();  // grows this thread's buffer now rather than in a step
   }
   return b;
+}
+
+void LayoutBinding::attach() const {
+  if (reorder.valid()) primitive.set_data_handle(threadLayoutBuffer(slot, bytes));
 }
 
 void waitStream() {

@@ -56,16 +56,24 @@ Prim makeReorder(const dnnl::memory& from, const dnnl::memory& to);
 // another layout (blocked weights, Winograd's blocked activations): `primitive` is `user` itself
 // when the layouts agree, else an owned buffer with a reorder user -> primitive (inputs) or
 // primitive -> user (outputs, gradients).
+// The reordered copy lives only during one run() (reorder in, execute, reorder out), so it is
+// not owned: attach() points it at this thread's buffer for `slot` (0-2: one per operand of a
+// kernel), shared by every kernel that runs on the thread, as the scratchpads are. Call attach()
+// on every binding at the start of run(), before any reorder or execute.
 struct LayoutBinding {
   dnnl::memory user;       // bound to the caller's pointer per run
   dnnl::memory primitive;  // what the primitive reads or writes
   Prim reorder;            // invalid when no reorder is needed
+  int slot = 0;
+  size_t bytes = 0;
+  void attach() const;
   void reorderIfNeeded() const {
     if (reorder.valid()) reorder.execute();
   }
 };
+constexpr int kLayoutSlots = 3;
 LayoutBinding bindLayout(const dnnl::memory::desc& userMd, const dnnl::memory::desc& primMd,
-                         bool toUser);
+                         bool toUser, int slot);
 
 void waitStream();
 
