@@ -113,8 +113,14 @@ struct Engine::Impl {
   std::vector<std::function<void()>> fusedSteps;  // per op
   HostFusionPlan fusion;  // fused: op pairs run as one kernel (host_fusion.h)
   std::unordered_map<int, std::shared_ptr<AlignedBytes>> reluMasks;  // per fused BN forward op
-  std::vector<std::vector<std::function<void()>>> vertexFns;         // per compute set
-  std::vector<std::shared_ptr<void>> kernelObjects;                  // keeps fused kernels alive
+  // The ReLU mask a fused batch norm forward writes and its fused backward reads.
+  void* allocateReluMask(int forwardOp, size_t bytes) {
+    auto& m = reluMasks[forwardOp];
+    m = std::make_shared<AlignedBytes>(bytes);
+    return m->p;
+  }
+  std::vector<std::vector<std::function<void()>>> vertexFns;  // per compute set
+  std::vector<std::shared_ptr<void>> kernelObjects;           // keeps fused kernels alive
   std::vector<const void*> inputs;
   std::vector<void*> outputs;
   float zero = 0.0f;
@@ -417,12 +423,7 @@ struct Engine::Impl {
           rows, c, eps, relu ? kernels::BatchNormRelu::kFused : kernels::BatchNormRelu::kNone);
       void *x = P(in[0]), *y = P(relu ? fusion.reluOut[op.id] : out[0]);
       float *ga = Fp(in[1]), *be = Fp(in[2]), *mean = Fp(out[1]), *var = Fp(out[2]);
-      void* mask = nullptr;
-      if (relu) {
-        auto& m = reluMasks[op.id];
-        m = std::make_shared<AlignedBytes>(k->workspaceBytes());
-        mask = m->p;
-      }
+      void* mask = relu ? allocateReluMask(op.id, k->workspaceBytes()) : nullptr;
       return [=] { k->run(x, ga, be, y, mean, var, mask); };
     }
     if (op.kind == OpKind::BatchNormBackward && dt(in[0]) == DType::BF16 &&
@@ -628,12 +629,7 @@ struct Engine::Impl {
         float *x = F(in(0)), *ga = F(in(1)), *be = F(in(2));
         float* y = F(relu ? fusion.reluOut[op.id] : out);
         float *mean = F(op.outputs[1]), *var = F(op.outputs[2]);
-        void* mask = nullptr;
-        if (relu) {
-          auto& m = reluMasks[op.id];
-          m = std::make_shared<AlignedBytes>(k->workspaceBytes());
-          mask = m->p;
-        }
+        void* mask = relu ? allocateReluMask(op.id, k->workspaceBytes()) : nullptr;
         return [=] { k->run(x, ga, be, y, mean, var, mask); };
       }
       case OpKind::BatchNormInference: {
