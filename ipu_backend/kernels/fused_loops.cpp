@@ -117,6 +117,25 @@ void dispatchUnary(UnaryKind kind, F&& f) {
 
 // ---- binary --------------------------------------------------------------------------------
 
+// Calls f.template operator()<K>() for the run-time kind.
+template <typename F>
+void dispatchBinary(BinaryKind kind, F&& f) {
+  switch (kind) {
+    case BinaryKind::Add:
+      return f.template operator()<BinaryKind::Add>();
+    case BinaryKind::Sub:
+      return f.template operator()<BinaryKind::Sub>();
+    case BinaryKind::Mul:
+      return f.template operator()<BinaryKind::Mul>();
+    case BinaryKind::Div:
+      return f.template operator()<BinaryKind::Div>();
+    case BinaryKind::Max:
+      return f.template operator()<BinaryKind::Max>();
+    case BinaryKind::Min:
+      return f.template operator()<BinaryKind::Min>();
+  }
+}
+
 // Broadcast shape with size-1 dimensions dropped and mergeable neighbours fused, so the common
 // cases (same shape, scalar, per-channel vector) become rank 1 or 2.
 struct Collapsed {
@@ -337,20 +356,7 @@ void unaryGrad(UnaryKind kind, float alpha, const float* x, const float* dy, flo
 
 void binary(BinaryKind kind, const BroadcastShape& s, const float* a, const float* b, float* y) {
   const Collapsed c = collapse(s);
-  switch (kind) {
-    case BinaryKind::Add:
-      return binaryLoop<BinaryKind::Add>(c, a, b, y);
-    case BinaryKind::Sub:
-      return binaryLoop<BinaryKind::Sub>(c, a, b, y);
-    case BinaryKind::Mul:
-      return binaryLoop<BinaryKind::Mul>(c, a, b, y);
-    case BinaryKind::Div:
-      return binaryLoop<BinaryKind::Div>(c, a, b, y);
-    case BinaryKind::Max:
-      return binaryLoop<BinaryKind::Max>(c, a, b, y);
-    case BinaryKind::Min:
-      return binaryLoop<BinaryKind::Min>(c, a, b, y);
-  }
+  dispatchBinary(kind, [&]<BinaryKind K>() { binaryLoop<K>(c, a, b, y); });
 }
 
 void unaryChunk(UnaryKind kind, float alpha, const float* x, float* y, i64 n) {
@@ -369,20 +375,7 @@ void unaryGradChunk(UnaryKind kind, float alpha, const float* x, const float* dy
 }
 
 void binaryChunk(BinaryKind kind, const float* a, const float* b, float* y, i64 n) {
-  switch (kind) {
-    case BinaryKind::Add:
-      return binaryRow<BinaryKind::Add>(a, 1, b, 1, y, n);
-    case BinaryKind::Sub:
-      return binaryRow<BinaryKind::Sub>(a, 1, b, 1, y, n);
-    case BinaryKind::Mul:
-      return binaryRow<BinaryKind::Mul>(a, 1, b, 1, y, n);
-    case BinaryKind::Div:
-      return binaryRow<BinaryKind::Div>(a, 1, b, 1, y, n);
-    case BinaryKind::Max:
-      return binaryRow<BinaryKind::Max>(a, 1, b, 1, y, n);
-    case BinaryKind::Min:
-      return binaryRow<BinaryKind::Min>(a, 1, b, 1, y, n);
-  }
+  dispatchBinary(kind, [&]<BinaryKind K>() { binaryRow<K>(a, 1, b, 1, y, n); });
 }
 
 void reduce(ReduceKind kind, const ReduceShape& s, const float* x, float* y) {
