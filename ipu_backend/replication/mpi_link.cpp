@@ -49,20 +49,27 @@ void MpiLink::abortJob(std::string_view message, int code) {
 
 void MpiLink::wait(void* requests, int count, std::string_view op, std::string_view what) {
   auto* req = static_cast<MPI_Request*>(requests);
-  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + timeout_;
   for (;;) {
     int done = 0;
     MPI_Testall(count, req, &done, MPI_STATUSES_IGNORE);
     if (done) return;
-    if (std::chrono::steady_clock::now() > deadline)
+    const auto now = std::chrono::steady_clock::now();
+    if (now > deadline)
       abortJob(fmt::format("no answer from the other ranks for {:.1f} s in {} of '{}': a peer "
                            "process died or hangs; aborting the job (IPU_COLLECTIVE_TIMEOUT_S "
                            "sets the limit)",
                            static_cast<double>(timeout_.count()) / 1000.0, op, what),
                75);
-    // Yield rather than sleep: a hop is usually microseconds away, and a sleep's wake-up
-    // latency on a loaded host would be paid at every one of them.
-    std::this_thread::yield();
+    // Yield first: a hop is usually microseconds away, and a sleep's wake-up latency would be
+    // paid at every one of them. A peer that is far behind (still compiling, or sharing this
+    // process's cores when the host is oversubscribed) gets the core back: after 2 ms of
+    // waiting, sleep 200 us between tests instead of spinning against the rank it waits for.
+    if (now - start < std::chrono::milliseconds(2))
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
 }
 

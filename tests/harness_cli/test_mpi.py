@@ -170,6 +170,13 @@ FAULT = ('"$@" & pid=$!; if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then '
          'echo "fault injected" >&2; kill -{signal} $pid; fi; wait $pid')
 
 
+# The bound on each collective wait in the fault test. Well above what a healthy rank lags its
+# peer on a loaded 2-core host (setup is not symmetric: rank 0 alone writes the package, and 2
+# ranks of 2 replica threads share 2 cores); 3 s was not: rank 1 gave up on a healthy rank 0
+# before any fault was injected.
+COLLECTIVE_TIMEOUT_S = 20
+
+
 @pytest.mark.parametrize("signal,expect", [
     ("STOP", "no answer from the other ranks"),  # hangs: our bounded wait aborts the job
     ("KILL", "exited with non-zero status"),     # dies: mpirun ends the job
@@ -177,13 +184,13 @@ FAULT = ('"$@" & pid=$!; if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then '
 def test_a_failed_rank_ends_the_job(tmp_path, signal, expect):
     results = tmp_path / "r"
     log = results / "ipu_mlperf" / "results" / "ipu-pod4-emulated" / "resnet" / "result_0.txt"
-    cmd = [*mpirun(2), "sh", "-c", FAULT.format(log=log, delay=1.5, signal=signal), "sh", BINARY,
+    cmd = [*mpirun(2), "sh", "-c", FAULT.format(log=log, delay=3, signal=signal), "sh", BINARY,
            *POD4, "--max-epochs", "3", "--config", config(tmp_path, 60000), "--results-dir",
            str(results)]
     stdout = tmp_path / "stdout.txt"
     with open(stdout, "w") as out_file:
         p = subprocess.Popen(cmd, stdout=out_file, stderr=subprocess.PIPE, text=True,
-                             env=env(IPU_COLLECTIVE_TIMEOUT_S="3"))
+                             env=env(IPU_COLLECTIVE_TIMEOUT_S=str(COLLECTIVE_TIMEOUT_S)))
         watchdog = threading.Timer(300, p.kill)  # a job that never ends fails, not hangs
         watchdog.start()
         # Time from the fault to the end of the job: rank 1's shell says when it strikes.
@@ -199,7 +206,7 @@ def test_a_failed_rank_ends_the_job(tmp_path, signal, expect):
     assert injected is not None, out
     elapsed = time.monotonic() - injected
     assert p.returncode != 0, out
-    assert elapsed < 60, f"took {elapsed:.0f} s after the fault:\n{out}"
+    assert elapsed < COLLECTIVE_TIMEOUT_S + 40, f"took {elapsed:.0f} s after the fault:\n{out}"
     assert expect in out, out
     if signal == "STOP":
         # The stopped rank is caught in whichever collective its peer reaches first: the
