@@ -89,4 +89,44 @@ void fillBatch(const ImageDataset& ds, std::span<const int64_t> indices, const N
   fillBatch(ds, indices, NormalizationLut(norm, ds.channels), out, labels);
 }
 
+void fillBatch(const ImageDataset& ds, std::span<const int64_t> indices,
+               const NormalizationLut& lut, const SmallImageAugment& aug, std::span<float> out,
+               std::span<int32_t> labels) {
+  if (!aug.enabled()) return fillBatch(ds, indices, lut, out, labels);
+  if (aug.padding < 0 || aug.padding >= ds.height || aug.padding >= ds.width) {
+    throw DatasetError(
+        fmt::format("augmentation: padding {} must be >= 0 and below the image size {}x{}",
+                    aug.padding, ds.height, ds.width));
+  }
+  // Validates sizes and indices, and writes the labels and the unaugmented images; each image
+  // is then rewritten from the source pixels below.
+  fillBatch(ds, indices, lut, out, labels);
+  const int h = ds.height, w = ds.width, c = ds.channels;
+  const size_t elems = ds.imageElems();
+  for (size_t s = 0; s < indices.size(); ++s) {
+    Rng rng(hashSeed({aug.seed, aug.epoch, static_cast<uint64_t>(indices[s]), 0xA06ull}));
+    const bool flip = aug.flip && rng.bernoulli(0.5);
+    const int dy =
+        aug.padding > 0 ? static_cast<int>(rng.uniformInt(-aug.padding, aug.padding)) : 0;
+    const int dx =
+        aug.padding > 0 ? static_cast<int>(rng.uniformInt(-aug.padding, aug.padding)) : 0;
+    const uint8_t* src = ds.image(indices[s]);
+    float* dst = out.data() + s * elems;
+    // out(y, x) = flipped(y + dy, x + dx), 0-valued pixels outside the image.
+    for (int y = 0; y < h; ++y) {
+      const int sy = y + dy;
+      for (int x = 0; x < w; ++x) {
+        const int fx = x + dx;
+        const int sx = flip ? w - 1 - fx : fx;
+        const bool inside = sy >= 0 && sy < h && fx >= 0 && fx < w;
+        float* px = dst + (static_cast<size_t>(y) * w + x) * c;
+        for (int k = 0; k < c; ++k) {
+          const uint8_t v = inside ? src[(static_cast<size_t>(sy) * w + sx) * c + k] : 0;
+          px[k] = lut.channel(k)[v];
+        }
+      }
+    }
+  }
+}
+
 }  // namespace datasets

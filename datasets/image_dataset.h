@@ -69,4 +69,22 @@ void fillBatch(const ImageDataset& ds, std::span<const int64_t> indices,
 void fillBatch(const ImageDataset& ds, std::span<const int64_t> indices, const Normalization& norm,
                std::span<float> out, std::span<int32_t> labels);
 
+// Train-time augmentation for small in-memory images (Fashion-MNIST), the usual CIFAR-style
+// recipe: a random horizontal flip, then a random translation by up to `padding` pixels each way
+// (a crop of the image zero-padded by `padding`: the padding is pixel value 0, i.e. background,
+// normalised like any other pixel). Each sample draws from its own generator seeded by (seed,
+// epoch, dataset index), so a batch is the same whatever the replica split or thread count.
+struct SmallImageAugment {
+  bool flip = false;
+  int padding = 0;  // >= 0 and below the image's height and width
+  uint64_t seed = 0;
+  uint64_t epoch = 0;
+  bool enabled() const { return flip || padding > 0; }
+};
+
+// fillBatch with `aug` applied to every sample (a disabled `aug` is plain fillBatch).
+void fillBatch(const ImageDataset& ds, std::span<const int64_t> indices,
+               const NormalizationLut& lut, const SmallImageAugment& aug, std::span<float> out,
+               std::span<int32_t> labels);
+
 }  // namespace datasets

@@ -189,6 +189,11 @@ EpochStats ClassifierTrainer::trainEpoch(const datasets::ImageDataset& ds,
   std::shuffle(order.begin(), order.end(), rng);
   const std::int64_t n = maxSamples > 0 ? std::min(maxSamples, ds.count) : ds.count;
   datasets::NormalizationLut lut(norm, ds.channels);
+  datasets::SmallImageAugment aug;
+  aug.flip = opts_.augmentFlip;
+  aug.padding = opts_.augmentPadding;
+  aug.seed = opts_.seed;
+  aug.epoch = static_cast<std::uint64_t>(epoch);
   EpochStats st;
   const auto t0 = std::chrono::steady_clock::now();
   double lossSum = 0;
@@ -203,11 +208,11 @@ EpochStats ClassifierTrainer::trainEpoch(const datasets::ImageDataset& ds,
             ds,
             std::span<const std::int64_t>(order.data() + i + (first + l) * perReplica,
                                           static_cast<size_t>(perReplica)),
-            lut, replicaImages_[l], replicaLabels_[l]);
+            lut, aug, replicaImages_[l], replicaLabels_[l]);
     } else {
       datasets::fillBatch(
           ds, std::span<const std::int64_t>(order.data() + i, static_cast<size_t>(global)), lut,
-          images_, labels_);
+          aug, images_, labels_);
     }
     lossSum += step(lr, st);
     ++steps;

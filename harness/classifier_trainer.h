@@ -35,6 +35,10 @@ struct TrainerOptions {
   bool shardOptimizerState = false;
   replication::RingLink* link = nullptr;
   int threadsPerReplica = 1;
+  // Train-time augmentation of in-memory datasets (flip, padding; its seed and epoch are the
+  // trainer's `seed` and each epoch's number). Off by default.
+  bool augmentFlip = false;
+  int augmentPadding = 0;
 };
 
 struct EpochStats {

@@ -185,6 +185,7 @@ int main(int argc, char** argv) {
   app.add_option("--config", o.config,
                  "JSON file of hyperparameters overriding the preset (unknown keys refused); "
                  "also mini_train_samples, mini_eval_samples, mini_target_accuracy, "
+                 "mini_augment_flip, mini_augment_padding, "
                  "eval_period, eval_offset");
   app.add_option("--max-epochs", o.max_epochs, "epoch budget (0: the preset's epochs)")
       ->capture_default_str();

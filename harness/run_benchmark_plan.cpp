@@ -19,6 +19,10 @@ namespace fs = std::filesystem;
 constexpr char kTrainSamplesKey[] = "mini_train_samples";
 constexpr char kEvalSamplesKey[] = "mini_eval_samples";
 constexpr char kTargetKey[] = "mini_target_accuracy";
+constexpr char kAugmentFlipKey[] = "mini_augment_flip";
+constexpr char kAugmentPaddingKey[] = "mini_augment_padding";
+// Random translations beyond a third of a 28x28 image push the garment out of the frame.
+constexpr int kMaxAugmentPadding = 8;
 constexpr char kEvalPeriodKey[] = "eval_period";
 constexpr char kEvalOffsetKey[] = "eval_offset";
 constexpr char kResnetRule[] = "MLPerf Training rules v4.0, ResNet-50 closed";
@@ -63,6 +67,12 @@ std::vector<Violation> validateSettings(Division division, const RunSettings& s)
   for (const auto& [key, value] :
        {std::pair{kTrainSamplesKey, s.train_samples}, std::pair{kEvalSamplesKey, s.eval_samples}}) {
     if (value < 0) out.push_back({key, std::to_string(value), "an integer >= 0", "run_benchmark"});
+  }
+  if (s.augment_padding < 0 || s.augment_padding > kMaxAugmentPadding) {
+    out.push_back(
+        {kAugmentPaddingKey, std::to_string(s.augment_padding),
+         fmt::format("an integer 0-{} (pixels of random translation)", kMaxAugmentPadding),
+         "run_benchmark"});
   }
   return out;
 }
@@ -139,6 +149,8 @@ Json runSettingKeys(const PodPreset& preset) {
   return Json{{kTrainSamplesKey, 0},
               {kEvalSamplesKey, 0},
               {kTargetKey, preset.target_accuracy.value_or(0.0)},
+              {kAugmentFlipKey, false},
+              {kAugmentPaddingKey, 0},
               {kEvalPeriodKey, 4},
               {kEvalOffsetKey, 0}};
 }
@@ -219,7 +231,8 @@ BenchmarkPlan makePlan(const CliOptions& cli) {
       throw Refusal(e.what());
     }
     if (plan.scale != Scale::kMini) {
-      for (const char* k : {kTrainSamplesKey, kEvalSamplesKey, kTargetKey}) {
+      for (const char* k :
+           {kTrainSamplesKey, kEvalSamplesKey, kTargetKey, kAugmentFlipKey, kAugmentPaddingKey}) {
         if (settingsJson[k] != runSettingKeys(*base)[k]) {
           throw Refusal(fmt::format("{}: key '{}' applies to --scale mini only", cli.config, k));
         }
@@ -230,6 +243,8 @@ BenchmarkPlan makePlan(const CliOptions& cli) {
   s.train_samples = settingsJson[kTrainSamplesKey].get<std::int64_t>();
   s.eval_samples = settingsJson[kEvalSamplesKey].get<std::int64_t>();
   s.target_accuracy = settingsJson[kTargetKey].get<double>();
+  s.augment_flip = settingsJson[kAugmentFlipKey].get<bool>();
+  s.augment_padding = settingsJson[kAugmentPaddingKey].get<int>();
   s.eval_period = settingsJson[kEvalPeriodKey].get<int>();
   s.eval_offset = settingsJson[kEvalOffsetKey].get<int>();
 
@@ -387,6 +402,8 @@ BenchmarkPlan makePlan(const CliOptions& cli) {
     throw Refusal(fmt::format("--engine {}: {}", cli.engine, e.what()));
   }
   r.trainer.checkMemory = !cli.skip_memory_check;
+  r.trainer.augmentFlip = r.settings.augment_flip;
+  r.trainer.augmentPadding = r.settings.augment_padding;
   r.trainer.replicas = preset.replicas;
   r.trainer.accumulation = preset.gradient_accumulation;
   r.trainer.shardOptimizerState = cli.shard_optimizer_state;

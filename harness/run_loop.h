@@ -32,6 +32,8 @@ struct RunSettings {
   std::int64_t train_samples = 0;  // "mini_train_samples": training images per epoch, 0 = all
   std::int64_t eval_samples = 0;   // "mini_eval_samples": evaluation images, 0 = all
   double target_accuracy = 0;      // "mini_target_accuracy": run_stop success at or above it
+  bool augment_flip = false;       // "mini_augment_flip": random horizontal flips in training
+  int augment_padding = 0;         // "mini_augment_padding": random translation, in pixels
   int eval_period = 4;             // "eval_period": epochs between evaluations (closed: 4)
   int eval_offset = 0;             // "eval_offset": evaluate epoch e when e % period == offset
 };

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <algorithm>
+#include <cmath>
 #include <functional>
 
 #include "datasets/error.h"
@@ -208,6 +210,96 @@ TEST(FillBatch, NormalisesPerChannelNhwc) {
   EXPECT_THROW(fillBatch(ds, idx, norm, small, labels), DatasetError);
   const std::vector<int64_t> bad = {2, 0};
   EXPECT_THROW(fillBatch(ds, bad, norm, out, labels), DatasetError);
+}
+
+// A 2-channel 5x4 image whose pixel (y, x, k) is 1 + 40 y + 8 x + k (never 0, so the zero
+// padding is told apart from image pixels).
+ImageDataset gradientImages(int count) {
+  ImageDataset ds;
+  ds.count = count, ds.height = 5, ds.width = 4, ds.channels = 2, ds.numClasses = 3;
+  for (int n = 0; n < count; ++n) {
+    for (int y = 0; y < 5; ++y)
+      for (int x = 0; x < 4; ++x)
+        for (int k = 0; k < 2; ++k)
+          ds.pixels.push_back(static_cast<uint8_t>(1 + 40 * y + 8 * x + k));
+    ds.labels.push_back(n % 3);
+  }
+  return ds;
+}
+
+TEST(FillBatch, AugmentedImagesAreFlippedTranslatedCopiesSeededPerSample) {
+  const ImageDataset ds = gradientImages(64);
+  const NormalizationLut lut(Normalization::unit(2), 2);
+  std::vector<int64_t> idx(64);
+  for (int i = 0; i < 64; ++i) idx[i] = 63 - i;
+  SmallImageAugment aug;
+  aug.flip = true, aug.padding = 2, aug.seed = 7, aug.epoch = 3;
+  std::vector<float> out(64 * 40);
+  std::vector<int32_t> labels(64);
+  fillBatch(ds, idx, lut, aug, out, labels);
+  // Each output image is the source flipped or not and shifted by (dy, dx) in [-2, 2], zero
+  // outside; recover the transform from the output and check every pixel against it.
+  int flips = 0, shifted = 0;
+  for (int s = 0; s < 64; ++s) {
+    EXPECT_EQ(labels[s], ds.labels[idx[s]]);
+    const float* img = out.data() + s * 40;
+    bool matched = false;
+    for (int f = 0; f < 2 && !matched; ++f)
+      for (int dy = -2; dy <= 2 && !matched; ++dy)
+        for (int dx = -2; dx <= 2 && !matched; ++dx) {
+          bool all = true;
+          for (int y = 0; y < 5 && all; ++y)
+            for (int x = 0; x < 4 && all; ++x)
+              for (int k = 0; k < 2 && all; ++k) {
+                const int sy = y + dy, fx = x + dx, sx = f ? 3 - fx : fx;
+                const bool in = sy >= 0 && sy < 5 && fx >= 0 && fx < 4;
+                const float want = in ? (1 + 40 * sy + 8 * sx + k) / 255.f : 0.f;
+                all = std::abs(img[(y * 4 + x) * 2 + k] - want) < 1e-6f;
+              }
+          if (all) {
+            matched = true;
+            flips += f;
+            shifted += (dy != 0 || dx != 0);
+          }
+        }
+    EXPECT_TRUE(matched) << "sample " << s << " is not a flipped/translated copy";
+  }
+  // Both choices occur (64 fair coins: all equal has probability 2^-63).
+  EXPECT_GT(flips, 0);
+  EXPECT_LT(flips, 64);
+  EXPECT_GT(shifted, 32);
+
+  // A sample's transform depends on (seed, epoch, index) only, not on its place in the batch.
+  std::vector<float> one(40);
+  std::vector<int32_t> oneLabel(1);
+  const std::vector<int64_t> single = {idx[10]};
+  fillBatch(ds, single, lut, aug, one, oneLabel);
+  EXPECT_TRUE(std::equal(one.begin(), one.end(), out.begin() + 10 * 40));
+  // Another epoch draws other transforms; a disabled augmentation is the plain fill.
+  aug.epoch = 4;
+  std::vector<float> other(out.size());
+  fillBatch(ds, idx, lut, aug, other, labels);
+  EXPECT_NE(other, out);
+  std::vector<float> plain(out.size()), off(out.size());
+  fillBatch(ds, idx, lut, plain, labels);
+  fillBatch(ds, idx, lut, SmallImageAugment{}, off, labels);
+  EXPECT_EQ(plain, off);
+}
+
+TEST(FillBatch, AugmentationPaddingOutsideTheImageIsRefused) {
+  const ImageDataset ds = gradientImages(1);
+  const NormalizationLut lut(Normalization::unit(2), 2);
+  std::vector<float> out(40);
+  std::vector<int32_t> labels(1);
+  const std::vector<int64_t> idx = {0};
+  SmallImageAugment aug;
+  aug.padding = 4;  // the image is 4 pixels wide
+  try {
+    fillBatch(ds, idx, lut, aug, out, labels);
+    FAIL() << "padding 4 on a 5x4 image was accepted";
+  } catch (const DatasetError& e) {
+    EXPECT_NE(std::string(e.what()).find("padding 4"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

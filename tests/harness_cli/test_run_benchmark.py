@@ -148,6 +148,11 @@ REFUSALS = {
     "gradient_accumulation_zero": (
         ["--division", "open"], {"gradient_accumulation_steps": 0}, 1,
         ["key 'gradient_accumulation_steps' must be >= 1, got 0"]),
+    "augment_padding_out_of_range": (
+        ["--division", "open"], {"mini_augment_padding": 9}, 1,
+        ["mini_augment_padding must be an integer 0-8", "(got 9)"]),
+    "augment_flip_wrong_type": (
+        ["--division", "open"], {"mini_augment_flip": 1}, 1, ["mini_augment_flip", "boolean"]),
     "bad_loss_scaling": (
         ["--loss-scaling", "static:-1"], None, 1, ["--loss-scaling", "static:-1", "static:<S>"]),
     "loss_scaling_without_16_bit": (
@@ -248,10 +253,13 @@ def test_real_resnet50_closed_log_passes_the_checker(real_closed_log, ruleset):
 @needs_checker
 def test_real_resnet50_open_log_passes_the_checker(tmp_path):
     """A short open run of the real ResNet-50 on POD4 (4 replicas of micro-batch 8) whose batch
-    norm spans all 4 replicas (model_bn_span 32): the open rulesets set no accuracy floor."""
+    norm spans all 4 replicas (model_bn_span 32), trained on flipped and translated images: the
+    open rulesets set no accuracy floor, and the augmentation's custom key passes them."""
     results = tmp_path / "results"
     config = write_config(tmp_path / "c.json", {"mini_train_samples": 800, "mini_eval_samples": 200,
-                                                "eval_period": 1, "model_bn_span": 32})
+                                                "eval_period": 1, "model_bn_span": 32,
+                                                "mini_augment_flip": True,
+                                                "mini_augment_padding": 2})
     r = run(["--division", "open", "--pod-size", "4", "--results-dir", str(results),
              "--max-epochs", "1", "--threads", "2", "--config", config], timeout=600)
     assert r.returncode in (0, 2), r.stdout + r.stderr
@@ -259,6 +267,8 @@ def test_real_resnet50_open_log_passes_the_checker(tmp_path):
     assert [e["value"] for e in ev if e["key"] == "submission_division"] == ["open"]
     value = {e["key"]: e["value"] for e in ev}
     assert value["model_bn_span"] == 32 and value["global_batch_size"] == 32
+    assert value["ipu_train_augmentation"] == ("random horizontal flip, random translation by up "
+                                               "to 2 px")
     assert len([e for e in ev if e["key"] == "weights_initialization"]) == 161
     for ruleset in ["4.0.0", "1.1.0"]:
         code, text, verdict = checker(result_dir(results, "ipu-pod4-emulated") / "result_0.txt", ruleset)
