@@ -52,6 +52,14 @@ Conv2dShape convFromArgs(const benchmark::State& state) {
   return resnetConv(state.range(0), state.range(1));
 }
 
+// ResNet-50's downsampling shortcut: 1x1 stride 2 from hw x hw x c onto (hw/2)^2 x 2c.
+Conv2dShape shortcutFromArgs(const benchmark::State& state) {
+  Conv2dShape s;
+  s.n = 32, s.h = s.w = state.range(0), s.c = state.range(1), s.k = 2 * s.c;
+  s.strideH = s.strideW = 2;
+  return s;
+}
+
 // ---- direct oneDNN -------------------------------------------------------------------------
 
 dnnl::engine& engine() {
@@ -78,8 +86,7 @@ struct DirectConv {
   }
 };
 
-void BM_DirectConvForward(benchmark::State& state) {
-  const Conv2dShape s = convFromArgs(state);
+void directConvForward(benchmark::State& state, const Conv2dShape& s) {
   auto x = randomVec(s.inputElems(), 1), w = randomVec(s.weightElems(), 2);
   std::vector<float> y(s.outputElems());
   DirectConv d(s);
@@ -101,8 +108,7 @@ void BM_DirectConvForward(benchmark::State& state) {
   setFlops(state, 2.0 * double(s.macs()));
 }
 
-void BM_DirectConvBackwardData(benchmark::State& state) {
-  const Conv2dShape s = convFromArgs(state);
+void directConvBackwardData(benchmark::State& state, const Conv2dShape& s) {
   auto dy = randomVec(s.outputElems(), 1), w = randomVec(s.weightElems(), 2);
   std::vector<float> dx(s.inputElems());
   DirectConv d(s);
@@ -127,8 +133,7 @@ void BM_DirectConvBackwardData(benchmark::State& state) {
   setFlops(state, 2.0 * double(s.macs()));
 }
 
-void BM_DirectConvBackwardFilter(benchmark::State& state) {
-  const Conv2dShape s = convFromArgs(state);
+void directConvBackwardFilter(benchmark::State& state, const Conv2dShape& s) {
   auto x = randomVec(s.inputElems(), 1), dy = randomVec(s.outputElems(), 2);
   std::vector<float> dw(s.weightElems());
   DirectConv d(s);
@@ -172,8 +177,7 @@ void BM_DirectMatMul(benchmark::State& state) {
 
 // ---- ours ----------------------------------------------------------------------------------
 
-void BM_OursConvForward(benchmark::State& state) {
-  const Conv2dShape s = convFromArgs(state);
+void oursConvForward(benchmark::State& state, const Conv2dShape& s) {
   auto x = randomVec(s.inputElems(), 1), w = randomVec(s.weightElems(), 2);
   std::vector<float> y(s.outputElems());
   ipu::kernels::fused::Conv2dForward conv(s);
@@ -181,8 +185,7 @@ void BM_OursConvForward(benchmark::State& state) {
   setFlops(state, 2.0 * double(s.macs()));
 }
 
-void BM_OursConvBackwardData(benchmark::State& state) {
-  const Conv2dShape s = convFromArgs(state);
+void oursConvBackwardData(benchmark::State& state, const Conv2dShape& s) {
   auto dy = randomVec(s.outputElems(), 1), w = randomVec(s.weightElems(), 2);
   std::vector<float> dx(s.inputElems());
   ipu::kernels::fused::Conv2dBackwardData conv(s);
@@ -190,8 +193,7 @@ void BM_OursConvBackwardData(benchmark::State& state) {
   setFlops(state, 2.0 * double(s.macs()));
 }
 
-void BM_OursConvBackwardFilter(benchmark::State& state) {
-  const Conv2dShape s = convFromArgs(state);
+void oursConvBackwardFilter(benchmark::State& state, const Conv2dShape& s) {
   auto x = randomVec(s.inputElems(), 1), dy = randomVec(s.outputElems(), 2);
   std::vector<float> dw(s.weightElems());
   ipu::kernels::fused::Conv2dBackwardFilter conv(s);
@@ -244,7 +246,8 @@ void BM_BackendConvBackwardData(benchmark::State& state) {
   const Conv2dShape s = convFromArgs(state);
   ipu::Graph g("conv_bwd_data");
   ipu::Builder b(g);
-  int dy = b.variable("dy", {s.n, s.outH(), s.outW(), s.k}), w = b.variable("w", {s.k, s.r, s.s, s.c});
+  int dy = b.variable("dy", {s.n, s.outH(), s.outW(), s.k}),
+      w = b.variable("w", {s.k, s.r, s.s, s.c});
   ipu::Attrs a = convAttrsOf(s);
   a.set("input_shape", std::vector<i64>{s.n, s.h, s.w, s.c});
   g.addOp1(ipu::OpKind::Conv2dBackwardData, {dy, w}, a, "dx");
@@ -255,7 +258,8 @@ void BM_BackendConvBackwardFilter(benchmark::State& state) {
   const Conv2dShape s = convFromArgs(state);
   ipu::Graph g("conv_bwd_filter");
   ipu::Builder b(g);
-  int x = b.variable("x", {s.n, s.h, s.w, s.c}), dy = b.variable("dy", {s.n, s.outH(), s.outW(), s.k});
+  int x = b.variable("x", {s.n, s.h, s.w, s.c}),
+      dy = b.variable("dy", {s.n, s.outH(), s.outW(), s.k});
   ipu::Attrs a = convAttrsOf(s);
   a.set("kernel", std::vector<i64>{s.r, s.s});
   g.addOp1(ipu::OpKind::Conv2dBackwardFilter, {x, dy}, a, "dw");
@@ -270,12 +274,58 @@ void BM_BackendMatMul(benchmark::State& state) {
   runBackendGraph(state, std::move(g), 2.0 * double(m) * double(k) * double(n));
 }
 
-// Args: {H=W, C=K} for convs (N=32, 3x3, pad 1); {M, K, N} for matmuls. Ours and direct are
+void BM_DirectConvForward(benchmark::State& state) {
+  directConvForward(state, convFromArgs(state));
+}
+void BM_DirectShortcutForward(benchmark::State& state) {
+  directConvForward(state, shortcutFromArgs(state));
+}
+void BM_DirectConvBackwardData(benchmark::State& state) {
+  directConvBackwardData(state, convFromArgs(state));
+}
+void BM_DirectShortcutBackwardData(benchmark::State& state) {
+  directConvBackwardData(state, shortcutFromArgs(state));
+}
+void BM_DirectConvBackwardFilter(benchmark::State& state) {
+  directConvBackwardFilter(state, convFromArgs(state));
+}
+void BM_DirectShortcutBackwardFilter(benchmark::State& state) {
+  directConvBackwardFilter(state, shortcutFromArgs(state));
+}
+void BM_OursConvForward(benchmark::State& state) {
+  oursConvForward(state, convFromArgs(state));
+}
+void BM_OursShortcutForward(benchmark::State& state) {
+  oursConvForward(state, shortcutFromArgs(state));
+}
+void BM_OursConvBackwardData(benchmark::State& state) {
+  oursConvBackwardData(state, convFromArgs(state));
+}
+void BM_OursShortcutBackwardData(benchmark::State& state) {
+  oursConvBackwardData(state, shortcutFromArgs(state));
+}
+void BM_OursConvBackwardFilter(benchmark::State& state) {
+  oursConvBackwardFilter(state, convFromArgs(state));
+}
+void BM_OursShortcutBackwardFilter(benchmark::State& state) {
+  oursConvBackwardFilter(state, shortcutFromArgs(state));
+}
+
+// Args: {H=W, C=K} for convs (N=32, 3x3, pad 1); {H=W, C} for ResNet-50's 1x1 stride-2
+// downsampling shortcut onto 2C channels; {M, K, N} for matmuls. Ours and direct are
 // registered next to each other so that they run under the same machine conditions.
 void convArgs(benchmark::internal::Benchmark* b) {
   b->ArgNames({"hw", "c"})
       ->Args({56, 64})
       ->Args({14, 256})
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+}
+void shortcutArgs(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"hw", "c"})
+      ->Args({56, 256})
+      ->Args({28, 512})
+      ->Args({14, 1024})
       ->UseRealTime()
       ->Unit(benchmark::kMillisecond);
 }
@@ -296,6 +346,12 @@ BENCHMARK(BM_DirectConvBackwardData)->Apply(convArgs);
 BENCHMARK(BM_BackendConvBackwardFilter)->Apply(convArgs);
 BENCHMARK(BM_OursConvBackwardFilter)->Apply(convArgs);
 BENCHMARK(BM_DirectConvBackwardFilter)->Apply(convArgs);
+BENCHMARK(BM_OursShortcutForward)->Apply(shortcutArgs);
+BENCHMARK(BM_DirectShortcutForward)->Apply(shortcutArgs);
+BENCHMARK(BM_OursShortcutBackwardData)->Apply(shortcutArgs);
+BENCHMARK(BM_DirectShortcutBackwardData)->Apply(shortcutArgs);
+BENCHMARK(BM_OursShortcutBackwardFilter)->Apply(shortcutArgs);
+BENCHMARK(BM_DirectShortcutBackwardFilter)->Apply(shortcutArgs);
 BENCHMARK(BM_BackendMatMul)->Apply(matmulArgs);
 BENCHMARK(BM_OursMatMul)->Apply(matmulArgs);
 BENCHMARK(BM_DirectMatMul)->Apply(matmulArgs);

@@ -6,7 +6,7 @@
 //   tensor_GB  the engine's tensor memory (fused: activations share an arena by lifetime)
 //   peak_rss_GB  the process's peak resident memory so far (compile, engine and kernels)
 // MODELS_BENCH_PROFILE=1 prints, after each step benchmark, the host time per op kind and the
-// slowest ops of two profiled steps (stderr).
+// slowest ops of two profiled steps (stderr; MODELS_BENCH_PROFILE_TOP=N lists N of them).
 #include <benchmark/benchmark.h>
 
 #include <sys/resource.h>
@@ -66,8 +66,11 @@ void maybePrintProfile(Engine& engine, const std::string& what) {
   std::vector<int> ops(g.ops().size());
   for (size_t i = 0; i < ops.size(); ++i) ops[i] = static_cast<int>(i);
   std::sort(ops.begin(), ops.end(), [&](int a, int b) { return sec[a] > sec[b]; });
+  // MODELS_BENCH_PROFILE_TOP=N lists the N slowest ops (15 by default).
+  const char* top = std::getenv("MODELS_BENCH_PROFILE_TOP");
+  const size_t shown = top ? static_cast<size_t>(std::max(0, std::atoi(top))) : 15;
   std::fprintf(stderr, "  slowest ops:\n");
-  for (size_t i = 0; i < std::min<size_t>(15, ops.size()); ++i) {
+  for (size_t i = 0; i < std::min(shown, ops.size()); ++i) {
     const Op& op = g.op(ops[i]);
     std::fprintf(stderr, "  %8.2f ms  %s -> %s %s\n", sec[op.id] / kSteps * 1e3,
                  std::string(opName(op.kind)).c_str(),

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ipu_backend/kernels/onednn_common.h"
+#include "ipu_backend/kernels/strided_pixels.h"
 
 namespace ipu::kernels::fused {
 
@@ -92,61 +93,10 @@ bool pointwiseStride1(const Conv2dShape& s) {
          s.padLeft == 0 && s.padBottom == 0 && s.padRight == 0 && s.groups == 1;
 }
 
-// A strided 1x1 unpadded convolution (ResNet's downsampling shortcuts) is the same GEMM on the
-// subsampled pixels x[n, oh*sh, ow*sw, :]: copied into this thread's buffer for the forward and
-// weight-gradient passes, and copied out (the other pixels get zero gradient) for the data
-// gradient. oneDNN's bf16 convolution took 5.7-9.3 ms on a weight gradient that the GEMM does
-// in ~1 ms (224x224 batch 8, 2 threads).
-bool pointwiseStrided(const Conv2dShape& s) {
-  return s.r == 1 && s.s == 1 && (s.strideH > 1 || s.strideW > 1) && s.padTop == 0 &&
-         s.padLeft == 0 && s.padBottom == 0 && s.padRight == 0 && s.groups == 1;
-}
-
-class Subsample {
- public:
-  explicit Subsample(const Conv2dShape& s) : s_(s), m_(s.n * s.outH() * s.outW()) {
-    (void)buffer();  // grows this thread's buffer now rather than in a step
-  }
-  i64 m() const { return m_; }
-  // This thread's [M, C] bf16 pixel matrix (valid until the next kernel runs).
-  std::uint16_t* buffer() const {
-    thread_local std::vector<std::uint16_t> b;
-    if (static_cast<i64>(b.size()) < m_ * s_.c) b.resize(static_cast<size_t>(m_ * s_.c));
-    return b.data();
-  }
-  void gather(const void* x) const {
-    const auto* in = static_cast<const std::uint16_t*>(x);
-    std::uint16_t* out = buffer();
-    detail::syncThreads();
-    const i64 oh = s_.outH(), ow = s_.outW();
-#pragma omp parallel for schedule(static)
-    for (i64 p = 0; p < m_; ++p) {
-      const i64 n = p / (oh * ow), y = p / ow % oh, xo = p % ow;
-      const std::uint16_t* src = in + ((n * s_.h + y * s_.strideH) * s_.w + xo * s_.strideW) * s_.c;
-      std::copy(src, src + s_.c, out + p * s_.c);
-    }
-  }
-  void scatter(void* dx) const {
-    auto* out = static_cast<std::uint16_t*>(dx);
-    const std::uint16_t* in = buffer();
-    detail::syncThreads();
-    const i64 oh = s_.outH(), ow = s_.outW(), image = s_.h * s_.w * s_.c;
-#pragma omp parallel for schedule(static)
-    for (i64 n = 0; n < s_.n; ++n) {
-      std::fill(out + n * image, out + (n + 1) * image, std::uint16_t{0});  // bf16 +0
-      for (i64 y = 0; y < oh; ++y)
-        for (i64 xo = 0; xo < ow; ++xo) {
-          const std::uint16_t* src = in + ((n * oh + y) * ow + xo) * s_.c;
-          std::copy(src, src + s_.c,
-                    out + ((n * s_.h + y * s_.strideH) * s_.w + xo * s_.strideW) * s_.c);
-        }
-    }
-  }
-
- private:
-  Conv2dShape s_;
-  i64 m_;
-};
+// Strided 1x1 convolutions as subsample + GEMM (strided_pixels.h): oneDNN's bf16 convolution
+// took 5.7-9.3 ms on a weight gradient that the GEMM does in ~1 ms (224x224 batch 8, 2 threads).
+using detail::pointwiseStrided;
+using Subsample = detail::StridedPixels<std::uint16_t>;
 
 MatMulShape gemmShape(i64 m, i64 k, i64 n, bool transA, bool transB) {
   MatMulShape g;

@@ -52,7 +52,9 @@ std::vector<ConvCase> convCases() {
       {"im2colPointwiseS2", conv(4, 2, 24, 40, 1, 2, 0)},
       {"im2col3x3s2", conv(4, 2, 16, 24, 3, 2, 1)},
       {"im2col3x3s1", conv(3, 4, 16, 24, 3, 1, 1)},
-      {"pointwiseS2", conv(2, 14, 64, 32, 1, 2, 0)},
+      {"pointwiseS2", conv(2, 14, 64, 32, 1, 2, 0)},  // subsample + matmul, all passes
+      // 5,000 output pixels: a convolution forward, subsample + matmul for both gradients.
+      {"pointwiseS2ManyPixels", conv(2, 100, 16, 24, 1, 2, 0)},
       {"stem7x7s2", conv(2, 32, 3, 16, 7, 2, 3)},
       {"depthwise", conv(2, 14, 32, 32, 3, 1, 1, 32)},
       {"depthwiseS2", conv(2, 14, 16, 16, 3, 2, 1, 16)},
@@ -145,6 +147,11 @@ TEST_F(Fused, Conv2dAlgorithmChoice) {
             std::string::npos);
   EXPECT_EQ(fused::Conv2dForward(conv(4, 2, 16, 24, 3, 2, 1)).implementation(),
             "matmul (im2col convolution)");
+  // Strided pointwise ones: a subsample + matmul forward over few output pixels only.
+  EXPECT_EQ(fused::Conv2dForward(conv(2, 14, 64, 32, 1, 2, 0)).implementation(),
+            "matmul (strided pointwise convolution)");
+  EXPECT_EQ(fused::Conv2dForward(conv(2, 100, 16, 24, 1, 2, 0)).implementation().find("matmul"),
+            std::string::npos);
   fused::setConvAlgorithm(fused::ConvAlgorithm::Direct);
   const Vec x = randomVec(s.inputElems(), 5), w = randomVec(s.weightElems(), 6);
   Vec y(s.outputElems());
