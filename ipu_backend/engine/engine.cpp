@@ -674,6 +674,12 @@ struct Engine::Impl {
           const i64 n = g.tensor(out).elements();
           return [=] { fz::addRelu(a, b, y, n); };
         }
+        if (fusion.role[op.id] == HostFusionPlan::Role::kAddReluBackward) {
+          float *a = F(in(0)), *b = F(in(1)), *x = F(fusion.reluX[op.id]),
+                *dx = F(fusion.reluOut[op.id]);
+          const i64 n = g.tensor(out).elements();
+          return [=] { fz::addReluBackward(a, b, x, dx, n); };
+        }
         auto kind = binaryKindOf(op);
         auto bs = binaryShapeOf(g, op);
         float *a = F(in(0)), *b = F(in(1)), *y = F(out);

@@ -21,6 +21,8 @@ std::vector<int> HostFusionPlan::inputsOf(const Op& op) const {
       in[1] = reluGradIn[op.id];  // the relu's gradient replaces the batch norm's dy
       return in;
     }
+    case Role::kAddReluBackward:
+      return {op.inputs[0], op.inputs[1], reluX[op.id]};
     default:
       return op.inputs;
   }
@@ -36,6 +38,7 @@ std::vector<int> HostFusionPlan::outputsOf(const Op& op) const {
       return out;
     }
     case Role::kAddRelu:
+    case Role::kAddReluBackward:
       return {reluOut[op.id]};
     default:
       return op.outputs;
@@ -47,6 +50,7 @@ HostFusionPlan planHostFusions(const Graph& g, const HostFusionOptions& options)
   HostFusionPlan p;
   p.role.assign(nOps, HostFusionPlan::Role::kNone);
   p.reluOut.assign(nOps, -1);
+  p.reluX.assign(nOps, -1);
   p.reluGradIn.assign(nOps, -1);
   p.forwardOp.assign(nOps, -1);
   p.elided.assign(nTensors, false);
@@ -102,8 +106,23 @@ HostFusionPlan planHostFusions(const Graph& g, const HostFusionOptions& options)
     } else if (isFn(op, OpKind::Binary, "add")) {
       const Shape& y = g.tensor(op.outputs[0]).shape;
       const DType d = dt(op.outputs[0]);
-      if (all(op, d) && g.tensor(op.inputs[0]).shape == y && g.tensor(op.inputs[1]).shape == y)
-        fuseRelu(op, Role::kAddRelu, d);
+      if (!all(op, d) || g.tensor(op.inputs[0]).shape != y || g.tensor(op.inputs[1]).shape != y)
+        continue;
+      fuseRelu(op, Role::kAddRelu, d);
+      // relu_grad(x, a + b): the sum is its dy (not its x), x is kept (a relu output that no
+      // fusion elided), all f32.
+      const Op* grad = p.role[op.id] == Role::kNone ? soleReader(op.outputs[0]) : nullptr;
+      if (d != DType::F32 || !grad || !isFn(*grad, OpKind::UnaryGrad, "relu") ||
+          grad->inputs[1] != op.outputs[0] || grad->inputs[0] == op.outputs[0] ||
+          !all(*grad, DType::F32) || g.tensor(grad->inputs[0]).shape != y ||
+          p.elided[static_cast<size_t>(grad->inputs[0])])
+        continue;
+      p.role[op.id] = Role::kAddReluBackward;
+      p.reluOut[op.id] = grad->outputs[0];
+      p.reluX[op.id] = grad->inputs[0];
+      p.role[grad->id] = Role::kAbsorbed;
+      p.elided[static_cast<size_t>(op.outputs[0])] = true;
+      ++p.absorbedOps;
     } else if (op.kind == OpKind::BatchNormBackward) {
       const auto d = batchNormDtype(op);
       if (!d) continue;
@@ -113,7 +132,8 @@ HostFusionPlan planHostFusions(const Graph& g, const HostFusionOptions& options)
       const int fwd = g.tensor(op.inputs[3]).producer;
       const int reluGrad = g.tensor(dy).producer;
       if (fwd < 0 || reluGrad < 0 || p.role[static_cast<size_t>(fwd)] != Role::kBatchNormRelu ||
-          g.op(fwd).kind != OpKind::BatchNormTrain)
+          g.op(fwd).kind != OpKind::BatchNormTrain ||
+          p.role[static_cast<size_t>(reluGrad)] != Role::kNone)  // absorbed by an add already
         continue;
       const Op& forward = g.op(fwd);
       const Op& grad = g.op(reluGrad);

@@ -6,6 +6,8 @@
 //                                     (without a mask)
 //   relu_grad -> batch_norm_backward  one oneDNN batch norm backward that applies that mask
 //   add -> relu                       relu(a + b) in one loop (the residual add of a block)
+//   add -> relu_grad                  (a + b) * relu'(x) in one loop (the sum of the two
+//                                     gradients at a block's input and its ReLU backward; f32)
 // The tensor between the two ops is never materialised (elided). A tensor that is a graph
 // output, or that any other op reads, keeps its pair unfused. Operands: f32; the batch-norm
 // pairs also in bf16 where the CPU has oneDNN's bf16 batch norm (`bf16BatchNorm`); add + relu
@@ -24,10 +26,12 @@ struct HostFusionPlan {
     kBatchNormRelu,          // batch_norm_train/_inference writing relu(y) to `reluOut`
     kBatchNormReluBackward,  // batch_norm_backward reading the relu's gradient `reluGradIn`
     kAddRelu,                // add writing relu(a + b) to `reluOut`
+    kAddReluBackward,        // add writing relu_grad(reluX, a + b) to `reluOut`
     kAbsorbed,               // its work is done by another op's kernel: runs nothing
   };
   std::vector<Role> role;       // per op id
-  std::vector<int> reluOut;     // per op id: kBatchNormRelu, kAddRelu (else -1)
+  std::vector<int> reluOut;     // per op id: kBatchNormRelu, kAddRelu, kAddReluBackward
+  std::vector<int> reluX;       // per op id: kAddReluBackward: the relu_grad's x (its mask)
   std::vector<int> reluGradIn;  // per op id: kBatchNormReluBackward: the relu_grad's dy
   std::vector<int> forwardOp;   // per op id: kBatchNormReluBackward: its kBatchNormRelu op
   std::vector<bool> elided;     // per tensor id: never written nor read

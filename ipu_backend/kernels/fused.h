@@ -177,6 +177,9 @@ void unaryGradChunk(UnaryKind kind, float alpha, const float* x, const float* dy
 void binaryChunk(BinaryKind kind, const float* a, const float* b, float* y, i64 n);
 // y = relu(a + b) over `count` elements (same shapes): a residual add and its ReLU in one pass.
 void addRelu(const float* a, const float* b, float* y, i64 count);
+// dx = (a + b) * relu'(x) over `count` elements (same shapes): the sum of two gradients and the
+// ReLU backward that reads it in one pass (the gradient at a residual block's input).
+void addReluBackward(const float* a, const float* b, const float* x, float* dx, i64 count);
 void reduce(ReduceKind kind, const ReduceShape& s, const float* x, float* y);
 void transpose(const std::vector<i64>& inDims, const std::vector<int>& perm, const float* x,
                float* y);

@@ -89,6 +89,14 @@ void addRelu(const float* a, const float* b, float* y, i64 count) {
   });
 }
 
+void addReluBackward(const float* a, const float* b, const float* x, float* dx, i64 count) {
+  parallelChunks(count, [&](i64 begin, i64 end) {
+#pragma omp simd
+    for (i64 i = begin; i < end; ++i)  // as the unfused pair: dy * relu'(x), NaN dy stays NaN
+      dx[i] = (a[i] + b[i]) * kernels::detail::unaryDerivative(UnaryKind::Relu, 1.0f, x[i]);
+  });
+}
+
 namespace {
 
 // Calls f.template operator()<K>() for the run-time kind.

@@ -3,6 +3,7 @@
 // clear error to read rather than stale memory.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -19,32 +20,44 @@ namespace ipu {
 namespace {
 
 // A residual block as ResNet's: conv -> bn -> relu -> conv -> bn -> (+ x) -> relu, then a mean
-// loss. `keepBnOutput` marks the first batch norm's output as a graph output, which must keep
-// that pair (and its backward) unfused.
+// loss; `blocks` of them in a chain (each block's output is the next one's input and skip, so
+// the gradient at a later block's input is the sum of two). `keepBnOutput` marks the first
+// batch norm's output as a graph output, which must keep that pair (and its backward) unfused.
 struct Block {
   Graph g;
   int x = -1, lr = -1, loss = -1, bn1 = -1, sum = -1;
 };
 
-Block residualBlock(bool keepBnOutput) {
+Block residualBlock(bool keepBnOutput, int blocks = 1) {
   Block b;
   Builder B(b.g);
   const i64 n = 4, h = 6, w = 6, c = 8;
   b.x = B.input("x", {n, h, w, c});
   b.lr = B.input("lr", {});
-  const int w1 = B.variable("w1", {c, 3, 3, c}), w2 = B.variable("w2", {c, 3, 3, c});
-  const int g1 = B.variable("g1", {c}), be1 = B.variable("be1", {c});
-  const int g2 = B.variable("g2", {c}), be2 = B.variable("be2", {c});
   const auto conv = Conv2dOptions::make(1, 1);
-  const BatchNormOutputs n1 = B.batchNormTrain(B.conv2d(b.x, w1, conv), g1, be1, 1e-5, "bn1");
-  b.bn1 = n1.y;
-  const int a1 = B.relu(n1.y, "relu1");
-  const BatchNormOutputs n2 = B.batchNormTrain(B.conv2d(a1, w2, conv), g2, be2, 1e-5, "bn2");
-  b.sum = B.add(n2.y, b.x, "sum");
-  const int out = B.relu(b.sum, "out");
-  b.loss = B.reduceMean(B.mul(out, out), {0, 1, 2, 3}, false, "loss");
+  int in = b.x;
+  for (int k = 0; k < blocks; ++k) {
+    // name("w1") is w1, w1_1, ... (appended, not operator+: GCC 12 warns falsely on that).
+    const auto name = [k](const char* base) {
+      std::string n(base);
+      if (k > 0) n.append("_").append(std::to_string(k));
+      return n;
+    };
+    const int w1 = B.variable(name("w1"), {c, 3, 3, c}), w2 = B.variable(name("w2"), {c, 3, 3, c});
+    const int g1 = B.variable(name("g1"), {c}), be1 = B.variable(name("be1"), {c});
+    const int g2 = B.variable(name("g2"), {c}), be2 = B.variable(name("be2"), {c});
+    const BatchNormOutputs n1 =
+        B.batchNormTrain(B.conv2d(in, w1, conv), g1, be1, 1e-5, name("bn1"));
+    const int a1 = B.relu(n1.y, name("relu1"));
+    const BatchNormOutputs n2 =
+        B.batchNormTrain(B.conv2d(a1, w2, conv), g2, be2, 1e-5, name("bn2"));
+    const int sum = B.add(n2.y, in, name("sum"));
+    if (k == 0) b.bn1 = n1.y, b.sum = sum;
+    in = B.relu(sum, name("out"));
+  }
+  b.loss = B.reduceMean(B.mul(in, in), {0, 1, 2, 3}, false, "loss");
   b.g.markOutput(b.loss);
-  if (keepBnOutput) b.g.markOutput(n1.y);
+  if (keepBnOutput) b.g.markOutput(b.bn1);
   const GradientResult gr = appendBackward(b.g, b.loss, trainableVariables(b.g));
   SgdOptions sgd;
   sgd.momentum = 0.9;
@@ -83,38 +96,11 @@ BlockRun makeRun(const Block& b, EngineMode mode) {
   return r;
 }
 
-TEST(HostFusion, ResidualBlockFusesEveryBatchNormReluAndTheResidualAdd) {
-  const Block b = residualBlock(false);
-  const HostFusionPlan plan = planHostFusions(b.g);
-  // bn1 + relu1, add + relu (bn2 feeds the add), and relu1's backward into bn1's backward.
-  EXPECT_EQ(plan.absorbedOps, 3);
-  EXPECT_TRUE(plan.elided[static_cast<size_t>(b.bn1)]);
-  EXPECT_TRUE(plan.elided[static_cast<size_t>(b.sum)]);
-  int forward = 0, backward = 0, addRelu = 0;
-  for (auto r : plan.role) {
-    forward += r == HostFusionPlan::Role::kBatchNormRelu;
-    backward += r == HostFusionPlan::Role::kBatchNormReluBackward;
-    addRelu += r == HostFusionPlan::Role::kAddRelu;
-  }
-  EXPECT_EQ(forward, 1);
-  EXPECT_EQ(backward, 1);
-  EXPECT_EQ(addRelu, 1);
-}
-
-TEST(HostFusion, AGraphOutputBetweenTheOpsKeepsThePairUnfused) {
-  const Block b = residualBlock(true);
-  const HostFusionPlan plan = planHostFusions(b.g);
-  EXPECT_EQ(plan.absorbedOps, 1) << "only add + relu: bn1's output is a graph output";
-  EXPECT_FALSE(plan.elided[static_cast<size_t>(b.bn1)]);
-}
-
-// Three SGD steps: fused (with the fusions) against tile mode (every op on its own, reference
-// kernels): losses and every variable agree within f32 rounding.
-TEST(HostFusion, FusedTrainingStepsEqualTileMode) {
-  kernels::fused::setNumThreads(2);
-  const Block b = residualBlock(false);
+// Three SGD steps: fused (with `fusedOps` ops fused away) against tile mode (every op on its
+// own, reference kernels): losses and every variable agree within f32 rounding.
+void expectFusedStepsEqualTileMode(const Block& b, int fusedOps) {
   BlockRun fused = makeRun(b, EngineMode::Fused), tile = makeRun(b, EngineMode::Tile);
-  EXPECT_EQ(fused.engine->hostFusedOps(), 3);
+  EXPECT_EQ(fused.engine->hostFusedOps(), fusedOps);
   EXPECT_EQ(tile.engine->hostFusedOps(), 0);
   for (int step = 0; step < 3; ++step) {
     fused.engine->run();
@@ -130,6 +116,63 @@ TEST(HostFusion, FusedTrainingStepsEqualTileMode) {
     for (size_t i = 0; i < f.size(); ++i)
       ASSERT_NEAR(f[i], r[i], 1e-4 * scale) << t.name << "[" << i << "]";
   }
+}
+
+TEST(HostFusion, ResidualBlockFusesEveryBatchNormReluAndTheResidualAdd) {
+  const Block b = residualBlock(false);
+  const HostFusionPlan plan = planHostFusions(b.g);
+  // bn1 + relu1, add + relu (bn2 feeds the add), relu1's backward into bn1's backward, and the
+  // loss's two gradients of `out` (out * out) summed into out's ReLU backward.
+  EXPECT_EQ(plan.absorbedOps, 4);
+  EXPECT_TRUE(plan.elided[static_cast<size_t>(b.bn1)]);
+  EXPECT_TRUE(plan.elided[static_cast<size_t>(b.sum)]);
+  int forward = 0, backward = 0, addRelu = 0, addReluBackward = 0;
+  for (auto r : plan.role) {
+    forward += r == HostFusionPlan::Role::kBatchNormRelu;
+    backward += r == HostFusionPlan::Role::kBatchNormReluBackward;
+    addRelu += r == HostFusionPlan::Role::kAddRelu;
+    addReluBackward += r == HostFusionPlan::Role::kAddReluBackward;
+  }
+  EXPECT_EQ(forward, 1);
+  EXPECT_EQ(backward, 1);
+  EXPECT_EQ(addRelu, 1);
+  EXPECT_EQ(addReluBackward, 1);
+}
+
+// Two chained blocks: the gradient at the second block's input (its skip's plus its first
+// conv's) and the first block's output ReLU backward fuse into one loop, as the loss's two
+// gradients of the last output do; fused training steps still equal tile mode.
+TEST(HostFusion, GradientSumAndReluBackwardFuseBetweenChainedBlocks) {
+  kernels::fused::setNumThreads(2);
+  const Block b = residualBlock(false, 2);
+  const HostFusionPlan plan = planHostFusions(b.g);
+  std::vector<std::string> masks;
+  for (const Op& op : b.g.ops()) {
+    if (plan.role[op.id] != HostFusionPlan::Role::kAddReluBackward) continue;
+    masks.push_back(b.g.tensor(plan.reluX[op.id]).name);
+    EXPECT_TRUE(plan.elided[static_cast<size_t>(op.outputs[0])]);
+    const std::vector<int> reads = plan.inputsOf(op);
+    EXPECT_EQ(reads.size(), 3u);
+    EXPECT_EQ(reads[2], plan.reluX[op.id]) << "the mask's source stays live until the fused op";
+  }
+  // Backward order: the last block's output first, then the first block's.
+  EXPECT_EQ(masks, (std::vector<std::string>{"out_1", "out"}));
+  EXPECT_EQ(plan.absorbedOps, 8)
+      << "2 x (bn + relu, add + relu, relu grad + bn grad, sum + relu grad)";
+  expectFusedStepsEqualTileMode(b, 8);
+}
+
+TEST(HostFusion, AGraphOutputBetweenTheOpsKeepsThePairUnfused) {
+  const Block b = residualBlock(true);
+  const HostFusionPlan plan = planHostFusions(b.g);
+  EXPECT_EQ(plan.absorbedOps, 2)
+      << "only add + relu and its gradient's: bn1's output is a graph output";
+  EXPECT_FALSE(plan.elided[static_cast<size_t>(b.bn1)]);
+}
+
+TEST(HostFusion, FusedTrainingStepsEqualTileMode) {
+  kernels::fused::setNumThreads(2);
+  expectFusedStepsEqualTileMode(residualBlock(false), 4);
 }
 
 TEST(HostFusion, ReadingATensorFusedAwayNamesItAndTheFix) {
