@@ -54,8 +54,11 @@ ImageDataset makeSyntheticDataset(const SyntheticSpec& spec) {
   return ds;
 }
 
-void fillBatch(const ImageDataset& ds, std::span<const int64_t> indices,
-               const NormalizationLut& lut, std::span<float> out, std::span<int32_t> labels) {
+namespace {
+
+// The checks of both fillBatch forms, before anything is written: buffer sizes, then indices.
+void checkBatch(const ImageDataset& ds, std::span<const int64_t> indices, std::span<float> out,
+                std::span<int32_t> labels) {
   const size_t elems = ds.imageElems();
   if (out.size() != indices.size() * elems || labels.size() != indices.size()) {
     throw DatasetError(fmt::format(
@@ -63,13 +66,23 @@ void fillBatch(const ImageDataset& ds, std::span<const int64_t> indices,
         "and {}",
         indices.size(), indices.size() * elems, indices.size(), out.size(), labels.size()));
   }
-  const int c = ds.channels;
-  for (size_t s = 0; s < indices.size(); ++s) {
-    const int64_t idx = indices[s];
+  for (const int64_t idx : indices) {
     if (idx < 0 || idx >= ds.count) {
       throw DatasetError(
           fmt::format("fillBatch: sample index {} outside 0..{}", idx, ds.count - 1));
     }
+  }
+}
+
+}  // namespace
+
+void fillBatch(const ImageDataset& ds, std::span<const int64_t> indices,
+               const NormalizationLut& lut, std::span<float> out, std::span<int32_t> labels) {
+  checkBatch(ds, indices, out, labels);
+  const size_t elems = ds.imageElems();
+  const int c = ds.channels;
+  for (size_t s = 0; s < indices.size(); ++s) {
+    const int64_t idx = indices[s];
     const uint8_t* src = ds.image(idx);
     float* dst = out.data() + s * elems;
     if (c == 1) {
@@ -98,12 +111,11 @@ void fillBatch(const ImageDataset& ds, std::span<const int64_t> indices,
         fmt::format("augmentation: padding {} must be >= 0 and below the image size {}x{}",
                     aug.padding, ds.height, ds.width));
   }
-  // Validates sizes and indices, and writes the labels and the unaugmented images; each image
-  // is then rewritten from the source pixels below.
-  fillBatch(ds, indices, lut, out, labels);
+  checkBatch(ds, indices, out, labels);
   const int h = ds.height, w = ds.width, c = ds.channels;
   const size_t elems = ds.imageElems();
   for (size_t s = 0; s < indices.size(); ++s) {
+    labels[s] = ds.labels[indices[s]];
     Rng rng(hashSeed({aug.seed, aug.epoch, static_cast<uint64_t>(indices[s]), 0xA06ull}));
     const bool flip = aug.flip && rng.bernoulli(0.5);
     const int dy =

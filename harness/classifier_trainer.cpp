@@ -189,9 +189,7 @@ EpochStats ClassifierTrainer::trainEpoch(const datasets::ImageDataset& ds,
   std::shuffle(order.begin(), order.end(), rng);
   const std::int64_t n = maxSamples > 0 ? std::min(maxSamples, ds.count) : ds.count;
   datasets::NormalizationLut lut(norm, ds.channels);
-  datasets::SmallImageAugment aug;
-  aug.flip = opts_.augmentFlip;
-  aug.padding = opts_.augmentPadding;
+  datasets::SmallImageAugment aug = opts_.augment;
   aug.seed = opts_.seed;
   aug.epoch = static_cast<std::uint64_t>(epoch);
   EpochStats st;

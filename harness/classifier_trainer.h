@@ -35,10 +35,9 @@ struct TrainerOptions {
   bool shardOptimizerState = false;
   replication::RingLink* link = nullptr;
   int threadsPerReplica = 1;
-  // Train-time augmentation of in-memory datasets (flip, padding; its seed and epoch are the
-  // trainer's `seed` and each epoch's number). Off by default.
-  bool augmentFlip = false;
-  int augmentPadding = 0;
+  // Train-time augmentation of in-memory datasets (off by default); its seed and epoch are
+  // set per epoch from `seed` and the epoch's number.
+  datasets::SmallImageAugment augment;
 };
 
 struct EpochStats {

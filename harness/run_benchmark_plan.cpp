@@ -402,8 +402,8 @@ BenchmarkPlan makePlan(const CliOptions& cli) {
     throw Refusal(fmt::format("--engine {}: {}", cli.engine, e.what()));
   }
   r.trainer.checkMemory = !cli.skip_memory_check;
-  r.trainer.augmentFlip = r.settings.augment_flip;
-  r.trainer.augmentPadding = r.settings.augment_padding;
+  r.trainer.augment.flip = r.settings.augment_flip;
+  r.trainer.augment.padding = r.settings.augment_padding;
   r.trainer.replicas = preset.replicas;
   r.trainer.accumulation = preset.gradient_accumulation;
   r.trainer.shardOptimizerState = cli.shard_optimizer_state;

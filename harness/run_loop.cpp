@@ -252,11 +252,10 @@ RunOutcome executeRun(const RunPlan& plan, const fs::path& logPath, int runIndex
     // canonical string form, and its loss scaling.
     log.event("ipu_precision", plan.model.precision.toString());
     log.event("ipu_loss_scaling", precision::toString(plan.model.precision.lossScaling));
-    if (plan.trainer.augmentFlip || plan.trainer.augmentPadding > 0) {
+    if (const datasets::SmallImageAugment& aug = plan.trainer.augment; aug.enabled()) {
       log.event("ipu_train_augmentation",
                 fmt::format("{}random translation by up to {} px",
-                            plan.trainer.augmentFlip ? "random horizontal flip, " : "",
-                            plan.trainer.augmentPadding));
+                            aug.flip ? "random horizontal flip, " : "", aug.padding));
     }
 
     // Init: build and compile both graphs, write the initial weights.
