@@ -175,7 +175,122 @@ void BM_DirectMatMul(benchmark::State& state) {
   setFlops(state, 2.0 * double(m) * double(k) * double(n));
 }
 
+// Training batch norm + ReLU over [32 * hw * hw, c] (channels last), as the fused engine ran it
+// before batch_norm.cpp: oneDNN's channels-last batch norm with fuse_norm_relu, its 1-bit ReLU
+// mask as the workspace, the backward applying that mask.
+struct DirectBatchNormRelu {
+  using Flags = dnnl::normalization_flags;
+  i64 rows, c;
+  std::vector<float> x, y, dy, dx, gamma, beta, mean, var, dgamma, dbeta;
+  dnnl::stream stream{engine()};
+  dnnl::batch_normalization_forward fwd;
+  dnnl::batch_normalization_backward bwd;
+  memory xm, ym, dym, dxm, gm, bm, mm, vm, dgm, dbm, ws;
+
+  explicit DirectBatchNormRelu(const benchmark::State& state)
+      : rows(32 * state.range(0) * state.range(0)), c(state.range(1)) {
+    x = randomVec(rows * c, 1), dy = randomVec(rows * c, 2);
+    y.resize(rows * c), dx.resize(rows * c);
+    gamma.assign(c, 1.0f), beta.assign(c, 0.1f), mean.resize(c), var.resize(c);
+    dgamma.resize(c), dbeta.resize(c);
+    const memory::desc md({rows, c, 1, 1}, Dt::f32, Tag::nhwc), cd({c}, Dt::f32, Tag::x);
+    const auto flags = Flags::use_scale | Flags::use_shift | Flags::fuse_norm_relu;
+    dnnl::batch_normalization_forward::primitive_desc fpd(
+        {dnnl::prop_kind::forward_training, md, 1e-5f, flags}, engine());
+    dnnl::batch_normalization_backward::primitive_desc bpd(
+        {dnnl::prop_kind::backward, md, md, 1e-5f, flags}, engine(), fpd);
+    fwd = dnnl::batch_normalization_forward(fpd);
+    bwd = dnnl::batch_normalization_backward(bpd);
+    xm = memory(md, engine(), x.data()), ym = memory(md, engine(), y.data());
+    dym = memory(md, engine(), dy.data()), dxm = memory(md, engine(), dx.data());
+    gm = memory(cd, engine(), gamma.data()), bm = memory(cd, engine(), beta.data());
+    mm = memory(cd, engine(), mean.data()), vm = memory(cd, engine(), var.data());
+    dgm = memory(cd, engine(), dgamma.data()), dbm = memory(cd, engine(), dbeta.data());
+    ws = memory(fpd.workspace_desc(), engine());
+  }
+  void forward() {
+    fwd.execute(stream, {{DNNL_ARG_SRC, xm},
+                         {DNNL_ARG_SCALE, gm},
+                         {DNNL_ARG_SHIFT, bm},
+                         {DNNL_ARG_DST, ym},
+                         {DNNL_ARG_MEAN, mm},
+                         {DNNL_ARG_VARIANCE, vm},
+                         {DNNL_ARG_WORKSPACE, ws}});
+    stream.wait();
+  }
+  void backward() {
+    bwd.execute(stream, {{DNNL_ARG_SRC, xm},
+                         {DNNL_ARG_DIFF_DST, dym},
+                         {DNNL_ARG_SCALE, gm},
+                         {DNNL_ARG_SHIFT, bm},
+                         {DNNL_ARG_MEAN, mm},
+                         {DNNL_ARG_VARIANCE, vm},
+                         {DNNL_ARG_DIFF_SRC, dxm},
+                         {DNNL_ARG_DIFF_SCALE, dgm},
+                         {DNNL_ARG_DIFF_SHIFT, dbm},
+                         {DNNL_ARG_WORKSPACE, ws}});
+    stream.wait();
+  }
+};
+
+void setTensorBytes(benchmark::State& state, i64 elements) {
+  state.counters["tensor_MB"] = double(elements) * 4e-6;
+}
+
+void BM_DirectBatchNormReluForward(benchmark::State& state) {
+  DirectBatchNormRelu d(state);
+  for (auto _ : state) d.forward();
+  setTensorBytes(state, d.rows * d.c);
+}
+
+void BM_DirectBatchNormReluBackward(benchmark::State& state) {
+  DirectBatchNormRelu d(state);
+  d.forward();
+  for (auto _ : state) d.backward();
+  setTensorBytes(state, d.rows * d.c);
+}
+
 // ---- ours ----------------------------------------------------------------------------------
+
+struct OursBatchNormRelu {
+  i64 rows, c;
+  std::vector<float> x, y, dy, dx, gamma, beta, mean, var, dgamma, dbeta;
+  ipu::kernels::fused::BatchNormForwardTraining fwd;
+  ipu::kernels::fused::BatchNormBackward bwd;
+  std::vector<unsigned char> ws;
+
+  explicit OursBatchNormRelu(const benchmark::State& state)
+      : rows(32 * state.range(0) * state.range(0)),
+        c(state.range(1)),
+        fwd(rows, c, 1e-5f, ipu::kernels::BatchNormRelu::kFused),
+        bwd(rows, c, 1e-5f, ipu::kernels::BatchNormRelu::kFused),
+        ws(fwd.workspaceBytes()) {
+    x = randomVec(rows * c, 1), dy = randomVec(rows * c, 2);
+    y.resize(rows * c), dx.resize(rows * c);
+    gamma.assign(c, 1.0f), beta.assign(c, 0.1f), mean.resize(c), var.resize(c);
+    dgamma.resize(c), dbeta.resize(c);
+  }
+  void forward() {
+    fwd.run(x.data(), gamma.data(), beta.data(), y.data(), mean.data(), var.data(), ws.data());
+  }
+  void backward() {
+    bwd.run(x.data(), dy.data(), gamma.data(), mean.data(), var.data(), dx.data(), dgamma.data(),
+            dbeta.data(), ws.data());
+  }
+};
+
+void BM_OursBatchNormReluForward(benchmark::State& state) {
+  OursBatchNormRelu o(state);
+  for (auto _ : state) o.forward();
+  setTensorBytes(state, o.rows * o.c);
+}
+
+void BM_OursBatchNormReluBackward(benchmark::State& state) {
+  OursBatchNormRelu o(state);
+  o.forward();
+  for (auto _ : state) o.backward();
+  setTensorBytes(state, o.rows * o.c);
+}
 
 void oursConvForward(benchmark::State& state, const Conv2dShape& s) {
   auto x = randomVec(s.inputElems(), 1), w = randomVec(s.weightElems(), 2);
@@ -329,6 +444,18 @@ void shortcutArgs(benchmark::internal::Benchmark* b) {
       ->UseRealTime()
       ->Unit(benchmark::kMillisecond);
 }
+// ResNet-50's batch norms at batch 32: {H=W, C}.
+void batchNormArgs(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"hw", "c"})
+      ->Args({112, 64})
+      ->Args({56, 64})
+      ->Args({56, 256})
+      ->Args({28, 512})
+      ->Args({14, 1024})
+      ->Args({7, 2048})
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+}
 void matmulArgs(benchmark::internal::Benchmark* b) {
   b->ArgNames({"m", "k", "n"})
       ->Args({2048, 1024, 1024})
@@ -352,6 +479,10 @@ BENCHMARK(BM_OursShortcutBackwardData)->Apply(shortcutArgs);
 BENCHMARK(BM_DirectShortcutBackwardData)->Apply(shortcutArgs);
 BENCHMARK(BM_OursShortcutBackwardFilter)->Apply(shortcutArgs);
 BENCHMARK(BM_DirectShortcutBackwardFilter)->Apply(shortcutArgs);
+BENCHMARK(BM_OursBatchNormReluForward)->Apply(batchNormArgs);
+BENCHMARK(BM_DirectBatchNormReluForward)->Apply(batchNormArgs);
+BENCHMARK(BM_OursBatchNormReluBackward)->Apply(batchNormArgs);
+BENCHMARK(BM_DirectBatchNormReluBackward)->Apply(batchNormArgs);
 BENCHMARK(BM_BackendMatMul)->Apply(matmulArgs);
 BENCHMARK(BM_OursMatMul)->Apply(matmulArgs);
 BENCHMARK(BM_DirectMatMul)->Apply(matmulArgs);

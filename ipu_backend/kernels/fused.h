@@ -1,6 +1,6 @@
 // Fused kernels: one host kernel per IR op over whole tensors, used by the `fused` engine.
-// oneDNN primitives for convolution, matmul, batch norm and pooling; vectorised OpenMP loops
-// for the rest (one threading runtime: the OpenMP that oneDNN itself uses).
+// oneDNN primitives for convolution, matmul, inference batch norm and pooling; vectorised OpenMP
+// loops for the rest (one threading runtime: the OpenMP that oneDNN itself uses).
 //
 // Every kernel object is built once, when the engine is prepared, from its shape: it creates
 // its oneDNN primitive(s) and allocates any scratch/workspace there, so run() allocates nothing
@@ -78,9 +78,10 @@ class MatMul {
 };
 
 // Training-mode batch norm over x viewed as [rows, C]: batch statistics (biased variance).
-// With `BatchNormRelu::kFused`, y = relu(batch norm(x)) in one pass (oneDNN's fuse_norm_relu),
-// and run() also writes `workspace` (workspaceBytes(): the ReLU mask that the fused backward
-// reads); without it, workspace is unused.
+// OpenMP loops, not oneDNN (batch_norm.cpp: a pass over memory fewer). With
+// `BatchNormRelu::kFused`, y = relu(batch norm(x)) in the same pass, and run() also writes
+// `workspace` (workspaceBytes(): the per-channel map y = x * a + b, from which the fused
+// backward recomputes the ReLU's decisions); without it, workspace is unused.
 class BatchNormForwardTraining {
  public:
   BatchNormForwardTraining(i64 rows, i64 c, float eps, BatchNormRelu relu = BatchNormRelu::kNone);
@@ -88,11 +89,22 @@ class BatchNormForwardTraining {
   void run(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* var,
            void* workspace = nullptr);
   std::size_t workspaceBytes() const;
+  // The statistics and the map y = x * a + b (affine: a[C], then b[C]) without writing y, for a
+  // consumer that applies the map itself (batchNormAddRelu).
+  void runStatistics(const float* x, const float* gamma, const float* beta, float* mean, float* var,
+                     float* affine);
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// out = relu(x * a + b + other) over [rows, C], with `affine` from runStatistics: a training
+// batch norm's normalisation, a residual add and its ReLU in one pass, bit-identical to the
+// three ops. With `reluBits` (rows * C / 8 bytes, C % 16 == 0), it also writes the ReLU's
+// decisions (out > 0) as bits for addReluBackwardBits.
+void batchNormAddRelu(const float* x, const float* affine, const float* other, float* out, i64 rows,
+                      i64 c, std::uint8_t* reluBits = nullptr);
 
 class BatchNormForwardInference {
  public:
@@ -107,8 +119,8 @@ class BatchNormForwardInference {
 };
 
 // Backward of training-mode batch norm: dx, dgamma (= sumDyXhat), dbeta (= sumDy). With
-// `BatchNormRelu::kFused`, dy is the gradient of relu(batch norm(x)) and `workspace` the mask
-// that the fused forward wrote: the ReLU backward happens inside the same pass.
+// `BatchNormRelu::kFused`, dy is the gradient of relu(batch norm(x)) and `workspace` what the
+// fused forward wrote: the ReLU backward happens inside the same pass.
 class BatchNormBackward {
  public:
   BatchNormBackward(i64 rows, i64 c, float eps, BatchNormRelu relu = BatchNormRelu::kNone);
@@ -180,6 +192,10 @@ void addRelu(const float* a, const float* b, float* y, i64 count);
 // dx = (a + b) * relu'(x) over `count` elements (same shapes): the sum of two gradients and the
 // ReLU backward that reads it in one pass (the gradient at a residual block's input).
 void addReluBackward(const float* a, const float* b, const float* x, float* dx, i64 count);
+// The same with the ReLU's decisions as bits (bit i of the little-endian words: x[i] > 0, as
+// batchNormAddRelu writes them): reads 1/32 of what x is. count % 16 == 0.
+void addReluBackwardBits(const float* a, const float* b, const std::uint8_t* reluBits, float* dx,
+                         i64 count);
 void reduce(ReduceKind kind, const ReduceShape& s, const float* x, float* y);
 void transpose(const std::vector<i64>& inDims, const std::vector<int>& perm, const float* x,
                float* y);

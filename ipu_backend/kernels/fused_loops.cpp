@@ -1,5 +1,6 @@
 // Fused elementwise / reduction / layout / loss / optimizer loops: OpenMP over contiguous
 // chunks, with the element function specialised per kind so the inner loops vectorise.
+#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -94,6 +95,28 @@ void addReluBackward(const float* a, const float* b, const float* x, float* dx, 
 #pragma omp simd
     for (i64 i = begin; i < end; ++i)  // as the unfused pair: dy * relu'(x), NaN dy stays NaN
       dx[i] = (a[i] + b[i]) * kernels::detail::unaryDerivative(UnaryKind::Relu, 1.0f, x[i]);
+  });
+}
+
+void addReluBackwardBits(const float* a, const float* b, const std::uint8_t* reluBits, float* dx,
+                         i64 count) {
+  if (count % 16 != 0)
+    throw std::invalid_argument("addReluBackwardBits: the element count must be a multiple of 16");
+  // Blocks of 16 elements: one 16-bit word of the mask each, and no two threads share a byte.
+  parallelChunks(count / 16, [&](i64 begin, i64 end) {
+    for (i64 blk = begin; blk < end; ++blk) {
+      const i64 i = blk * 16;
+      std::uint16_t bits;
+      std::memcpy(&bits, reluBits + blk * 2, sizeof bits);
+#if defined(__AVX512F__)
+      const __m512 sum = _mm512_add_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i));
+      const __m512 gate = _mm512_maskz_mov_ps(bits, _mm512_set1_ps(1.0f));
+      _mm512_storeu_ps(dx + i, _mm512_mul_ps(sum, gate));  // * 0, not a select: NaN stays NaN
+#else
+      for (int k = 0; k < 16; ++k)
+        dx[i + k] = (a[i + k] + b[i + k]) * ((bits >> k) & 1 ? 1.0f : 0.0f);
+#endif
+    }
   });
 }
 

@@ -2,6 +2,9 @@
 // convolution shapes at small batch and batched / broadcast matmuls.
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <limits>
+
 #include <string>
 
 #include "ipu_backend/kernels/fused.h"
@@ -233,6 +236,139 @@ TEST_F(Fused, BatchNorm) {
     EXPECT_TRUE(closeRel(dgamma, sumDyXhat, kTol));
     EXPECT_TRUE(closeRel(dbeta, sumDy, kTol));
   }
+}
+
+// The fused batch norm + ReLU pair against f64 sums, on shapes that span several threads, row
+// blocks and channel blocks (with a channel tail), and on activations whose mean is 1000x
+// their spread: the single-pass variance must not cancel. The backward is checked with the
+// ReLU decisions the forward's own output shows (y > 0), so a tie never decides the test;
+// what must hold is that the backward recomputes exactly those decisions.
+TEST_F(Fused, BatchNormReluTrainingAgainstDoubleSums) {
+  const std::pair<i64, i64> shapes[] = {{4099, 40}, {3000, 96}, {70000, 3}};
+  unsigned seed = 300;
+  const float eps = 1e-5f;
+  for (const float offset : {0.0f, 1000.0f}) {
+    for (const auto& [rows, c] : shapes) {
+      SCOPED_TRACE(::testing::Message() << rows << "x" << c << " offset " << offset);
+      Vec x = randomVec(rows * c, seed++, -1, 1);
+      for (float& v : x) v += offset;
+      const Vec gamma = randomVec(c, seed++, 0.5f, 1.5f), beta = randomVec(c, seed++, -0.5f, 0.5f),
+                dy = randomVec(rows * c, seed++);
+      std::vector<double> mean(c, 0.0), var(c, 0.0);
+      for (i64 i = 0; i < rows * c; ++i) mean[i % c] += x[i];
+      for (double& m : mean) m /= static_cast<double>(rows);
+      for (i64 i = 0; i < rows * c; ++i) var[i % c] += (x[i] - mean[i % c]) * (x[i] - mean[i % c]);
+      for (double& v : var) v /= static_cast<double>(rows);
+
+      Vec y(rows * c), fMean(c), fVar(c);
+      fused::BatchNormForwardTraining train(rows, c, eps, BatchNormRelu::kFused);
+      std::vector<unsigned char> workspace(train.workspaceBytes());
+      train.run(x.data(), gamma.data(), beta.data(), y.data(), fMean.data(), fVar.data(),
+                workspace.data());
+      double meanErr = 0, varErr = 0, yErr = 0;
+      for (i64 j = 0; j < c; ++j) {
+        meanErr = std::max(meanErr, std::abs(fMean[j] - mean[j]) / (1 + std::abs(mean[j])));
+        varErr = std::max(varErr, std::abs(fVar[j] - var[j]) / var[j]);
+      }
+      for (i64 i = 0; i < rows * c; ++i) {
+        const i64 j = i % c;
+        const double yRef =
+            std::max(0.0, (x[i] - mean[j]) / std::sqrt(var[j] + eps) * gamma[j] + beta[j]);
+        yErr = std::max(yErr, std::abs(y[i] - yRef));
+      }
+      EXPECT_LT(meanErr, 1e-6);
+      EXPECT_LT(varErr, 1e-5);
+      EXPECT_LT(yErr, offset == 0 ? 1e-5 : 1e-3);  // y = x * a + b: b = beta - mean * a rounds
+
+      std::vector<double> sumDy(c, 0.0), sumDyXmu(c, 0.0);
+      Vec g(rows * c);
+      for (i64 i = 0; i < rows * c; ++i) {
+        const i64 j = i % c;
+        g[i] = y[i] > 0 ? dy[i] : 0.0f;
+        sumDy[j] += g[i];
+        sumDyXmu[j] += g[i] * (x[i] - fMean[j]);
+      }
+      Vec dx(rows * c), dgamma(c), dbeta(c);
+      fused::BatchNormBackward bwd(rows, c, eps, BatchNormRelu::kFused);
+      bwd.run(x.data(), dy.data(), gamma.data(), fMean.data(), fVar.data(), dx.data(),
+              dgamma.data(), dbeta.data(), workspace.data());
+      double dxErr = 0, dxMax = 0;
+      for (i64 j = 0; j < c; ++j) {
+        const double rstd = 1 / std::sqrt(double(fVar[j]) + eps);
+        EXPECT_NEAR(dbeta[j], sumDy[j], 1e-4 * (1 + std::abs(sumDy[j])));
+        EXPECT_NEAR(dgamma[j], sumDyXmu[j] * rstd, 1e-4 * (1 + std::abs(sumDyXmu[j] * rstd)));
+      }
+      for (i64 i = 0; i < rows * c; ++i) {
+        const i64 j = i % c;
+        const double rstd = 1 / std::sqrt(double(fVar[j]) + eps), n = double(rows);
+        const double xhat = (x[i] - fMean[j]) * rstd;
+        const double ref = gamma[j] * rstd * (g[i] - sumDy[j] / n - xhat * sumDyXmu[j] * rstd / n);
+        dxErr = std::max(dxErr, std::abs(dx[i] - ref));
+        dxMax = std::max(dxMax, std::abs(ref));
+      }
+      EXPECT_LT(dxErr, 1e-5 * dxMax);
+    }
+  }
+}
+
+// batch_norm_train -> add -> relu as one pass (the engine's host fusion) is bit-identical to
+// the three kernels run one after the other, and the statistics it starts from are the
+// unfused batch norm's.
+TEST_F(Fused, BatchNormAddReluEqualsTheThreeOpsBitForBit) {
+  const std::pair<i64, i64> shapes[] = {{2 * 7 * 7, 48}, {5000, 64}, {333, 5}};
+  unsigned seed = 400;
+  for (const auto& [rows, c] : shapes) {
+    SCOPED_TRACE(::testing::Message() << rows << "x" << c);
+    const i64 n = rows * c;
+    const Vec x = randomVec(n, seed++, -2, 3), other = randomVec(n, seed++),
+              gamma = randomVec(c, seed++, 0.5f, 1.5f), beta = randomVec(c, seed++);
+    fused::BatchNormForwardTraining bn(rows, c, 1e-5f);
+    Vec y(n), sum(n), unfused(n), mean(c), var(c);
+    bn.run(x.data(), gamma.data(), beta.data(), y.data(), mean.data(), var.data());
+    fused::binaryChunk(BinaryKind::Add, y.data(), other.data(), sum.data(), n);
+    fused::unaryChunk(UnaryKind::Relu, 1.0f, sum.data(), unfused.data(), n);
+
+    Vec affine(2 * c), mean2(c), var2(c), out(n);
+    bn.runStatistics(x.data(), gamma.data(), beta.data(), mean2.data(), var2.data(), affine.data());
+    fused::batchNormAddRelu(x.data(), affine.data(), other.data(), out.data(), rows, c);
+    EXPECT_EQ(mean2, mean);
+    EXPECT_EQ(var2, var);
+    EXPECT_EQ(out, unfused);
+  }
+}
+
+// The ReLU bits batchNormAddRelu writes are out > 0, and the gradient sum + ReLU backward that
+// reads them equals the one that reads the ReLU's output, bit for bit, NaN and inf included.
+TEST_F(Fused, ReluBitsPathEqualsTheReluOutputPath) {
+  const i64 rows = 3000, c = 48, n = rows * c;
+  const Vec x = randomVec(n, 500, -2, 2), other = randomVec(n, 501),
+            affine = randomVec(2 * c, 502, -1, 1);
+  Vec out(n), outBits(n);
+  std::vector<std::uint8_t> bits(n / 8, 0xA5);
+  fused::batchNormAddRelu(x.data(), affine.data(), other.data(), out.data(), rows, c);
+  fused::batchNormAddRelu(x.data(), affine.data(), other.data(), outBits.data(), rows, c,
+                          bits.data());
+  EXPECT_EQ(outBits, out);
+  for (i64 i = 0; i < n; ++i)
+    ASSERT_EQ((bits[i / 8] >> (i % 8)) & 1, out[i] > 0 ? 1 : 0) << "element " << i;
+
+  Vec a = randomVec(n, 503), b = randomVec(n, 504);
+  a[17] = std::numeric_limits<float>::quiet_NaN();
+  a[18] = std::numeric_limits<float>::infinity();
+  a[19] = -std::numeric_limits<float>::infinity();
+  Vec viaX(n), viaBits(n);
+  fused::addReluBackward(a.data(), b.data(), out.data(), viaX.data(), n);
+  fused::addReluBackwardBits(a.data(), b.data(), bits.data(), viaBits.data(), n);
+  for (i64 i = 0; i < n; ++i) {
+    if (std::isnan(viaX[i])) {
+      ASSERT_TRUE(std::isnan(viaBits[i])) << i;
+      continue;
+    }
+    ASSERT_EQ(viaBits[i], viaX[i]) << i;
+  }
+  EXPECT_THROW(fused::batchNormAddRelu(x.data(), affine.data(), other.data(), out.data(), n / 8, 8,
+                                       bits.data()),
+               std::invalid_argument);
 }
 
 Pool2dShape pool(i64 n, i64 hw, i64 c, i64 k, i64 stride, i64 pad) {

@@ -1,0 +1,319 @@
+// f32 training-mode batch norm over x viewed as [rows, C] (channels last): the forward and the
+// backward as plain OpenMP loops, because both are memory bound and oneDNN's channels-last
+// kernels spend a pass more than the arithmetic needs:
+//   forward   one read of x for the sum and the sum of squares (shifted by the first row, so
+//             the variance does not cancel), one read of x + one write of y (fused: relu(y));
+//             oneDNN reads x once for the mean and once more for the variance.
+//   backward  one read of x and dy for sum(dy) and sum(dy * (x - mean)), one read of both +
+//             one write of dx.
+// The fused ReLU writes no mask: the forward keeps its per-channel affine map (y = x * a + b,
+// one fma) in the workspace, and the backward recomputes the ReLU's decision from x with the
+// same fma, so both passes agree on every element, ties included.
+// Partial sums: f32 over blocks of kRowBlock rows (in registers), then f64 per thread, then
+// over threads in a fixed order.
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+#include "ipu_backend/kernels/fused.h"
+#include "ipu_backend/kernels/onednn_common.h"
+
+namespace ipu::kernels::fused {
+namespace {
+
+constexpr i64 kRowBlock = 32;   // rows summed in f32 before they are added in f64
+constexpr i64 kChanBlock = 32;  // channels whose partial sums stay in registers
+constexpr i64 kParallelMin = 1 << 14;
+
+int teamSize(i64 rows, i64 c) {
+  return rows * c < kParallelMin || rows < 2 ? 1 : std::max(1, numThreads());
+}
+
+// Calls f(t, begin, end) for the contiguous row range of each of `team` threads.
+template <typename F>
+void forRowRanges(int team, i64 rows, F&& f) {
+  if (team == 1) {
+    f(0, i64{0}, rows);
+    return;
+  }
+  detail::syncThreads();
+#pragma omp parallel num_threads(team)
+  {
+    const i64 t = omp_get_thread_num(), nt = omp_get_num_threads();
+    f(static_cast<int>(t), rows * t / nt, rows * (t + 1) / nt);
+  }
+}
+
+// s[c] += sum over rows [r0, r1) of u(r, c), q[c] += sum of v(r, c), for channels [c0, c0+W):
+// the two per-element terms come from `terms(xr, gr, j, &u, &v)` on row pointers.
+template <i64 W, typename Terms>
+inline void sumBlock(i64 r0, i64 r1, i64 c, i64 c0, double* s, double* q, Terms&& terms) {
+  float su[W] = {}, sq[W] = {};
+  for (i64 r = r0; r < r1; ++r) {
+#pragma omp simd
+    for (i64 j = 0; j < W; ++j) terms(r * c + c0 + j, c0 + j, su[j], sq[j]);
+  }
+  for (i64 j = 0; j < W; ++j) {
+    s[c0 + j] += su[j];
+    q[c0 + j] += sq[j];
+  }
+}
+
+// Per-thread partial sums over the thread's rows, in blocks of kRowBlock x kChanBlock.
+template <typename Terms>
+void sumRows(i64 begin, i64 end, i64 c, double* s, double* q, Terms&& terms) {
+  std::fill(s, s + c, 0.0);
+  std::fill(q, q + c, 0.0);
+  const i64 fullBlocks = c / kChanBlock * kChanBlock;
+  for (i64 r0 = begin; r0 < end; r0 += kRowBlock) {
+    const i64 r1 = std::min(end, r0 + kRowBlock);
+    for (i64 c0 = 0; c0 < fullBlocks; c0 += kChanBlock)
+      sumBlock<kChanBlock>(r0, r1, c, c0, s, q, terms);
+    for (i64 c0 = fullBlocks; c0 < c; ++c0) sumBlock<1>(r0, r1, c, c0, s, q, terms);
+  }
+}
+
+// Calls row(r) for every row, over the team's row ranges.
+template <typename Row>
+void forEachRow(int team, i64 rows, Row&& row) {
+  forRowRanges(team, rows, [&](int, i64 begin, i64 end) {
+    for (i64 r = begin; r < end; ++r) row(r);
+  });
+}
+
+// Sums the per-thread partials (thread order: deterministic for a given team size).
+void reducePartials(const std::vector<double>& part, int team, i64 c, double* s, double* q) {
+  for (i64 j = 0; j < c; ++j) {
+    double a = 0.0, b = 0.0;
+    for (int t = 0; t < team; ++t) {
+      a += part[(2 * t) * c + j];
+      b += part[(2 * t + 1) * c + j];
+    }
+    s[j] = a;
+    q[j] = b;
+  }
+}
+
+}  // namespace
+
+struct BatchNormForwardTraining::Impl {
+  i64 rows = 0, c = 0;
+  float eps = 0.0f;
+  bool relu = false;
+  int team = 1;
+  std::vector<double> part, sum, sumSq;  // [team][2][C] partials; totals
+  std::vector<float> affine;             // a, b (unfused forward; fused: the workspace)
+};
+
+BatchNormForwardTraining::BatchNormForwardTraining(i64 rows, i64 c, float eps, BatchNormRelu relu)
+    : impl_(std::make_unique<Impl>()) {
+  if (rows < 1 || c < 1) throw std::invalid_argument("BatchNormForwardTraining: empty [rows, C]");
+  Impl& p = *impl_;
+  p.rows = rows;
+  p.c = c;
+  p.eps = eps;
+  p.relu = relu == BatchNormRelu::kFused;
+  p.team = teamSize(rows, c);
+  p.part.assign(static_cast<size_t>(2 * p.team * c), 0.0);
+  p.sum.assign(static_cast<size_t>(c), 0.0);
+  p.sumSq.assign(static_cast<size_t>(c), 0.0);
+  p.affine.assign(static_cast<size_t>(2 * c), 0.0f);
+}
+
+BatchNormForwardTraining::~BatchNormForwardTraining() = default;
+
+std::size_t BatchNormForwardTraining::workspaceBytes() const {
+  return impl_->relu ? static_cast<std::size_t>(2 * impl_->c) * sizeof(float) : 0;
+}
+
+void BatchNormForwardTraining::runStatistics(const float* x, const float* gamma, const float* beta,
+                                             float* mean, float* var, float* affine) {
+  Impl& p = *impl_;
+  const i64 rows = p.rows, c = p.c;
+  const float* shift = x;  // row 0: sums of (x - x[0]) keep E[x^2] - E[x]^2 from cancelling
+  forRowRanges(p.team, rows, [&](int t, i64 begin, i64 end) {
+    double* s = p.part.data() + (2 * t) * c;
+    sumRows(begin, end, c, s, s + c, [&](i64 i, i64 ch, float& u, float& v) {
+      const float d = x[i] - shift[ch];
+      u += d;
+      v += d * d;
+    });
+  });
+  reducePartials(p.part, p.team, c, p.sum.data(), p.sumSq.data());
+  float* a = affine;
+  float* b = affine + c;
+  for (i64 j = 0; j < c; ++j) {
+    const double m = p.sum[j] / static_cast<double>(rows);
+    const double v = std::max(0.0, p.sumSq[j] / static_cast<double>(rows) - m * m);
+    mean[j] = static_cast<float>(shift[j] + m);
+    var[j] = static_cast<float>(v);
+    a[j] = gamma[j] / std::sqrt(var[j] + p.eps);
+    b[j] = beta[j] - mean[j] * a[j];
+  }
+}
+
+void BatchNormForwardTraining::run(const float* x, const float* gamma, const float* beta, float* y,
+                                   float* mean, float* var, void* workspace) {
+  Impl& p = *impl_;
+  if (p.relu && !workspace)
+    throw std::invalid_argument("BatchNormForwardTraining with fused ReLU: no workspace given");
+  const i64 rows = p.rows, c = p.c;
+  float* a = p.relu ? static_cast<float*>(workspace) : p.affine.data();
+  const float* b = a + c;
+  runStatistics(x, gamma, beta, mean, var, a);
+  const bool relu = p.relu;
+  forEachRow(p.team, rows, [&](i64 r) {
+    const float* xr = x + r * c;
+    float* yr = y + r * c;
+    if (relu) {
+#pragma omp simd
+      for (i64 j = 0; j < c; ++j) {
+        const float z = std::fma(xr[j], a[j], b[j]);
+        yr[j] = z > 0.0f ? z : 0.0f;  // as relu(): NaN -> 0 is the mask's decision too
+      }
+    } else {
+#pragma omp simd
+      for (i64 j = 0; j < c; ++j) yr[j] = std::fma(xr[j], a[j], b[j]);
+    }
+  });
+}
+
+namespace {
+
+struct BackwardState {
+  i64 rows = 0, c = 0;
+  float eps = 0.0f;
+  bool relu = false;
+  int team = 1;
+  std::vector<double> part, sum, sumDyXmu;
+  std::vector<float> kDy, kX, kConst;  // dx = kDy * dy' + kX * (x - mean) + kConst per channel
+};
+
+}  // namespace
+
+struct BatchNormBackward::Impl : BackwardState {};
+
+BatchNormBackward::BatchNormBackward(i64 rows, i64 c, float eps, BatchNormRelu relu)
+    : impl_(std::make_unique<Impl>()) {
+  if (rows < 1 || c < 1) throw std::invalid_argument("BatchNormBackward: empty [rows, C]");
+  Impl& p = *impl_;
+  p.rows = rows;
+  p.c = c;
+  p.eps = eps;
+  p.relu = relu == BatchNormRelu::kFused;
+  p.team = teamSize(rows, c);
+  p.part.assign(static_cast<size_t>(2 * p.team * c), 0.0);
+  p.sum.assign(static_cast<size_t>(c), 0.0);
+  p.sumDyXmu.assign(static_cast<size_t>(c), 0.0);
+  p.kDy.assign(static_cast<size_t>(c), 0.0f);
+  p.kX.assign(static_cast<size_t>(c), 0.0f);
+  p.kConst.assign(static_cast<size_t>(c), 0.0f);
+}
+
+BatchNormBackward::~BatchNormBackward() = default;
+
+namespace {
+
+// The backward's two passes; kRelu: dy is the gradient of relu(x * a + b) (the fused forward's
+// map), which passed dy where x * a + b > 0 (as relu_grad: dy * 0 keeps a NaN or inf dy
+// visible to the loss scaler's overflow check).
+template <bool kRelu>
+void batchNormBackward(BackwardState& p, const float* x, const float* dy, const float* gamma,
+                       const float* mean, const float* var, float* dx, float* dgamma, float* dbeta,
+                       const float* a, const float* b) {
+  const i64 rows = p.rows, c = p.c;
+  auto gradAt = [=](i64 i, i64 ch) {
+    if constexpr (kRelu) return dy[i] * (std::fma(x[i], a[ch], b[ch]) > 0.0f ? 1.0f : 0.0f);
+    return dy[i];
+  };
+  forRowRanges(p.team, rows, [&](int t, i64 begin, i64 end) {
+    double* s = p.part.data() + (2 * t) * c;
+    sumRows(begin, end, c, s, s + c, [&](i64 i, i64 ch, float& u, float& v) {
+      const float g = gradAt(i, ch);
+      u += g;
+      v += g * (x[i] - mean[ch]);
+    });
+  });
+  reducePartials(p.part, p.team, c, p.sum.data(), p.sumDyXmu.data());
+  // dx = gamma * rstd * (g - sum(g) / n - xhat * sum(g * xhat) / n), xhat = (x - mean) * rstd,
+  // as dx = kDy * g + kX * (x - mean) + kConst.
+  const double n = static_cast<double>(rows);
+  for (i64 j = 0; j < c; ++j) {
+    const double rstd = 1.0 / std::sqrt(static_cast<double>(var[j]) + p.eps);
+    const double scale = gamma[j] * rstd;
+    const double kx = -scale * rstd * rstd * p.sumDyXmu[j] / n;
+    dbeta[j] = static_cast<float>(p.sum[j]);
+    dgamma[j] = static_cast<float>(p.sumDyXmu[j] * rstd);
+    p.kDy[j] = static_cast<float>(scale);
+    p.kX[j] = static_cast<float>(kx);
+    p.kConst[j] = static_cast<float>(-scale * p.sum[j] / n);
+  }
+  const float *kDy = p.kDy.data(), *kX = p.kX.data(), *kConst = p.kConst.data();
+  forEachRow(p.team, rows, [&](i64 r) {
+    const i64 o = r * c;
+    float* dxr = dx + o;
+#pragma omp simd
+    for (i64 j = 0; j < c; ++j)
+      dxr[j] = kDy[j] * gradAt(o + j, j) + kX[j] * (x[o + j] - mean[j]) + kConst[j];
+  });
+}
+
+}  // namespace
+
+void BatchNormBackward::run(const float* x, const float* dy, const float* gamma, const float* mean,
+                            const float* var, float* dx, float* dgamma, float* dbeta,
+                            const void* workspace) {
+  Impl& p = *impl_;
+  if (!p.relu)
+    return batchNormBackward<false>(p, x, dy, gamma, mean, var, dx, dgamma, dbeta, {}, {});
+  if (!workspace)
+    throw std::invalid_argument("BatchNormBackward with fused ReLU: no workspace given");
+  const float* a = static_cast<const float*>(workspace);
+  batchNormBackward<true>(p, x, dy, gamma, mean, var, dx, dgamma, dbeta, a, a + p.c);
+}
+
+void batchNormAddRelu(const float* x, const float* affine, const float* other, float* out, i64 rows,
+                      i64 c, std::uint8_t* reluBits) {
+  if (reluBits && c % 16 != 0)
+    throw std::invalid_argument("batchNormAddRelu: ReLU bits need C % 16 == 0");
+  const float* a = affine;
+  const float* b = affine + c;
+  forEachRow(teamSize(rows, c), rows, [&](i64 r) {
+    const i64 o = r * c;
+    if (!reluBits) {
+#pragma omp simd
+      for (i64 j = 0; j < c; ++j) {  // as the unfused ops: fma, then + other, then relu
+        const float z = std::fma(x[o + j], a[j], b[j]) + other[o + j];
+        out[o + j] = z > 0.0f ? z : 0.0f;
+      }
+      return;
+    }
+    for (i64 j = 0; j < c; j += 16) {
+#if defined(__AVX512F__)
+      const __m512 z =
+          _mm512_add_ps(_mm512_fmadd_ps(_mm512_loadu_ps(x + o + j), _mm512_loadu_ps(a + j),
+                                        _mm512_loadu_ps(b + j)),
+                        _mm512_loadu_ps(other + o + j));
+      const __mmask16 on = _mm512_cmp_ps_mask(z, _mm512_setzero_ps(), _CMP_GT_OQ);
+      _mm512_storeu_ps(out + o + j, _mm512_maskz_mov_ps(on, z));
+      const std::uint16_t bits = on;
+#else
+      std::uint16_t bits = 0;
+      for (int k = 0; k < 16; ++k) {
+        const float z = std::fma(x[o + j + k], a[j + k], b[j + k]) + other[o + j + k];
+        out[o + j + k] = z > 0.0f ? z : 0.0f;
+        bits = static_cast<std::uint16_t>(bits | (z > 0.0f ? 1u << k : 0u));
+      }
+#endif
+      std::memcpy(reluBits + (o + j) / 8, &bits, sizeof bits);
+    }
+  });
+}
+
+}  // namespace ipu::kernels::fused
