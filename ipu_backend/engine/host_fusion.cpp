@@ -22,7 +22,10 @@ std::vector<int> HostFusionPlan::inputsOf(const Op& op) const {
       return in;
     }
     case Role::kAddReluBackward:
+      if (reluBitsFrom[op.id] >= 0) return {op.inputs[0], op.inputs[1]};
       return {op.inputs[0], op.inputs[1], reluX[op.id]};
+    case Role::kAddBatchNormRelu:
+      return {normX[op.id], addOther[op.id]};
     default:
       return op.inputs;
   }
@@ -39,7 +42,10 @@ std::vector<int> HostFusionPlan::outputsOf(const Op& op) const {
     }
     case Role::kAddRelu:
     case Role::kAddReluBackward:
+    case Role::kAddBatchNormRelu:
       return {reluOut[op.id]};
+    case Role::kBatchNormStatistics:
+      return {op.outputs[1], op.outputs[2]};
     default:
       return op.outputs;
   }
@@ -53,6 +59,10 @@ HostFusionPlan planHostFusions(const Graph& g, const HostFusionOptions& options)
   p.reluX.assign(nOps, -1);
   p.reluGradIn.assign(nOps, -1);
   p.forwardOp.assign(nOps, -1);
+  p.normX.assign(nOps, -1);
+  p.addOther.assign(nOps, -1);
+  p.reluBitsFrom.assign(nOps, -1);
+  p.writesReluBits.assign(nOps, false);
   p.elided.assign(nTensors, false);
 
   const auto consumers = g.consumers();
@@ -98,12 +108,38 @@ HostFusionPlan planHostFusions(const Graph& g, const HostFusionOptions& options)
     ++p.absorbedOps;
   };
 
+  // batch_norm_train (f32) -> add (same shapes, the other operand any f32 tensor) -> relu.
+  auto fuseAddRelu = [&](const Op& bn) {
+    const int y = bn.outputs[0];
+    const Op* add = soleReader(y);
+    if (!add || !isFn(*add, OpKind::Binary, "add") || !all(*add, DType::F32) ||
+        p.role[add->id] != Role::kNone || add->inputs[0] == add->inputs[1])
+      return;
+    const Shape& s = g.tensor(y).shape;
+    const int other = add->inputs[0] == y ? add->inputs[1] : add->inputs[0];
+    const Op* relu = soleReader(add->outputs[0]);
+    if (g.tensor(other).shape != s || g.tensor(add->outputs[0]).shape != s || !relu ||
+        !isFn(*relu, OpKind::Unary, "relu") || !all(*relu, DType::F32))
+      return;
+    p.role[bn.id] = Role::kBatchNormStatistics;
+    p.role[add->id] = Role::kAddBatchNormRelu;
+    p.forwardOp[add->id] = bn.id;
+    p.normX[add->id] = bn.inputs[0];
+    p.addOther[add->id] = other;
+    p.reluOut[add->id] = relu->outputs[0];
+    p.role[relu->id] = Role::kAbsorbed;
+    p.elided[static_cast<size_t>(y)] = true;
+    p.elided[static_cast<size_t>(add->outputs[0])] = true;
+    ++p.absorbedOps;
+  };
+
   for (const Op& op : g.ops()) {  // producers come before consumers
     if (op.kind == OpKind::BatchNormTrain) {
       if (auto d = batchNormDtype(op)) fuseRelu(op, Role::kBatchNormRelu, *d);
+      if (p.role[op.id] == Role::kNone && all(op, DType::F32)) fuseAddRelu(op);
     } else if (op.kind == OpKind::BatchNormInference) {
       if (all(op, DType::F32)) fuseRelu(op, Role::kBatchNormRelu, DType::F32);
-    } else if (isFn(op, OpKind::Binary, "add")) {
+    } else if (isFn(op, OpKind::Binary, "add") && p.role[op.id] == Role::kNone) {
       const Shape& y = g.tensor(op.outputs[0]).shape;
       const DType d = dt(op.outputs[0]);
       if (!all(op, d) || g.tensor(op.inputs[0]).shape != y || g.tensor(op.inputs[1]).shape != y)
@@ -120,6 +156,14 @@ HostFusionPlan planHostFusions(const Graph& g, const HostFusionOptions& options)
       p.role[op.id] = Role::kAddReluBackward;
       p.reluOut[op.id] = grad->outputs[0];
       p.reluX[op.id] = grad->inputs[0];
+      // x is the relu output of a fused batch_norm_train -> add -> relu: read its bits.
+      const int relu = g.tensor(grad->inputs[0]).producer;
+      const int fwdAdd = relu < 0 ? -1 : g.tensor(g.op(relu).inputs[0]).producer;
+      if (fwdAdd >= 0 && p.role[static_cast<size_t>(fwdAdd)] == Role::kAddBatchNormRelu &&
+          p.reluOut[static_cast<size_t>(fwdAdd)] == grad->inputs[0] && y.back() % 16 == 0) {
+        p.reluBitsFrom[op.id] = fwdAdd;
+        p.writesReluBits[static_cast<size_t>(fwdAdd)] = true;
+      }
       p.role[grad->id] = Role::kAbsorbed;
       p.elided[static_cast<size_t>(op.outputs[0])] = true;
       ++p.absorbedOps;

@@ -8,6 +8,10 @@
 //   add -> relu                       relu(a + b) in one loop (the residual add of a block)
 //   add -> relu_grad                  (a + b) * relu'(x) in one loop (the sum of the two
 //                                     gradients at a block's input and its ReLU backward; f32)
+//   batch_norm_train -> add -> relu   the batch norm computes only its statistics; the add
+//                                     writes relu(x * a + b + other) in one pass over x and
+//                                     the other operand (a block's last batch norm, its
+//                                     residual add and output ReLU; f32)
 // The tensor between the two ops is never materialised (elided). A tensor that is a graph
 // output, or that any other op reads, keeps its pair unfused. Operands: f32; the batch-norm
 // pairs also in bf16 where the CPU has oneDNN's bf16 batch norm (`bf16BatchNorm`); add + relu
@@ -27,14 +31,26 @@ struct HostFusionPlan {
     kBatchNormReluBackward,  // batch_norm_backward reading the relu's gradient `reluGradIn`
     kAddRelu,                // add writing relu(a + b) to `reluOut`
     kAddReluBackward,        // add writing relu_grad(reluX, a + b) to `reluOut`
+    kBatchNormStatistics,    // batch_norm_train writing mean, var and its map y = x * a + b
+                             // (not y): a later kAddBatchNormRelu normalises
+    kAddBatchNormRelu,       // add writing relu(normX * a + b + addOther) to `reluOut`, the
+                             // map from its kBatchNormStatistics op `forwardOp`
     kAbsorbed,               // its work is done by another op's kernel: runs nothing
   };
   std::vector<Role> role;       // per op id
   std::vector<int> reluOut;     // per op id: kBatchNormRelu, kAddRelu, kAddReluBackward
   std::vector<int> reluX;       // per op id: kAddReluBackward: the relu_grad's x (its mask)
   std::vector<int> reluGradIn;  // per op id: kBatchNormReluBackward: the relu_grad's dy
-  std::vector<int> forwardOp;   // per op id: kBatchNormReluBackward: its kBatchNormRelu op
-  std::vector<bool> elided;     // per tensor id: never written nor read
+  std::vector<int> forwardOp;   // per op id: kBatchNormReluBackward: its kBatchNormRelu op;
+                                // kAddBatchNormRelu: its kBatchNormStatistics op
+  std::vector<int> normX;       // per op id: kAddBatchNormRelu: the batch norm's input x
+  std::vector<int> addOther;    // per op id: kAddBatchNormRelu: the add's other operand
+  // kAddReluBackward whose relu_grad's x is the output of a kAddBatchNormRelu over C % 16 == 0
+  // channels: that op also writes the ReLU's decisions as bits, which this op reads instead of
+  // x (1/32 of the bytes). reluBitsFrom: per op id, the writer (or -1); writesReluBits: per op.
+  std::vector<int> reluBitsFrom;
+  std::vector<bool> writesReluBits;
+  std::vector<bool> elided;  // per tensor id: never written nor read
   int absorbedOps = 0;
 
   // The tensors an op's kernel reads and writes under this plan (absorbed ops: none).

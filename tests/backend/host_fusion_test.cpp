@@ -25,13 +25,13 @@ namespace {
 // batch norm's output as a graph output, which must keep that pair (and its backward) unfused.
 struct Block {
   Graph g;
-  int x = -1, lr = -1, loss = -1, bn1 = -1, sum = -1;
+  int x = -1, lr = -1, loss = -1, bn1 = -1, bn2 = -1, sum = -1;
 };
 
 Block residualBlock(bool keepBnOutput, int blocks = 1) {
   Block b;
   Builder B(b.g);
-  const i64 n = 4, h = 6, w = 6, c = 8;
+  const i64 n = 4, h = 6, w = 6, c = 16;  // C % 16 == 0: the ReLU-bit path
   b.x = B.input("x", {n, h, w, c});
   b.lr = B.input("lr", {});
   const auto conv = Conv2dOptions::make(1, 1);
@@ -52,7 +52,7 @@ Block residualBlock(bool keepBnOutput, int blocks = 1) {
     const BatchNormOutputs n2 =
         B.batchNormTrain(B.conv2d(a1, w2, conv), g2, be2, 1e-5, name("bn2"));
     const int sum = B.add(n2.y, in, name("sum"));
-    if (k == 0) b.bn1 = n1.y, b.sum = sum;
+    if (k == 0) b.bn1 = n1.y, b.bn2 = n2.y, b.sum = sum;
     in = B.relu(sum, name("out"));
   }
   b.loss = B.reduceMean(B.mul(in, in), {0, 1, 2, 3}, false, "loss");
@@ -121,22 +121,52 @@ void expectFusedStepsEqualTileMode(const Block& b, int fusedOps) {
 TEST(HostFusion, ResidualBlockFusesEveryBatchNormReluAndTheResidualAdd) {
   const Block b = residualBlock(false);
   const HostFusionPlan plan = planHostFusions(b.g);
-  // bn1 + relu1, add + relu (bn2 feeds the add), relu1's backward into bn1's backward, and the
-  // loss's two gradients of `out` (out * out) summed into out's ReLU backward.
+  // bn1 + relu1; bn2's normalisation, the add and its relu in one pass (bn2 computes only its
+  // statistics); relu1's backward into bn1's backward; the loss's two gradients of `out`
+  // (out * out) summed into out's ReLU backward.
   EXPECT_EQ(plan.absorbedOps, 4);
   EXPECT_TRUE(plan.elided[static_cast<size_t>(b.bn1)]);
+  EXPECT_TRUE(plan.elided[static_cast<size_t>(b.bn2)]);
   EXPECT_TRUE(plan.elided[static_cast<size_t>(b.sum)]);
-  int forward = 0, backward = 0, addRelu = 0, addReluBackward = 0;
-  for (auto r : plan.role) {
+  int forward = 0, backward = 0, statistics = 0, addBnRelu = 0, addRelu = 0, addReluBackward = 0;
+  for (const Op& op : b.g.ops()) {
+    const auto r = plan.role[op.id];
     forward += r == HostFusionPlan::Role::kBatchNormRelu;
     backward += r == HostFusionPlan::Role::kBatchNormReluBackward;
+    statistics += r == HostFusionPlan::Role::kBatchNormStatistics;
     addRelu += r == HostFusionPlan::Role::kAddRelu;
     addReluBackward += r == HostFusionPlan::Role::kAddReluBackward;
+    if (r != HostFusionPlan::Role::kAddBatchNormRelu) continue;
+    ++addBnRelu;
+    const Op& bn = b.g.op(plan.forwardOp[op.id]);
+    EXPECT_EQ(bn.outputs[0], b.bn2);
+    EXPECT_EQ(plan.inputsOf(op), (std::vector<int>{bn.inputs[0], b.x}))
+        << "it reads bn2's input and the skip, not bn2's output";
+    EXPECT_EQ(plan.outputsOf(bn), (std::vector<int>{bn.outputs[1], bn.outputs[2]}));
   }
   EXPECT_EQ(forward, 1);
   EXPECT_EQ(backward, 1);
-  EXPECT_EQ(addRelu, 1);
+  EXPECT_EQ(statistics, 1);
+  EXPECT_EQ(addBnRelu, 1);
+  EXPECT_EQ(addRelu, 0);
   EXPECT_EQ(addReluBackward, 1);
+}
+
+// bn2's output kept as a graph output: bn2 normalises on its own, the add + relu still fuse.
+TEST(HostFusion, AKeptBatchNormOutputLeavesTheAddAndReluFused) {
+  Block b = residualBlock(false);
+  b.g.markOutput(b.bn2);
+  const HostFusionPlan plan = planHostFusions(b.g);
+  EXPECT_FALSE(plan.elided[static_cast<size_t>(b.bn2)]);
+  EXPECT_TRUE(plan.elided[static_cast<size_t>(b.sum)]);
+  int addRelu = 0, statistics = 0;
+  for (auto r : plan.role) {
+    addRelu += r == HostFusionPlan::Role::kAddRelu;
+    statistics += r == HostFusionPlan::Role::kBatchNormStatistics;
+  }
+  EXPECT_EQ(addRelu, 1);
+  EXPECT_EQ(statistics, 0);
+  EXPECT_EQ(plan.absorbedOps, 4);
 }
 
 // Two chained blocks: the gradient at the second block's input (its skip's plus its first
@@ -151,9 +181,14 @@ TEST(HostFusion, GradientSumAndReluBackwardFuseBetweenChainedBlocks) {
     if (plan.role[op.id] != HostFusionPlan::Role::kAddReluBackward) continue;
     masks.push_back(b.g.tensor(plan.reluX[op.id]).name);
     EXPECT_TRUE(plan.elided[static_cast<size_t>(op.outputs[0])]);
-    const std::vector<int> reads = plan.inputsOf(op);
-    EXPECT_EQ(reads.size(), 3u);
-    EXPECT_EQ(reads[2], plan.reluX[op.id]) << "the mask's source stays live until the fused op";
+    // Each block's output comes from a fused batch norm + add + relu, which writes its ReLU
+    // bits: the gradient reads those, not the output.
+    const int writer = plan.reluBitsFrom[op.id];
+    ASSERT_GE(writer, 0) << b.g.tensor(plan.reluX[op.id]).name;
+    EXPECT_EQ(plan.role[writer], HostFusionPlan::Role::kAddBatchNormRelu);
+    EXPECT_TRUE(plan.writesReluBits[writer]);
+    EXPECT_EQ(plan.reluOut[writer], plan.reluX[op.id]);
+    EXPECT_EQ(plan.inputsOf(op), (std::vector<int>{op.inputs[0], op.inputs[1]}));
   }
   // Backward order: the last block's output first, then the first block's.
   EXPECT_EQ(masks, (std::vector<std::string>{"out_1", "out"}));
