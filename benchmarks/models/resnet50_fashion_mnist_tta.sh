@@ -6,6 +6,7 @@
 # over the epoch budget, so a shorter budget is a complete schedule, not a truncated one.
 # Train-time augmentation: FLIP=1 flips images at random, PADDING=p translates them by up to p
 # pixels. Off by default: in a 5-epoch budget both lowered the accuracy (docs/ARCHITECTURE.md).
+# LR=x and WEIGHT_DECAY=x override the preset's SGD base learning rate and weight decay.
 # Usage: bash benchmarks/models/resnet50_fashion_mnist_tta.sh [max_epochs=5] [threads=2]
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -18,7 +19,7 @@ cat >"$WORK/config.json" <<JSON
 {"mini_train_samples": 0, "mini_eval_samples": 0, "mini_target_accuracy": 0.90,
  "eval_period": 1, "sgd_opt_learning_rate_decay_steps": $MAX_EPOCHS,
  "mini_augment_flip": $([[ "${FLIP:-0}" == 1 ]] && echo true || echo false),
- "mini_augment_padding": ${PADDING:-0}}
+ "mini_augment_padding": ${PADDING:-0}${LR:+, \"sgd_opt_base_learning_rate\": $LR}${WEIGHT_DECAY:+, \"sgd_opt_weight_decay\": $WEIGHT_DECAY}}
 JSON
 start=$(date +%s)
 set +e
