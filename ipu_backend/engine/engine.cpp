@@ -697,7 +697,10 @@ struct Engine::Impl {
           auto* bits = fusion.writesReluBits[op.id]
                            ? static_cast<std::uint8_t*>(allocateReluBits(op.id, rows * c))
                            : nullptr;
-          return [=] { fz::batchNormAddRelu(x, affine, other, y, rows, c, bits); };
+          const int otherBn = fusion.otherBn[op.id];
+          const auto* otherAffine =
+              otherBn < 0 ? nullptr : reinterpret_cast<const float*>(bnWorkspaces.at(otherBn)->p);
+          return [=] { fz::batchNormAddRelu(x, affine, other, otherAffine, y, rows, c, bits); };
         }
         if (fusion.role[op.id] == HostFusionPlan::Role::kAddReluBackward) {
           float *a = F(in(0)), *b = F(in(1)), *dx = F(fusion.reluOut[op.id]);

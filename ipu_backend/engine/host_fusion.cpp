@@ -61,6 +61,7 @@ HostFusionPlan planHostFusions(const Graph& g, const HostFusionOptions& options)
   p.forwardOp.assign(nOps, -1);
   p.normX.assign(nOps, -1);
   p.addOther.assign(nOps, -1);
+  p.otherBn.assign(nOps, -1);
   p.reluBitsFrom.assign(nOps, -1);
   p.writesReluBits.assign(nOps, false);
   p.elided.assign(nTensors, false);
@@ -126,6 +127,17 @@ HostFusionPlan planHostFusions(const Graph& g, const HostFusionOptions& options)
     p.forwardOp[add->id] = bn.id;
     p.normX[add->id] = bn.inputs[0];
     p.addOther[add->id] = other;
+    // A projection shortcut: the other operand is a second f32 batch norm's y that only this
+    // add reads; it computes only its statistics too, and the add normalises both.
+    const int otherBn = g.tensor(other).producer;
+    if (otherBn >= 0 && p.role[static_cast<size_t>(otherBn)] == Role::kNone &&
+        g.op(otherBn).kind == OpKind::BatchNormTrain && g.op(otherBn).outputs[0] == other &&
+        all(g.op(otherBn), DType::F32) && soleReader(other) == add) {
+      p.role[static_cast<size_t>(otherBn)] = Role::kBatchNormStatistics;
+      p.otherBn[add->id] = otherBn;
+      p.addOther[add->id] = g.op(otherBn).inputs[0];
+      p.elided[static_cast<size_t>(other)] = true;
+    }
     p.reluOut[add->id] = relu->outputs[0];
     p.role[relu->id] = Role::kAbsorbed;
     p.elided[static_cast<size_t>(y)] = true;

@@ -11,7 +11,8 @@
 //   batch_norm_train -> add -> relu   the batch norm computes only its statistics; the add
 //                                     writes relu(x * a + b + other) in one pass over x and
 //                                     the other operand (a block's last batch norm, its
-//                                     residual add and output ReLU; f32)
+//                                     residual add and output ReLU; f32); a projection
+//                                     shortcut's batch norm folds in the same way
 // The tensor between the two ops is never materialised (elided). A tensor that is a graph
 // output, or that any other op reads, keeps its pair unfused. Operands: f32; the batch-norm
 // pairs also in bf16 where the CPU has oneDNN's bf16 batch norm (`bf16BatchNorm`); add + relu
@@ -34,7 +35,8 @@ struct HostFusionPlan {
     kBatchNormStatistics,    // batch_norm_train writing mean, var and its map y = x * a + b
                              // (not y): a later kAddBatchNormRelu normalises
     kAddBatchNormRelu,       // add writing relu(normX * a + b + addOther) to `reluOut`, the
-                             // map from its kBatchNormStatistics op `forwardOp`
+                             // map from its kBatchNormStatistics op `forwardOp` (with
+                             // `otherBn`: + addOther * a' + b', that op's map)
     kAbsorbed,               // its work is done by another op's kernel: runs nothing
   };
   std::vector<Role> role;       // per op id
@@ -44,7 +46,10 @@ struct HostFusionPlan {
   std::vector<int> forwardOp;   // per op id: kBatchNormReluBackward: its kBatchNormRelu op;
                                 // kAddBatchNormRelu: its kBatchNormStatistics op
   std::vector<int> normX;       // per op id: kAddBatchNormRelu: the batch norm's input x
-  std::vector<int> addOther;    // per op id: kAddBatchNormRelu: the add's other operand
+  std::vector<int> addOther;    // per op id: kAddBatchNormRelu: the add's other operand (with
+                                // otherBn: that batch norm's input x)
+  std::vector<int> otherBn;     // per op id: kAddBatchNormRelu: a second kBatchNormStatistics op
+                                // whose y was the other operand (a projection shortcut), or -1
   // kAddReluBackward whose relu_grad's x is the output of a kAddBatchNormRelu over C % 16 == 0
   // channels: that op also writes the ReLU's decisions as bits, which this op reads instead of
   // x (1/32 of the bytes). reluBitsFrom: per op id, the writer (or -1); writesReluBits: per op.

@@ -278,42 +278,63 @@ void BatchNormBackward::run(const float* x, const float* dy, const float* gamma,
   batchNormBackward<true>(p, x, dy, gamma, mean, var, dx, dgamma, dbeta, a, a + p.c);
 }
 
-void batchNormAddRelu(const float* x, const float* affine, const float* other, float* out, i64 rows,
-                      i64 c, std::uint8_t* reluBits) {
-  if (reluBits && c % 16 != 0)
-    throw std::invalid_argument("batchNormAddRelu: ReLU bits need C % 16 == 0");
-  const float* a = affine;
-  const float* b = affine + c;
+namespace {
+
+// kOtherBn: other is normalised by its own map (a2, b2) before the add, as its batch norm would.
+template <bool kOtherBn>
+void batchNormAddReluRows(const float* x, const float* affine, const float* other,
+                          const float* otherAffine, float* out, i64 rows, i64 c,
+                          std::uint8_t* reluBits) {
+  const float *a = affine, *b = affine + c;
+  const float *a2 = otherAffine, *b2 = otherAffine ? otherAffine + c : nullptr;
   forEachRow(teamSize(rows, c), rows, [&](i64 r) {
     const i64 o = r * c;
     if (!reluBits) {
 #pragma omp simd
       for (i64 j = 0; j < c; ++j) {  // as the unfused ops: fma, then + other, then relu
-        const float z = std::fma(x[o + j], a[j], b[j]) + other[o + j];
+        const float y2 = kOtherBn ? std::fma(other[o + j], a2[j], b2[j]) : other[o + j];
+        const float z = std::fma(x[o + j], a[j], b[j]) + y2;
         out[o + j] = z > 0.0f ? z : 0.0f;
       }
       return;
     }
     for (i64 j = 0; j < c; j += 16) {
 #if defined(__AVX512F__)
+      __m512 y2 = _mm512_loadu_ps(other + o + j);
+      if constexpr (kOtherBn)
+        y2 = _mm512_fmadd_ps(y2, _mm512_loadu_ps(a2 + j), _mm512_loadu_ps(b2 + j));
       const __m512 z =
           _mm512_add_ps(_mm512_fmadd_ps(_mm512_loadu_ps(x + o + j), _mm512_loadu_ps(a + j),
                                         _mm512_loadu_ps(b + j)),
-                        _mm512_loadu_ps(other + o + j));
+                        y2);
       const __mmask16 on = _mm512_cmp_ps_mask(z, _mm512_setzero_ps(), _CMP_GT_OQ);
       _mm512_storeu_ps(out + o + j, _mm512_maskz_mov_ps(on, z));
       const std::uint16_t bits = on;
 #else
       std::uint16_t bits = 0;
-      for (int k = 0; k < 16; ++k) {
-        const float z = std::fma(x[o + j + k], a[j + k], b[j + k]) + other[o + j + k];
-        out[o + j + k] = z > 0.0f ? z : 0.0f;
-        bits = static_cast<std::uint16_t>(bits | (z > 0.0f ? 1u << k : 0u));
+      for (i64 k = j; k < j + 16; ++k) {
+        const float y2 = kOtherBn ? std::fma(other[o + k], a2[k], b2[k]) : other[o + k];
+        const float z = std::fma(x[o + k], a[k], b[k]) + y2;
+        out[o + k] = z > 0.0f ? z : 0.0f;
+        bits = static_cast<std::uint16_t>(bits | (z > 0.0f ? 1u << (k - j) : 0u));
       }
 #endif
       std::memcpy(reluBits + (o + j) / 8, &bits, sizeof bits);
     }
   });
+}
+
+}  // namespace
+
+void batchNormAddRelu(const float* x, const float* affine, const float* other,
+                      const float* otherAffine, float* out, i64 rows, i64 c,
+                      std::uint8_t* reluBits) {
+  if (reluBits && c % 16 != 0)
+    throw std::invalid_argument("batchNormAddRelu: ReLU bits need C % 16 == 0");
+  if (otherAffine)
+    batchNormAddReluRows<true>(x, affine, other, otherAffine, out, rows, c, reluBits);
+  else
+    batchNormAddReluRows<false>(x, affine, other, nullptr, out, rows, c, reluBits);
 }
 
 }  // namespace ipu::kernels::fused

@@ -101,10 +101,12 @@ class BatchNormForwardTraining {
 
 // out = relu(x * a + b + other) over [rows, C], with `affine` from runStatistics: a training
 // batch norm's normalisation, a residual add and its ReLU in one pass, bit-identical to the
-// three ops. With `reluBits` (rows * C / 8 bytes, C % 16 == 0), it also writes the ReLU's
-// decisions (out > 0) as bits for addReluBackwardBits.
-void batchNormAddRelu(const float* x, const float* affine, const float* other, float* out, i64 rows,
-                      i64 c, std::uint8_t* reluBits = nullptr);
+// three ops. With `otherAffine` (a', b'), other is normalised too: relu(x * a + b + (other *
+// a' + b')), a projection shortcut's batch norm. With `reluBits` (rows * C / 8 bytes,
+// C % 16 == 0), it also writes the ReLU's decisions (out > 0) as bits for addReluBackwardBits.
+void batchNormAddRelu(const float* x, const float* affine, const float* other,
+                      const float* otherAffine, float* out, i64 rows, i64 c,
+                      std::uint8_t* reluBits = nullptr);
 
 class BatchNormForwardInference {
  public:

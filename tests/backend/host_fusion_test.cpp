@@ -28,7 +28,7 @@ struct Block {
   int x = -1, lr = -1, loss = -1, bn1 = -1, bn2 = -1, sum = -1;
 };
 
-Block residualBlock(bool keepBnOutput, int blocks = 1) {
+Block residualBlock(bool keepBnOutput, int blocks = 1, bool projection = false) {
   Block b;
   Builder B(b.g);
   const i64 n = 4, h = 6, w = 6, c = 16;  // C % 16 == 0: the ReLU-bit path
@@ -51,7 +51,15 @@ Block residualBlock(bool keepBnOutput, int blocks = 1) {
     const int a1 = B.relu(n1.y, name("relu1"));
     const BatchNormOutputs n2 =
         B.batchNormTrain(B.conv2d(a1, w2, conv), g2, be2, 1e-5, name("bn2"));
-    const int sum = B.add(n2.y, in, name("sum"));
+    int skip = in;
+    if (projection) {  // the skip through a 1x1 convolution and its own batch norm
+      const int ws = B.variable(name("ws"), {c, 1, 1, c});
+      const int gs = B.variable(name("gs"), {c}), bes = B.variable(name("bes"), {c});
+      skip =
+          B.batchNormTrain(B.conv2d(in, ws, Conv2dOptions::make(1, 0)), gs, bes, 1e-5, name("bnsc"))
+              .y;
+    }
+    const int sum = B.add(n2.y, skip, name("sum"));
     if (k == 0) b.bn1 = n1.y, b.bn2 = n2.y, b.sum = sum;
     in = B.relu(sum, name("out"));
   }
@@ -195,6 +203,28 @@ TEST(HostFusion, GradientSumAndReluBackwardFuseBetweenChainedBlocks) {
   EXPECT_EQ(plan.absorbedOps, 8)
       << "2 x (bn + relu, add + relu, relu grad + bn grad, sum + relu grad)";
   expectFusedStepsEqualTileMode(b, 8);
+}
+
+// A projection shortcut's batch norm folds into the add too: both batch norms compute only
+// their statistics, the add normalises both operands; training still equals tile mode.
+TEST(HostFusion, AProjectionShortcutsBatchNormFoldsIntoTheAdd) {
+  kernels::fused::setNumThreads(2);
+  const Block b = residualBlock(false, 1, true);
+  const HostFusionPlan plan = planHostFusions(b.g);
+  int statistics = 0, adds = 0;
+  for (const Op& op : b.g.ops()) {
+    statistics += plan.role[op.id] == HostFusionPlan::Role::kBatchNormStatistics;
+    if (plan.role[op.id] != HostFusionPlan::Role::kAddBatchNormRelu) continue;
+    ++adds;
+    ASSERT_GE(plan.otherBn[op.id], 0);
+    const Op& bnsc = b.g.op(plan.otherBn[op.id]);
+    EXPECT_EQ(b.g.tensor(bnsc.outputs[0]).name, "bnsc");
+    EXPECT_TRUE(plan.elided[static_cast<size_t>(bnsc.outputs[0])]);
+    EXPECT_EQ(plan.inputsOf(op)[1], bnsc.inputs[0]) << "the add reads the shortcut conv's output";
+  }
+  EXPECT_EQ(statistics, 2);
+  EXPECT_EQ(adds, 1);
+  expectFusedStepsEqualTileMode(b, 4);
 }
 
 TEST(HostFusion, AGraphOutputBetweenTheOpsKeepsThePairUnfused) {

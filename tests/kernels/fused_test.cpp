@@ -330,10 +330,29 @@ TEST_F(Fused, BatchNormAddReluEqualsTheThreeOpsBitForBit) {
 
     Vec affine(2 * c), mean2(c), var2(c), out(n);
     bn.runStatistics(x.data(), gamma.data(), beta.data(), mean2.data(), var2.data(), affine.data());
-    fused::batchNormAddRelu(x.data(), affine.data(), other.data(), out.data(), rows, c);
+    fused::batchNormAddRelu(x.data(), affine.data(), other.data(), nullptr, out.data(), rows, c);
     EXPECT_EQ(mean2, mean);
     EXPECT_EQ(var2, var);
     EXPECT_EQ(out, unfused);
+
+    // A projection shortcut: `other` is the input of a second batch norm, normalised in the
+    // same pass.
+    const Vec xs = randomVec(n, seed++, -1, 2), gs = randomVec(c, seed++, 0.5f, 1.5f),
+              bs = randomVec(c, seed++);
+    Vec ys(n), meanS(c), varS(c), unfused2(n), affineS(2 * c), out2(n);
+    bn.run(xs.data(), gs.data(), bs.data(), ys.data(), meanS.data(), varS.data());
+    fused::binaryChunk(BinaryKind::Add, y.data(), ys.data(), sum.data(), n);
+    fused::unaryChunk(UnaryKind::Relu, 1.0f, sum.data(), unfused2.data(), n);
+    bn.runStatistics(xs.data(), gs.data(), bs.data(), meanS.data(), varS.data(), affineS.data());
+    fused::batchNormAddRelu(x.data(), affine.data(), xs.data(), affineS.data(), out2.data(), rows,
+                            c);
+    EXPECT_EQ(out2, unfused2);
+    if (c % 16 == 0) {  // the ReLU-bit path computes the same values
+      std::vector<std::uint8_t> bits(n / 8);
+      fused::batchNormAddRelu(x.data(), affine.data(), xs.data(), affineS.data(), out2.data(), rows,
+                              c, bits.data());
+      EXPECT_EQ(out2, unfused2);
+    }
   }
 }
 
@@ -345,8 +364,8 @@ TEST_F(Fused, ReluBitsPathEqualsTheReluOutputPath) {
             affine = randomVec(2 * c, 502, -1, 1);
   Vec out(n), outBits(n);
   std::vector<std::uint8_t> bits(n / 8, 0xA5);
-  fused::batchNormAddRelu(x.data(), affine.data(), other.data(), out.data(), rows, c);
-  fused::batchNormAddRelu(x.data(), affine.data(), other.data(), outBits.data(), rows, c,
+  fused::batchNormAddRelu(x.data(), affine.data(), other.data(), nullptr, out.data(), rows, c);
+  fused::batchNormAddRelu(x.data(), affine.data(), other.data(), nullptr, outBits.data(), rows, c,
                           bits.data());
   EXPECT_EQ(outBits, out);
   for (i64 i = 0; i < n; ++i)
@@ -366,8 +385,8 @@ TEST_F(Fused, ReluBitsPathEqualsTheReluOutputPath) {
     }
     ASSERT_EQ(viaBits[i], viaX[i]) << i;
   }
-  EXPECT_THROW(fused::batchNormAddRelu(x.data(), affine.data(), other.data(), out.data(), n / 8, 8,
-                                       bits.data()),
+  EXPECT_THROW(fused::batchNormAddRelu(x.data(), affine.data(), other.data(), nullptr, out.data(),
+                                       n / 8, 8, bits.data()),
                std::invalid_argument);
 }
 
