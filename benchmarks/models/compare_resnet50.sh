@@ -2,7 +2,8 @@
 # ResNet-50 training step, ours (models_bench, fused engine) vs PyTorch on the same machine in
 # the same command, 2 threads each: batch 32 at 224x224, batch 8 at 224x224, batch 32 at 32x32.
 # Prints img/s of both and the ratio (ours / PyTorch).
-#   benchmarks/models/compare_resnet50.sh [BUILD_DIR]          (default: build)
+#   benchmarks/models/compare_resnet50.sh [BUILD_DIR]          (default: build); REPS=n
+#       interleaved repetitions, CONFIGS="224 32;32 32" to select workloads
 #   benchmarks/models/compare_resnet50.sh --bf16 [BUILD_DIR]   ours bf16 vs PyTorch bf16 autocast,
 #       batch 32 and 8 at 224x224, interleaved repetitions (REPS, default 3), medians; plus our
 #       f16 step (f16 via conversion: no f16 conv kernel on CPUs) next to our f32 step
@@ -95,40 +96,61 @@ PY
   exit 0
 fi
 
-for cfg in "224 32" "224 8" "32 32"; do
-  read -r hw b <<<"$cfg"
-  echo "== ours: ${hw}x${hw} batch $b (Winograd 3x3 and direct-only)"
-  "$BENCH" --benchmark_filter="^BM_ResNet50TrainStep(DirectConv)?/hw:$hw/batch:$b/" \
-    --benchmark_out="$TMP/ours_${hw}_$b.json" \
-    --benchmark_out_format=json >/dev/null || echo "   ours failed (rc $?; out of memory?)"
-  echo "== pytorch: ${hw}x${hw} batch $b"
-  LD_PRELOAD="$JEMALLOC" MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1 \
-    /usr/bin/python3 "$ROOT/benchmarks/models/pytorch_resnet50_step.py" --hw "$hw" --batch "$b" \
-    | tee "$TMP/torch_${hw}_$b.json"
+# f32: REPS interleaved repetitions (default 1) of CONFIGS ("hw batch" pairs, ';'-separated;
+# default all three); the direct-only variant runs in the first repetition. The ratio is the
+# median of the per-repetition ratios.
+REPS="${REPS:-1}"
+IFS=';' read -r -a CONFIGS <<<"${CONFIGS:-224 32;224 8;32 32}"
+for ((r = 0; r < REPS; ++r)); do
+  for cfg in "${CONFIGS[@]}"; do
+    read -r hw b <<<"$cfg"
+    filter="^BM_ResNet50TrainStep/hw:$hw/batch:$b/"
+    ((r == 0)) && filter="^BM_ResNet50TrainStep(DirectConv)?/hw:$hw/batch:$b/"
+    echo "== ours: ${hw}x${hw} batch $b, rep $r$( ((r == 0)) && echo ' (Winograd 3x3 and direct-only)')"
+    "$BENCH" --benchmark_filter="$filter" --benchmark_out="$TMP/ours_${hw}_${b}_$r.json" \
+      --benchmark_out_format=json >/dev/null || echo "   ours failed (rc $?; out of memory?)"
+    show "$TMP/ours_${hw}_${b}_$r.json"
+    echo "== pytorch: ${hw}x${hw} batch $b, rep $r"
+    LD_PRELOAD="$JEMALLOC" MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1 \
+      /usr/bin/python3 "$ROOT/benchmarks/models/pytorch_resnet50_step.py" --hw "$hw" --batch "$b" \
+      | tee "$TMP/torch_${hw}_${b}_$r.json"
+  done
 done
 
-/usr/bin/python3 - "$TMP" <<'PY'
-import json, os, sys
-d = sys.argv[1]
+/usr/bin/python3 - "$TMP" "$REPS" "${CONFIGS[@]}" <<'PY'
+import json, statistics, sys
+d, reps, configs = sys.argv[1], int(sys.argv[2]), [tuple(map(int, c.split())) for c in sys.argv[3:]]
 print(f"{'workload':26s} {'ours img/s':>10s} {'GFLOP/s':>8s} {'peak GB':>8s} {'direct':>8s} "
       f"{'torch img/s':>11s} {'GFLOP/s':>8s} {'peak GB':>8s} {'ratio':>6s} {'direct':>6s}")
-for hw, b in ((224, 32), (224, 8), (32, 32)):
-    t = json.load(open(f"{d}/torch_{hw}_{b}.json"))
+def load(path):
     runs = {}
     try:  # a run killed for memory leaves a truncated file
-        for r in json.load(open(f"{d}/ours_{hw}_{b}.json")).get("benchmarks", []):
+        for r in json.load(open(path)).get("benchmarks", []):
             runs["direct" if "DirectConv" in r["name"] else "auto"] = r
     except (OSError, ValueError):
         pass
-    o, dc = runs.get("auto"), runs.get("direct")
-    ti = t["images_per_s"]
+    return runs
+for hw, b in configs:
+    t = [json.load(open(f"{d}/torch_{hw}_{b}_{r}.json")) for r in range(reps)]
+    o = [load(f"{d}/ours_{hw}_{b}_{r}.json").get("auto") for r in range(reps)]
+    dc = load(f"{d}/ours_{hw}_{b}_0.json").get("direct")
+    ratios = [x["images/s"] / y["images_per_s"] for x, y in zip(o, t) if x]
+    ours = [x for x in o if x]
+    mid = sorted(ours, key=lambda x: x["images/s"])[len(ours) // 2] if ours else None
+    tm = sorted(t, key=lambda x: x["images_per_s"])[len(t) // 2]
     cell = lambda r, k, f: format(r[k], f) if r else "failed"
-    print(f"{f'ResNet-50 {hw}x{hw} batch {b}':26s} {cell(o, 'images/s', '10.2f'):>10s} "
-          f"{cell(o, 'GFLOP/s', '8.1f'):>8s} {cell(o, 'peak_rss_GB', '8.2f'):>8s} "
-          f"{cell(dc, 'images/s', '8.2f'):>8s} {ti:11.2f} {t['gflops_approx']:8.1f} "
-          f"{t.get('peak_rss_gb', 0):8.2f} "
-          f"{(format(o['images/s'] / ti, '6.3f') if o else '-'):>6s} "
-          f"{(format(dc['images/s'] / ti, '6.3f') if dc else '-'):>6s}")
-print("ratio: ours (Winograd for 3x3 stride 1, the default) / PyTorch; direct: ours with direct "
-      "convolutions only / PyTorch. peak GB: peak resident memory of each process.")
+    ratio = statistics.median(ratios) if ratios else None
+    print(f"{f'ResNet-50 {hw}x{hw} batch {b}':26s} {cell(mid, 'images/s', '10.2f'):>10s} "
+          f"{cell(mid, 'GFLOP/s', '8.1f'):>8s} {cell(mid, 'peak_rss_GB', '8.2f'):>8s} "
+          f"{cell(dc, 'images/s', '8.2f'):>8s} {tm['images_per_s']:11.2f} "
+          f"{tm['gflops_approx']:8.1f} {tm.get('peak_rss_gb', 0):8.2f} "
+          f"{(format(ratio, '6.3f') if ratio else '-'):>6s} "
+          f"{(format(dc['images/s'] / t[0]['images_per_s'], '6.3f') if dc else '-'):>6s}")
+    if reps > 1:
+        print("  per repetition: " + ", ".join(
+            f"{x['images/s']:.2f} vs {y['images_per_s']:.2f}" if x else "failed"
+            for x, y in zip(o, t)))
+print(f"ratio: ours (Winograd for 3x3 stride 1, the default) / PyTorch, the median of {reps} "
+      "interleaved repetition(s); direct: ours with direct convolutions only / PyTorch (first "
+      "repetition). img/s: medians. peak GB: peak resident memory of each process.")
 PY
