@@ -250,7 +250,53 @@ void BM_DirectBatchNormReluBackward(benchmark::State& state) {
   setTensorBytes(state, d.rows * d.c);
 }
 
+// ResNet-50's stem max pool backward (3x3 stride 2 pad 1 over [32, 112, 112, 64]) as the fused
+// engine ran it before max_pool_backward.cpp: oneDNN's forward rerun for its workspace, then
+// its backward.
+ipu::kernels::Pool2dShape stemPool() {
+  ipu::kernels::Pool2dShape s;
+  s.n = 32, s.h = s.w = 112, s.c = 64, s.kh = s.kw = 3, s.strideH = s.strideW = 2;
+  s.padTop = s.padLeft = s.padBottom = s.padRight = 1;
+  return s;
+}
+
+void BM_DirectMaxPoolBackward(benchmark::State& state) {
+  const auto s = stemPool();
+  auto x = randomVec(s.inputElems(), 1), dy = randomVec(s.outputElems(), 2);
+  std::vector<float> y(s.outputElems()), dx(s.inputElems());
+  dnnl::stream stream(engine());
+  const memory::desc xd({s.n, s.c, s.h, s.w}, Dt::f32, Tag::nhwc),
+      yd({s.n, s.c, s.outH(), s.outW()}, Dt::f32, Tag::nhwc);
+  const memory::dims strides{2, 2}, kernel{3, 3}, pad{1, 1};
+  dnnl::pooling_forward::primitive_desc fpd(
+      {dnnl::prop_kind::forward_training, dnnl::algorithm::pooling_max, xd, yd, strides, kernel,
+       pad, pad},
+      engine());
+  dnnl::pooling_backward::primitive_desc bpd(
+      {dnnl::algorithm::pooling_max, xd, yd, strides, kernel, pad, pad}, engine(), fpd);
+  dnnl::pooling_forward fwd(fpd);
+  dnnl::pooling_backward bwd(bpd);
+  memory xm(xd, engine(), x.data()), ym(yd, engine(), y.data()), dym(yd, engine(), dy.data()),
+      dxm(xd, engine(), dx.data()), ws(fpd.workspace_desc(), engine());
+  for (auto _ : state) {
+    fwd.execute(stream, {{DNNL_ARG_SRC, xm}, {DNNL_ARG_DST, ym}, {DNNL_ARG_WORKSPACE, ws}});
+    bwd.execute(stream,
+                {{DNNL_ARG_DIFF_DST, dym}, {DNNL_ARG_WORKSPACE, ws}, {DNNL_ARG_DIFF_SRC, dxm}});
+    stream.wait();
+  }
+  setTensorBytes(state, s.inputElems());
+}
+
 // ---- ours ----------------------------------------------------------------------------------
+
+void BM_OursMaxPoolBackward(benchmark::State& state) {
+  const auto s = stemPool();
+  auto x = randomVec(s.inputElems(), 1), dy = randomVec(s.outputElems(), 2);
+  std::vector<float> dx(s.inputElems());
+  ipu::kernels::fused::MaxPoolBackward k(s);
+  for (auto _ : state) k.run(x.data(), dy.data(), dx.data());
+  setTensorBytes(state, s.inputElems());
+}
 
 struct OursBatchNormRelu {
   i64 rows, c;
@@ -483,6 +529,8 @@ BENCHMARK(BM_OursBatchNormReluForward)->Apply(batchNormArgs);
 BENCHMARK(BM_DirectBatchNormReluForward)->Apply(batchNormArgs);
 BENCHMARK(BM_OursBatchNormReluBackward)->Apply(batchNormArgs);
 BENCHMARK(BM_DirectBatchNormReluBackward)->Apply(batchNormArgs);
+BENCHMARK(BM_OursMaxPoolBackward)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_DirectMaxPoolBackward)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_BackendMatMul)->Apply(matmulArgs);
 BENCHMARK(BM_OursMatMul)->Apply(matmulArgs);
 BENCHMARK(BM_DirectMatMul)->Apply(matmulArgs);

@@ -146,7 +146,9 @@ class MaxPoolForward {
   std::unique_ptr<Impl> impl_;
 };
 
-// Recomputes the argmax workspace from x internally (the IR carries no opaque workspaces).
+// Recomputes each window's argmax (its first maximum, as the reference) from x: the IR carries
+// no opaque workspaces. OpenMP loops over images (max_pool_backward.cpp), not oneDNN's
+// zero-fill + scatter: dx is zeroed row by row just before its windows scatter into it.
 class MaxPoolBackward {
  public:
   explicit MaxPoolBackward(const Pool2dShape& s);

@@ -625,48 +625,6 @@ void MaxPoolForward::run(const float* x, float* y) {
   detail::waitStream();
 }
 
-struct MaxPoolBackward::Impl {
-  memory x, dy, dx;
-  Prim forward, backward;  // forward recomputes the workspace into owned y/workspace buffers
-};
-
-MaxPoolBackward::MaxPoolBackward(const Pool2dShape& s) : impl_(std::make_unique<Impl>()) {
-  detail::syncThreads();
-  const PoolDescs d = poolDescs(s);
-  const auto fwdPd = poolForwardPd(d, dnnl::prop_kind::forward_training,
-                                   dnnl::algorithm::pooling_max, detail::userScratchpadAttr());
-  dnnl::pooling_backward::desc desc(dnnl::algorithm::pooling_max, d.src, d.dst, d.strides, d.kernel,
-                                    d.padL, d.padR);
-  dnnl::pooling_backward::primitive_desc bwdPd(desc, detail::userScratchpadAttr(),
-                                               detail::cpuEngine(), fwdPd);
-  Impl& p = *impl_;
-  p.x = userMemory(d.src);
-  p.dy = userMemory(d.dst);
-  p.dx = userMemory(d.src);
-  const memory y = ownedMemory(fwdPd.dst_desc());
-  const memory ws = ownedMemory(fwdPd.workspace_desc());
-  p.forward = Prim(fwdPd, dnnl::pooling_forward(fwdPd));
-  p.forward.arg(DNNL_ARG_SRC, p.x);
-  p.forward.arg(DNNL_ARG_DST, y);
-  p.forward.arg(DNNL_ARG_WORKSPACE, ws);
-  p.backward = Prim(bwdPd, dnnl::pooling_backward(bwdPd));
-  p.backward.arg(DNNL_ARG_DIFF_DST, p.dy);
-  p.backward.arg(DNNL_ARG_WORKSPACE, ws);
-  p.backward.arg(DNNL_ARG_DIFF_SRC, p.dx);
-}
-
-MaxPoolBackward::~MaxPoolBackward() = default;
-
-void MaxPoolBackward::run(const float* x, const float* dy, float* dx) {
-  detail::syncThreads();
-  bind(impl_->x, x);
-  bind(impl_->dy, dy);
-  bind(impl_->dx, dx);
-  impl_->forward.execute();
-  impl_->backward.execute();
-  detail::waitStream();
-}
-
 struct AvgPoolForward::Impl {
   memory x, y;
   Prim pool;
