@@ -51,6 +51,8 @@ std::vector<ConvCase> convCases() {
       {"resnet3x3s2", conv(2, 14, 32, 32, 3, 2, 1)},
       {"pointwise", conv(2, 14, 32, 64, 1, 1, 0)},            // few pixels: a matmul
       {"pointwiseManyPixels", conv(2, 50, 16, 24, 1, 1, 0)},  // 5,000 pixels: a convolution
+      // 80,000 pixels: a convolution forward and for the weights, a matmul for the data gradient.
+      {"pointwiseVeryManyPixels", conv(2, 200, 8, 16, 1, 1, 0)},
       // Few output pixels: im2col + matmul (strided 1x1 onto 1x1, 3x3 on 2x2 and 4x4 images).
       {"im2colPointwiseS2", conv(4, 2, 24, 40, 1, 2, 0)},
       {"im2col3x3s2", conv(4, 2, 16, 24, 3, 2, 1)},
