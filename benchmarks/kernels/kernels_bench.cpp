@@ -237,17 +237,27 @@ void setTensorBytes(benchmark::State& state, i64 elements) {
   state.counters["tensor_MB"] = double(elements) * 4e-6;
 }
 
-void BM_DirectBatchNormReluForward(benchmark::State& state) {
-  DirectBatchNormRelu d(state);
-  for (auto _ : state) d.forward();
-  setTensorBytes(state, d.rows * d.c);
+// Batch norm + ReLU benchmarks over a kernel pair K (forward(), backward(), rows, c).
+template <typename K>
+void batchNormReluForward(benchmark::State& state) {
+  K k(state);
+  for (auto _ : state) k.forward();
+  setTensorBytes(state, k.rows * k.c);
 }
 
+template <typename K>
+void batchNormReluBackward(benchmark::State& state) {
+  K k(state);
+  k.forward();
+  for (auto _ : state) k.backward();
+  setTensorBytes(state, k.rows * k.c);
+}
+
+void BM_DirectBatchNormReluForward(benchmark::State& state) {
+  batchNormReluForward<DirectBatchNormRelu>(state);
+}
 void BM_DirectBatchNormReluBackward(benchmark::State& state) {
-  DirectBatchNormRelu d(state);
-  d.forward();
-  for (auto _ : state) d.backward();
-  setTensorBytes(state, d.rows * d.c);
+  batchNormReluBackward<DirectBatchNormRelu>(state);
 }
 
 // ResNet-50's stem max pool backward (3x3 stride 2 pad 1 over [32, 112, 112, 64]) as the fused
@@ -326,16 +336,10 @@ struct OursBatchNormRelu {
 };
 
 void BM_OursBatchNormReluForward(benchmark::State& state) {
-  OursBatchNormRelu o(state);
-  for (auto _ : state) o.forward();
-  setTensorBytes(state, o.rows * o.c);
+  batchNormReluForward<OursBatchNormRelu>(state);
 }
-
 void BM_OursBatchNormReluBackward(benchmark::State& state) {
-  OursBatchNormRelu o(state);
-  o.forward();
-  for (auto _ : state) o.backward();
-  setTensorBytes(state, o.rows * o.c);
+  batchNormReluBackward<OursBatchNormRelu>(state);
 }
 
 void oursConvForward(benchmark::State& state, const Conv2dShape& s) {

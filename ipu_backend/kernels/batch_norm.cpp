@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "ipu_backend/kernels/fused.h"
@@ -100,30 +101,36 @@ void reducePartials(const std::vector<double>& part, int team, i64 c, double* s,
   }
 }
 
-}  // namespace
-
-struct BatchNormForwardTraining::Impl {
+// What the kernels of both directions keep: the shape, the OpenMP team and the storage of the
+// two per-channel sums (forward: sum(x - x0), sum((x - x0)^2); backward: sum(dy'),
+// sum(dy' (x - mean))). Allocated once, at construction.
+struct BatchNormState {
   i64 rows = 0, c = 0;
   float eps = 0.0f;
   bool relu = false;
   int team = 1;
-  std::vector<double> part, sum, sumSq;  // [team][2][C] partials; totals
-  std::vector<float> affine;             // a, b (unfused forward; fused: the workspace)
+  std::vector<double> part, sum, sum2;  // [team][2][C] partials; the totals
+
+  void init(i64 rows_, i64 c_, float eps_, BatchNormRelu r, const char* kernel) {
+    if (rows_ < 1 || c_ < 1) throw std::invalid_argument(std::string(kernel) + ": empty [rows, C]");
+    rows = rows_, c = c_, eps = eps_, relu = r == BatchNormRelu::kFused;
+    team = teamSize(rows, c);
+    part.assign(static_cast<size_t>(2 * team * c), 0.0);
+    sum.assign(static_cast<size_t>(c), 0.0);
+    sum2.assign(static_cast<size_t>(c), 0.0);
+  }
+};
+
+}  // namespace
+
+struct BatchNormForwardTraining::Impl : BatchNormState {
+  std::vector<float> affine;  // a, b (unfused forward; fused: the workspace)
 };
 
 BatchNormForwardTraining::BatchNormForwardTraining(i64 rows, i64 c, float eps, BatchNormRelu relu)
     : impl_(std::make_unique<Impl>()) {
-  if (rows < 1 || c < 1) throw std::invalid_argument("BatchNormForwardTraining: empty [rows, C]");
-  Impl& p = *impl_;
-  p.rows = rows;
-  p.c = c;
-  p.eps = eps;
-  p.relu = relu == BatchNormRelu::kFused;
-  p.team = teamSize(rows, c);
-  p.part.assign(static_cast<size_t>(2 * p.team * c), 0.0);
-  p.sum.assign(static_cast<size_t>(c), 0.0);
-  p.sumSq.assign(static_cast<size_t>(c), 0.0);
-  p.affine.assign(static_cast<size_t>(2 * c), 0.0f);
+  impl_->init(rows, c, eps, relu, "BatchNormForwardTraining");
+  impl_->affine.assign(static_cast<size_t>(2 * c), 0.0f);
 }
 
 BatchNormForwardTraining::~BatchNormForwardTraining() = default;
@@ -145,12 +152,12 @@ void BatchNormForwardTraining::runStatistics(const float* x, const float* gamma,
       v += d * d;
     });
   });
-  reducePartials(p.part, p.team, c, p.sum.data(), p.sumSq.data());
+  reducePartials(p.part, p.team, c, p.sum.data(), p.sum2.data());
   float* a = affine;
   float* b = affine + c;
   for (i64 j = 0; j < c; ++j) {
     const double m = p.sum[j] / static_cast<double>(rows);
-    const double v = std::max(0.0, p.sumSq[j] / static_cast<double>(rows) - m * m);
+    const double v = std::max(0.0, p.sum2[j] / static_cast<double>(rows) - m * m);
     mean[j] = static_cast<float>(shift[j] + m);
     var[j] = static_cast<float>(v);
     a[j] = gamma[j] / std::sqrt(var[j] + p.eps);
@@ -186,12 +193,7 @@ void BatchNormForwardTraining::run(const float* x, const float* gamma, const flo
 
 namespace {
 
-struct BackwardState {
-  i64 rows = 0, c = 0;
-  float eps = 0.0f;
-  bool relu = false;
-  int team = 1;
-  std::vector<double> part, sum, sumDyXmu;
+struct BackwardState : BatchNormState {
   std::vector<float> kDy, kX, kConst;  // dx = kDy * dy' + kX * (x - mean) + kConst per channel
 };
 
@@ -201,16 +203,8 @@ struct BatchNormBackward::Impl : BackwardState {};
 
 BatchNormBackward::BatchNormBackward(i64 rows, i64 c, float eps, BatchNormRelu relu)
     : impl_(std::make_unique<Impl>()) {
-  if (rows < 1 || c < 1) throw std::invalid_argument("BatchNormBackward: empty [rows, C]");
   Impl& p = *impl_;
-  p.rows = rows;
-  p.c = c;
-  p.eps = eps;
-  p.relu = relu == BatchNormRelu::kFused;
-  p.team = teamSize(rows, c);
-  p.part.assign(static_cast<size_t>(2 * p.team * c), 0.0);
-  p.sum.assign(static_cast<size_t>(c), 0.0);
-  p.sumDyXmu.assign(static_cast<size_t>(c), 0.0);
+  p.init(rows, c, eps, relu, "BatchNormBackward");
   p.kDy.assign(static_cast<size_t>(c), 0.0f);
   p.kX.assign(static_cast<size_t>(c), 0.0f);
   p.kConst.assign(static_cast<size_t>(c), 0.0f);
@@ -240,16 +234,16 @@ void batchNormBackward(BackwardState& p, const float* x, const float* dy, const 
       v += g * (x[i] - mean[ch]);
     });
   });
-  reducePartials(p.part, p.team, c, p.sum.data(), p.sumDyXmu.data());
+  reducePartials(p.part, p.team, c, p.sum.data(), p.sum2.data());
   // dx = gamma * rstd * (g - sum(g) / n - xhat * sum(g * xhat) / n), xhat = (x - mean) * rstd,
   // as dx = kDy * g + kX * (x - mean) + kConst.
   const double n = static_cast<double>(rows);
   for (i64 j = 0; j < c; ++j) {
     const double rstd = 1.0 / std::sqrt(static_cast<double>(var[j]) + p.eps);
     const double scale = gamma[j] * rstd;
-    const double kx = -scale * rstd * rstd * p.sumDyXmu[j] / n;
+    const double kx = -scale * rstd * rstd * p.sum2[j] / n;
     dbeta[j] = static_cast<float>(p.sum[j]);
-    dgamma[j] = static_cast<float>(p.sumDyXmu[j] * rstd);
+    dgamma[j] = static_cast<float>(p.sum2[j] * rstd);
     p.kDy[j] = static_cast<float>(scale);
     p.kX[j] = static_cast<float>(kx);
     p.kConst[j] = static_cast<float>(-scale * p.sum[j] / n);
