@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <map>
 
@@ -99,9 +100,36 @@ std::string ImageFolderSource::describe(int64_t index) const {
   return index_.samples[index].path.string();
 }
 
+// Eval as one rect: resizing the image so its shorter side is resizeSize and cutting the
+// centre crop is the crop's rect in original coordinates scaled onto the output, so only that
+// region of a shrinking JPEG is decoded, DCT-scaled as far as the crop size allows.
+bool ImageFolderSource::evalFromRegion(std::span<const uint8_t> bytes, const std::string& name,
+                                       float* out) const {
+  const ImageHeader h = inspectImage(bytes, name);
+  const EvalGeometry g = evalGeometry(h.width, h.height, opt_.resizeSize, opt_.cropSize);
+  if (h.format != ImageFormat::kJpeg || g.resizedWidth >= h.width || g.resizedHeight >= h.height)
+    return false;
+  const double sx = static_cast<double>(h.width) / g.resizedWidth;
+  const double sy = static_cast<double>(h.height) / g.resizedHeight;
+  const double x = g.crop.x * sx, y = g.crop.y * sy, w = g.crop.width * sx, hh = g.crop.height * sy;
+  const int x0 = static_cast<int>(std::floor(x)), y0 = static_cast<int>(std::floor(y));
+  const CropRect enclosing{x0, y0, std::min(h.width, static_cast<int>(std::ceil(x + w))) - x0,
+                           std::min(h.height, static_cast<int>(std::ceil(y + hh))) - y0};
+  thread_local JpegRegion region;
+  if (!decodeJpegRegion(bytes, name, enclosing, opt_.cropSize, region)) return false;
+  thread_local cv::Mat scratch;
+  const double s = region.scale;
+  resizeRectToOutput(region.bgr, x * s - region.x0, y * s - region.y0, w * s, hh * s, opt_.cropSize,
+                     opt_.cropSize, lut_, false, scratch, out);
+  return true;
+}
+
 void ImageFolderSource::transformBytes(std::span<const uint8_t> bytes, const std::string& name,
                                        Rng& rng, float* out) const {
   if (opt_.transform == ImageTransform::kEval) {
+    if (opt_.reducedDecode && opt_.interp == Interpolation::kAntialiased &&
+        evalFromRegion(bytes, name, out))
+      return;
     const cv::Mat img = decodeImageBgr(bytes, name);
     evalTransform(img, opt_.resizeSize, opt_.cropSize, opt_.interp, lut_, out);
     return;

@@ -46,7 +46,8 @@ struct ImageFolderOptions {
   // Train: decode only the region of the JPEG the random crop needs, DCT-scaled to the smallest
   // M/8 that keeps >= cropSize pixels per crop side (libjpeg-turbo fast path, jpeg_region.h;
   // without it OpenCV's IMREAD_REDUCED_* 1/2, 1/4, 1/8). The final resize is still a shrink, so
-  // output quality is kept; the crop and flip drawn are the same either way.
+  // output quality is kept; the crop and flip drawn are the same either way. Eval (antialiased,
+  // shrinking JPEGs): the same for the centre crop's region (resize + crop as one rect).
   bool reducedDecode = true;
 };
 
@@ -67,6 +68,9 @@ class ImageFolderSource : public Source {
                       float* outNHWC) const;
 
  private:
+  // The eval transform from a decoded region of a JPEG; false where it does not apply.
+  bool evalFromRegion(std::span<const uint8_t> bytes, const std::string& name, float* out) const;
+
   ImageFolderIndex index_;
   ImageFolderOptions opt_;
   NormalizationLut lut_;
