@@ -7,7 +7,9 @@
 //   relu_grad -> batch_norm_backward  one oneDNN batch norm backward that applies that mask
 //   add -> relu                       relu(a + b) in one loop (the residual add of a block)
 //   add -> relu_grad                  (a + b) * relu'(x) in one loop (the sum of the two
-//                                     gradients at a block's input and its ReLU backward; f32)
+//                                     gradients at a block's input and its ReLU backward; f32;
+//                                     relu'(x) from the ReLU bits of the fusion below when x
+//                                     is its output)
 //   batch_norm_train -> add -> relu   the batch norm computes only its statistics; the add
 //                                     writes relu(x * a + b + other) in one pass over x and
 //                                     the other operand (a block's last batch norm, its
@@ -40,7 +42,8 @@ struct HostFusionPlan {
     kAbsorbed,               // its work is done by another op's kernel: runs nothing
   };
   std::vector<Role> role;       // per op id
-  std::vector<int> reluOut;     // per op id: kBatchNormRelu, kAddRelu, kAddReluBackward
+  std::vector<int> reluOut;     // per op id: kBatchNormRelu, kAddRelu, kAddReluBackward,
+                                // kAddBatchNormRelu
   std::vector<int> reluX;       // per op id: kAddReluBackward: the relu_grad's x (its mask)
   std::vector<int> reluGradIn;  // per op id: kBatchNormReluBackward: the relu_grad's dy
   std::vector<int> forwardOp;   // per op id: kBatchNormReluBackward: its kBatchNormRelu op;
