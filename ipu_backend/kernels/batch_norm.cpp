@@ -12,7 +12,6 @@
 // Partial sums: f32 over blocks of kRowBlock rows (in registers), then f64 per thread, then
 // over threads in a fixed order.
 #include <immintrin.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -23,36 +22,21 @@
 #include <vector>
 
 #include "ipu_backend/kernels/fused.h"
-#include "ipu_backend/kernels/onednn_common.h"
+#include "ipu_backend/kernels/parallel_ranges.h"
 
 namespace ipu::kernels::fused {
 namespace {
 
 constexpr i64 kRowBlock = 32;   // rows summed in f32 before they are added in f64
 constexpr i64 kChanBlock = 32;  // channels whose partial sums stay in registers
-constexpr i64 kParallelMin = 1 << 14;
+using detail::forThreadRanges;
 
 int teamSize(i64 rows, i64 c) {
-  return rows * c < kParallelMin || rows < 2 ? 1 : std::max(1, numThreads());
-}
-
-// Calls f(t, begin, end) for the contiguous row range of each of `team` threads.
-template <typename F>
-void forRowRanges(int team, i64 rows, F&& f) {
-  if (team == 1) {
-    f(0, i64{0}, rows);
-    return;
-  }
-  detail::syncThreads();
-#pragma omp parallel num_threads(team)
-  {
-    const i64 t = omp_get_thread_num(), nt = omp_get_num_threads();
-    f(static_cast<int>(t), rows * t / nt, rows * (t + 1) / nt);
-  }
+  return detail::teamFor(rows, rows * c);
 }
 
 // s[c] += sum over rows [r0, r1) of u(r, c), q[c] += sum of v(r, c), for channels [c0, c0+W):
-// the two per-element terms come from `terms(xr, gr, j, &u, &v)` on row pointers.
+// terms(i, ch, u, v) adds element i's (channel ch) two terms to u and v.
 template <i64 W, typename Terms>
 inline void sumBlock(i64 r0, i64 r1, i64 c, i64 c0, double* s, double* q, Terms&& terms) {
   float su[W] = {}, sq[W] = {};
@@ -83,7 +67,7 @@ void sumRows(i64 begin, i64 end, i64 c, double* s, double* q, Terms&& terms) {
 // Calls row(r) for every row, over the team's row ranges.
 template <typename Row>
 void forEachRow(int team, i64 rows, Row&& row) {
-  forRowRanges(team, rows, [&](int, i64 begin, i64 end) {
+  forThreadRanges(team, rows, [&](int, i64 begin, i64 end) {
     for (i64 r = begin; r < end; ++r) row(r);
   });
 }
@@ -144,7 +128,7 @@ void BatchNormForwardTraining::runStatistics(const float* x, const float* gamma,
   Impl& p = *impl_;
   const i64 rows = p.rows, c = p.c;
   const float* shift = x;  // row 0: sums of (x - x[0]) keep E[x^2] - E[x]^2 from cancelling
-  forRowRanges(p.team, rows, [&](int t, i64 begin, i64 end) {
+  forThreadRanges(p.team, rows, [&](int t, i64 begin, i64 end) {
     double* s = p.part.data() + (2 * t) * c;
     sumRows(begin, end, c, s, s + c, [&](i64 i, i64 ch, float& u, float& v) {
       const float d = x[i] - shift[ch];
@@ -226,7 +210,7 @@ void batchNormBackward(BackwardState& p, const float* x, const float* dy, const 
     if constexpr (kRelu) return dy[i] * (std::fma(x[i], a[ch], b[ch]) > 0.0f ? 1.0f : 0.0f);
     return dy[i];
   };
-  forRowRanges(p.team, rows, [&](int t, i64 begin, i64 end) {
+  forThreadRanges(p.team, rows, [&](int t, i64 begin, i64 end) {
     double* s = p.part.data() + (2 * t) * c;
     sumRows(begin, end, c, s, s + c, [&](i64 i, i64 ch, float& u, float& v) {
       const float g = gradAt(i, ch);

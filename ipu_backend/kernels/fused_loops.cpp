@@ -14,43 +14,25 @@
 #include "ipu_backend/kernels/elementwise_math.h"
 #include "ipu_backend/kernels/fused.h"
 #include "ipu_backend/kernels/onednn_common.h"
+#include "ipu_backend/kernels/parallel_ranges.h"
 
 namespace ipu::kernels::fused {
 namespace {
 
-// Below this many elements a parallel region costs more than it saves.
-constexpr i64 kParallelMin = 1 << 14;
-
 // Splits [0, count) into one contiguous chunk per thread and calls f(begin, end) on each.
 template <typename F>
 void parallelChunks(i64 count, F&& f) {
-  detail::syncThreads();
-  if (count < kParallelMin || numThreads() == 1) {
-    f(i64{0}, count);
-    return;
-  }
-#pragma omp parallel
-  {
-    const i64 t = omp_get_thread_num(), nt = omp_get_num_threads();
-    const i64 begin = count * t / nt, end = count * (t + 1) / nt;
+  detail::forThreadRanges(detail::teamFor(count, count), count, [&](int, i64 begin, i64 end) {
     if (begin < end) f(begin, end);
-  }
+  });
 }
 
 // Same, for a loop over `rows` independent rows of `cols` elements each.
 template <typename F>
 void parallelRows(i64 rows, i64 cols, F&& f) {
-  detail::syncThreads();
-  if (rows * cols < kParallelMin || rows == 1 || numThreads() == 1) {
-    f(i64{0}, rows);
-    return;
-  }
-#pragma omp parallel
-  {
-    const i64 t = omp_get_thread_num(), nt = omp_get_num_threads();
-    const i64 begin = rows * t / nt, end = rows * (t + 1) / nt;
+  detail::forThreadRanges(detail::teamFor(rows, rows * cols), rows, [&](int, i64 begin, i64 end) {
     if (begin < end) f(begin, end);
-  }
+  });
 }
 
 // Per-calling-thread scratch for reduction partials: grows once, then is reused.
@@ -297,7 +279,7 @@ void reduceORI(ReduceKind kind, i64 o, i64 r, i64 in, const float* x, float* y, 
   };
   const int nt = numThreads();
   const i64 total = o * r * in;
-  if (o >= nt || total < kParallelMin || nt == 1) {
+  if (o >= nt || total < detail::kParallelMin || nt == 1) {
     parallelRows(o, r * in, [&](i64 b, i64 e) {
       for (i64 ob = b; ob < e; ++ob) {
         float* acc = y + ob * in;

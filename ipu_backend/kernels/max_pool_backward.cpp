@@ -4,15 +4,13 @@
 // and the scatter hit the same cache lines (oneDNN zero-fills all of dx first, then scatters:
 // two passes over dx, plus the forward it reruns for its argmax workspace).
 #include <immintrin.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
-#include <vector>
 
 #include "ipu_backend/kernels/fused.h"
-#include "ipu_backend/kernels/onednn_common.h"
+#include "ipu_backend/kernels/parallel_ranges.h"
 
 namespace ipu::kernels::fused {
 namespace {
@@ -61,9 +59,6 @@ inline void windowBlock(const float* x, float* dx, const float* g, const i64* ce
 
 struct MaxPoolBackward::Impl {
   Pool2dShape s;
-  int team = 1;
-  std::vector<float> best;  // [team][C]
-  std::vector<float> arg;   // [team][C]: the window cell of the maximum (exact in f32)
 };
 
 MaxPoolBackward::MaxPoolBackward(const Pool2dShape& s) : impl_(std::make_unique<Impl>()) {
@@ -71,7 +66,6 @@ MaxPoolBackward::MaxPoolBackward(const Pool2dShape& s) : impl_(std::make_unique<
   p.s = s;
   if (s.kh * s.kw > 255 || s.strideH < 1 || s.strideW < 1)
     throw std::invalid_argument("MaxPoolBackward: windows over 255 cells or stride < 1");
-  p.team = static_cast<int>(std::min<i64>(std::max(1, numThreads()), s.n));
 }
 
 MaxPoolBackward::~MaxPoolBackward() = default;
@@ -112,16 +106,9 @@ void MaxPoolBackward::run(const float* x, const float* dy, float* dx) {
     }
     zeroUpTo(s.h);  // rows no window reaches
   };
-  if (p.team == 1) {
-    for (i64 n = 0; n < s.n; ++n) image(n);
-    return;
-  }
-  detail::syncThreads();
-#pragma omp parallel num_threads(p.team)
-  {
-    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    for (i64 n = s.n * t / nt; n < s.n * (t + 1) / nt; ++n) image(n);
-  }
+  detail::forThreadRanges(detail::teamFor(s.n, s.inputElems()), s.n, [&](int, i64 begin, i64 end) {
+    for (i64 n = begin; n < end; ++n) image(n);
+  });
 }
 
 }  // namespace ipu::kernels::fused
