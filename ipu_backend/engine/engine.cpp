@@ -112,22 +112,17 @@ struct Engine::Impl {
   std::vector<std::unique_ptr<AlignedBytes>> arenas;
   std::vector<std::function<void()>> fusedSteps;  // per op
   HostFusionPlan fusion;  // fused: op pairs run as one kernel (host_fusion.h)
-  std::unordered_map<int, std::shared_ptr<AlignedBytes>> bnWorkspaces;  // per fused BN forward
-  // What a fused batch norm forward leaves for its fused consumer (its backward, or the add of
-  // batch_norm_train -> add -> relu): the ReLU mask (bf16, oneDNN) or its map y = x * a + b.
-  void* allocateBnWorkspace(int forwardOp, size_t bytes) {
-    auto& m = bnWorkspaces[forwardOp];
+  // Side buffers of fused ops, per producing op id, read by a later fused op: a fused batch norm
+  // forward's ReLU mask (bf16, oneDNN) or its map y = x * a + b (for its backward, or for the
+  // add of batch_norm_train -> add -> relu), and that add's ReLU bits (for its gradient's
+  // add + relu_grad).
+  std::unordered_map<int, std::shared_ptr<AlignedBytes>> fusionBuffers;
+  void* allocateFusionBuffer(int op, size_t bytes) {
+    auto& m = fusionBuffers[op];
     m = std::make_shared<AlignedBytes>(bytes);
     return m->p;
   }
-  // The ReLU bits a fused batch_norm_train -> add -> relu writes for its gradient's fused
-  // add + relu_grad (per forward add op; 1 bit per element).
-  std::unordered_map<int, std::shared_ptr<AlignedBytes>> reluBits;
-  void* allocateReluBits(int forwardAdd, i64 elements) {
-    auto& m = reluBits[forwardAdd];
-    m = std::make_shared<AlignedBytes>(static_cast<size_t>((elements + 7) / 8));
-    return m->p;
-  }
+  std::byte* fusionBuffer(int op) const { return fusionBuffers.at(op)->p; }
   std::vector<std::vector<std::function<void()>>> vertexFns;  // per compute set
   std::vector<std::shared_ptr<void>> kernelObjects;           // keeps fused kernels alive
   std::vector<const void*> inputs;
@@ -432,7 +427,7 @@ struct Engine::Impl {
           rows, c, eps, relu ? kernels::BatchNormRelu::kFused : kernels::BatchNormRelu::kNone);
       void *x = P(in[0]), *y = P(relu ? fusion.reluOut[op.id] : out[0]);
       float *ga = Fp(in[1]), *be = Fp(in[2]), *mean = Fp(out[1]), *var = Fp(out[2]);
-      void* mask = relu ? allocateBnWorkspace(op.id, k->workspaceBytes()) : nullptr;
+      void* mask = relu ? allocateFusionBuffer(op.id, k->workspaceBytes()) : nullptr;
       return [=] { k->run(x, ga, be, y, mean, var, mask); };
     }
     if (op.kind == OpKind::BatchNormBackward && dt(in[0]) == DType::BF16 &&
@@ -444,7 +439,7 @@ struct Engine::Impl {
       void *x = P(in[0]), *dy = P(relu ? fusion.reluGradIn[op.id] : in[1]), *dx = P(out[0]);
       float *ga = Fp(in[2]), *mean = Fp(in[3]), *var = Fp(in[4]);
       float *dga = Fp(out[1]), *dbe = Fp(out[2]);
-      const void* mask = relu ? bnWorkspaces.at(fusion.forwardOp[op.id])->p : nullptr;
+      const void* mask = relu ? fusionBuffer(fusion.forwardOp[op.id]) : nullptr;
       return [=] { k->run(x, dy, ga, mean, var, dx, dga, dbe, mask); };
     }
     return {};
@@ -639,11 +634,11 @@ struct Engine::Impl {
         float *mean = F(op.outputs[1]), *var = F(op.outputs[2]);
         if (fusion.role[op.id] == HostFusionPlan::Role::kBatchNormStatistics) {
           auto* affine = static_cast<float*>(
-              allocateBnWorkspace(op.id, 2 * static_cast<size_t>(c) * sizeof(float)));
+              allocateFusionBuffer(op.id, 2 * static_cast<size_t>(c) * sizeof(float)));
           return [=] { k->runStatistics(x, ga, be, mean, var, affine); };
         }
         float* y = F(relu ? fusion.reluOut[op.id] : out);
-        void* mask = relu ? allocateBnWorkspace(op.id, k->workspaceBytes()) : nullptr;
+        void* mask = relu ? allocateFusionBuffer(op.id, k->workspaceBytes()) : nullptr;
         return [=] { k->run(x, ga, be, y, mean, var, mask); };
       }
       case OpKind::BatchNormInference: {
@@ -665,7 +660,7 @@ struct Engine::Impl {
         float *x = F(in(0)), *ga = F(in(2)), *mean = F(in(3)), *var = F(in(4));
         float* dy = F(relu ? fusion.reluGradIn[op.id] : in(1));
         float *dx = F(out), *dga = F(op.outputs[1]), *dbe = F(op.outputs[2]);
-        const void* mask = relu ? bnWorkspaces.at(fusion.forwardOp[op.id])->p : nullptr;
+        const void* mask = relu ? fusionBuffer(fusion.forwardOp[op.id]) : nullptr;
         return [=] { k->run(x, dy, ga, mean, var, dx, dga, dbe, mask); };
       }
       case OpKind::Unary: {
@@ -691,22 +686,23 @@ struct Engine::Impl {
         if (fusion.role[op.id] == HostFusionPlan::Role::kAddBatchNormRelu) {
           const int bn = fusion.forwardOp[op.id];
           const auto [rows, c] = rowsChannelsOf(g, fusion.normX[op.id]);
-          const auto* affine = reinterpret_cast<const float*>(bnWorkspaces.at(bn)->p);
+          const auto* affine = reinterpret_cast<const float*>(fusionBuffer(bn));
           float *x = F(fusion.normX[op.id]), *other = F(fusion.addOther[op.id]),
                 *y = F(fusion.reluOut[op.id]);
           auto* bits = fusion.writesReluBits[op.id]
-                           ? static_cast<std::uint8_t*>(allocateReluBits(op.id, rows * c))
+                           ? static_cast<std::uint8_t*>(allocateFusionBuffer(
+                                 op.id, static_cast<size_t>((rows * c + 7) / 8)))
                            : nullptr;
           const int otherBn = fusion.otherBn[op.id];
           const auto* otherAffine =
-              otherBn < 0 ? nullptr : reinterpret_cast<const float*>(bnWorkspaces.at(otherBn)->p);
+              otherBn < 0 ? nullptr : reinterpret_cast<const float*>(fusionBuffer(otherBn));
           return [=] { fz::batchNormAddRelu(x, affine, other, otherAffine, y, rows, c, bits); };
         }
         if (fusion.role[op.id] == HostFusionPlan::Role::kAddReluBackward) {
           float *a = F(in(0)), *b = F(in(1)), *dx = F(fusion.reluOut[op.id]);
           const i64 n = g.tensor(out).elements();
           if (const int from = fusion.reluBitsFrom[op.id]; from >= 0) {
-            const auto* bits = reinterpret_cast<const std::uint8_t*>(reluBits.at(from)->p);
+            const auto* bits = reinterpret_cast<const std::uint8_t*>(fusionBuffer(from));
             return [=] { fz::addReluBackwardBits(a, b, bits, dx, n); };
           }
           float* x = F(fusion.reluX[op.id]);
