@@ -31,10 +31,6 @@ constexpr i64 kRowBlock = 32;   // rows summed in f32 before they are added in f
 constexpr i64 kChanBlock = 32;  // channels whose partial sums stay in registers
 using detail::forThreadRanges;
 
-int teamSize(i64 rows, i64 c) {
-  return detail::teamFor(rows, rows * c);
-}
-
 // s[c] += sum over rows [r0, r1) of u(r, c), q[c] += sum of v(r, c), for channels [c0, c0+W):
 // terms(i, ch, u, v) adds element i's (channel ch) two terms to u and v.
 template <i64 W, typename Terms>
@@ -98,7 +94,7 @@ struct BatchNormState {
   void init(i64 rows_, i64 c_, float eps_, BatchNormRelu r, const char* kernel) {
     if (rows_ < 1 || c_ < 1) throw std::invalid_argument(std::string(kernel) + ": empty [rows, C]");
     rows = rows_, c = c_, eps = eps_, relu = r == BatchNormRelu::kFused;
-    team = teamSize(rows, c);
+    team = detail::teamFor(rows, rows * c);
     part.assign(static_cast<size_t>(2 * team * c), 0.0);
     sum.assign(static_cast<size_t>(c), 0.0);
     sum2.assign(static_cast<size_t>(c), 0.0);
@@ -265,7 +261,7 @@ void batchNormAddReluRows(const float* x, const float* affine, const float* othe
                           std::uint8_t* reluBits) {
   const float *a = affine, *b = affine + c;
   const float *a2 = otherAffine, *b2 = otherAffine ? otherAffine + c : nullptr;
-  forEachRow(teamSize(rows, c), rows, [&](i64 r) {
+  forEachRow(detail::teamFor(rows, rows * c), rows, [&](i64 r) {
     const i64 o = r * c;
     if (!reluBits) {
 #pragma omp simd

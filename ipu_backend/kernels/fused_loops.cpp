@@ -9,6 +9,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ipu_backend/kernels/elementwise_math.h"
@@ -19,20 +20,19 @@
 namespace ipu::kernels::fused {
 namespace {
 
-// Splits [0, count) into one contiguous chunk per thread and calls f(begin, end) on each.
-template <typename F>
-void parallelChunks(i64 count, F&& f) {
-  detail::forThreadRanges(detail::teamFor(count, count), count, [&](int, i64 begin, i64 end) {
-    if (begin < end) f(begin, end);
-  });
-}
-
-// Same, for a loop over `rows` independent rows of `cols` elements each.
+// Splits `rows` independent rows of `cols` elements each into one contiguous range per thread
+// and calls f(begin, end) on each non-empty one.
 template <typename F>
 void parallelRows(i64 rows, i64 cols, F&& f) {
   detail::forThreadRanges(detail::teamFor(rows, rows * cols), rows, [&](int, i64 begin, i64 end) {
     if (begin < end) f(begin, end);
   });
+}
+
+// Same, for `count` independent elements.
+template <typename F>
+void parallelChunks(i64 count, F&& f) {
+  parallelRows(count, 1, std::forward<F>(f));
 }
 
 // Per-calling-thread scratch for reduction partials: grows once, then is reused.
