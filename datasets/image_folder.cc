@@ -24,6 +24,14 @@ bool hidden(const fs::path& p) {
   const std::string n = p.filename().string();
   return !n.empty() && n[0] == '.';
 }
+// Resamples the rect (x, y, w, h) of the original image, decoded as `region`, to size x size:
+// scaled pixel i covers original pixels [i/s, (i+1)/s), so the rect maps exactly.
+void regionRectToOutput(const JpegRegion& region, double x, double y, double w, double h, int size,
+                        const NormalizationLut& lut, bool flip, cv::Mat& scratch, float* out) {
+  const double s = region.scale;
+  resizeRectToOutput(region.bgr, x * s - region.x0, y * s - region.y0, w * s, h * s, size, size,
+                     lut, flip, scratch, out);
+}
 }  // namespace
 
 ImageFolderIndex scanImageFolder(const fs::path& dir, CorruptPolicy emptyClassPolicy,
@@ -118,9 +126,7 @@ bool ImageFolderSource::evalFromRegion(std::span<const uint8_t> bytes, const std
   thread_local JpegRegion region;
   if (!decodeJpegRegion(bytes, name, enclosing, opt_.cropSize, region)) return false;
   thread_local cv::Mat scratch;
-  const double s = region.scale;
-  resizeRectToOutput(region.bgr, x * s - region.x0, y * s - region.y0, w * s, hh * s, opt_.cropSize,
-                     opt_.cropSize, lut_, false, scratch, out);
+  regionRectToOutput(region, x, y, w, hh, opt_.cropSize, lut_, false, scratch, out);
   return true;
 }
 
@@ -144,13 +150,12 @@ void ImageFolderSource::transformBytes(std::span<const uint8_t> bytes, const std
     // Decode only the crop's region, DCT-scaled as far as the crop size allows.
     thread_local JpegRegion region;
     if (decodeJpegRegion(bytes, name, r, opt_.cropSize, region)) {
-      const double s = region.scale;
-      if (s == 1.0) {  // unscaled: same integer crop as the full decode
+      if (region.scale == 1.0) {  // unscaled: same integer crop as the full decode
         resizeRoiToOutput(region.bgr, cv::Rect(r.x - region.x0, r.y - region.y0, r.width, r.height),
                           opt_.cropSize, opt_.cropSize, opt_.interp, lut_, flip, scratch, out);
-      } else {  // scaled pixel i covers original [i/s, (i+1)/s): map the crop exactly
-        resizeRectToOutput(region.bgr, r.x * s - region.x0, r.y * s - region.y0, r.width * s,
-                           r.height * s, opt_.cropSize, opt_.cropSize, lut_, flip, scratch, out);
+      } else {
+        regionRectToOutput(region, r.x, r.y, r.width, r.height, opt_.cropSize, lut_, flip, scratch,
+                           out);
       }
       return;
     }
