@@ -57,7 +57,7 @@ precision::PrecisionPolicy precisionPolicyOf(const PodPreset& preset);
 // A refused request; `exit_code` is what run_benchmark returns.
 class Refusal : public std::runtime_error {
  public:
-  explicit Refusal(const std::string& message, int exit_code = 1)
+  explicit Refusal(const std::string& message, int exit_code = 1 /* kExitRefused */)
       : std::runtime_error(message), exit_code_(exit_code) {}
   int exitCode() const { return exit_code_; }
 
