@@ -450,11 +450,11 @@ FULL_CONFIG = {"micro_batch_size": 2, "gradient_accumulation_steps": 2, "model_b
 POD4_CONFIG = {"micro_batch_size": 1, "gradient_accumulation_steps": 1, "model_bn_span": 1}
 
 
-def make_imagenet(root, corrupt=False, corrupt_val=False):
+def make_imagenet(root, corrupt=False, corrupt_val=False, train_per=6):
     import numpy as np
     from PIL import Image
     rng = np.random.default_rng(0)
-    for split, per in (("train", 6), ("val", 2)):
+    for split, per in (("train", train_per), ("val", 2)):
         for c, syn in enumerate(SYNSETS):
             folder = root / split / syn
             folder.mkdir(parents=True)
@@ -490,7 +490,9 @@ def imagenet_corrupt(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def imagenet_corrupt_val(tmp_path_factory):
-    return make_imagenet(tmp_path_factory.mktemp("imagenet_corrupt_val"), corrupt_val=True)
+    """One training step an epoch (4 images): these tests are about the evaluation after it."""
+    return make_imagenet(tmp_path_factory.mktemp("imagenet_corrupt_val"), corrupt_val=True,
+                         train_per=1)
 
 
 def full_run(tmp_path, data, division="open", pod="1", config=FULL_CONFIG, extra=()):
