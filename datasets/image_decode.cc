@@ -15,8 +15,8 @@ namespace datasets {
 void checkImageDimensions(uint64_t width, uint64_t height, const std::string& name,
                           const DecodeLimits& limits) {
   const char* hint =
-      "refused before decoding: a broken or malicious file (decompression bomb); remove it or "
-      "run with --on-corrupt-image skip";
+      "refused before decoding (a broken or malicious file, e.g. a decompression bomb): remove "
+      "or replace it";
   if (width == 0 || height == 0) {
     throw CorruptSampleError(
         fmt::format("{}: corrupt image: the header claims {}x{} pixels", name, width, height),
