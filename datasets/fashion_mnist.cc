@@ -46,7 +46,7 @@ std::vector<uint32_t> readHeader(const std::string& path, std::span<const uint8_
 
 }  // namespace
 
-std::vector<uint8_t> readMaybeGzip(const std::filesystem::path& path) {
+std::vector<uint8_t> readMaybeGzip(const std::filesystem::path& path, uint64_t maxBytes) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) {
     throw DatasetError(fmt::format("{}: file not found; {}", path.string(), kHint), path.string());
@@ -61,9 +61,10 @@ std::vector<uint8_t> readMaybeGzip(const std::filesystem::path& path) {
   const size_t chunk = 1 << 20;
   for (;;) {
     const size_t old = out.size();
-    if (old > kDecodeLimits.maxFileBytes) {  // a gzip bomb stops here, not at the memory's end
+    if (old > maxBytes) {  // a gzip bomb stops here, not at the memory's end
       gzclose(f);
-      checkFileBytes(old, fmt::format("{} (decompressed)", path.string()));
+      checkFileBytes(old, fmt::format("{} (decompressed)", path.string()),
+                     DecodeLimits{.maxFileBytes = maxBytes});
     }
     out.resize(old + chunk);
     const int n = gzread(f, out.data() + old, static_cast<unsigned>(chunk));

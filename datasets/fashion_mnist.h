@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "datasets/decode_limits.h"
 #include "datasets/image_dataset.h"
 
 namespace datasets {
@@ -19,8 +20,9 @@ enum class Split { kTrain, kTest };
 
 // Reads the whole file, decompressing gzip transparently (plain files are read as they are).
 // Throws DatasetError on a missing/unreadable file or a damaged gzip stream, and once the
-// decompressed bytes pass kDecodeLimits.maxFileBytes (decode_limits.h: a gzip bomb).
-std::vector<uint8_t> readMaybeGzip(const std::filesystem::path& path);
+// decompressed bytes pass `maxBytes` (decode_limits.h: a gzip bomb).
+std::vector<uint8_t> readMaybeGzip(const std::filesystem::path& path,
+                                   uint64_t maxBytes = kDecodeLimits.maxFileBytes);
 
 // IDX3 (magic 0x00000803) images -> [count, rows, cols, 1] uint8 (labels left empty). Rows and
 // cols obey kDecodeLimits (decode_limits.h), as every image decoder does.

@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <zlib.h>
 
 #include <cmath>
 #include <opencv2/imgproc.hpp>
@@ -204,6 +205,21 @@ TEST(DecodeLimits, ForgedIdxHeaderIsRefused) {
   testing::writeAll(dir.path() / "bomb-idx3-ubyte", idx);
   expectBomb(errorOf<DatasetError>([&] { readIdxImages(dir.path() / "bomb-idx3-ubyte"); }),
              "bomb-idx3-ubyte", "60000x60000");
+}
+
+TEST(DecodeLimits, GzipBombStopsAtTheLimit) {
+  TempDir dir;
+  const fs::path p = dir.path() / "bomb-idx3-ubyte.gz";
+  gzFile f = gzopen(p.c_str(), "wb9");
+  ASSERT_NE(f, nullptr);
+  const std::vector<char> zeros(1 << 20, 0);
+  for (int i = 0; i < 8; ++i) ASSERT_EQ(gzwrite(f, zeros.data(), zeros.size()), 1 << 20);
+  gzclose(f);
+  ASSERT_LT(fs::file_size(p), 64u << 10);  // 8 MiB of zeros in a few KB
+  EXPECT_EQ(readMaybeGzip(p, 8u << 20).size(), 8u << 20);
+  const std::string msg = errorOf<DatasetError>([&] { readMaybeGzip(p, 2u << 20); });
+  EXPECT_NE(msg.find("bomb-idx3-ubyte.gz (decompressed)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("above the decode limit of 2097152 bytes"), std::string::npos) << msg;
 }
 
 TEST(DecodeLimits, OversizedFileIsRefusedBeforeReading) {
