@@ -331,7 +331,7 @@ ClassifierTrainer::Accuracy ClassifierTrainer::evaluate(
       if (k < valid && batch->labels[k] < 0) {
         ++acc.skipped;
         acc.skippedFiles.push_back(
-            source->describe(pipeline.order()[batch->index * b + k]));  // eval order: in place
+            source->describe(pipeline.order()[batch->index * b + k]));  // slot k: position
       }
     }
     positions += valid;
