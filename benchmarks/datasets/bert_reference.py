@@ -192,6 +192,13 @@ def split_sentences(paragraph):
     return out
 
 
+def heading_level(line):
+    m = re.fullmatch(r"((?:= )+)\S.*?((?: =)+)", line)
+    if not m or len(m.group(1)) != len(m.group(2)):
+        return 0
+    return len(m.group(1)) // 2
+
+
 ABBREVIATIONS = {"mr", "mrs", "ms", "dr", "st", "jr", "sr", "vs", "etc", "e.g", "i.e", "no",
                  "prof", "inc", "co", "ltd"}
 
@@ -203,7 +210,13 @@ def create_training_instances(input_files, tokenizer, max_seq_length, dupe_facto
         with open(input_file, encoding="utf-8") as reader:
             for line in reader:
                 line = line.strip()
-                if not line:
+                if paragraphs:  # WikiText: " = Title = " starts an article; headings are not text
+                    level = heading_level(line)
+                    if level == 1:
+                        all_documents.append([])
+                    if level or not line:
+                        continue
+                elif not line:
                     all_documents.append([])
                     continue
                 for sentence in (split_sentences(line) if paragraphs else [line]):

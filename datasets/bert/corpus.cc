@@ -12,9 +12,24 @@
 namespace datasets::bert {
 namespace {
 
-bool isBlank(std::string_view line) {
-  return std::all_of(line.begin(), line.end(),
-                     [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v'; });
+bool isBlankChar(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v'; }
+
+bool isBlank(std::string_view line) { return std::all_of(line.begin(), line.end(), isBlankChar); }
+
+// WikiText headings: " = Title = " is level 1, " = = Section = = " level 2; 0 otherwise.
+int headingLevel(std::string_view line) {
+  while (!line.empty() && isBlankChar(line.front())) line.remove_prefix(1);
+  while (!line.empty() && isBlankChar(line.back())) line.remove_suffix(1);
+  int level = 0;
+  while (line.size() > 4 && line.front() == '=' && line.back() == '=') {
+    line.remove_prefix(1);
+    line.remove_suffix(1);
+    if (line.front() != ' ' || line.back() != ' ') return 0;
+    line.remove_prefix(1);
+    line.remove_suffix(1);
+    ++level;
+  }
+  return line.empty() ? 0 : level;
 }
 
 bool isSpaceChar(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
@@ -104,7 +119,11 @@ void appendCorpus(std::string_view bytes, const std::string& name, TextFormat fo
     const std::string_view line = bytes.substr(pos, end - pos);
     pos = end + 1;
     ++corpus.lines;
-    if (isBlank(line)) {
+    if (format == TextFormat::kParagraphPerLine) {
+      const int level = headingLevel(line);
+      if (level == 1) boundary();
+      if (level > 0 || isBlank(line)) continue;
+    } else if (isBlank(line)) {
       boundary();
       continue;
     }

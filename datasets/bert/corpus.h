@@ -12,7 +12,10 @@ namespace datasets::bert {
 
 enum class TextFormat {
   kSentencePerLine,   // the reference's input: one sentence per line, blank line ends a document
-  kParagraphPerLine,  // raw text (WikiText): one paragraph per line, split into sentences
+  // Raw text in WikiText's layout: one paragraph per line, split into sentences; blank lines
+  // separate paragraphs, not documents; a heading line " = Title = " starts a new document (an
+  // article) and headings are not text. A file without headings is one document.
+  kParagraphPerLine,
 };
 
 // Documents of sentences of token ids, stored flat.
@@ -38,8 +41,8 @@ struct Corpus {
 std::vector<std::string_view> splitSentences(std::string_view paragraph);
 
 // Parses text bytes (one file) into `corpus`; `name` is used in errors. The text must be UTF-8
-// (else DatasetError with file, line and byte offset). A document ends at a blank line and at the
-// end of each file; empty documents are counted and skipped.
+// (else DatasetError with file, line and byte offset). A document ends as the format says and at
+// the end of each file; empty documents are counted and skipped.
 void appendCorpus(std::string_view bytes, const std::string& name, TextFormat format,
                   const Tokenizer& tokenizer, Corpus& corpus);
 

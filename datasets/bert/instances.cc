@@ -71,6 +71,7 @@ class Creator {
       b_.clear();
       for (int64_t j = 0; j < aEnd; ++j) appendSentence(first + chunkBegin + j, a_);
       bool randomNext = false;
+      stats_.singleSentenceChunks += chunkSize == 1;
       if (chunkSize == 1 || rng_.uniform() < 0.5) {
         randomNext = true;
         const int64_t targetB = target - static_cast<int64_t>(a_.size());

@@ -34,6 +34,7 @@ struct Instance {
 struct InstanceStats {
   int64_t instances = 0;
   int64_t randomNext = 0;
+  int64_t singleSentenceChunks = 0;  // always random next under the reference's rule
   int64_t shortTargets = 0;  // documents given a target length below the maximum
   int64_t documentsVisited = 0;
   int64_t maskableTokens = 0;  // tokens other than [CLS]/[SEP]

@@ -44,7 +44,15 @@ std::vector<PackStrategy> packSpfhp(const std::vector<int64_t>& histogram, int m
         place(std::move(extended), room - length);
       }
     }
-    if (left > 0) place(PackStrategy{{length}, left}, maxLength - length);
+    if (left > 0) {
+      const int64_t k = std::min<int64_t>(maxPerPack, maxLength / length);
+      if (left / k > 0)
+        place(PackStrategy{std::vector<int32_t>(static_cast<size_t>(k), length), left / k},
+              maxLength - static_cast<int>(k) * length);
+      if (left % k > 0)
+        place(PackStrategy{std::vector<int32_t>(static_cast<size_t>(left % k), length), 1},
+              maxLength - static_cast<int>(left % k) * length);
+    }
   }
   for (auto& group : open)
     for (auto& s : group) closed.push_back(std::move(s));

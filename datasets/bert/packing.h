@@ -18,7 +18,9 @@ struct PackStrategy {
 
 // Shortest-pack-first histogram packing: lengths from longest to shortest; each length's
 // sequences go into the open packs with the most room that fits them (worst fit), new packs
-// opened for the rest. histogram[l] = number of sequences of length l (l = 1..maxLength).
+// opened for the rest. One change to Graphcore's version (which opens one pack per remaining
+// sequence): the sequences of one length that open new packs go min(maxPerPack, maxLength / l) to
+// a pack, so a histogram with a single short length still packs. histogram[l] = number of sequences of length l (l = 1..maxLength).
 std::vector<PackStrategy> packSpfhp(const std::vector<int64_t>& histogram, int maxLength,
                                     int maxPerPack);
 

@@ -130,10 +130,11 @@ int prepareCommand(const Options& o) {
     if (static_cast<int>(l) == o.instances.maxSeqLength) full = st.lengthHistogram[l];
   }
   const auto frac = [](int64_t a, int64_t b) { return b ? static_cast<double>(a) / static_cast<double>(b) : 0.0; };
-  fmt::print("instances: {} (dupe factor {}, max length {}, seed {}), random next {:.4f}, short targets {:.4f} of documents, "
+  fmt::print("instances: {} (dupe factor {}, max length {}, seed {}), random next {:.4f} (one-sentence chunks {:.4f}), short targets {:.4f} of documents, "
              "mean length {:.1f}, at max length {:.4f} ({:.3f} s)\n",
              st.instances, o.instances.dupeFactor, o.instances.maxSeqLength, o.instances.seed,
-             frac(st.randomNext, st.instances), frac(st.shortTargets, st.documentsVisited),
+             frac(st.randomNext, st.instances), frac(st.singleSentenceChunks, st.instances),
+             frac(st.shortTargets, st.documentsVisited),
              frac(tokensTotal, st.instances), frac(full, st.instances), instanceSeconds);
   fmt::print("masking: {:.4f} of maskable tokens (cap {}), [MASK] {:.4f} / random {:.4f} / kept {:.4f}\n",
              frac(st.masked, st.maskableTokens), o.instances.predictionsCap(),

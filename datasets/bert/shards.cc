@@ -190,8 +190,12 @@ std::vector<PackedRecord> parseShard(std::span<const uint8_t> bytes, const std::
   const size_t stride = h.recordBytes + 4ull;
   for (uint64_t i = 0; i < h.recordCount; ++i)
     records.push_back(parseShardRecord(payload.subspan(i * stride, stride), h, name, i));
-  // Records are individually intact; the payload CRC also catches reordered or swapped records.
-  if (crc(payload) != h.payloadCrc)
+  // Records are individually intact; the payload CRC (over the records without their own CRCs:
+  // a CRC over data followed by its CRC is a constant) also catches reordered records.
+  uLong all = crc32(0L, Z_NULL, 0);
+  for (uint64_t i = 0; i < h.recordCount; ++i)
+    all = crc32(all, payload.data() + i * stride, h.recordBytes);
+  if (static_cast<uint32_t>(all) != h.payloadCrc)
     throw DatasetError("shard " + name + ": payload checksum mismatch (records reordered or replaced)",
                        name);
   return records;
@@ -221,7 +225,7 @@ void ShardWriter::write(const PackedRecord& record) {
   buffer_.clear();
   encodeRecord(record, header_.layout, buffer_);
   header_.payloadCrc = static_cast<uint32_t>(
-      crc32(header_.payloadCrc, buffer_.data(), static_cast<uInt>(buffer_.size())));
+      crc32(header_.payloadCrc, buffer_.data(), static_cast<uInt>(header_.recordBytes)));
   if (std::fwrite(buffer_.data(), 1, buffer_.size(), file_) != buffer_.size())
     throw DatasetError("cannot write shard " + path_ + " (disk full?)", path_);
   ++header_.recordCount;

@@ -4,7 +4,7 @@
 // Shard file (little-endian):
 //   header, 64 bytes: magic "BERTPAK\0", u32 version (1), u32 header bytes (64),
 //     u32 max_seq_length, u32 masked_slots, u32 max_per_pack, u32 record_bytes,
-//     u64 record_count, u32 payload_crc32 (over every record and its CRC), u32 vocab_size,
+//     u64 record_count, u32 payload_crc32 (over every record, without the records' CRCs), u32 vocab_size,
 //     12 reserved zero bytes, u32 header_crc32 (over bytes 0..59);
 //   record_count x (record_bytes of fields in PackedRecord order, then u32 crc32 of them).
 // Every field is a fixed-width array, so a record is found by its index without an index table.
