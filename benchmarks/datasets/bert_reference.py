@@ -360,19 +360,20 @@ def main():
             out.write(" ".join(map(str, tokenizer.convert_tokens_to_ids(tokenizer.tokenize(line)))))
             out.write("\n")
         return 0
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     cap = args.max_predictions or int(0.15 * args.max_seq_length)
     instances, docs = create_training_instances(
         args.files, tokenizer, args.max_seq_length, args.dupe_factor, 0.1, 0.15, cap,
         random.Random(args.seed), args.paragraphs)
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     n = len(instances)
     masked = sum(len(i.masked_lm_positions) for i in instances)
     maskable = sum(len(i.tokens) - 3 for i in instances)
-    print(f"reference: {len(docs)} documents, {n} instances, random next "
+    print(f"reference: {len(docs)} documents, {sum(len(d) for d in docs)} sentences, "
+          f"{sum(len(s) for d in docs for s in d)} tokens, {n} instances, random next "
           f"{sum(i.is_random_next for i in instances) / n:.4f}, masked {masked / maskable:.4f}, "
           f"mean length {sum(len(i.tokens) for i in instances) / n:.1f}")
-    print(f"time: tokenize + instances {seconds:.3f} s")
+    print(f"time: tokenize + instances {seconds:.3f} s wall, {cpu:.3f} s CPU")
     return 0
 
 

@@ -12,9 +12,13 @@
 namespace datasets::bert {
 namespace {
 
-bool isBlankChar(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v'; }
+bool isBlankChar(char c) {
+  return c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v';
+}
 
-bool isBlank(std::string_view line) { return std::all_of(line.begin(), line.end(), isBlankChar); }
+bool isBlank(std::string_view line) {
+  return std::all_of(line.begin(), line.end(), isBlankChar);
+}
 
 // WikiText headings: " = Title = " is level 1, " = = Section = = " level 2; 0 otherwise.
 int headingLevel(std::string_view line) {
@@ -32,12 +36,14 @@ int headingLevel(std::string_view line) {
   return line.empty() ? 0 : level;
 }
 
-bool isSpaceChar(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+bool isSpaceChar(char c) {
+  return c == ' ' || c == '\t' || c == '\r' || c == '\n';
+}
 
 bool isAbbreviation(std::string_view word) {
   static constexpr std::array<std::string_view, 16> kAbbreviations = {
-      "mr", "mrs", "ms", "dr", "st", "jr", "sr", "vs", "etc", "e.g", "i.e", "no", "prof", "inc",
-      "co", "ltd"};
+      "mr",  "mrs", "ms",  "dr", "st",   "jr",  "sr", "vs",
+      "etc", "e.g", "i.e", "no", "prof", "inc", "co", "ltd"};
   if (word.size() == 1 && std::isalpha(static_cast<unsigned char>(word[0]))) return true;
   std::string lower(word);
   for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -137,7 +143,8 @@ void appendCorpus(std::string_view bytes, const std::string& name, TextFormat fo
   boundary();
 }
 
-std::vector<std::pair<std::string, std::string>> readTextInputs(const std::vector<std::string>& paths) {
+std::vector<std::pair<std::string, std::string>> readTextInputs(
+    const std::vector<std::string>& paths) {
   namespace fs = std::filesystem;
   std::vector<std::pair<std::string, std::string>> out;
   for (const auto& path : paths) {
@@ -149,8 +156,9 @@ std::vector<std::pair<std::string, std::string>> readTextInputs(const std::vecto
       if (ec) throw DatasetError("cannot list " + path + ": " + ec.message(), path);
       std::sort(files.begin(), files.end());
       if (files.empty())
-        throw DatasetError(path + ": no text files (expected files with one sentence or paragraph per line)",
-                           path);
+        throw DatasetError(
+            path + ": no text files (expected files with one sentence or paragraph per line)",
+            path);
       for (const auto& f : files) out.emplace_back(f, readFile(f));
     } else if (fs::is_regular_file(path, ec)) {
       out.emplace_back(path, readFile(path));

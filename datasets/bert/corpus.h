@@ -11,7 +11,7 @@
 namespace datasets::bert {
 
 enum class TextFormat {
-  kSentencePerLine,   // the reference's input: one sentence per line, blank line ends a document
+  kSentencePerLine,  // the reference's input: one sentence per line, blank line ends a document
   // Raw text in WikiText's layout: one paragraph per line, split into sentences; blank lines
   // separate paragraphs, not documents; a heading line " = Title = " starts a new document (an
   // article) and headings are not text. A file without headings is one document.
@@ -20,11 +20,12 @@ enum class TextFormat {
 
 // Documents of sentences of token ids, stored flat.
 struct Corpus {
-  std::vector<int32_t> tokens;                // every sentence back to back
-  std::vector<uint64_t> sentenceStart{0};     // sentence s = tokens[start[s], start[s+1])
-  std::vector<uint64_t> documentStart{0};     // document d = sentences [start[d], start[d+1])
+  std::vector<int32_t> tokens;             // every sentence back to back
+  std::vector<uint64_t> sentenceStart{0};  // sentence s = tokens[start[s], start[s+1])
+  std::vector<uint64_t> documentStart{0};  // document d = sentences [start[d], start[d+1])
   int64_t lines = 0;
-  int64_t emptyDocumentsSkipped = 0;  // blank-line runs and documents with no tokens (as the reference)
+  int64_t emptyDocumentsSkipped =
+      0;  // blank-line runs and documents with no tokens (as the reference)
   int64_t emptySentencesSkipped = 0;  // lines that tokenise to nothing (the reference drops them)
 
   int64_t documentCount() const { return static_cast<int64_t>(documentStart.size()) - 1; }
@@ -47,7 +48,8 @@ void appendCorpus(std::string_view bytes, const std::string& name, TextFormat fo
                   const Tokenizer& tokenizer, Corpus& corpus);
 
 // Reads the files (or every regular file of a directory, sorted by name) into text blobs.
-std::vector<std::pair<std::string, std::string>> readTextInputs(const std::vector<std::string>& paths);
+std::vector<std::pair<std::string, std::string>> readTextInputs(
+    const std::vector<std::string>& paths);
 
 // The embedded default corpus: WordNet's glosses and examples (Debian's wordnet-base), as text
 // with one sentence per line; consecutive synsets of one lexicographer file form a document.

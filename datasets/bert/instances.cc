@@ -38,7 +38,8 @@ class Creator {
 
  private:
   int64_t docBegin(int64_t i) const {
-    return static_cast<int64_t>(corpus_.documentStart[static_cast<size_t>(order_[static_cast<size_t>(i)])]);
+    return static_cast<int64_t>(
+        corpus_.documentStart[static_cast<size_t>(order_[static_cast<size_t>(i)])]);
   }
   int64_t docSize(int64_t i) const {
     const auto d = static_cast<size_t>(order_[static_cast<size_t>(i)]);
@@ -141,8 +142,8 @@ class Creator {
     const auto rounded = static_cast<int64_t>(std::nearbyint(n * cfg_.maskedLmProb));
     const int64_t toPredict =
         std::min<int64_t>(cfg_.predictionsCap(), std::max<int64_t>(1, rounded));
-    const auto count = static_cast<size_t>(
-        std::min<int64_t>(toPredict, static_cast<int64_t>(candidates_.size())));
+    const auto count =
+        static_cast<size_t>(std::min<int64_t>(toPredict, static_cast<int64_t>(candidates_.size())));
     // Draw in the shuffled order (as the reference), then sort by position.
     picks_.clear();
     for (size_t k = 0; k < count; ++k) {

@@ -24,9 +24,9 @@ struct InstanceConfig {
 };
 
 struct Instance {
-  std::vector<int32_t> tokens;  // [CLS] A [SEP] B [SEP], masking applied
-  int32_t segmentBStart = 0;    // first token of segment 1 (after the first [SEP])
-  bool randomNext = false;      // next_sentence_label 1
+  std::vector<int32_t> tokens;           // [CLS] A [SEP] B [SEP], masking applied
+  int32_t segmentBStart = 0;             // first token of segment 1 (after the first [SEP])
+  bool randomNext = false;               // next_sentence_label 1
   std::vector<int32_t> maskedPositions;  // sorted
   std::vector<int32_t> maskedLabels;     // original ids
 };
@@ -35,7 +35,7 @@ struct InstanceStats {
   int64_t instances = 0;
   int64_t randomNext = 0;
   int64_t singleSentenceChunks = 0;  // always random next under the reference's rule
-  int64_t shortTargets = 0;  // documents given a target length below the maximum
+  int64_t shortTargets = 0;          // documents given a target length below the maximum
   int64_t documentsVisited = 0;
   int64_t maskableTokens = 0;  // tokens other than [CLS]/[SEP]
   int64_t masked = 0;

@@ -84,7 +84,8 @@ PackingStats packingStats(const std::vector<PackStrategy>& strategies, int maxLe
 std::vector<std::vector<int32_t>> assignPacks(const std::vector<PackStrategy>& strategies,
                                               const std::vector<int32_t>& lengths) {
   std::map<int32_t, std::vector<int32_t>> byLength;  // length -> sequence indices (ascending)
-  for (size_t i = 0; i < lengths.size(); ++i) byLength[lengths[i]].push_back(static_cast<int32_t>(i));
+  for (size_t i = 0; i < lengths.size(); ++i)
+    byLength[lengths[i]].push_back(static_cast<int32_t>(i));
   std::map<int32_t, size_t> next;
   std::vector<std::vector<int32_t>> packs;
   for (const auto& s : strategies)
@@ -148,7 +149,8 @@ PackedRecord packRecord(const std::vector<const Instance*>& sequences, const Pac
       r.positions[at + t] = static_cast<uint16_t>(t);
     }
     for (size_t m = 0; m < s.maskedPositions.size(); ++m, ++slot) {
-      r.maskedPositions[slot] = static_cast<uint16_t>(at + static_cast<size_t>(s.maskedPositions[m]));
+      r.maskedPositions[slot] =
+          static_cast<uint16_t>(at + static_cast<size_t>(s.maskedPositions[m]));
       r.maskedIds[slot] = s.maskedLabels[m];
       r.maskedWeights[slot] = index;
     }

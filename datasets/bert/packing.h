@@ -20,7 +20,8 @@ struct PackStrategy {
 // sequences go into the open packs with the most room that fits them (worst fit), new packs
 // opened for the rest. One change to Graphcore's version (which opens one pack per remaining
 // sequence): the sequences of one length that open new packs go min(maxPerPack, maxLength / l) to
-// a pack, so a histogram with a single short length still packs. histogram[l] = number of sequences of length l (l = 1..maxLength).
+// a pack, so a histogram with a single short length still packs. histogram[l] = number of sequences
+// of length l (l = 1..maxLength).
 std::vector<PackStrategy> packSpfhp(const std::vector<int64_t>& histogram, int maxLength,
                                     int maxPerPack);
 
@@ -47,16 +48,16 @@ struct PackedLayout {
 
 // One packed record. Index 0 in inputMask / maskedWeights means padding; sequences are 1..k.
 struct PackedRecord {
-  std::vector<int32_t> inputIds;         // maxSeqLength
-  std::vector<uint8_t> inputMask;        // sequence index per token, 0 = pad
-  std::vector<uint8_t> segmentIds;       // 0 for [CLS] A [SEP], 1 for B [SEP]
-  std::vector<uint16_t> positions;       // restart at 0 for each sequence
-  std::vector<uint16_t> maskedPositions; // maskedSlots, the pack's masked tokens first
-  std::vector<int32_t> maskedIds;        // original ids (labels)
-  std::vector<uint8_t> maskedWeights;    // sequence index of the slot, 0 = unused
-  std::vector<uint16_t> clsPositions;    // maxPerPack: where each sequence's [CLS] is
-  std::vector<uint8_t> nspLabels;        // maxPerPack: 1 = random next
-  std::vector<uint8_t> nspWeights;       // maxPerPack: 1 = a sequence is there
+  std::vector<int32_t> inputIds;          // maxSeqLength
+  std::vector<uint8_t> inputMask;         // sequence index per token, 0 = pad
+  std::vector<uint8_t> segmentIds;        // 0 for [CLS] A [SEP], 1 for B [SEP]
+  std::vector<uint16_t> positions;        // restart at 0 for each sequence
+  std::vector<uint16_t> maskedPositions;  // maskedSlots, the pack's masked tokens first
+  std::vector<int32_t> maskedIds;         // original ids (labels)
+  std::vector<uint8_t> maskedWeights;     // sequence index of the slot, 0 = unused
+  std::vector<uint16_t> clsPositions;     // maxPerPack: where each sequence's [CLS] is
+  std::vector<uint8_t> nspLabels;         // maxPerPack: 1 = random next
+  std::vector<uint8_t> nspWeights;        // maxPerPack: 1 = a sequence is there
 
   explicit PackedRecord(const PackedLayout& layout = {});
   bool operator==(const PackedRecord&) const = default;

@@ -3,11 +3,12 @@
 //   prepare_bert_data tokenize --vocab FILE TEXT_FILE   (one line of ids per input line)
 // Without --input: WordNet's glosses (wordnet-base). Without --vocab: a vocabulary is trained on
 // the input (VocabTrainer) and written to DIR/vocab.txt.
-#include <CLI/CLI.hpp>
 #include <fmt/core.h>
+#include <CLI/CLI.hpp>
 
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -27,7 +28,13 @@ namespace bert = datasets::bert;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+// CPU seconds of this process: the figure to compare per core on a shared machine.
+double cpuSeconds() {
+  return static_cast<double>(std::clock()) / CLOCKS_PER_SEC;
+}
 
 int tokenizeCommand(const std::string& vocabPath, const std::string& file) {
   const bert::Vocab vocab = bert::Vocab::load(vocabPath);
@@ -74,7 +81,8 @@ int prepareCommand(const Options& o) {
   bert::TextFormat format = o.format == "paragraphs" ? bert::TextFormat::kParagraphPerLine
                                                      : bert::TextFormat::kSentencePerLine;
   if (o.inputs.empty()) {
-    inputs.emplace_back(std::string(bert::kWordnetDir) + " (WordNet glosses)", bert::wordnetCorpusText());
+    inputs.emplace_back(std::string(bert::kWordnetDir) + " (WordNet glosses)",
+                        bert::wordnetCorpusText());
     format = bert::TextFormat::kSentencePerLine;
   } else {
     inputs = bert::readTextInputs(o.inputs);
@@ -111,14 +119,17 @@ int prepareCommand(const Options& o) {
                trainer.distinctWords(), path, vocab->size(), since(t));
   }
   // Tokenise.
+  const double cpuStart = cpuSeconds();
   auto t = Clock::now();
   const bert::Tokenizer tokenizer(*vocab);
   bert::Corpus corpus;
   for (const auto& [name, text] : inputs) bert::appendCorpus(text, name, format, tokenizer, corpus);
   const double tokenizeSeconds = since(t);
-  fmt::print("corpus: {} lines, {} documents, {} sentences, {} tokens; skipped {} empty documents, {} empty sentences ({:.3f} s)\n",
-             corpus.lines, corpus.documentCount(), corpus.sentenceCount(), corpus.tokens.size(),
-             corpus.emptyDocumentsSkipped, corpus.emptySentencesSkipped, tokenizeSeconds);
+  fmt::print(
+      "corpus: {} lines, {} documents, {} sentences, {} tokens; skipped {} empty documents, {} "
+      "empty sentences ({:.3f} s)\n",
+      corpus.lines, corpus.documentCount(), corpus.sentenceCount(), corpus.tokens.size(),
+      corpus.emptyDocumentsSkipped, corpus.emptySentencesSkipped, tokenizeSeconds);
   // Instances.
   t = Clock::now();
   bert::InstanceStats st;
@@ -129,18 +140,24 @@ int prepareCommand(const Options& o) {
     tokensTotal += static_cast<int64_t>(l) * st.lengthHistogram[l];
     if (static_cast<int>(l) == o.instances.maxSeqLength) full = st.lengthHistogram[l];
   }
-  const auto frac = [](int64_t a, int64_t b) { return b ? static_cast<double>(a) / static_cast<double>(b) : 0.0; };
-  fmt::print("instances: {} (dupe factor {}, max length {}, seed {}), random next {:.4f} (one-sentence chunks {:.4f}), short targets {:.4f} of documents, "
-             "mean length {:.1f}, at max length {:.4f} ({:.3f} s)\n",
-             st.instances, o.instances.dupeFactor, o.instances.maxSeqLength, o.instances.seed,
-             frac(st.randomNext, st.instances), frac(st.singleSentenceChunks, st.instances),
-             frac(st.shortTargets, st.documentsVisited),
-             frac(tokensTotal, st.instances), frac(full, st.instances), instanceSeconds);
-  fmt::print("masking: {:.4f} of maskable tokens (cap {}), [MASK] {:.4f} / random {:.4f} / kept {:.4f}\n",
-             frac(st.masked, st.maskableTokens), o.instances.predictionsCap(),
-             frac(st.maskedAsMask, st.masked), frac(st.maskedAsRandom, st.masked),
-             frac(st.maskedAsKept, st.masked));
-  fmt::print("time: tokenize + instances {:.3f} s\n", tokenizeSeconds + instanceSeconds);
+  const auto frac = [](int64_t a, int64_t b) {
+    return b ? static_cast<double>(a) / static_cast<double>(b) : 0.0;
+  };
+  fmt::print(
+      "instances: {} (dupe factor {}, max length {}, seed {}), random next {:.4f} (one-sentence "
+      "chunks {:.4f}), short targets {:.4f} of documents, "
+      "mean length {:.1f}, at max length {:.4f} ({:.3f} s)\n",
+      st.instances, o.instances.dupeFactor, o.instances.maxSeqLength, o.instances.seed,
+      frac(st.randomNext, st.instances), frac(st.singleSentenceChunks, st.instances),
+      frac(st.shortTargets, st.documentsVisited), frac(tokensTotal, st.instances),
+      frac(full, st.instances), instanceSeconds);
+  fmt::print(
+      "masking: {:.4f} of maskable tokens (cap {}), [MASK] {:.4f} / random {:.4f} / kept {:.4f}\n",
+      frac(st.masked, st.maskableTokens), o.instances.predictionsCap(),
+      frac(st.maskedAsMask, st.masked), frac(st.maskedAsRandom, st.masked),
+      frac(st.maskedAsKept, st.masked));
+  fmt::print("time: tokenize + instances {:.3f} s wall, {:.3f} s CPU\n",
+             tokenizeSeconds + instanceSeconds, cpuSeconds() - cpuStart);
   // Packing.
   t = Clock::now();
   std::vector<int32_t> lengths;
@@ -152,17 +169,20 @@ int prepareCommand(const Options& o) {
   // Packs come out grouped by strategy: shuffle them so a shard mixes pack shapes.
   datasets::Rng rng(datasets::hashSeed({o.instances.seed, 0x9ac4}));
   for (size_t i = packs.size(); i > 1; --i)
-    std::swap(packs[i - 1], packs[static_cast<size_t>(rng.uniformInt(0, static_cast<int64_t>(i) - 1))]);
+    std::swap(packs[i - 1],
+              packs[static_cast<size_t>(rng.uniformInt(0, static_cast<int64_t>(i) - 1))]);
   const auto ps = bert::packingStats(strategies, L);
-  fmt::print("packing (SPFHP, at most {} per pack): {} sequences -> {} packs, efficiency {:.2f}% "
-             "(padding alone {:.2f}%), speed-up over padding {:.3f}x ({:.3f} s)\n",
-             o.maxPerPack, ps.sequences, ps.packs, 100 * ps.efficiency, 100 * ps.paddingEfficiency,
-             ps.speedupOverPadding, since(t));
+  fmt::print(
+      "packing (SPFHP, at most {} per pack): {} sequences -> {} packs, efficiency {:.2f}% "
+      "(padding alone {:.2f}%), speed-up over padding {:.3f}x ({:.3f} s)\n",
+      o.maxPerPack, ps.sequences, ps.packs, 100 * ps.efficiency, 100 * ps.paddingEfficiency,
+      ps.speedupOverPadding, since(t));
   if (o.noShards) return 0;
   // Shards.
   t = Clock::now();
-  bert::PackedLayout layout{L, bert::PackedLayout::slotsFor(L, o.instances.maskedLmProb, o.maxPerPack,
-                                                            o.instances.predictionsCap()),
+  bert::PackedLayout layout{L,
+                            bert::PackedLayout::slotsFor(L, o.instances.maskedLmProb, o.maxPerPack,
+                                                         o.instances.predictionsCap()),
                             o.maxPerPack};
   std::filesystem::create_directories(o.output);
   int shard = 0;
@@ -177,8 +197,10 @@ int prepareCommand(const Options& o) {
     }
     writer.close();
   }
-  fmt::print("shards: {} x up to {} records in {} (layout: length {}, {} masked slots, {} per pack; {:.3f} s)\n",
-             shard, o.recordsPerShard, o.output, L, layout.maskedSlots, o.maxPerPack, since(t));
+  fmt::print(
+      "shards: {} x up to {} records in {} (layout: length {}, {} masked slots, {} per pack; "
+      "{:.3f} s)\n",
+      shard, o.recordsPerShard, o.output, L, layout.maskedSlots, o.maxPerPack, since(t));
   fmt::print("total {:.3f} s\n", since(start));
   return 0;
 }
@@ -186,22 +208,27 @@ int prepareCommand(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Turns text into packed BERT pretraining shards (the reference's tokenizer and rules)"};
+  CLI::App app{
+      "Turns text into packed BERT pretraining shards (the reference's tokenizer and rules)"};
   Options o;
-  app.add_option("--input", o.inputs, "text files or folders (default: WordNet glosses from wordnet-base)");
-  app.add_option("--format", o.format, "sentences: one sentence per line, blank line ends a document; "
-                                       "paragraphs: one paragraph per line, split into sentences")
+  app.add_option("--input", o.inputs,
+                 "text files or folders (default: WordNet glosses from wordnet-base)");
+  app.add_option("--format", o.format,
+                 "sentences: one sentence per line, blank line ends a document; "
+                 "paragraphs: one paragraph per line, split into sentences")
       ->check(CLI::IsMember({"sentences", "paragraphs"}));
   app.add_option("--vocab", o.vocab, "WordPiece vocabulary (default: trained on the input)");
   app.add_option("--vocab-size", o.vocabSize, "size of a trained vocabulary");
   app.add_option("--output", o.output, "output folder for the shards");
   app.add_option("--max-seq-length", o.instances.maxSeqLength);
-  app.add_option("--max-predictions", o.instances.maxPredictions, "cap of masked tokens per sequence (0: floor(0.15 * length))");
+  app.add_option("--max-predictions", o.instances.maxPredictions,
+                 "cap of masked tokens per sequence (0: floor(0.15 * length))");
   app.add_option("--masked-lm-prob", o.instances.maskedLmProb);
   app.add_option("--short-seq-prob", o.instances.shortSeqProb);
   app.add_option("--dupe-factor", o.instances.dupeFactor);
   app.add_option("--seed", o.instances.seed);
-  app.add_option("--max-per-pack", o.maxPerPack, "at most this many sequences per pack (1: no packing)")
+  app.add_option("--max-per-pack", o.maxPerPack,
+                 "at most this many sequences per pack (1: no packing)")
       ->check(CLI::Range(1, 255));
   app.add_option("--records-per-shard", o.recordsPerShard)->check(CLI::PositiveNumber);
   app.add_flag("--no-shards", o.noShards, "stop after packing (timing, statistics)");

@@ -158,7 +158,9 @@ PackedRecord parseShardRecord(std::span<const uint8_t> bytes, const ShardHeader&
   const auto check = [&](bool ok, const char* field) {
     if (!ok) throw DatasetError(where + "field " + field + " out of range", name);
   };
-  const auto idOk = [&](int32_t id) { return id >= 0 && (h.vocabSize == 0 || static_cast<uint32_t>(id) < h.vocabSize); };
+  const auto idOk = [&](int32_t id) {
+    return id >= 0 && (h.vocabSize == 0 || static_cast<uint32_t>(id) < h.vocabSize);
+  };
   for (uint32_t t = 0; t < L; ++t) {
     check(idOk(r.inputIds[t]), "input_ids");
     check(r.inputMask[t] <= K, "input_mask");
@@ -180,8 +182,9 @@ PackedRecord parseShardRecord(std::span<const uint8_t> bytes, const ShardHeader&
 std::vector<PackedRecord> parseShard(std::span<const uint8_t> bytes, const std::string& name) {
   const ShardHeader h = parseShardHeader(bytes, name);
   if (bytes.size() != h.fileBytes())
-    throw DatasetError("shard " + name + ": " + std::to_string(bytes.size()) + " bytes, the header says " +
-                           std::to_string(h.recordCount) + " records = " + std::to_string(h.fileBytes()) +
+    throw DatasetError("shard " + name + ": " + std::to_string(bytes.size()) +
+                           " bytes, the header says " + std::to_string(h.recordCount) +
+                           " records = " + std::to_string(h.fileBytes()) +
                            " bytes (truncated or extended file)",
                        name);
   const auto payload = bytes.subspan(kShardHeaderBytes);
@@ -196,8 +199,8 @@ std::vector<PackedRecord> parseShard(std::span<const uint8_t> bytes, const std::
   for (uint64_t i = 0; i < h.recordCount; ++i)
     all = crc32(all, payload.data() + i * stride, h.recordBytes);
   if (static_cast<uint32_t>(all) != h.payloadCrc)
-    throw DatasetError("shard " + name + ": payload checksum mismatch (records reordered or replaced)",
-                       name);
+    throw DatasetError(
+        "shard " + name + ": payload checksum mismatch (records reordered or replaced)", name);
   return records;
 }
 
@@ -234,8 +237,8 @@ void ShardWriter::write(const PackedRecord& record) {
 void ShardWriter::close() {
   if (!file_) return;
   const auto h = encodeHeader(header_);
-  const bool ok = std::fseek(file_, 0, SEEK_SET) == 0 &&
-                  std::fwrite(h.data(), 1, h.size(), file_) == h.size();
+  const bool ok =
+      std::fseek(file_, 0, SEEK_SET) == 0 && std::fwrite(h.data(), 1, h.size(), file_) == h.size();
   const bool closed = std::fclose(file_) == 0;
   file_ = nullptr;
   if (!ok || !closed) throw DatasetError("cannot finish shard " + path_, path_);
@@ -251,8 +254,8 @@ ShardHeader readShardHeader(const std::string& path) {
   const ShardHeader h = parseShardHeader(bytes, path);
   if (size != h.fileBytes())
     throw DatasetError("shard " + path + ": " + std::to_string(size) + " bytes, the header says " +
-                           std::to_string(h.recordCount) + " records = " + std::to_string(h.fileBytes()) +
-                           " bytes (truncated: record " +
+                           std::to_string(h.recordCount) + " records = " +
+                           std::to_string(h.fileBytes()) + " bytes (truncated: record " +
                            std::to_string((size - std::min<uint64_t>(size, kShardHeaderBytes)) /
                                           (h.recordBytes + 4ull)) +
                            " is the first incomplete one)",
@@ -302,7 +305,8 @@ void ShardReader::startEpoch(uint64_t epoch) {
   stop();
   std::vector<std::pair<uint32_t, uint64_t>> all;
   for (size_t s = 0; s < headers_.size(); ++s)
-    for (uint64_t r = 0; r < headers_[s].recordCount; ++r) all.emplace_back(static_cast<uint32_t>(s), r);
+    for (uint64_t r = 0; r < headers_[s].recordCount; ++r)
+      all.emplace_back(static_cast<uint32_t>(s), r);
   Rng rng(hashSeed({config_.seed, epoch}));
   for (size_t i = all.size(); i > 1; --i)
     std::swap(all[i - 1], all[static_cast<size_t>(rng.uniformInt(0, static_cast<int64_t>(i) - 1))]);
@@ -337,7 +341,9 @@ void ShardReader::produce() {
     try {
       const auto offset = static_cast<off_t>(kShardHeaderBytes + r * stride);
       const ssize_t got = ::pread(fds_[s], buf.data(), stride, offset);
-      if (got < 0) throw DatasetError("shard " + paths_[s] + ": read error at record " + std::to_string(r), paths_[s]);
+      if (got < 0)
+        throw DatasetError("shard " + paths_[s] + ": read error at record " + std::to_string(r),
+                           paths_[s]);
       buf.resize(static_cast<size_t>(got));
       PackedRecord rec = parseShardRecord(buf, h, paths_[s], r);
       std::lock_guard lock(mutex_);

@@ -4,8 +4,8 @@
 // Shard file (little-endian):
 //   header, 64 bytes: magic "BERTPAK\0", u32 version (1), u32 header bytes (64),
 //     u32 max_seq_length, u32 masked_slots, u32 max_per_pack, u32 record_bytes,
-//     u64 record_count, u32 payload_crc32 (over every record, without the records' CRCs), u32 vocab_size,
-//     12 reserved zero bytes, u32 header_crc32 (over bytes 0..59);
+//     u64 record_count, u32 payload_crc32 (over every record, without the records' CRCs), u32
+//     vocab_size, 12 reserved zero bytes, u32 header_crc32 (over bytes 0..59);
 //   record_count x (record_bytes of fields in PackedRecord order, then u32 crc32 of them).
 // Every field is a fixed-width array, so a record is found by its index without an index table.
 #pragma once
@@ -47,7 +47,8 @@ PackedRecord parseShardRecord(std::span<const uint8_t> bytes, const ShardHeader&
 // A whole shard in memory: header, size, payload CRC and every record.
 std::vector<PackedRecord> parseShard(std::span<const uint8_t> bytes, const std::string& name);
 
-void encodeRecord(const PackedRecord& record, const PackedLayout& layout, std::vector<uint8_t>& out);
+void encodeRecord(const PackedRecord& record, const PackedLayout& layout,
+                  std::vector<uint8_t>& out);
 
 class ShardWriter {
  public:
@@ -71,10 +72,10 @@ void verifyShard(const std::string& path);
 
 struct ReaderConfig {
   uint64_t seed = 0;
-  int processIndex = 0;   // this MPI process
+  int processIndex = 0;  // this MPI process
   int processCount = 1;
-  int localBatch = 1;     // records per process per step (its replicas x micro-batch)
-  size_t prefetch = 64;   // records read ahead by the background thread
+  int localBatch = 1;    // records per process per step (its replicas x micro-batch)
+  size_t prefetch = 64;  // records read ahead by the background thread
 };
 
 // Streams the records of all shards: each epoch a seeded shuffle of every (shard, record); the

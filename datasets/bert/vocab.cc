@@ -69,7 +69,9 @@ Vocab Vocab::parse(std::string_view bytes, const std::string& name) {
   return fromTokens(std::move(tokens), name);
 }
 
-Vocab Vocab::load(const std::string& path) { return parse(readFile(path), path); }
+Vocab Vocab::load(const std::string& path) {
+  return parse(readFile(path), path);
+}
 
 Vocab Vocab::fromTokens(std::vector<std::string> tokens, const std::string& name) {
   Vocab v;
@@ -79,11 +81,12 @@ Vocab Vocab::fromTokens(std::vector<std::string> tokens, const std::string& name
 }
 
 void Vocab::build(const std::string& name) {
-  if (tokens_.empty()) throw DatasetError(name + ": empty vocabulary (expected one token per line)", name);
+  if (tokens_.empty())
+    throw DatasetError(name + ": empty vocabulary (expected one token per line)", name);
   if (tokens_.size() > (1u << 24))
-    throw DatasetError(name + ": " + std::to_string(tokens_.size()) +
-                           " tokens; at most 16777216 are supported",
-                       name);
+    throw DatasetError(
+        name + ": " + std::to_string(tokens_.size()) + " tokens; at most 16777216 are supported",
+        name);
   size_t capacity = 16;
   while (capacity < 2 * tokens_.size()) capacity *= 2;
   initial_.assign(capacity, {});
@@ -93,8 +96,8 @@ void Vocab::build(const std::string& name) {
     const std::string& t = tokens_[i];
     const std::string where = name + ":" + std::to_string(i + 1) + ": ";
     if (t.empty())
-      throw DatasetError(where + "empty token (expected one token per line; hint: remove blank lines)",
-                         name);
+      throw DatasetError(
+          where + "empty token (expected one token per line; hint: remove blank lines)", name);
     const int32_t id = static_cast<int32_t>(i);
     const bool cont = t.size() > kContinuation.size() && t.starts_with(kContinuation);
     Table& table = cont ? continuation_ : initial_;
@@ -109,10 +112,10 @@ void Vocab::build(const std::string& name) {
   }
   const SpecialIds expected;
   const std::pair<const char*, int32_t> specials[] = {{"[PAD]", expected.pad},
-                                                       {"[UNK]", expected.unk},
-                                                       {"[CLS]", expected.cls},
-                                                       {"[SEP]", expected.sep},
-                                                       {"[MASK]", expected.mask}};
+                                                      {"[UNK]", expected.unk},
+                                                      {"[CLS]", expected.cls},
+                                                      {"[SEP]", expected.sep},
+                                                      {"[MASK]", expected.mask}};
   for (const auto& [token, id] : specials) {
     const int32_t found = find(token);
     if (found < 0)

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <queue>
+#include <unordered_map>
 #include <vector>
 
 #include "datasets/bert/tokenizer.h"
@@ -19,8 +20,9 @@ Vocab VocabTrainer::train(int vocabSize, int64_t minPairCount) const {
   for (int i = 0; i < 99; ++i) tokens.push_back("[unused" + std::to_string(i) + "]");
   for (const char* s : {"[UNK]", "[CLS]", "[SEP]", "[MASK]"}) tokens.push_back(s);
   if (vocabSize < static_cast<int>(tokens.size()) + 1)
-    throw DatasetError("vocabulary size " + std::to_string(vocabSize) + " leaves no room next to the " +
-                       std::to_string(tokens.size()) + " reserved tokens");
+    throw DatasetError("vocabulary size " + std::to_string(vocabSize) +
+                       " leaves no room next to the " + std::to_string(tokens.size()) +
+                       " reserved tokens");
 
   // Words sorted, for a result that does not depend on hash order.
   std::vector<std::pair<std::string, int64_t>> words(counts_.begin(), counts_.end());
@@ -44,7 +46,8 @@ Vocab VocabTrainer::train(int vocabSize, int64_t minPairCount) const {
   for (const auto& [t, _] : alphabet) idOf(t);
   if (static_cast<int>(tokens.size()) > vocabSize)
     throw DatasetError("vocabulary size " + std::to_string(vocabSize) + " is smaller than the " +
-                       std::to_string(tokens.size()) + " reserved tokens and characters of the corpus");
+                       std::to_string(tokens.size()) +
+                       " reserved tokens and characters of the corpus");
 
   struct Word {
     std::vector<int32_t> pieces;
@@ -64,8 +67,8 @@ Vocab VocabTrainer::train(int vocabSize, int64_t minPairCount) const {
   const auto key = [](int32_t a, int32_t b) {
     return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
   };
-  std::map<uint64_t, int64_t> pairCount;
-  std::map<uint64_t, std::vector<int32_t>> pairWords;  // may hold stale entries
+  std::unordered_map<uint64_t, int64_t> pairCount;
+  std::unordered_map<uint64_t, std::vector<int32_t>> pairWords;  // may hold stale entries
   for (size_t i = 0; i < ws.size(); ++i)
     for (size_t j = 0; j + 1 < ws[i].pieces.size(); ++j) {
       const uint64_t k = key(ws[i].pieces[j], ws[i].pieces[j + 1]);

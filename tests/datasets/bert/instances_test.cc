@@ -42,8 +42,8 @@ std::string syntheticText(int documents, uint64_t seed) {
   return text;
 }
 
-void checkInstances(const std::vector<Instance>& instances, const InstanceStats& st,
-                    const Vocab& v, const InstanceConfig& cfg) {
+void checkInstances(const std::vector<Instance>& instances, const InstanceStats& st, const Vocab& v,
+                    const InstanceConfig& cfg) {
   ASSERT_FALSE(instances.empty());
   for (const auto& in : instances) {
     ASSERT_LE(in.tokens.size(), static_cast<size_t>(cfg.maxSeqLength));
@@ -52,12 +52,14 @@ void checkInstances(const std::vector<Instance>& instances, const InstanceStats&
     EXPECT_EQ(in.tokens[static_cast<size_t>(in.segmentBStart) - 1], v.special().sep);
     EXPECT_GE(in.segmentBStart, 3);                                       // A not empty
     EXPECT_GE(static_cast<int>(in.tokens.size()) - in.segmentBStart, 2);  // B not empty
-    const int rounded = static_cast<int>(std::nearbyint(0.15 * static_cast<double>(in.tokens.size())));
+    const int rounded =
+        static_cast<int>(std::nearbyint(0.15 * static_cast<double>(in.tokens.size())));
     EXPECT_EQ(in.maskedPositions.size(),
               static_cast<size_t>(std::min(cfg.predictionsCap(), std::max(1, rounded))));
     for (size_t m = 0; m < in.maskedPositions.size(); ++m) {
       const int32_t p = in.maskedPositions[m];
-      EXPECT_TRUE(p > 0 && p != in.segmentBStart - 1 && p < static_cast<int32_t>(in.tokens.size()) - 1)
+      EXPECT_TRUE(p > 0 && p != in.segmentBStart - 1 &&
+                  p < static_cast<int32_t>(in.tokens.size()) - 1)
           << "never [CLS]/[SEP]";
       if (m) {
         EXPECT_LT(in.maskedPositions[m - 1], p);
@@ -111,7 +113,7 @@ TEST(BertInstances, StatisticsOnWikiText2) {
     const std::string path = dir + "/wikitext-2/" + f;
     appendCorpus(readText(path), path, TextFormat::kParagraphPerLine, tok, c);
   }
-  InstanceConfig cfg;  // 128, dupe 1, seed 12345
+  InstanceConfig cfg;   // 128, dupe 1, seed 12345
   cfg.dupeFactor = 10;  // MLPerf's
   InstanceStats st;
   const auto instances = createInstances(c, v, cfg, &st);
@@ -128,9 +130,9 @@ TEST(BertInstances, StatisticsOnWikiText2) {
   EXPECT_GT(belowHalf, 0);
   std::cout << "WikiText-2: " << st.instances << " instances, random next "
             << static_cast<double>(st.randomNext) / st.instances << " (one-sentence chunks "
-            << single << "), masked "
-            << static_cast<double>(st.masked) / st.maskableTokens << ", short targets "
-            << static_cast<double>(st.shortTargets) / st.documentsVisited << "\n";
+            << single << "), masked " << static_cast<double>(st.masked) / st.maskableTokens
+            << ", short targets " << static_cast<double>(st.shortTargets) / st.documentsVisited
+            << "\n";
 }
 
 TEST(BertCorpus, EmptyDocumentsAreCountedAndSkipped) {
@@ -181,7 +183,8 @@ TEST(BertCorpus, OneEnormousLine) {
 }
 
 TEST(BertCorpus, SentenceSplitting) {
-  const auto s = splitSentences("Dr. Smith went home. He slept! Did he? \"Yes.\" The U.S. army came. e.g. this");
+  const auto s = splitSentences(
+      "Dr. Smith went home. He slept! Did he? \"Yes.\" The U.S. army came. e.g. this");
   ASSERT_EQ(s.size(), 5u);
   EXPECT_EQ(s[0], "Dr. Smith went home.");
   EXPECT_EQ(s[3], "\"Yes.\"");

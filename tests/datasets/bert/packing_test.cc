@@ -75,7 +75,8 @@ TEST(BertPacking, RecordLayout) {
   Instance b{{101, 8, 102, 9, 102}, 3, false, {1}, {8}};
   const PackedLayout layout{16, 5, 3};
   const PackedRecord r = packRecord({&a, &b}, layout);
-  EXPECT_EQ(r.inputIds, (std::vector<int32_t>{101, 5, 6, 102, 7, 102, 101, 8, 102, 9, 102, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(r.inputIds,
+            (std::vector<int32_t>{101, 5, 6, 102, 7, 102, 101, 8, 102, 9, 102, 0, 0, 0, 0, 0}));
   EXPECT_EQ(r.inputMask, (std::vector<uint8_t>{1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0}));
   EXPECT_EQ(r.segmentIds, (std::vector<uint8_t>{0, 0, 0, 0, 1, 1, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0}));
   EXPECT_EQ(r.positions, (std::vector<uint16_t>{0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 0, 0, 0, 0, 0}));

@@ -49,7 +49,9 @@ TEST(BertShards, RoundTripAndSlicesPerProcess) {
   std::multiset<int32_t> seen;
   std::vector<std::vector<int32_t>> firstEpoch(2);
   for (int proc = 0; proc < 2; ++proc) {
-    ShardReader reader(paths, {.seed = 9, .processIndex = proc, .processCount = 2, .localBatch = 4, .prefetch = 5});
+    ShardReader reader(
+        paths,
+        {.seed = 9, .processIndex = proc, .processCount = 2, .localBatch = 4, .prefetch = 5});
     reader.startEpoch(0);
     EXPECT_EQ(reader.recordsPerEpoch(), 60u);
     PackedRecord r;
@@ -82,22 +84,28 @@ TEST(BertShards, CorruptionAndTruncationAreNamedErrors) {
   std::string bad = good;
   bad[kShardHeaderBytes + 7 * stride + 3] ^= 0x20;
   writeText(paths[0], bad);
-  EXPECT_NE(errorOf([&] { verifyShard(paths[0]); }).find("record 7: checksum mismatch"), std::string::npos);
+  EXPECT_NE(errorOf([&] { verifyShard(paths[0]); }).find("record 7: checksum mismatch"),
+            std::string::npos);
   {
     ShardReader reader(paths, {});
     reader.startEpoch(0);
     PackedRecord r;
-    EXPECT_NE(errorOf([&] { while (reader.next(r)) {} }).find("record 7: checksum mismatch"),
+    EXPECT_NE(errorOf([&] {
+                while (reader.next(r)) {
+                }
+              }).find("record 7: checksum mismatch"),
               std::string::npos);
   }
   // Truncated in the middle of record 4.
   writeText(paths[0], good.substr(0, kShardHeaderBytes + 4 * stride + 10));
-  EXPECT_NE(errorOf([&] { ShardReader reader(paths, {}); }).find("truncated: record 4"), std::string::npos);
+  EXPECT_NE(errorOf([&] { ShardReader reader(paths, {}); }).find("truncated: record 4"),
+            std::string::npos);
   // Header damage.
   bad = good;
   bad[20] ^= 1;
   writeText(paths[0], bad);
-  EXPECT_NE(errorOf([&] { verifyShard(paths[0]); }).find("header checksum mismatch"), std::string::npos);
+  EXPECT_NE(errorOf([&] { verifyShard(paths[0]); }).find("header checksum mismatch"),
+            std::string::npos);
   writeText(paths[0], "not a shard at all, but long enough to hold a header of sixty-four bytes..");
   EXPECT_NE(errorOf([&] { verifyShard(paths[0]); }).find("bad magic number"), std::string::npos);
   // Two records swapped: each intact, the shard checksum catches it.
@@ -105,7 +113,8 @@ TEST(BertShards, CorruptionAndTruncationAreNamedErrors) {
   std::swap_ranges(bad.begin() + kShardHeaderBytes, bad.begin() + kShardHeaderBytes + stride,
                    bad.begin() + kShardHeaderBytes + stride);
   writeText(paths[0], bad);
-  EXPECT_NE(errorOf([&] { verifyShard(paths[0]); }).find("payload checksum mismatch"), std::string::npos)
+  EXPECT_NE(errorOf([&] { verifyShard(paths[0]); }).find("payload checksum mismatch"),
+            std::string::npos)
       << errorOf([&] { verifyShard(paths[0]); });
 }
 
@@ -115,7 +124,8 @@ TEST(BertShards, ParsersSurviveRandomBytes) {
   const std::string good = readText(paths[0]);
   Rng rng(5);
   for (int trial = 0; trial < 2000; ++trial) {
-    std::string bytes = good.substr(0, static_cast<size_t>(rng.uniformInt(0, static_cast<int64_t>(good.size()))));
+    std::string bytes =
+        good.substr(0, static_cast<size_t>(rng.uniformInt(0, static_cast<int64_t>(good.size()))));
     for (int k = 0; k < 3 && !bytes.empty(); ++k)
       bytes[static_cast<size_t>(rng.uniformInt(0, static_cast<int64_t>(bytes.size()) - 1))] =
           static_cast<char>(rng.next());

@@ -61,9 +61,12 @@ TEST(BertTokenizer, RulesOnASmallVocabulary) {
                                                "cafe", "[", "]", "mask", "中"}),
                                "test");
   const Tokenizer t(v);
-  const auto id = [&](const std::string& s) { return s.starts_with("##") ? v.findContinuation(s.substr(2)) : v.find(s); };
+  const auto id = [&](const std::string& s) {
+    return s.starts_with("##") ? v.findContinuation(s.substr(2)) : v.find(s);
+  };
   EXPECT_EQ(t.tokenize("UnAffable"), (std::vector<int32_t>{id("un"), id("##aff"), id("##able")}));
-  EXPECT_EQ(t.tokenize("Hello!! Café"), (std::vector<int32_t>{id("hello"), id("!"), id("!"), id("cafe")}));
+  EXPECT_EQ(t.tokenize("Hello!! Café"),
+            (std::vector<int32_t>{id("hello"), id("!"), id("!"), id("cafe")}));
   EXPECT_EQ(t.tokenize("[MASK]"), (std::vector<int32_t>{id("["), id("mask"), id("]")}));
   EXPECT_EQ(t.tokenize("x中x"), (std::vector<int32_t>{100, id("中"), 100}));
   EXPECT_EQ(t.tokenize("unaffablex"), (std::vector<int32_t>{100}));  // whole word -> one [UNK]
@@ -73,8 +76,9 @@ TEST(BertTokenizer, RulesOnASmallVocabulary) {
 }
 
 TEST(BertVocab, BadVocabulariesAreClearErrors) {
-  EXPECT_NE(errorOf([] { Vocab::parse(smallVocabText({"a", "b", "a"}), "v.txt"); })
-                .find("v.txt:107: duplicate token 'a' (first at line 105)"),
+  EXPECT_NE(errorOf([] {
+              Vocab::parse(smallVocabText({"a", "b", "a"}), "v.txt");
+            }).find("v.txt:107: duplicate token 'a' (first at line 105)"),
             std::string::npos);
   std::string noMask = smallVocabText({"a"});
   noMask.replace(noMask.find("[MASK]"), 6, "[MOSK]");
@@ -82,12 +86,17 @@ TEST(BertVocab, BadVocabulariesAreClearErrors) {
             std::string::npos);
   std::string moved = "[UNK]\n" + smallVocabText({"a"}).substr(0);
   moved.replace(moved.rfind("[UNK]\n"), 6, "x\n");
-  EXPECT_NE(errorOf([&] { Vocab::parse(moved, "v.txt"); }).find("special token [PAD] has id 1, expected 0"),
+  EXPECT_NE(errorOf([&] {
+              Vocab::parse(moved, "v.txt");
+            }).find("special token [PAD] has id 1, expected 0"),
             std::string::npos);
-  EXPECT_NE(errorOf([] { Vocab::parse(smallVocabText({"a", "", "b"}), "v.txt"); }).find("v.txt:106: empty token"),
+  EXPECT_NE(errorOf([] {
+              Vocab::parse(smallVocabText({"a", "", "b"}), "v.txt");
+            }).find("v.txt:106: empty token"),
             std::string::npos);
-  EXPECT_NE(errorOf([] { Vocab::parse(smallVocabText({"a", "b\xFFz"}), "v.txt"); })
-                .find("v.txt:106: invalid UTF-8 at byte offset"),
+  EXPECT_NE(errorOf([] {
+              Vocab::parse(smallVocabText({"a", "b\xFFz"}), "v.txt");
+            }).find("v.txt:106: invalid UTF-8 at byte offset"),
             std::string::npos);
   EXPECT_NE(errorOf([] { Vocab::parse("", "v.txt"); }).find("empty vocabulary"), std::string::npos);
   EXPECT_NE(errorOf([] { Vocab::load("/nonexistent/vocab.txt"); }).find("/nonexistent/vocab.txt"),
@@ -96,11 +105,12 @@ TEST(BertVocab, BadVocabulariesAreClearErrors) {
 
 TEST(BertUtf8, InvalidBytesReportLineAndOffset) {
   EXPECT_EQ(firstInvalidUtf8("ok\nalso ok \xC3\xA9"), std::string_view::npos);
-  EXPECT_EQ(firstInvalidUtf8("ab\xC0\xAF"), 2u);        // overlong
-  EXPECT_EQ(firstInvalidUtf8("ab\xED\xA0\x80"), 2u);    // surrogate
-  EXPECT_EQ(firstInvalidUtf8("abc\xE2\x82"), 3u);       // truncated
-  EXPECT_NE(errorOf([] { requireUtf8("line1\nline2 \x80", "f.txt"); })
-                .find("f.txt:2: invalid UTF-8 at byte offset 12 (byte 0x80)"),
+  EXPECT_EQ(firstInvalidUtf8("ab\xC0\xAF"), 2u);      // overlong
+  EXPECT_EQ(firstInvalidUtf8("ab\xED\xA0\x80"), 2u);  // surrogate
+  EXPECT_EQ(firstInvalidUtf8("abc\xE2\x82"), 3u);     // truncated
+  EXPECT_NE(errorOf([] {
+              requireUtf8("line1\nline2 \x80", "f.txt");
+            }).find("f.txt:2: invalid UTF-8 at byte offset 12 (byte 0x80)"),
             std::string::npos);
 }
 
