@@ -112,9 +112,14 @@ int prepareCommand(const Options& o) {
       }
     }
     vocab = trainer.train(o.vocabSize);
-    std::filesystem::create_directories(o.output);
-    const std::string path = o.output + "/vocab.txt";
-    std::ofstream(path, std::ios::binary) << vocab->serialize();
+    std::string path = "(not written: no --output)";
+    if (!o.output.empty()) {
+      std::filesystem::create_directories(o.output);
+      path = o.output + "/vocab.txt";
+      std::ofstream file(path, std::ios::binary);
+      file << vocab->serialize();
+      if (!file) throw datasets::DatasetError("cannot write " + path, path);
+    }
     fmt::print("vocabulary: trained on the input ({} distinct words) -> {} ({} tokens, {:.2f} s)\n",
                trainer.distinctWords(), path, vocab->size(), since(t));
   }
@@ -244,7 +249,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     return prepareCommand(o);
-  } catch (const datasets::DatasetError& e) {
+  } catch (const std::exception& e) {  // DatasetError names the file; others (e.g. disk) too
     std::cerr << "prepare_bert_data: " << e.what() << "\n";
     return 1;
   }
