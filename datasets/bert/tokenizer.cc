@@ -164,8 +164,11 @@ void Tokenizer::basicTokenize(std::string_view text,
     if (isSpace(cp)) {
       flush();
     } else if (isCjk(cp)) {
+      // A word of its own; still lower-cased and NFD'd (compatibility ideographs decompose).
       flush();
-      word(text.substr(start, i - start));
+      token.assign(text.substr(start, i - start));
+      ascii = false;
+      flush();
     } else {
       token.append(text.substr(start, i - start));
       ascii = false;
