@@ -10,12 +10,13 @@
 namespace datasets::bert {
 
 int32_t nextCodePoint(std::string_view bytes, size_t& i) {
-  const auto* s = reinterpret_cast<const uint8_t*>(bytes.data());
-  const int32_t length = static_cast<int32_t>(std::min<size_t>(bytes.size(), INT32_MAX));
-  int32_t pos = static_cast<int32_t>(i);
+  // ICU indexes with int32_t: decode from a window of at most 4 bytes so files over 2 GiB work.
+  const auto* s = reinterpret_cast<const uint8_t*>(bytes.data()) + i;
+  const auto length = static_cast<int32_t>(std::min<size_t>(bytes.size() - i, 4));
+  int32_t pos = 0;
   UChar32 c;
   U8_NEXT(s, pos, length, c);
-  i = static_cast<size_t>(pos);
+  i += static_cast<size_t>(pos);
   return c;
 }
 
