@@ -295,7 +295,10 @@ ShardReader::~ShardReader() {
 }
 
 void ShardReader::stop() {
-  stopping_ = true;
+  {
+    std::lock_guard lock(mutex_);  // under the lock, or the producer could miss the wake-up
+    stopping_ = true;
+  }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
   stopping_ = false;

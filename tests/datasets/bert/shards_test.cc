@@ -69,6 +69,13 @@ TEST(BertShards, RoundTripAndSlicesPerProcess) {
     while (reader.next(r)) again.push_back(r.inputIds[1]);
     EXPECT_EQ(again, firstEpoch[static_cast<size_t>(proc)]) << "seeded: same order";
   }
+  {  // Stopped mid-epoch (producer blocked on a full queue): the destructor must not hang.
+    ShardReader reader(paths, {.prefetch = 1});
+    reader.startEpoch(0);
+    PackedRecord r;
+    ASSERT_TRUE(reader.next(r));
+    EXPECT_THROW(ShardReader(paths, {.processIndex = 2, .processCount = 2}), DatasetError);
+  }
   EXPECT_EQ(seen.size(), 120u);
   EXPECT_EQ(std::set<int32_t>(seen.begin(), seen.end()).size(), 120u) << "no record twice";
   EXPECT_NE(errorOf([] { parseShard({}, "empty"); }).find("shard empty: truncated header"),

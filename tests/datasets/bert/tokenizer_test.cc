@@ -131,5 +131,24 @@ TEST(BertVocabTrainer, DeterministicAndCoversItsCorpus) {
     for (int32_t id : t.tokenize(l)) EXPECT_NE(id, 100) << l;  // every character is covered
 }
 
+// Random bytes (mostly ill-formed UTF-8) through every byte-level reader: errors, never a crash.
+TEST(BertTokenizer, RandomBytesNeverCrash) {
+  const Vocab v = Vocab::parse(smallVocabText({"a", "##a", "\xC3\xA9"}), "test");
+  const Tokenizer t(v);
+  uint64_t state = 42;
+  for (int trial = 0; trial < 3000; ++trial) {
+    std::string bytes(static_cast<size_t>(trial % 97), '\0');
+    for (char& c : bytes) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      c = static_cast<char>(state >> 56);
+    }
+    for (int32_t id : t.tokenize(bytes)) ASSERT_TRUE(id >= 0 && id < v.size());
+    try {
+      Vocab::parse(bytes, "fuzz");
+    } catch (const DatasetError&) {
+    }
+  }
+}
+
 }  // namespace
 }  // namespace datasets::bert
