@@ -219,23 +219,30 @@ int main(int argc, char** argv) {
   app.add_option("--input", o.inputs,
                  "text files or folders (default: WordNet glosses from wordnet-base)");
   app.add_option("--format", o.format,
-                 "sentences: one sentence per line, blank line ends a document; "
-                 "paragraphs: one paragraph per line, split into sentences")
-      ->check(CLI::IsMember({"sentences", "paragraphs"}));
+                 "sentences: one sentence per line, blank line ends a document (the reference's); "
+                 "paragraphs: WikiText's layout, one paragraph per line split into sentences, "
+                 "' = Title = ' starts a document")
+      ->check(CLI::IsMember({"sentences", "paragraphs"}))
+      ->capture_default_str();
   app.add_option("--vocab", o.vocab, "WordPiece vocabulary (default: trained on the input)");
-  app.add_option("--vocab-size", o.vocabSize, "size of a trained vocabulary");
-  app.add_option("--output", o.output, "output folder for the shards");
-  app.add_option("--max-seq-length", o.instances.maxSeqLength);
+  app.add_option("--vocab-size", o.vocabSize, "size of a trained vocabulary")
+      ->capture_default_str();
+  app.add_option("--output", o.output, "output folder for the shards (and a trained vocab.txt)");
+  app.add_option("--max-seq-length", o.instances.maxSeqLength)->capture_default_str();
   app.add_option("--max-predictions", o.instances.maxPredictions,
-                 "cap of masked tokens per sequence (0: floor(0.15 * length))");
-  app.add_option("--masked-lm-prob", o.instances.maskedLmProb);
-  app.add_option("--short-seq-prob", o.instances.shortSeqProb);
-  app.add_option("--dupe-factor", o.instances.dupeFactor);
-  app.add_option("--seed", o.instances.seed);
+                 "cap of masked tokens per sequence (0: floor(masked-lm-prob * length))")
+      ->capture_default_str();
+  app.add_option("--masked-lm-prob", o.instances.maskedLmProb)->capture_default_str();
+  app.add_option("--short-seq-prob", o.instances.shortSeqProb)->capture_default_str();
+  app.add_option("--dupe-factor", o.instances.dupeFactor)->capture_default_str();
+  app.add_option("--seed", o.instances.seed)->capture_default_str();
   app.add_option("--max-per-pack", o.maxPerPack,
                  "at most this many sequences per pack (1: no packing)")
-      ->check(CLI::Range(1, 255));
-  app.add_option("--records-per-shard", o.recordsPerShard)->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 255))
+      ->capture_default_str();
+  app.add_option("--records-per-shard", o.recordsPerShard)
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_flag("--no-shards", o.noShards, "stop after packing (timing, statistics)");
   auto* tok = app.add_subcommand("tokenize", "print the token ids of each line of FILE");
   std::string tokVocab, tokFile;
