@@ -6,6 +6,7 @@
 // Exit codes: 0 every run reached the target; 1 refused or failed before any run (nothing
 // written); 2 a run ended aborted (budget spent, diverged, error; its log is complete);
 // 3 the configuration does not fit in tile memory (nothing written); 130 SIGINT.
+// --project-only: 0 the projection was printed (fitting or not: the verdict is in it), 1 refused.
 #include <fmt/format.h>
 #include <signal.h>
 #include <CLI/CLI.hpp>
