@@ -140,14 +140,18 @@ int projectOnly(const CLI::App& app, const CliOptions& o) {
       throw Refusal("--json and --all-pod-sizes apply to --project-only (add it)");
     for (const char* name :
          {"--runs", "--config", "--precision", "--loss-scaling", "--max-epochs", "--data-dir",
-          "--scale", "--shard-optimizer-state", "--model-stand-in", "--skip-memory-check",
-          "--project-full-scale", "--results-dir", "--system-name", "--on-corrupt-image"}) {
+          "--division", "--seed", "--engine", "--shard-optimizer-state", "--model-stand-in",
+          "--skip-memory-check", "--project-full-scale", "--results-dir", "--org", "--system-name",
+          "--on-corrupt-image", "--loader-threads"}) {
       if (app.count(name) > 0)
         throw Refusal(fmt::format(
             "{} does not apply to --project-only, which projects the published full-scale "
             "configuration without running it (drop {}; run without --project-only to use it)",
             name, name));
     }
+    if (o.scale != "full" && app.count("--scale") > 0)
+      throw Refusal("--scale " + o.scale +
+                    ": --project-only projects the full scale (drop --scale)");
     if (o.all_pod_sizes && app.count("--pod-size") > 0)
       throw Refusal("--all-pod-sizes projects every pod size: drop --pod-size");
     Benchmark benchmark;

@@ -173,6 +173,8 @@ def test_project_only_refusal_without_a_full_scale_model(benchmark, tmp_path):
 @pytest.mark.parametrize("args,message", [
     (["--project-only", "--config", "x.json"], "--config does not apply to --project-only"),
     (["--project-only", "--runs", "2"], "--runs does not apply to --project-only"),
+    (["--project-only", "--division", "open"], "--division does not apply to --project-only"),
+    (["--project-only", "--scale", "mini"], "--project-only projects the full scale"),
     (["--json"], "apply to --project-only (add it)"),
     (["--project-only", "--all-pod-sizes", "--pod-size", "16"], "drop --pod-size"),
 ])
@@ -181,3 +183,10 @@ def test_project_only_refusal_of_options_it_would_ignore(args, message, tmp_path
     assert r.returncode == REFUSED, r.stderr
     assert message in r.stderr, r.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_help_documents_the_projection_flags(tmp_path):
+    r = run(["--help"], tmp_path)
+    assert r.returncode == 0
+    for flag in ["--project-only", "--all-pod-sizes", "--json", "--project-full-scale"]:
+        assert flag in r.stdout, flag
