@@ -231,7 +231,8 @@ std::string FullScaleProjection::describe() const {
   if (fit.fits()) {
     s += "  fit: fits one IPU-Mk2 (training and evaluation programs, tile memory checked)\n";
   } else {
-    const auto firstLine = fit.message.substr(0, fit.message.find('\n'));
+    // The verdict sentence; the occupant list stays in the JSON's message.
+    const auto firstLine = fit.message.substr(0, fit.message.find(" Largest occupants"));
     s += fmt::format(
         "  fit: DOES NOT FIT one IPU-Mk2 in this compiler: the {} program's tile {} needs {} B "
         "of {} B (training program {}, evaluation program {}). The times below price the "
@@ -264,7 +265,8 @@ std::string FullScaleProjection::describe() const {
     s += "  published MLPerf Training v1.1 result: none for this pod size\n";
   s += fmt::format(
       "  priced from the training and evaluation programs compiled for IPU-Mk2 in segments, "
-      "the update as SGD with momentum ({:.1f} s on this host, {:.1f} s of it the fit check)\n",
+      "the update as SGD with momentum ({:.1f} s wall on this host, {:.1f} s of it the fit "
+      "check)\n",
       model_seconds, fit.seconds);
   return s;
 }
