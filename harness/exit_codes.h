@@ -32,7 +32,8 @@ inline std::string exitCodeHelp() {
          "  4    aborted by an error (e.g. a corrupt image under --on-corrupt-image fail, too "
          "many\n"
          "       corrupt validation images); the log is complete and names the cause\n"
-         "  130  interrupted by SIGINT; 143 interrupted by SIGTERM (logs complete)\n";
+         "  130  interrupted by SIGINT; 143 interrupted by SIGTERM (logs complete)\n"
+         "  --project-only: 0 the projection was printed (fitting or not), 1 refused\n";
 }
 
 }  // namespace ipu::harness

@@ -4,6 +4,7 @@
 //   run_benchmark --benchmark resnet50 --division closed --pod-size 1 --runs 5
 //
 // Exit codes: harness/exit_codes.h (also printed by --help and listed in README.md).
+// --project-only: 0 the projection was printed (fitting or not: the verdict is in it), 1 refused.
 #include <fmt/format.h>
 #include <signal.h>
 #include <CLI/CLI.hpp>
@@ -141,6 +142,58 @@ std::string swNotes(const BenchmarkPlan& plan) {
   return notes;
 }
 
+// --project-only: the projection without runs. Options that would change or need a run are
+// refused rather than silently ignored: the projection is of the published configuration.
+int projectOnly(const CLI::App& app, const CliOptions& o) {
+  try {
+    if (!o.project_only)
+      throw Refusal("--json and --all-pod-sizes apply to --project-only (add it)");
+    for (const char* name :
+         {"--runs", "--config", "--precision", "--loss-scaling", "--max-epochs", "--data-dir",
+          "--division", "--seed", "--engine", "--shard-optimizer-state", "--model-stand-in",
+          "--skip-memory-check", "--project-full-scale", "--results-dir", "--org", "--system-name",
+          "--on-corrupt-image", "--loader-threads"}) {
+      if (app.count(name) > 0)
+        throw Refusal(fmt::format(
+            "{} does not apply to --project-only, which projects the published full-scale "
+            "configuration without running it (drop {}; run without --project-only to use it)",
+            name, name));
+    }
+    if (o.scale != "full" && app.count("--scale") > 0)
+      throw Refusal("--scale " + o.scale +
+                    ": --project-only projects the full scale (drop --scale)");
+    if (o.all_pod_sizes && app.count("--pod-size") > 0)
+      throw Refusal("--all-pod-sizes projects every pod size: drop --pod-size");
+    Benchmark benchmark;
+    try {
+      benchmark = parseBenchmark(o.benchmark);
+    } catch (const std::invalid_argument& e) {
+      throw Refusal(e.what());
+    }
+    const std::vector<int> sizes =
+        o.all_pod_sizes ? presetPodSizes(benchmark, Scale::kFull) : std::vector<int>{o.pod_size};
+    ipu::kernels::fused::setNumThreads(o.threads);
+    std::FILE* text = o.json ? stderr : stdout;
+    fmt::print(stderr, "projecting {} at full scale on {} pod size(s): compiling for IPU-Mk2...\n",
+               o.benchmark, sizes.size());
+    const std::vector<FullScaleProjection> ps = projectFullScale(benchmark, sizes);
+    Json all = Json::array();
+    for (const FullScaleProjection& p : ps) {
+      fmt::print(text, "{}", p.describe());
+      all.push_back(p.json());
+    }
+    if (o.json) fmt::print("{}\n", (o.all_pod_sizes ? all : all[0]).dump(1));
+    std::fflush(stdout);
+    return kExitSuccess;
+  } catch (const Refusal& e) {
+    fmt::print(stderr, "run_benchmark: {}\n", e.what());
+    return e.exitCode();
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "run_benchmark: projection failed: {}\n", e.what());
+    return kExitRefused;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -224,6 +277,17 @@ int main(int argc, char** argv) {
                "after the runs, also print the modeled time-to-train at full scale on this pod "
                "size: the published configuration (full-scale preset), full ResNet-50 compiled "
                "for IPU-Mk2 and priced by the cost model (about 30 s more)");
+  app.add_flag("--project-only", o.project_only,
+               "only the full-scale projection, no runs and no results package: the published "
+               "configuration for --pod-size, one replica's programs compiled for IPU-Mk2, the "
+               "tile-memory fit verdict, the modeled step time and its breakdown and the "
+               "time-to-train (any pod size on one machine, under a minute)");
+  app.add_flag("--all-pod-sizes", o.all_pod_sizes,
+               "with --project-only: every pod size the benchmark has a full-scale preset for "
+               "(programs shared by several sizes are priced once)");
+  app.add_flag("--json", o.json,
+               "with --project-only: the projection as JSON on stdout (an object, or an array "
+               "with --all-pod-sizes); the text goes to stderr");
   app.footer(exitCodeHelp());
   try {
     app.parse(argc, argv);
@@ -231,6 +295,7 @@ int main(int argc, char** argv) {
     const int rc = app.exit(e);  // prints the help, or the error
     return rc == 0 ? kExitSuccess : kExitRefused;
   }
+  if (o.project_only || o.all_pod_sizes || o.json) return projectOnly(app, o);
 
   // Under mpirun every process runs this same main; rank 0 alone writes the package and prints.
   std::unique_ptr<ipu::replication::MpiLink> mpi;

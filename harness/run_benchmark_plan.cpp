@@ -152,6 +152,27 @@ ImageNetIndex scanImageNet(const fs::path& dataDir, datasets::CorruptPolicy poli
   return index;
 }
 
+ModelRequest modelRequestOf(const PodPreset& preset, const Json& hp, Scale scale,
+                            const precision::PrecisionPolicy& policy) {
+  ModelRequest m;
+  m.scale = scale;
+  m.micro_batch = preset.micro_batch;
+  const bool lars = hp.value(keys::kOptName, "") == "lars";
+  m.momentum = hp.value(lars ? keys::kLarsOptMomentum : keys::kSgdOptMomentum, 0.9);
+  m.weight_decay = hp.value(lars ? keys::kLarsOptWeightDecay : keys::kSgdOptWeightDecay, 0.0);
+  if (lars) {
+    m.lars_eta = kLarsTrustCoefficient;
+    m.lars_epsilon = hp.value(keys::kLarsEpsilon, 0.0);
+  }
+  m.precision = policy;
+  if (hp.contains(keys::kModelBnSpan)) {
+    const std::int64_t span = hp[keys::kModelBnSpan].get<std::int64_t>();
+    if (span >= preset.micro_batch && span % preset.micro_batch == 0)
+      m.bn_span_replicas = static_cast<int>(span / preset.micro_batch);
+  }
+  return m;
+}
+
 Json runSettingKeys(const PodPreset& preset) {
   return Json{{kTrainSamplesKey, 0},
               {kEvalSamplesKey, 0},
@@ -392,17 +413,9 @@ BenchmarkPlan makePlan(const CliOptions& cli) {
   r.hyperparameters = hp;
   r.submission = {cli.org, plan.layout.system, toString(plan.division), "research",
                   mlperfBenchmarkName(plan.benchmark)};
-  r.model.scale = plan.scale;
-  r.model.micro_batch = preset.micro_batch;
+  r.model = modelRequestOf(preset, hp, plan.scale, plan.precision);
   const bool lars = opt == "lars";
-  r.model.momentum = hp.value(lars ? keys::kLarsOptMomentum : keys::kSgdOptMomentum, 0.9);
-  r.model.weight_decay = hp.value(lars ? keys::kLarsOptWeightDecay : keys::kSgdOptWeightDecay, 0.0);
-  if (lars) {
-    r.model.lars_eta = kLarsTrustCoefficient;
-    r.model.lars_epsilon = hp.value(keys::kLarsEpsilon, 0.0);
-  }
   r.model.choice = cli.model_stand_in ? ModelChoice::kSmallCnnStandIn : ModelChoice::kReference;
-  r.model.precision = plan.precision;
   r.model.bn_span_replicas = bnSpanReplicas;
   r.trainer.batch = preset.micro_batch;
   try {
