@@ -8,6 +8,7 @@
 
 #include "ipu_backend/ir/builder.h"
 #include "ipu_backend/ir/op_defs.h"
+#include "ipu_backend/ops/op_info.h"
 
 namespace ipu {
 namespace {
@@ -56,6 +57,12 @@ class GradBuilder {
     auto noRule = [&](const char* why) {
       throw GraphError(fmt::format("autodiff: {} has no gradient rule ({})", label, why));
     };
+    if (const ops::OpInfo* info = ops::find(op.kind)) {
+      std::vector<int> dys;
+      for (int o : op.outputs) dys.push_back(grad(o));
+      info->grad({g_, b_, op, dys, needs, [this](int t, int gr) { accumulate(t, gr); }, label});
+      return;
+    }
     switch (op.kind) {
       case OpKind::Conv2d: {
         if (needs[0]) {

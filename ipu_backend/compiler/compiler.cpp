@@ -14,6 +14,7 @@
 #include "ipu_backend/compiler/first_fit.h"
 #include "ipu_backend/compiler/op_shapes.h"
 #include "ipu_backend/ir/op_defs.h"
+#include "ipu_backend/ops/op_info.h"
 
 namespace ipu {
 namespace {
@@ -68,10 +69,7 @@ std::vector<TileSlice> channelBlockedMapping(i64 pixels, i64 k, i64 kg, const Ta
 
 // ---- input windows --------------------------------------------------------------------------
 
-struct NeedWindow {
-  int buffer;
-  i64 begin, end;
-};
+using ops::NeedWindow;
 
 Range rowsOf(Range elems, i64 rowLen) {
   return {elems.begin / rowLen, (elems.end - 1) / rowLen + 1};
@@ -180,9 +178,39 @@ Range reduceBounds(const kernels::ReduceShape& s, Range out, Range red) {
 
 // ---- the planner ----------------------------------------------------------------------------
 
-class Planner {
+// Implements PlanApi: what registered op kinds' plan rules may ask of it (ops/op_info.h).
+class Planner : public ops::PlanApi {
  public:
   Planner(Executable& exe) : exe_(exe), g_(exe.graph), t_(exe.target) {}
+
+  const Graph& graph() const override { return g_; }
+  void perSlice(const Op& op, int phase, const std::vector<int>& outs,
+                const std::function<ops::Windows(Range)>& windows, i64 cutAt) override {
+    for (int o : outs)
+      if (exe_.buffers[o].elements != exe_.buffers[outs[0]].elements ||
+          exe_.mapping[o].size() != exe_.mapping[outs[0]].size())
+        throw CompileError(fmt::format("internal: {} writes '{}' and '{}' per slice, but they are "
+                                       "mapped differently",
+                                       opName(op.kind), exe_.buffers[outs[0]].name,
+                                       exe_.buffers[o].name),
+                           -1, 0, 0);
+    ComputeSet& cs = newComputeSet(op, phase, "");
+    for (const TileSlice& s : exe_.mapping[outs[0]])
+      for (i64 b = s.begin; b < s.end;) {
+        const i64 e = cutAt > 0 ? std::min(s.end, (b / cutAt + 1) * cutAt) : s.end;
+        std::vector<OutRegion> regions;
+        for (int o : outs) regions.push_back({o, b, e});
+        cs.vertices.push_back(vertexOn(s.tile, windows({b, e}), std::move(regions), {b, e}));
+        b = e;
+      }
+  }
+  void splitReduction(const Op& op, int firstPhase, int out, i64 redExtent, i64 bytesPerRedUnit,
+                      const std::function<ops::Windows(Range, Range)>& windows) override {
+    phaseBase_ = firstPhase;
+    splitReduction(op, out, redExtent, bytesPerRedUnit, windows, false);
+    phaseBase_ = 0;
+  }
+  NeedWindow whole(int buf) const override { return {buf, 0, exe_.buffers[buf].elements}; }
 
   void run() {
     createTensorBuffers();
@@ -263,7 +291,7 @@ class Planner {
         op.outputs.empty() ? g_.tensor(op.inputs[0]).name : g_.tensor(op.outputs[0]).name;
     cs.name = fmt::format("{}/{}{}", label, opName(op.kind), what.empty() ? "" : "/" + what);
     cs.op = op.id;
-    cs.phase = phase;
+    cs.phase = phaseBase_ + phase;
     exe_.computeSets.push_back(std::move(cs));
     return exe_.computeSets.back();
   }
@@ -403,9 +431,8 @@ class Planner {
     }
   }
 
-  NeedWindow whole(int buf) const { return {buf, 0, exe_.buffers[buf].elements}; }
-
   void planOp(const Op& op) {
+    if (const ops::OpInfo* info = ops::find(op.kind)) return info->plan(*this, op);
     auto in = [&](int i) { return op.inputs[i]; };
     auto elems = [&](int t) { return g_.tensor(t).elements(); };
     int out = op.outputs.empty() ? -1 : op.outputs[0];
@@ -859,7 +886,7 @@ class Planner {
     // One codelet per (op kind, phase) a tile runs: a flat table per tile.
     int phases = 1;
     for (const ComputeSet& cs : exe_.computeSets) phases = std::max(phases, cs.phase + 1);
-    const size_t kinds = static_cast<size_t>(OpKind::LarsLearningRate) + 1;
+    const size_t kinds = static_cast<size_t>(ops::kindCount());
     std::vector<std::vector<char>> codelets(T, std::vector<char>(kinds * phases, 0));
     for (const ComputeSet& cs : exe_.computeSets) {
       if (isReplicaOp(g_.op(cs.op).kind)) continue;  // no tile code: IPU-Links / host side
@@ -975,6 +1002,7 @@ class Planner {
   Executable& exe_;
   const Graph& g_;
   const Target& t_;
+  int phaseBase_ = 0;  // splitReduction for a registered op: its first phase
 };
 
 // Moves every in-place update (sgd_update, ema_update: ops that write their inputs) to just after

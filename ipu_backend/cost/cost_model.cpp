@@ -9,6 +9,7 @@
 #include "ipu_backend/compiler/compiler.h"
 #include "ipu_backend/compiler/op_shapes.h"
 #include "ipu_backend/ir/op_defs.h"
+#include "ipu_backend/ops/op_info.h"
 
 namespace ipu::cost {
 namespace {
@@ -46,8 +47,9 @@ bool isMacOp(OpKind k) {
          k == OpKind::Conv2dBackwardFilter || k == OpKind::MatMul;
 }
 
-double instructionsPerVector(const Op& op) {
+double instructionsPerVector(const Op& op, int phase) {
   using U = kernels::UnaryKind;
+  if (const ops::OpInfo* info = ops::find(op.kind)) return info->cost(op, phase);
   switch (op.kind) {
     case OpKind::Unary:
     case OpKind::UnaryGrad: {
@@ -69,9 +71,36 @@ double instructionsPerVector(const Op& op) {
       return 2;
     case OpKind::BatchNormInference:
       return 2;  // x * scale + shift with per-channel scale/shift
-    default:
+    // One instruction per vector: copies, data movement, and the ops whose vertices the
+    // special cases of vertexWork price (MACs, channel sums, reductions, pools).
+    case OpKind::Conv2d:
+    case OpKind::Conv2dBackwardData:
+    case OpKind::Conv2dBackwardFilter:
+    case OpKind::MatMul:
+    case OpKind::BatchNormTrain:
+    case OpKind::BatchNormBackward:
+    case OpKind::Reduce:
+    case OpKind::Broadcast:
+    case OpKind::Reshape:
+    case OpKind::Transpose:
+    case OpKind::MaxPool:
+    case OpKind::MaxPoolGrad:
+    case OpKind::AvgPool:
+    case OpKind::AvgPoolGrad:
+    case OpKind::Constant:
+    case OpKind::CrossReplicaReduceScatter:
+    case OpKind::CrossReplicaAllGather:
+    case OpKind::ShardedSgdUpdate:
+    case OpKind::Assign:
+    case OpKind::Accumulate:
+    case OpKind::Cast:
+    case OpKind::SgdUpdateScaled:
+    case OpKind::CrossReplicaSum:
+    case OpKind::LarsLearningRate:
       return 1;
   }
+  throw std::logic_error(fmt::format("cost model: op kind {} ({}) has no cost rule",
+                                     static_cast<int>(op.kind), opName(op.kind)));
 }
 
 struct VertexWork {
@@ -206,7 +235,7 @@ VertexWork vertexWork(const Executable& exe, const ComputeSet& cs, const Op& op,
   }
   // Optimizer and EMA updates read-modify-write their state in place.
   if (op.kind == OpKind::SgdUpdate || op.kind == OpKind::EmaUpdate) inBytes += outBytes;
-  w.instrPerVector = instructionsPerVector(op);
+  w.instrPerVector = instructionsPerVector(op, cs.phase);
   w.bytes = inBytes + outBytes;
   w.units = std::max(1.0, std::ceil(w.elements / w.vectorWidth));
   return w;

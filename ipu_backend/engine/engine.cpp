@@ -18,6 +18,7 @@
 #include "ipu_backend/kernels/fused_bf16.h"
 #include "ipu_backend/kernels/mixed_precision.h"
 #include "ipu_backend/kernels/reference.h"
+#include "ipu_backend/ops/op_info.h"
 #include "ipu_backend/precision/half.h"
 #include "ipu_backend/precision/stochastic_rounding.h"
 
@@ -601,6 +602,16 @@ struct Engine::Impl {
   }
 
   std::function<void()> makeFused(const Op& op) {
+    if (const ops::OpInfo* info = ops::find(op.kind)) {
+      ops::FusedArgs a{g, op, {}, {}, {}};
+      for (int t : op.inputs) {
+        const bool index = g.tensor(t).dtype == DType::I32;
+        a.in.push_back(index ? nullptr : F(t));
+        a.ints.push_back(index ? I(t) : nullptr);
+      }
+      for (int t : op.outputs) a.out.push_back(F(t));
+      return info->fused(a);
+    }
     auto in = [&](int i) { return op.inputs[i]; };
     int out = op.outputs.empty() ? -1 : op.outputs[0];
     switch (op.kind) {
@@ -903,6 +914,12 @@ struct Engine::Impl {
     const int t = v.tile;
     std::vector<FW> W;
     for (const Window& w : v.inputs) W.push_back(fw(t, w));
+    if (const ops::OpInfo* info = ops::find(op.kind)) {
+      ops::VertexArgs a{g, op, cs.phase, W, {}, {}, v.work, v.red};
+      for (const Window& w : v.inputs) a.ints.push_back(iw(t, w));
+      for (const OutRegion& o : v.outputs) a.out.push_back(outPtr(t, o));
+      return info->vertex(a);
+    }
     float* y = v.outputs.empty() ? nullptr : outPtr(t, v.outputs[0]);
     const Range work = v.work, red = v.red;
     auto attrF = [&](const char* k, double d) {

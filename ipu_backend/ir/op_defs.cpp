@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "ipu_backend/ops/op_info.h"
+
 namespace ipu {
 namespace {
 
@@ -219,6 +221,7 @@ ConvGeom convGeometry(const Shape& x, i64 r, i64 s, const Attrs& a, const std::s
 }  // namespace
 
 const OpDef& opDef(OpKind kind) {
+  if (const ops::OpInfo* info = ops::find(kind)) return info->def;
   const auto& t = table();
   for (const auto& d : t)
     if (d.kind == kind) return d;
@@ -226,6 +229,7 @@ const OpDef& opDef(OpKind kind) {
 }
 
 const OpDef* findOpDef(std::string_view name) {
+  if (const ops::OpInfo* info = ops::find(name)) return &info->def;
   for (const auto& d : table())
     if (d.name == name) return &d;
   return nullptr;
@@ -281,6 +285,18 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
   if (static_cast<int>(in.size()) != def.numInputs)
     fail(label, fmt::format("expects {} inputs, got {}", def.numInputs, in.size()));
   checkAttrs(def, a, label);
+  if (const ops::OpInfo* info = ops::find(kind)) {
+    for (size_t i = 0; i < in.size(); ++i) {
+      const auto& ok = info->inputDTypes[i];
+      if (std::find(ok.begin(), ok.end(), in[i]->dtype) == ok.end()) {
+        std::vector<std::string_view> names;
+        for (DType t : ok) names.push_back(dtypeName(t));
+        fail(label, fmt::format("input {} '{}' is {}; expected one of {}", i, in[i]->name,
+                                dtypeName(in[i]->dtype), fmt::join(names, ", ")));
+      }
+    }
+    return info->infer(in, a, label);
+  }
   for (size_t i = 0; i < in.size(); ++i) {
     bool labelsSlot =
         (kind == OpKind::SoftmaxCrossEntropy || kind == OpKind::SoftmaxCrossEntropyGrad) && i == 1;
