@@ -189,16 +189,66 @@ Case layerNormCase(std::string name, i64 rows, i64 c, DType dt = DType::F32, i64
       for (i64 j = 0; j < c; ++j) var += (v[0][r * c + j] - m) * (v[0][r * c + j] - m);
       var /= static_cast<double>(c);
       for (i64 j = 0; j < c; ++j)
-        y[r * c + j] = static_cast<float>((v[0][r * c + j] - m) / std::sqrt(var + 1e-5) *
-                                              v[1][j] +
-                                          v[2][j]);
+        y[r * c + j] =
+            static_cast<float>((v[0][r * c + j] - m) / std::sqrt(var + 1e-5) * v[1][j] + v[2][j]);
     }
     return y;
   };
   return k;
 }
 
+Case gatherCase(std::string name, i64 v, i64 d, std::vector<std::int32_t> idx,
+                DType dt = DType::F32, i64 tileBytes = 0) {
+  Case k = registeredCase({"gather", "scatter_add"}, dt);
+  k.op.name = std::move(name);
+  k.op.inputs = {{"table", {v, d}}};
+  k.op.dtypes = {dt};
+  k.op.intInputs = {{"indices", idx}};
+  k.op.tileBytes = tileBytes;
+  k.op.build = [](Builder& b, const std::vector<int>& t, const std::vector<int>& i) {
+    return ops::add(b.graph(), "gather", {t[0], i[0]}, {}, {"y"})[0];
+  };
+  k.reference = [d, idx](const Vals& t) {
+    std::vector<float> y;
+    for (std::int32_t r : idx)
+      for (i64 j = 0; j < d; ++j) y.push_back(t[0][r * d + j]);
+    return y;
+  };
+  return k;
+}
+
+Case scatterAddCase(std::string name, i64 v, i64 d, std::vector<std::int32_t> idx,
+                    i64 tileBytes = 0) {
+  Case k = registeredCase({"scatter_add", "gather"}, DType::F32);
+  k.op.name = std::move(name);
+  const i64 n = static_cast<i64>(idx.size());
+  k.op.inputs = {{"updates", {n, d}}};
+  k.op.intInputs = {{"indices", idx}};
+  k.op.tileBytes = tileBytes;
+  k.op.build = [v](Builder& b, const std::vector<int>& u, const std::vector<int>& i) {
+    Attrs a;
+    a.set("rows", v);
+    return ops::add(b.graph(), "scatter_add", {u[0], i[0]}, a, {"y"})[0];
+  };
+  k.reference = [v, d, idx](const Vals& u) {
+    std::vector<double> y(static_cast<size_t>(v * d), 0.0);
+    for (size_t k = 0; k < idx.size(); ++k)
+      for (i64 j = 0; j < d; ++j) y[idx[k] * d + j] += u[0][k * d + j];
+    return std::vector<float>(y.begin(), y.end());
+  };
+  return k;
+}
+
 void addRegisteredOpCases(std::vector<Case>& cs) {
+  cs.push_back(gatherCase("gather", 10, 6, {3, 0, 9, 3, 7}));
+  cs.push_back(gatherCase("gather_bf16", 10, 6, {3, 0, 9, 3, 7}, DType::BF16));
+  // 8 KiB tiles: the 4 KiB table is looked up in row parts (multi-slice), never whole.
+  cs.push_back(
+      gatherCase("gather_multi_slice", 64, 16, {5, 63, 17, 40, 5, 0, 33, 22}, DType::F32, 8192));
+  cs.push_back(scatterAddCase("scatter_add", 10, 6, {3, 0, 9, 3, 7}));
+  cs.push_back(scatterAddCase("scatter_add_split", 12, 16,
+                              {5, 11, 7, 3, 5, 0, 2, 2, 9, 1, 4, 6, 8, 10, 3, 5, 7, 1, 0, 11},
+                              8192));
   cs.push_back(layerNormCase("layer_norm", 6, 8));
   cs.push_back(layerNormCase("layer_norm_bf16", 6, 8, DType::BF16));
   // 8 KiB tiles: dgamma / dbeta split over row parts with partials, rows cut across tiles.
@@ -401,16 +451,40 @@ TEST(OpRegistry, EveryOpKindHasEveryFacetAndACase) {
     });
     EXPECT_TRUE(covered) << n << ": no case in ops_test's table exercises it";
   }
-  const std::set<OpKind> viaSwitches = {
-      OpKind::Conv2d, OpKind::Conv2dBackwardData, OpKind::Conv2dBackwardFilter, OpKind::MatMul,
-      OpKind::BatchNormTrain, OpKind::BatchNormInference, OpKind::BatchNormBackward,
-      OpKind::Unary, OpKind::UnaryGrad, OpKind::Binary, OpKind::Reduce, OpKind::Broadcast,
-      OpKind::Reshape, OpKind::Transpose, OpKind::MaxPool, OpKind::MaxPoolGrad, OpKind::AvgPool,
-      OpKind::AvgPoolGrad, OpKind::Softmax, OpKind::SoftmaxGrad, OpKind::SoftmaxCrossEntropy,
-      OpKind::SoftmaxCrossEntropyGrad, OpKind::Constant, OpKind::SgdUpdate, OpKind::EmaUpdate,
-      OpKind::CrossReplicaReduceScatter, OpKind::CrossReplicaAllGather, OpKind::ShardedSgdUpdate,
-      OpKind::Assign, OpKind::Accumulate, OpKind::Cast, OpKind::SgdUpdateScaled,
-      OpKind::CrossReplicaSum, OpKind::LarsLearningRate};
+  const std::set<OpKind> viaSwitches = {OpKind::Conv2d,
+                                        OpKind::Conv2dBackwardData,
+                                        OpKind::Conv2dBackwardFilter,
+                                        OpKind::MatMul,
+                                        OpKind::BatchNormTrain,
+                                        OpKind::BatchNormInference,
+                                        OpKind::BatchNormBackward,
+                                        OpKind::Unary,
+                                        OpKind::UnaryGrad,
+                                        OpKind::Binary,
+                                        OpKind::Reduce,
+                                        OpKind::Broadcast,
+                                        OpKind::Reshape,
+                                        OpKind::Transpose,
+                                        OpKind::MaxPool,
+                                        OpKind::MaxPoolGrad,
+                                        OpKind::AvgPool,
+                                        OpKind::AvgPoolGrad,
+                                        OpKind::Softmax,
+                                        OpKind::SoftmaxGrad,
+                                        OpKind::SoftmaxCrossEntropy,
+                                        OpKind::SoftmaxCrossEntropyGrad,
+                                        OpKind::Constant,
+                                        OpKind::SgdUpdate,
+                                        OpKind::EmaUpdate,
+                                        OpKind::CrossReplicaReduceScatter,
+                                        OpKind::CrossReplicaAllGather,
+                                        OpKind::ShardedSgdUpdate,
+                                        OpKind::Assign,
+                                        OpKind::Accumulate,
+                                        OpKind::Cast,
+                                        OpKind::SgdUpdateScaled,
+                                        OpKind::CrossReplicaSum,
+                                        OpKind::LarsLearningRate};
   for (int k = 0; k < ops::kindCount(); ++k) {
     const auto kind = static_cast<OpKind>(k);
     EXPECT_NE(ops::find(kind) != nullptr, viaSwitches.count(kind) != 0)
@@ -456,7 +530,8 @@ TEST_P(OpCheck, BackwardMatchesFiniteDifferences) {
     if (f.grads[i].empty()) continue;
     // Central differences of a 16-bit op are rounding noise: those cases check the gradient
     // through tile == fused and their f32 twin's finite differences.
-    if (std::any_of(c.op.dtypes.begin(), c.op.dtypes.end(), [](DType t) { return t != DType::F32; }))
+    if (std::any_of(c.op.dtypes.begin(), c.op.dtypes.end(),
+                    [](DType t) { return t != DType::F32; }))
       return;
     double scale = std::max(1e-2, maxAbs(f.grads[i]));
     size_t n = f.grads[i].size(), step = std::max<size_t>(1, n / 12);
@@ -510,6 +585,46 @@ TEST(SgdUpdate, MatchesPyTorchSemanticsInBothModes) {
     auto got = e.readFloats("w");
     for (int i = 0; i < 7; ++i) EXPECT_NEAR(got[i], wr[i], 1e-5) << engineModeName(mode);
   }
+}
+
+}  // namespace
+}  // namespace ipu::testing
+
+namespace ipu::testing {
+namespace {
+
+// The multi-slice plan: with a table four times a vertex's window budget no vertex reads the
+// whole table, and the lookups are split over several row parts.
+TEST(Gather, LooksUpATableLargerThanTheWindowBudgetInRowParts) {
+  OpCase c = gatherCase("g", 64, 16, {5, 63, 17, 40}, DType::F32, 8192).op;
+  OpHarness h(c, /*withGrads=*/false);
+  const Executable& exe = h.exe();
+  const int table = exe.graph.get("table");
+  std::set<std::pair<i64, i64>> parts;
+  for (const ComputeSet& cs : exe.computeSets)
+    for (const Vertex& v : cs.vertices)
+      for (const Window& w : v.inputs)
+        if (w.buffer == table) {
+          EXPECT_LT(w.end - w.begin, 64 * 16) << cs.name << " reads the whole table";
+          parts.insert({w.begin, w.end});
+        }
+  EXPECT_GE(parts.size(), 4u);
+}
+
+TEST(Gather, AnIndexOutsideTheTableIsAnErrorNamingIt) {
+  OpCase c = gatherCase("g", 10, 4, {3, 10, 1}).op;
+  OpHarness h(c, /*withGrads=*/false);
+  try {
+    h.run(EngineMode::Fused);
+    FAIL() << "no error for index 10 of a 10-row table";
+  } catch (const std::out_of_range& e) {
+    EXPECT_NE(std::string(e.what()).find("index 10 at position 1 of 'indices'"), std::string::npos)
+        << e.what();
+  }
+  // Tile vertices cannot throw: the row they cannot look up is NaN, not a silent number.
+  OpRun t = h.run(EngineMode::Tile);
+  EXPECT_TRUE(std::isnan(t.output[4]));
+  EXPECT_FALSE(std::isnan(t.output[0]));
 }
 
 }  // namespace
