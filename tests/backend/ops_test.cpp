@@ -239,7 +239,43 @@ Case scatterAddCase(std::string name, i64 v, i64 d, std::vector<std::int32_t> id
   return k;
 }
 
+Case groupNormCase(std::string name, Shape x, i64 groups, i64 tileBytes = 0) {
+  Case k = registeredCase({"group_norm", "group_norm_grad"}, DType::F32);
+  k.op.name = std::move(name);
+  const i64 c = x.back(), n = x[0], p = numElements(x) / (n * c), cg = c / groups;
+  k.op.inputs = {{"x", x}, {"gamma", {c}}, {"beta", {c}}};
+  k.op.tileBytes = tileBytes;
+  k.op.build = [groups](Builder& b, const std::vector<int>& v, const std::vector<int>&) {
+    Attrs a;
+    a.set("groups", groups);
+    a.set("eps", 1e-5);
+    return ops::add(b.graph(), "group_norm", {v[0], v[1], v[2]}, a, {"y", "mean", "rstd"})[0];
+  };
+  k.reference = [=](const Vals& v) {
+    std::vector<float> y(v[0].size());
+    for (i64 s = 0; s < n; ++s)
+      for (i64 g = 0; g < groups; ++g) {
+        auto at = [&](i64 q, i64 j) { return s * p * c + q * c + g * cg + j; };
+        double m = 0, var = 0;
+        for (i64 q = 0; q < p; ++q)
+          for (i64 j = 0; j < cg; ++j) m += v[0][at(q, j)];
+        m /= static_cast<double>(p * cg);
+        for (i64 q = 0; q < p; ++q)
+          for (i64 j = 0; j < cg; ++j) var += (v[0][at(q, j)] - m) * (v[0][at(q, j)] - m);
+        var /= static_cast<double>(p * cg);
+        for (i64 q = 0; q < p; ++q)
+          for (i64 j = 0; j < cg; ++j)
+            y[at(q, j)] = static_cast<float>(
+                (v[0][at(q, j)] - m) / std::sqrt(var + 1e-5) * v[1][g * cg + j] + v[2][g * cg + j]);
+      }
+    return y;
+  };
+  return k;
+}
+
 void addRegisteredOpCases(std::vector<Case>& cs) {
+  cs.push_back(groupNormCase("group_norm", {2, 3, 3, 4}, 2));
+  cs.push_back(groupNormCase("group_norm_split_positions", {4, 4, 4, 8}, 4, 8192));
   cs.push_back(gatherCase("gather", 10, 6, {3, 0, 9, 3, 7}));
   cs.push_back(gatherCase("gather_bf16", 10, 6, {3, 0, 9, 3, 7}, DType::BF16));
   // 8 KiB tiles: the 4 KiB table is looked up in row parts (multi-slice), never whole.
