@@ -108,6 +108,14 @@ using FusedKernel = std::function<std::function<void()>(const FusedArgs&)>;
 // Phase 1 of a splitReduction: the sum of the partial rows (the windows, in order).
 std::function<void()> sumPartials(const VertexArgs& a);
 
+// Elementwise ops (every input the output's shape): a vertex per slice of the output reading the
+// same range of every input, and the two kernels from one element function
+// f(inputs at element i) -> output, made once per op by `make(op)`.
+void planElementwise(PlanApi& p, const Op& op);
+using ElementFn = std::function<float(const float* in, i64 i)>;  // in: the inputs' values at i
+VertexKernel elementwiseVertex(std::function<ElementFn(const Op&)> make);
+FusedKernel elementwiseFused(std::function<ElementFn(const Op&)> make);
+
 // ---- cost ------------------------------------------------------------------------------------
 // Vector instructions per output vector of a vertex in `phase` (the cost model prices the rest:
 // worker split, bytes, exchange).

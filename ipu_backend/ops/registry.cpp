@@ -108,6 +108,44 @@ std::function<void()> sumPartials(const VertexArgs& a) {
   };
 }
 
+void planElementwise(PlanApi& p, const Op& op) {
+  p.perSlice(op, 0, {op.outputs[0]}, [op](Range r) {
+    Windows w;
+    for (int t : op.inputs) w.push_back({t, r.begin, r.end});
+    return w;
+  });
+}
+
+// The element function sees the inputs' values at one element in a small array (at most 4
+// inputs), so the vertex and the fused loop evaluate exactly the same expression.
+constexpr size_t kMaxElementInputs = 4;
+
+VertexKernel elementwiseVertex(std::function<ElementFn(const Op&)> make) {
+  return [make](const VertexArgs& a) -> std::function<void()> {
+    return [f = make(a.op), W = a.in, y = a.out[0], work = a.work] {
+      float v[kMaxElementInputs];
+      for (i64 i = work.begin; i < work.end; ++i) {
+        for (size_t k = 0; k < W.size(); ++k) v[k] = W[k][i];
+        y[i - work.begin] = f(v, i);
+      }
+    };
+  };
+}
+
+FusedKernel elementwiseFused(std::function<ElementFn(const Op&)> make) {
+  return [make](const FusedArgs& a) -> std::function<void()> {
+    const i64 n = a.g.tensor(a.op.outputs[0]).elements();
+    return [f = make(a.op), in = a.in, y = a.out[0], n] {
+#pragma omp parallel for schedule(static)
+      for (i64 i = 0; i < n; ++i) {
+        float v[kMaxElementInputs];
+        for (size_t k = 0; k < in.size(); ++k) v[k] = in[k][i];
+        y[i] = f(v, i);
+      }
+    };
+  };
+}
+
 void fail(const std::string& label, const std::string& msg) {
   throw GraphError(fmt::format("{}: {}", label, msg));
 }

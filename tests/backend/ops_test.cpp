@@ -273,7 +273,33 @@ Case groupNormCase(std::string name, Shape x, i64 groups, i64 tileBytes = 0) {
   return k;
 }
 
+Case geluCase(std::string name, const std::string& approximate, DType dt = DType::F32) {
+  Case k = registeredCase({"gelu", "gelu_grad"}, dt);
+  k.op.name = std::move(name);
+  k.op.inputs = {{"x", {4, 9}}};
+  k.op.dtypes = {dt};
+  k.op.inputLo = -3.f, k.op.inputHi = 3.f;
+  k.op.build = [approximate](Builder& b, const std::vector<int>& v, const std::vector<int>&) {
+    Attrs a;
+    a.set("approximate", approximate);
+    return ops::add(b.graph(), "gelu", {v[0]}, a, {"y"})[0];
+  };
+  k.reference = [approximate](const Vals& v) {
+    std::vector<float> y;
+    for (double x : v[0])
+      y.push_back(static_cast<float>(
+          approximate == "tanh"
+              ? 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)))
+              : 0.5 * x * std::erfc(-x / std::sqrt(2.0))));
+    return y;
+  };
+  return k;
+}
+
 void addRegisteredOpCases(std::vector<Case>& cs) {
+  cs.push_back(geluCase("gelu_tanh", "tanh"));
+  cs.push_back(geluCase("gelu_erf", "none"));
+  cs.push_back(geluCase("gelu_tanh_bf16", "tanh", DType::BF16));
   cs.push_back(groupNormCase("group_norm", {2, 3, 3, 4}, 2));
   cs.push_back(groupNormCase("group_norm_split_positions", {4, 4, 4, 8}, 4, 8192));
   cs.push_back(gatherCase("gather", 10, 6, {3, 0, 9, 3, 7}));
@@ -661,6 +687,44 @@ TEST(Gather, AnIndexOutsideTheTableIsAnErrorNamingIt) {
   OpRun t = h.run(EngineMode::Tile);
   EXPECT_TRUE(std::isnan(t.output[4]));
   EXPECT_FALSE(std::isnan(t.output[0]));
+}
+
+}  // namespace
+}  // namespace ipu::testing
+
+namespace ipu::testing {
+namespace {
+
+// Golden values from PyTorch 2 (torch.nn.functional.gelu in float64, both forms).
+TEST(Gelu, MatchesPyTorch) {
+  const std::vector<float> x = {-3.0f, -1.5f, -0.5f, 0.0f, 0.25f, 1.0f, 2.5f};
+  const std::map<std::string, std::vector<double>> want = {
+      {"tanh",
+       {-0.00363739208177, -0.10042842302, -0.154285990175, 0, 0.149675350702, 0.841191990608,
+        2.48491573391}},
+      {"none",
+       {-0.00404969409489, -0.100210801903, -0.154268769363, 0, 0.149676581421, 0.841344746069,
+        2.48447583669}}};
+  for (const auto& [form, values] : want) {
+    Graph g("gelu");
+    Builder b(g);
+    int in = b.input("x", {7});
+    Attrs a;
+    a.set("approximate", form);
+    int y = ops::add(g, "gelu", {in}, a, {"y"})[0];
+    g.markOutput(y);
+    auto exe = std::make_shared<Executable>(compile(std::move(g), testTarget()));
+    for (EngineMode mode : {EngineMode::Fused, EngineMode::Tile}) {
+      Engine e(exe, mode);
+      std::vector<float> got(7);
+      e.connectInput(exe->graph.get("x"), x.data());
+      e.connectOutput(exe->graph.get("y"), got.data());
+      e.run();
+      for (size_t i = 0; i < x.size(); ++i)
+        EXPECT_NEAR(got[i], values[i], 1e-6)
+            << form << " " << engineModeName(mode) << " x=" << x[i];
+    }
+  }
 }
 
 }  // namespace
