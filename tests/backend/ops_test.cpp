@@ -296,7 +296,50 @@ Case geluCase(std::string name, const std::string& approximate, DType dt = DType
   return k;
 }
 
+// Scores x [B, heads, S, S] with an additive mask of `maskShape` (values 0 or -10000).
+Case maskedSoftmaxCase(std::string name, Shape x, Shape maskShape, i64 tileBytes = 0) {
+  Case k = registeredCase({"masked_softmax"}, DType::F32);
+  k.op.name = std::move(name);
+  k.op.inputs = {{"x", x}, {"mask", maskShape}};
+  k.op.differentiable = {true, false};
+  k.op.tileBytes = tileBytes;
+  k.op.inputLo = -2.f, k.op.inputHi = 2.f;
+  k.op.build = [](Builder& b, const std::vector<int>& v, const std::vector<int>&) {
+    // A mask of 0 and -10000 from the random values: drop where the value is below -0.5.
+    int drop = b.unary("relu", b.scale(b.binary("sub", b.constant({}, -0.5), v[1]), 1e6));
+    int mask = b.scale(b.binary("min", drop, b.constant({}, 1.0)), -10000.0);
+    return ops::add(b.graph(), "masked_softmax", {v[0], mask}, {}, {"y"})[0];
+  };
+  k.reference = [x, maskShape](const Vals& v) {
+    const i64 c = x.back(), n = numElements(x);
+    std::vector<float> y(static_cast<size_t>(n));
+    // Broadcast by index arithmetic on the right-aligned shapes.
+    auto maskAt = [&](i64 i) {
+      i64 idx = 0, stride = 1;
+      for (size_t k = 0; k < maskShape.size(); ++k) {
+        const size_t dm = maskShape.size() - 1 - k, dx = x.size() - 1 - k;
+        i64 outStride = 1;
+        for (size_t d = dx + 1; d < x.size(); ++d) outStride *= x[d];
+        if (maskShape[dm] != 1) idx += (i / outStride % x[dx]) * stride;
+        stride *= maskShape[dm];
+      }
+      return v[1][idx] < -0.5f ? -10000.0 : 0.0;
+    };
+    for (i64 r = 0; r < n / c; ++r) {
+      double mx = -1e300, s = 0;
+      for (i64 j = 0; j < c; ++j) mx = std::max(mx, v[0][r * c + j] + maskAt(r * c + j));
+      for (i64 j = 0; j < c; ++j) s += std::exp(v[0][r * c + j] + maskAt(r * c + j) - mx);
+      for (i64 j = 0; j < c; ++j)
+        y[r * c + j] = static_cast<float>(std::exp(v[0][r * c + j] + maskAt(r * c + j) - mx) / s);
+    }
+    return y;
+  };
+  return k;
+}
+
 void addRegisteredOpCases(std::vector<Case>& cs) {
+  cs.push_back(maskedSoftmaxCase("masked_softmax_bert_mask", {2, 3, 5, 5}, {2, 1, 1, 5}));
+  cs.push_back(maskedSoftmaxCase("masked_softmax_per_query_mask", {3, 4, 6}, {1, 4, 6}, 8192));
   cs.push_back(geluCase("gelu_tanh", "tanh"));
   cs.push_back(geluCase("gelu_erf", "none"));
   cs.push_back(geluCase("gelu_tanh_bf16", "tanh", DType::BF16));
