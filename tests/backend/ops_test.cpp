@@ -337,7 +337,36 @@ Case maskedSoftmaxCase(std::string name, Shape x, Shape maskShape, i64 tileBytes
   return k;
 }
 
+Case maskedLmLossCase(std::string name, i64 v, std::vector<std::int32_t> labels,
+                      i64 tileBytes = 0) {
+  Case k = registeredCase({"masked_lm_loss", "masked_lm_loss_grad"}, DType::F32);
+  k.op.name = std::move(name);
+  const i64 np = static_cast<i64>(labels.size());
+  k.op.inputs = {{"logits", {np, v}}, {"weights", {np}}};
+  k.op.differentiable = {true, false};
+  k.op.intInputs = {{"labels", labels}};
+  k.op.inputLo = 0.f;
+  k.op.tileBytes = tileBytes;
+  k.op.build = [](Builder& b, const std::vector<int>& t, const std::vector<int>& i) {
+    return ops::add(b.graph(), "masked_lm_loss", {t[0], i[0], t[1]}, {}, {"mlm_loss"})[0];
+  };
+  k.reference = [v, labels](const Vals& t) {
+    double wsum = 1e-5;
+    for (float w : t[1]) wsum += w;
+    std::vector<float> y;
+    for (size_t p = 0; p < labels.size(); ++p) {
+      double s = 0;
+      for (i64 j = 0; j < v; ++j) s += std::exp(static_cast<double>(t[0][p * v + j]));
+      y.push_back(static_cast<float>(t[1][p] * (std::log(s) - t[0][p * v + labels[p]]) / wsum));
+    }
+    return y;
+  };
+  return k;
+}
+
 void addRegisteredOpCases(std::vector<Case>& cs) {
+  cs.push_back(maskedLmLossCase("masked_lm_loss", 7, {3, 0, 6, 2, 2, 5}));
+  cs.push_back(maskedLmLossCase("masked_lm_loss_rows_across_tiles", 50, {3, 49, 0, 17}, 8192));
   cs.push_back(maskedSoftmaxCase("masked_softmax_bert_mask", {2, 3, 5, 5}, {2, 1, 1, 5}));
   cs.push_back(maskedSoftmaxCase("masked_softmax_per_query_mask", {3, 4, 6}, {1, 4, 6}, 8192));
   cs.push_back(geluCase("gelu_tanh", "tanh"));
