@@ -10,6 +10,7 @@
 #include "ipu_backend/compiler/op_shapes.h"
 #include "ipu_backend/kernels/reference.h"
 #include "ipu_backend/ops/op_info.h"
+#include "ipu_backend/precision/stochastic_rounding.h"
 #include "tests/backend/op_test_util.h"
 
 namespace ipu::testing {
@@ -364,7 +365,43 @@ Case maskedLmLossCase(std::string name, i64 v, std::vector<std::int32_t> labels,
   return k;
 }
 
+// The draw of global element (or sample) k at `step`: the op's documented generator.
+bool dropped(std::uint64_t seed, std::int32_t step, i64 k, double rate) {
+  const std::uint64_t bits =
+      precision::srRandomBits(precision::deriveSeed(seed, static_cast<std::uint32_t>(step)), k);
+  return (bits >> 40) < static_cast<std::uint64_t>(rate * (1u << 24));
+}
+
+Case dropoutCase(std::string name, Shape x, double rate, const std::string& mode,
+                 std::vector<std::int32_t> key) {
+  Case k = registeredCase({"dropout"}, DType::F32);
+  k.op.name = std::move(name);
+  k.op.inputs = {{"x", x}};
+  k.op.intInputs = {{"key", key}};
+  k.op.build = [rate, mode](Builder& b, const std::vector<int>& v, const std::vector<int>& i) {
+    Attrs a;
+    a.set("rate", rate);
+    a.set("seed", i64{1234});
+    a.set("mode", mode);
+    return ops::add(b.graph(), "dropout", {v[0], i[0]}, a, {"y"})[0];
+  };
+  k.reference = [x, rate, mode, key](const Vals& v) {
+    const i64 per = numElements(x) / x[0];
+    std::vector<float> y;
+    for (i64 i = 0; i < numElements(x); ++i) {
+      const i64 g = key[1] * per + i;
+      y.push_back(dropped(1234, key[0], mode == "sample" ? g / per : g, rate)
+                      ? 0.f
+                      : static_cast<float>(v[0][i] / (1 - rate)));
+    }
+    return y;
+  };
+  return k;
+}
+
 void addRegisteredOpCases(std::vector<Case>& cs) {
+  cs.push_back(dropoutCase("dropout", {6, 10}, 0.3, "element", {7, 0}));
+  cs.push_back(dropoutCase("stochastic_depth", {8, 2, 2, 3}, 0.5, "sample", {3, 16}));
   cs.push_back(maskedLmLossCase("masked_lm_loss", 7, {3, 0, 6, 2, 2, 5}));
   cs.push_back(maskedLmLossCase("masked_lm_loss_rows_across_tiles", 50, {3, 49, 0, 17}, 8192));
   cs.push_back(maskedSoftmaxCase("masked_softmax_bert_mask", {2, 3, 5, 5}, {2, 1, 1, 5}));
@@ -797,6 +834,50 @@ TEST(Gelu, MatchesPyTorch) {
             << form << " " << engineModeName(mode) << " x=" << x[i];
     }
   }
+}
+
+}  // namespace
+}  // namespace ipu::testing
+
+namespace ipu::testing {
+namespace {
+
+std::vector<float> runDropout(const std::vector<float>& x, i64 rows, std::vector<std::int32_t> key,
+                              EngineMode mode, double rate = 0.25) {
+  Graph g("dropout");
+  Builder b(g);
+  const i64 cols = static_cast<i64>(x.size()) / rows;
+  int in = b.input("x", {rows, cols}), k = b.input("key", {2}, DType::I32);
+  Attrs a;
+  a.set("rate", rate);
+  a.set("seed", i64{99});
+  int y = ops::add(g, "dropout", {in, k}, a, {"y"})[0];
+  g.markOutput(y);
+  auto exe = std::make_shared<Executable>(compile(std::move(g), testTarget()));
+  Engine e(exe, mode);
+  std::vector<float> out(x.size());
+  e.connectInput(exe->graph.get("x"), x.data());
+  e.connectInput(exe->graph.get("key"), key.data());
+  e.connectOutput(exe->graph.get("y"), out.data());
+  e.run();
+  return out;
+}
+
+// A batch split over two replicas (each fed the global index of its first sample) draws the
+// bits of the whole batch, in both modes; another step draws other bits.
+TEST(Dropout, ReplicaSplitsAndModesDrawTheSameBits) {
+  const std::vector<float> x = randomVec(8 * 300, 5, 0.5f, 1.5f);
+  const auto whole = runDropout(x, 8, {11, 0}, EngineMode::Fused);
+  std::vector<float> lo(x.begin(), x.begin() + 4 * 300), hi(x.begin() + 4 * 300, x.end());
+  for (EngineMode mode : {EngineMode::Fused, EngineMode::Tile}) {
+    auto a = runDropout(lo, 4, {11, 0}, mode), b = runDropout(hi, 4, {11, 4}, mode);
+    a.insert(a.end(), b.begin(), b.end());
+    EXPECT_EQ(a, whole) << engineModeName(mode);
+  }
+  EXPECT_NE(runDropout(x, 8, {12, 0}, EngineMode::Fused), whole);
+  const auto zeros = std::count(whole.begin(), whole.end(), 0.0f);
+  // 2,400 draws at rate 0.25: 600 expected, standard deviation 21.
+  EXPECT_NEAR(static_cast<double>(zeros), 600.0, 4 * 21.2);
 }
 
 }  // namespace
