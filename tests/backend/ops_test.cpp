@@ -399,7 +399,82 @@ Case dropoutCase(std::string name, Shape x, double rate, const std::string& mode
   return k;
 }
 
+// x [O, L, I] -> x[:, b:e, :] (axis 1), or the concat of a and b along axis 1.
+std::vector<float> sliceRef(const std::vector<float>& x, i64 o, i64 l, i64 in, i64 b, i64 e) {
+  std::vector<float> y;
+  for (i64 i = 0; i < o; ++i)
+    for (i64 p = b; p < e; ++p)
+      for (i64 j = 0; j < in; ++j) y.push_back(x[(i * l + p) * in + j]);
+  return y;
+}
+
+Case sliceCase(std::string name, Shape x, i64 b, i64 e) {
+  Case k = registeredCase({"slice", "concat"}, DType::F32);
+  k.op.name = std::move(name);
+  k.op.inputs = {{"x", x}};
+  k.op.build = [b, e](Builder& bl, const std::vector<int>& v, const std::vector<int>&) {
+    Attrs a;
+    a.set("axis", i64{1});
+    a.set("begin", b);
+    a.set("end", e);
+    return ops::add(bl.graph(), "slice", {v[0]}, a, {"y"})[0];
+  };
+  k.reference = [x, b, e](const Vals& v) { return sliceRef(v[0], x[0], x[1], x[2], b, e); };
+  return k;
+}
+
+Case concatCase(std::string name, Shape a, Shape b) {
+  Case k = registeredCase({"concat", "slice"}, DType::F32);
+  k.op.name = std::move(name);
+  k.op.inputs = {{"a", a}, {"b", b}};
+  k.op.build = [](Builder& bl, const std::vector<int>& v, const std::vector<int>&) {
+    Attrs at;
+    at.set("axis", i64{-2});
+    return ops::add(bl.graph(), "concat", {v[0], v[1]}, at, {"y"})[0];
+  };
+  k.reference = [a, b](const Vals& v) {
+    std::vector<float> y;
+    for (i64 i = 0; i < a[0]; ++i) {
+      auto ra = sliceRef(v[0], a[0], a[1], a[2], 0, a[1]),
+           rb = sliceRef(v[1], b[0], b[1], b[2], 0, b[1]);
+      y.insert(y.end(), ra.begin() + i * a[1] * a[2], ra.begin() + (i + 1) * a[1] * a[2]);
+      y.insert(y.end(), rb.begin() + i * b[1] * b[2], rb.begin() + (i + 1) * b[1] * b[2]);
+    }
+    return y;
+  };
+  return k;
+}
+
+Case selectCase() {
+  Case k = registeredCase({"select"}, DType::F32);
+  k.op.name = "select";
+  k.op.inputs = {{"c", {4, 6}}, {"a", {4, 6}}, {"b", {4, 6}}};
+  k.op.differentiable = {false, true, true};
+  k.op.build = [](Builder& b, const std::vector<int>& v, const std::vector<int>&) {
+    int cond = b.binary("min", b.relu(b.scale(v[0], 1e6)), b.constant({}, 1.0));
+    return ops::add(b.graph(), "select", {cond, v[1], v[2]}, {}, {"y"})[0];
+  };
+  k.reference = [](const Vals& v) {
+    std::vector<float> y;
+    for (size_t i = 0; i < v[0].size(); ++i) y.push_back(v[0][i] > 0 ? v[1][i] : v[2][i]);
+    return y;
+  };
+  return k;
+}
+
 void addRegisteredOpCases(std::vector<Case>& cs) {
+  cs.push_back(sliceCase("slice_middle", {3, 5, 4}, 1, 4));
+  cs.push_back(sliceCase("slice_first_row", {2, 6, 3}, 0, 1));
+  cs.push_back(concatCase("concat", {3, 2, 4}, {3, 3, 4}));
+  {  // 8 KiB tiles: outputs and inputs spread over tiles, windows from the sources' bounds
+    Case k = sliceCase("slice_across_tiles", {4, 40, 16}, 5, 33);
+    k.op.tileBytes = 8192;
+    cs.push_back(k);
+    k = concatCase("concat_across_tiles", {4, 20, 16}, {4, 30, 16});
+    k.op.tileBytes = 8192;
+    cs.push_back(k);
+  }
+  cs.push_back(selectCase());
   cs.push_back(dropoutCase("dropout", {6, 10}, 0.3, "element", {7, 0}));
   cs.push_back(dropoutCase("stochastic_depth", {8, 2, 2, 3}, 0.5, "sample", {3, 16}));
   cs.push_back(maskedLmLossCase("masked_lm_loss", 7, {3, 0, 6, 2, 2, 5}));
