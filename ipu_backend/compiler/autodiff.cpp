@@ -194,9 +194,6 @@ class GradBuilder {
         accumulate(in(0), g_.addOp1(OpKind::AvgPoolGrad, {dy}, a));
         return;
       }
-      case OpKind::Softmax:
-        accumulate(in(0), g_.addOp1(OpKind::SoftmaxGrad, {op.outputs[0], dy}, {}));
-        return;
       case OpKind::SoftmaxCrossEntropy:
         if (needs[1]) noRule("labels are not differentiable");
         accumulate(in(0), g_.addOp1(OpKind::SoftmaxCrossEntropyGrad, {in(0), in(1), dy}, op.attrs));
@@ -208,8 +205,6 @@ class GradBuilder {
         // y_r = sum of x over r's group, so dL/dx_r = the same sum of dL/dy (L: the sum of the
         // group's losses, as every replica's backward seeds its own).
         accumulate(in(0), g_.addOp1(OpKind::CrossReplicaSum, {dy}, op.attrs));
-        return;
-      case OpKind::Constant:
         return;
       default:
         noRule("it is a backward or update op");

@@ -189,11 +189,11 @@ class Planner : public ops::PlanApi {
     for (int o : outs)
       if (exe_.buffers[o].elements != exe_.buffers[outs[0]].elements ||
           exe_.mapping[o].size() != exe_.mapping[outs[0]].size())
-        throw CompileError(fmt::format("internal: {} writes '{}' and '{}' per slice, but they are "
-                                       "mapped differently",
-                                       opName(op.kind), exe_.buffers[outs[0]].name,
-                                       exe_.buffers[o].name),
-                           -1, 0, 0);
+        throw CompileError(
+            fmt::format("internal: {} writes '{}' and '{}' per slice, but they are "
+                        "mapped differently",
+                        opName(op.kind), exe_.buffers[outs[0]].name, exe_.buffers[o].name),
+            -1, 0, 0);
     ComputeSet& cs = newComputeSet(op, phase, "");
     for (const TileSlice& s : exe_.mapping[outs[0]])
       for (i64 b = s.begin; b < s.end;) {
@@ -473,9 +473,6 @@ class Planner : public ops::PlanApi {
         });
         return;
       }
-      case OpKind::Constant:
-        perOutputSlice(op, out, [](Range) { return std::vector<NeedWindow>{}; });
-        return;
       case OpKind::LarsLearningRate:  // four scalars in, one out: one vertex
         perOutputSlice(op, out, [&](Range) {
           return std::vector<NeedWindow>{whole(in(0)), whole(in(1)), whole(in(2)), whole(in(3))};
@@ -614,18 +611,6 @@ class Planner : public ops::PlanApi {
         });
         return;
       }
-      case OpKind::Softmax:
-      case OpKind::SoftmaxGrad: {
-        i64 cols = g_.tensor(in(0)).shape.back();
-        perOutputSlice(op, out, [&, cols](Range r) {
-          Range rows = rowsOf(r, cols);
-          std::vector<NeedWindow> w;
-          for (int i = 0; i < static_cast<int>(op.inputs.size()); ++i)
-            w.push_back({in(i), rows.begin * cols, rows.end * cols});
-          return w;
-        });
-        return;
-      }
       case OpKind::SoftmaxCrossEntropy: {
         i64 cls = g_.tensor(in(0)).shape[1];
         perOutputSlice(op, out, [&, cls](Range r) {
@@ -706,12 +691,6 @@ class Planner : public ops::PlanApi {
         }
         return;
       }
-      case OpKind::Assign:
-      case OpKind::Accumulate:
-        perOutputSlice(op, in(0), [&](Range r) {
-          return std::vector<NeedWindow>{{in(1), r.begin, r.end}};
-        });
-        return;
       case OpKind::CrossReplicaReduceScatter:
       case OpKind::CrossReplicaAllGather:
       case OpKind::CrossReplicaSum:
@@ -746,6 +725,8 @@ class Planner : public ops::PlanApi {
         }
         return;
       }
+      default:  // registered kinds (ipu_backend/ops) planned above
+        break;
     }
     throw CompileError(fmt::format("internal: no tile plan for op '{}'", opName(op.kind)), -1, 0,
                        0);

@@ -768,16 +768,6 @@ struct Engine::Impl {
         float *dy = F(in(0)), *dx = F(out);
         return [=] { k->run(dy, dx); };
       }
-      case OpKind::Softmax: {
-        i64 cols = g.tensor(out).shape.back(), rows = g.tensor(out).elements() / cols;
-        float *x = F(in(0)), *y = F(out);
-        return [=] { fz::softmax(rows, cols, x, y); };
-      }
-      case OpKind::SoftmaxGrad: {
-        i64 cols = g.tensor(out).shape.back(), rows = g.tensor(out).elements() / cols;
-        float *y = F(in(0)), *dy = F(in(1)), *dx = F(out);
-        return [=] { fz::softmaxGrad(rows, cols, y, dy, dx); };
-      }
       case OpKind::SoftmaxCrossEntropy: {
         const Shape& s = g.tensor(in(0)).shape;
         float eps = static_cast<float>(op.attrs.getFloat("smoothing", 0.0));
@@ -794,12 +784,6 @@ struct Engine::Impl {
         i64 n = s[0], c = s[1];
         return [=] { fz::softmaxCrossEntropyGrad(n, c, eps, lg, lb, dl, dlg); };
       }
-      case OpKind::Constant: {
-        float* y = F(out);
-        i64 n = g.tensor(out).elements();
-        float v = static_cast<float>(op.attrs.getFloat("value"));
-        return [=] { std::fill(y, y + n, v); };
-      }
       case OpKind::SgdUpdate: {
         float *w = F(in(0)), *v = F(in(1)), *gr = F(in(2)), *lr = F(in(3));
         float m = static_cast<float>(op.attrs.getFloat("momentum"));
@@ -815,19 +799,6 @@ struct Engine::Impl {
         const float wd = static_cast<float>(op.attrs.getFloat("weight_decay"));
         const float eps = static_cast<float>(op.attrs.getFloat("epsilon"));
         return [=] { *y = ref::larsLearningRate(*lr, *ws, *gs, *inv, eta, wd, eps); };
-      }
-      case OpKind::Assign: {
-        float *dst = F(in(0)), *src = F(in(1));
-        i64 n = g.tensor(in(0)).elements();
-        return [=] { std::copy(src, src + n, dst); };
-      }
-      case OpKind::Accumulate: {
-        float *acc = F(in(0)), *x = F(in(1));
-        i64 n = g.tensor(in(0)).elements();
-        return [=] {
-#pragma omp parallel for schedule(static)
-          for (i64 i = 0; i < n; ++i) acc[i] += x[i];
-        };
       }
       case OpKind::CrossReplicaReduceScatter:
       case OpKind::CrossReplicaAllGather:
@@ -855,6 +826,8 @@ struct Engine::Impl {
         i64 n = g.tensor(in(0)).elements();
         return [=] { kernels::scaledSgdMomentumUpdate(*lr, m, wd, nest, *inv, *ovf, w, v, gr, n); };
       }
+      default:  // registered kinds (ipu_backend/ops) built above
+        break;
     }
     throw std::logic_error(fmt::format("fused engine: no kernel for op '{}'", opName(op.kind)));
   }
@@ -966,10 +939,6 @@ struct Engine::Impl {
         auto perm = toIntPerm(op.attrs.getInts("perm"));
         return [=] { ref::transpose(dims, perm, W[0], y, work); };
       }
-      case OpKind::Constant: {
-        float val = attrF("value", 0.0);
-        return [=] { std::fill(y, y + work.size(), val); };
-      }
       case OpKind::LarsLearningRate: {
         const float eta = attrF("eta", 0.0), wd = attrF("weight_decay", 0.0);
         const float eps = attrF("epsilon", 0.0);
@@ -1018,14 +987,6 @@ struct Engine::Impl {
       case OpKind::AvgPoolGrad: {
         auto s = poolShapeOf(g, op);
         return [=] { ref::avgPoolBackward(s, W[0], y, work); };
-      }
-      case OpKind::Softmax: {
-        i64 cols = g.tensor(op.inputs[0]).shape.back();
-        return [=] { ref::softmax(cols, W[0], y, work); };
-      }
-      case OpKind::SoftmaxGrad: {
-        i64 cols = g.tensor(op.inputs[0]).shape.back();
-        return [=] { ref::softmaxGrad(cols, W[0], W[1], y, work); };
       }
       case OpKind::SoftmaxCrossEntropy: {
         i64 cls = g.tensor(op.inputs[0]).shape[1];
@@ -1100,12 +1061,6 @@ struct Engine::Impl {
         float m = attrF("momentum", 0.0), sc = attrF("scale", 1.0);
         return [=] { ref::emaUpdate(m, sc, y, W[0].data, work.size()); };
       }
-      case OpKind::Assign:
-        return [=] { std::copy(W[0].data, W[0].data + work.size(), y); };
-      case OpKind::Accumulate:
-        return [=] {
-          for (i64 i = 0; i < work.size(); ++i) y[i] += W[0].data[i];
-        };
       case OpKind::CrossReplicaReduceScatter:
       case OpKind::CrossReplicaAllGather:
       case OpKind::CrossReplicaSum:
@@ -1124,6 +1079,8 @@ struct Engine::Impl {
                                            W[0].data, work.size());
         };
       }
+      default:  // registered kinds (ipu_backend/ops) built above
+        break;
     }
     throw std::logic_error(
         fmt::format("tile engine: no vertex kernel for op '{}'", opName(op.kind)));

@@ -59,14 +59,10 @@ const std::vector<OpDef>& table() {
        with(kPoolAttrs, {{"count_include_pad", A::Bool, false}})},
       {OpKind::AvgPoolGrad, "avg_pool_grad", 1, 1, {},
        with(kPoolAttrs, {{"count_include_pad", A::Bool, false}, {"input_shape", A::Ints, true}})},
-      {OpKind::Softmax, "softmax", 1, 1, {}, {}},
-      {OpKind::SoftmaxGrad, "softmax_grad", 2, 1, {}, {}},
       {OpKind::SoftmaxCrossEntropy, "softmax_cross_entropy", 2, 1, {},
        {{"smoothing", A::Float, false}}},
       {OpKind::SoftmaxCrossEntropyGrad, "softmax_cross_entropy_grad", 3, 1, {},
        {{"smoothing", A::Float, false}}},
-      {OpKind::Constant, "constant", 0, 1, {},
-       {{"shape", A::Ints, true}, {"value", A::Float, true}, {"dtype", A::String, false}}},
       // lars_eta > 0: LARS, the learning rate scaled by the weight's trust ratio (compiler/lars.h).
       {OpKind::SgdUpdate, "sgd_update", 4, 0, {0, 1},
        {{"momentum", A::Float, true},
@@ -94,8 +90,6 @@ const std::vector<OpDef>& table() {
         {"momentum", A::Float, true},
         {"weight_decay", A::Float, true},
         {"nesterov", A::Bool, false}}},
-      {OpKind::Assign, "assign", 2, 0, {0}, {}},      // variable = value
-      {OpKind::Accumulate, "accumulate", 2, 0, {0}, {}},  // variable += value
       {OpKind::Cast, "cast", 1, 1, {}, {{"dtype", A::String, true}}},
       // Inputs: weight, momentum, scaled gradient, lr, inverse loss scale [1], overflow [1]
       // (0 when every gradient is finite, NaN otherwise: the step is skipped).
@@ -492,12 +486,6 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
                                 shapeStr(dy.shape), shapeStr(ys)));
       return {{xs, dy.dtype}};
     }
-    case OpKind::Softmax:
-      if (in[0]->shape.empty()) fail(label, "input must have rank >= 1");
-      return {{in[0]->shape, in[0]->dtype}};
-    case OpKind::SoftmaxGrad:
-      expectSameShape(*in[0], *in[1], label);
-      return {{in[0]->shape, in[0]->dtype}};
     case OpKind::SoftmaxCrossEntropy:
     case OpKind::SoftmaxCrossEntropyGrad: {
       const Tensor &lg = *in[0], &lb = *in[1];
@@ -515,15 +503,6 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
                                 shapeStr(in[2]->shape), lg.shape[0]));
       return {{lg.shape, lg.dtype}};
     }
-    case OpKind::Constant: {
-      DType dt = DType::F32;
-      if (a.has("dtype")) {
-        auto p = parseDType(a.getString("dtype"));
-        if (!p) fail(label, fmt::format("unknown dtype '{}'", a.getString("dtype")));
-        dt = *p;
-      }
-      return {{a.getInts("shape"), dt}};
-    }
     case OpKind::SgdUpdate: {
       const Tensor &w = *in[0], &v = *in[1], &g = *in[2], &lr = *in[3];
       expectSameShape(w, v, label);
@@ -534,8 +513,6 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
       return {};
     }
     case OpKind::EmaUpdate:
-    case OpKind::Assign:
-    case OpKind::Accumulate:
       expectSameShape(*in[0], *in[1], label);
       return {};
     case OpKind::CrossReplicaReduceScatter: {
@@ -591,9 +568,11 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
           fail(label, fmt::format("'{}' {}{} must be an f32 scalar (sum of squares of the weight, "
                                   "of the gradient, learning rate, inverse gradient scale)",
                                   in[i]->name, dtypeName(in[i]->dtype), shapeStr(in[i]->shape)));
-      if (a.getFloat("eta") <= 0.0 || a.getFloat("epsilon") < 0.0 || a.getFloat("weight_decay") < 0.0)
-        fail(label, fmt::format("needs eta > 0, epsilon >= 0 and weight_decay >= 0, got {}, {}, {}",
-                                a.getFloat("eta"), a.getFloat("epsilon"), a.getFloat("weight_decay")));
+      if (a.getFloat("eta") <= 0.0 || a.getFloat("epsilon") < 0.0 ||
+          a.getFloat("weight_decay") < 0.0)
+        fail(label,
+             fmt::format("needs eta > 0, epsilon >= 0 and weight_decay >= 0, got {}, {}, {}",
+                         a.getFloat("eta"), a.getFloat("epsilon"), a.getFloat("weight_decay")));
       return {{in[2]->shape, DType::F32}};
     }
     case OpKind::SgdUpdateScaled: {
@@ -607,6 +586,8 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
                                   in[i]->name, dtypeName(in[i]->dtype), shapeStr(in[i]->shape)));
       return {};
     }
+    default:  // registered kinds (ipu_backend/ops) returned above
+      break;
   }
   fail(label, "internal: unhandled op kind");
 }
