@@ -194,10 +194,6 @@ class GradBuilder {
         accumulate(in(0), g_.addOp1(OpKind::AvgPoolGrad, {dy}, a));
         return;
       }
-      case OpKind::SoftmaxCrossEntropy:
-        if (needs[1]) noRule("labels are not differentiable");
-        accumulate(in(0), g_.addOp1(OpKind::SoftmaxCrossEntropyGrad, {in(0), in(1), dy}, op.attrs));
-        return;
       case OpKind::Cast:
         accumulate(in(0), b_.cast(dy, T(in(0)).dtype));
         return;

@@ -611,24 +611,6 @@ class Planner : public ops::PlanApi {
         });
         return;
       }
-      case OpKind::SoftmaxCrossEntropy: {
-        i64 cls = g_.tensor(in(0)).shape[1];
-        perOutputSlice(op, out, [&, cls](Range r) {
-          return std::vector<NeedWindow>{{in(0), r.begin * cls, r.end * cls},
-                                         {in(1), r.begin, r.end}};
-        });
-        return;
-      }
-      case OpKind::SoftmaxCrossEntropyGrad: {
-        i64 cls = g_.tensor(in(0)).shape[1];
-        perOutputSlice(op, out, [&, cls](Range r) {
-          Range rows = rowsOf(r, cls);
-          return std::vector<NeedWindow>{{in(0), rows.begin * cls, rows.end * cls},
-                                         {in(1), rows.begin, rows.end},
-                                         {in(2), rows.begin, rows.end}};
-        });
-        return;
-      }
       case OpKind::BatchNormInference:
         perOutputSlice(op, out, [&](Range r) {
           return std::vector<NeedWindow>{

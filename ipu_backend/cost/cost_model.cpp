@@ -60,9 +60,6 @@ double instructionsPerVector(const Op& op, int phase) {
     }
     case OpKind::Binary:
       return binaryKindOf(op) == kernels::BinaryKind::Div ? kDivideInstructions : 1.0;
-    case OpKind::SoftmaxCrossEntropy:
-    case OpKind::SoftmaxCrossEntropyGrad:
-      return kTranscendentalInstructions + 3;  // max, subtract, exp, sum, scale
     case OpKind::SgdUpdate:
       return 4;  // v = m*v + g + wd*w; w -= lr*v
     case OpKind::EmaUpdate:

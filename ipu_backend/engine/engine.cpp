@@ -768,22 +768,6 @@ struct Engine::Impl {
         float *dy = F(in(0)), *dx = F(out);
         return [=] { k->run(dy, dx); };
       }
-      case OpKind::SoftmaxCrossEntropy: {
-        const Shape& s = g.tensor(in(0)).shape;
-        float eps = static_cast<float>(op.attrs.getFloat("smoothing", 0.0));
-        float *lg = F(in(0)), *loss = F(out);
-        const std::int32_t* lb = I(in(1));
-        i64 n = s[0], c = s[1];
-        return [=] { fz::softmaxCrossEntropy(n, c, eps, lg, lb, loss); };
-      }
-      case OpKind::SoftmaxCrossEntropyGrad: {
-        const Shape& s = g.tensor(in(0)).shape;
-        float eps = static_cast<float>(op.attrs.getFloat("smoothing", 0.0));
-        float *lg = F(in(0)), *dl = F(in(2)), *dlg = F(out);
-        const std::int32_t* lb = I(in(1));
-        i64 n = s[0], c = s[1];
-        return [=] { fz::softmaxCrossEntropyGrad(n, c, eps, lg, lb, dl, dlg); };
-      }
       case OpKind::SgdUpdate: {
         float *w = F(in(0)), *v = F(in(1)), *gr = F(in(2)), *lr = F(in(3));
         float m = static_cast<float>(op.attrs.getFloat("momentum"));
@@ -987,18 +971,6 @@ struct Engine::Impl {
       case OpKind::AvgPoolGrad: {
         auto s = poolShapeOf(g, op);
         return [=] { ref::avgPoolBackward(s, W[0], y, work); };
-      }
-      case OpKind::SoftmaxCrossEntropy: {
-        i64 cls = g.tensor(op.inputs[0]).shape[1];
-        float eps = attrF("smoothing", 0.0);
-        IW lb = iw(t, v.inputs[1]);
-        return [=] { ref::softmaxCrossEntropy(cls, eps, W[0], lb, y, work); };
-      }
-      case OpKind::SoftmaxCrossEntropyGrad: {
-        i64 cls = g.tensor(op.inputs[0]).shape[1];
-        float eps = attrF("smoothing", 0.0);
-        IW lb = iw(t, v.inputs[1]);
-        return [=] { ref::softmaxCrossEntropyGrad(cls, eps, W[0], lb, W[2], y, work); };
       }
       case OpKind::BatchNormInference: {
         auto [rows, c] = rowsChannelsOf(g, op.inputs[0]);
