@@ -8,6 +8,7 @@
 #include <set>
 
 #include "ipu_backend/compiler/op_shapes.h"
+#include "ipu_backend/ir/text.h"
 #include "ipu_backend/kernels/reference.h"
 #include "ipu_backend/ops/op_info.h"
 #include "ipu_backend/precision/stochastic_rounding.h"
@@ -992,6 +993,38 @@ TEST(InPlaceOps, AssignAndAccumulateInBothModes) {
       EXPECT_FLOAT_EQ(acc1[i], a0[i] + xs[i] + xs[i]) << engineModeName(mode) << " " << i;
       EXPECT_EQ(w1[i], xs[i]) << engineModeName(mode) << " " << i;
     }
+  }
+}
+
+}  // namespace
+}  // namespace ipu::testing
+
+namespace ipu::testing {
+namespace {
+
+// Registered kinds need nothing in the text form: it reads their names, arity and attribute
+// schema from the registry like any other op's, and their dtype rules apply when parsing.
+TEST(OpRegistry, TextFormReadsAndPrintsRegisteredKinds) {
+  const std::string text = R"(graph bert_bits {
+  variable %table: f32[10, 4]
+  input %ids: i32[3]
+  %h: f32[3, 4] = gather(%table, %ids)
+  %t: f32[3, 4] = gelu(%h) {approximate="tanh"}
+})";
+  Graph g = parseGraph(text);
+  EXPECT_EQ(g.op(0).kind, ops::kindNamed("gather"));
+  EXPECT_EQ(printGraph(parseGraph(printGraph(g))), printGraph(g));
+  try {
+    parseGraph(R"(graph bad {
+  variable %table: f32[10, 4]
+  variable %ids: f32[3]
+  %h: f32[3, 4] = gather(%table, %ids)
+})");
+    FAIL() << "f32 indices accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("input 1 'ids' is f32; expected one of i32"),
+              std::string::npos)
+        << e.what();
   }
 }
 
