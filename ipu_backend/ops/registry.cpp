@@ -16,7 +16,9 @@ constexpr int kFirstNewKind = static_cast<int>(OpKind::LarsLearningRate) + 1;
 
 struct Registry {
   std::vector<OpInfo> infos;
-  std::map<int, size_t> byKind;
+  // Index into infos per kind value, -1 when unregistered: a flat table, since the planner,
+  // the tile engine and the cost model look kinds up per vertex.
+  std::vector<int> byKind = std::vector<int>(256, -1);
   std::map<std::string, size_t, std::less<>> byName;
   int nextKind = kFirstNewKind;
 };
@@ -49,7 +51,7 @@ OpKind registerOp(OpInfo info) {
         fmt::format("op registry: '{}' declares dtypes for {} inputs, its arity is {}", name,
                     info.inputDTypes.size(), info.def.numInputs));
   const OpKind kind = info.def.kind;
-  r.byKind[static_cast<int>(kind)] = r.infos.size();
+  r.byKind[static_cast<size_t>(kind)] = static_cast<int>(r.infos.size());
   r.byName[name] = r.infos.size();
   r.infos.push_back(std::move(info));
   return kind;
@@ -57,8 +59,8 @@ OpKind registerOp(OpInfo info) {
 
 const OpInfo* find(OpKind kind) {
   const Registry& r = registry();
-  auto it = r.byKind.find(static_cast<int>(kind));
-  return it == r.byKind.end() ? nullptr : &r.infos[it->second];
+  const int i = r.byKind[static_cast<size_t>(kind)];
+  return i < 0 ? nullptr : &r.infos[static_cast<size_t>(i)];
 }
 
 const OpInfo* find(std::string_view name) {
