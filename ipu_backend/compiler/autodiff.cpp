@@ -175,16 +175,6 @@ class GradBuilder {
       case OpKind::Broadcast:
         accumulate(in(0), reduceToShape(b_, dy, T(in(0)).shape));
         return;
-      case OpKind::Reshape:
-        accumulate(in(0), b_.reshape(dy, T(in(0)).shape));
-        return;
-      case OpKind::Transpose: {
-        const auto& perm = op.attrs.getInts("perm");
-        std::vector<i64> inv(perm.size());
-        for (size_t i = 0; i < perm.size(); ++i) inv[perm[i]] = static_cast<i64>(i);
-        accumulate(in(0), b_.transpose(dy, inv));
-        return;
-      }
       case OpKind::MaxPool:
         accumulate(in(0), g_.addOp1(OpKind::MaxPoolGrad, {in(0), dy}, op.attrs));
         return;

@@ -122,26 +122,6 @@ Range broadcastBounds(const kernels::BroadcastShape& s, const i64* strides, Rang
   return {lo, hi};
 }
 
-Range transposeBounds(const Shape& in, const std::vector<i64>& perm, Range out) {
-  i64 inElems = numElements(in);
-  if (out.size() > 8192 || in.empty()) return {0, inElems};
-  size_t r = in.size();
-  std::vector<i64> inStride(r, 1), outDims(r);
-  for (size_t d = r - 1; d-- > 0;) inStride[d] = inStride[d + 1] * in[d + 1];
-  for (size_t d = 0; d < r; ++d) outDims[d] = in[perm[d]];
-  i64 lo = inElems, hi = 0;
-  for (i64 o = out.begin; o < out.end; ++o) {
-    i64 rem = o, idx = 0;
-    for (size_t d = r; d-- > 0;) {
-      idx += (rem % outDims[d]) * inStride[perm[d]];
-      rem /= outDims[d];
-    }
-    lo = std::min(lo, idx);
-    hi = std::max(hi, idx + 1);
-  }
-  return {lo, hi};
-}
-
 // Input flat-index bounds of a reduction restricted to an output range and a reduced range.
 Range reduceBounds(const kernels::ReduceShape& s, Range out, Range red) {
   size_t r = s.inDims.size();
@@ -438,7 +418,6 @@ class Planner : public ops::PlanApi {
     int out = op.outputs.empty() ? -1 : op.outputs[0];
     switch (op.kind) {
       case OpKind::Unary:
-      case OpKind::Reshape:
       case OpKind::Cast:
         perOutputSlice(op, out, [&](Range r) {
           return std::vector<NeedWindow>{{in(0), r.begin, r.end}};
@@ -461,15 +440,6 @@ class Planner : public ops::PlanApi {
             w.push_back({in(1), b.begin, b.end});
           }
           return w;
-        });
-        return;
-      }
-      case OpKind::Transpose: {
-        Shape s = g_.tensor(in(0)).shape;
-        auto perm = op.attrs.getInts("perm");
-        perOutputSlice(op, out, [&, s, perm](Range r) {
-          Range b = transposeBounds(s, perm, r);
-          return std::vector<NeedWindow>{{in(0), b.begin, b.end}};
         });
         return;
       }

@@ -76,8 +76,6 @@ double instructionsPerVector(const Op& op, int phase) {
     case OpKind::BatchNormBackward:
     case OpKind::Reduce:
     case OpKind::Broadcast:
-    case OpKind::Reshape:
-    case OpKind::Transpose:
     case OpKind::MaxPool:
     case OpKind::MaxPoolGrad:
     case OpKind::AvgPool:

@@ -46,10 +46,6 @@ struct AlignedBytes {
   AlignedBytes& operator=(const AlignedBytes&) = delete;
 };
 
-std::vector<int> toIntPerm(const std::vector<i64>& p) {
-  return {p.begin(), p.end()};
-}
-
 // ---- 16-bit storage ---------------------------------------------------------------------------
 // f16 / bf16 tensors are stored as 16 bits. Kernels compute in f32: an op's 16-bit operands are
 // widened into f32 scratch before it runs and its 16-bit results rounded back after (RNE, or
@@ -736,18 +732,6 @@ struct Engine::Impl {
         float *x = F(in(0)), *y = F(out);
         return [=] { fz::reduce(kind, s, x, y); };
       }
-      case OpKind::Reshape: {
-        const void* x = tensorMem[in(0)];
-        void* y = tensorMem[out];
-        size_t n = static_cast<size_t>(g.tensor(out).bytes());
-        return [=] { std::memcpy(y, x, n); };
-      }
-      case OpKind::Transpose: {
-        Shape dims = g.tensor(in(0)).shape;
-        auto perm = toIntPerm(op.attrs.getInts("perm"));
-        float *x = F(in(0)), *y = F(out);
-        return [=] { fz::transpose(dims, perm, x, y); };
-      }
       case OpKind::MaxPool: {
         auto* k = keep<fz::MaxPoolForward>(poolShapeOf(g, op));
         float *x = F(in(0)), *y = F(out);
@@ -913,15 +897,6 @@ struct Engine::Impl {
         auto bs = binaryShapeOf(g, op);
         FW z{&zero, 0, 1};
         return [=] { ref::binary(kernels::BinaryKind::Add, bs, W[0], z, y, work); };
-      }
-      case OpKind::Reshape:
-        return [=] {
-          for (i64 i = work.begin; i < work.end; ++i) y[i - work.begin] = W[0][i];
-        };
-      case OpKind::Transpose: {
-        Shape dims = g.tensor(op.inputs[0]).shape;
-        auto perm = toIntPerm(op.attrs.getInts("perm"));
-        return [=] { ref::transpose(dims, perm, W[0], y, work); };
       }
       case OpKind::LarsLearningRate: {
         const float eta = attrF("eta", 0.0), wd = attrF("weight_decay", 0.0);

@@ -51,8 +51,6 @@ const std::vector<OpDef>& table() {
       {OpKind::Reduce, "reduce", 1, 1, {},
        {{"fn", A::String, true}, {"axes", A::Ints, true}, {"keep_dims", A::Bool, false}}},
       {OpKind::Broadcast, "broadcast", 1, 1, {}, {{"shape", A::Ints, true}}},
-      {OpKind::Reshape, "reshape", 1, 1, {}, {{"shape", A::Ints, true}}},
-      {OpKind::Transpose, "transpose", 1, 1, {}, {{"perm", A::Ints, true}}},
       {OpKind::MaxPool, "max_pool", 1, 1, {}, kPoolAttrs},
       {OpKind::MaxPoolGrad, "max_pool_grad", 2, 1, {}, kPoolAttrs},
       {OpKind::AvgPool, "avg_pool", 1, 1, {},
@@ -288,10 +286,8 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
     return info->infer(in, a, label);
   }
   for (size_t i = 0; i < in.size(); ++i) {
-    // Kinds not yet in the registry (whose OpInfo declares its inputs' dtypes): layout ops
-    // move any dtype, the others take floats.
-    const bool layoutOp = kind == OpKind::Reshape || kind == OpKind::Transpose;
-    if (in[i]->dtype == DType::I32 && !layoutOp)
+    // Kinds not yet in the registry (whose OpInfo declares its inputs' dtypes) take floats.
+    if (in[i]->dtype == DType::I32)
       fail(label,
            fmt::format("input '{}' is i32; this op takes floating-point tensors", in[i]->name));
   }
@@ -441,29 +437,6 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
         fail(label, fmt::format("'{}' {} does not broadcast to {}", in[0]->name,
                                 shapeStr(in[0]->shape), shapeStr(target)));
       return {{target, in[0]->dtype}};
-    }
-    case OpKind::Reshape: {
-      const Shape& s = a.getInts("shape");
-      if (numElements(s) != in[0]->elements() ||
-          std::any_of(s.begin(), s.end(), [](i64 d) { return d < 1; }))
-        fail(label, fmt::format("cannot reshape '{}' {} ({} elements) to {}", in[0]->name,
-                                shapeStr(in[0]->shape), in[0]->elements(), shapeStr(s)));
-      return {{s, in[0]->dtype}};
-    }
-    case OpKind::Transpose: {
-      const auto& perm = a.getInts("perm");
-      const Shape& s = in[0]->shape;
-      std::vector<bool> seen(s.size(), false);
-      if (perm.size() != s.size()) fail(label, "perm must have one entry per dimension");
-      Shape out;
-      for (i64 p : perm) {
-        if (p < 0 || p >= static_cast<i64>(s.size()) || seen[p])
-          fail(label,
-               fmt::format("perm {} is not a permutation of rank {}", shapeStr(perm), s.size()));
-        seen[p] = true;
-        out.push_back(s[p]);
-      }
-      return {{out, in[0]->dtype}};
     }
     case OpKind::MaxPool:
     case OpKind::AvgPool:
