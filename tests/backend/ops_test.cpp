@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <set>
 
 #include "ipu_backend/compiler/op_shapes.h"
@@ -803,6 +806,33 @@ TEST_P(OpCheck, BackwardMatchesFiniteDifferences) {
   }
 }
 
+// PERF mode over the same cases (ggml's test-backend-ops has one): OPS_PERF=<repetitions> prints
+// the median time of one step (forward and backward) of each case in both engine modes.
+class OpPerf : public ::testing::TestWithParam<size_t> {};
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(OpPerf);
+
+TEST_P(OpPerf, StepTime) {
+  const char* reps = std::getenv("OPS_PERF");
+  Case c = allCases()[GetParam()];
+  OpHarness h(c.op);
+  for (EngineMode mode : {EngineMode::Fused, EngineMode::Tile}) {
+    std::vector<double> ms;
+    for (int r = 0; r < std::max(1, std::atoi(reps)); ++r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      h.run(mode);
+      ms.push_back(
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::nth_element(ms.begin(), ms.begin() + static_cast<long>(ms.size() / 2), ms.end());
+    std::printf("PERF %-40s %-5s %9.3f ms (median of %zu, engine built per run)\n",
+                c.op.name.c_str(), std::string(engineModeName(mode)).c_str(), ms[ms.size() / 2],
+                ms.size());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllOps, OpPerf,
+                         ::testing::Range<size_t>(0,
+                                                  std::getenv("OPS_PERF") ? allCases().size() : 0));
 INSTANTIATE_TEST_SUITE_P(AllOps, OpCheck, ::testing::Range<size_t>(0, allCases().size()),
                          [](const ::testing::TestParamInfo<size_t>& info) {
                            std::string n = allCases()[info.param].op.name;
