@@ -12,6 +12,10 @@ namespace ipu {
 namespace {
 
 using A = AttrType;
+// The checks registered ops use too (ops/op_info.h).
+using ops::expectRank;
+using ops::expectSameShape;
+using ops::fail;
 
 // `partials`: accumulator type of conv / matmul partial sums ("f32" default, or "f16"), set by
 // the precision pass.
@@ -106,10 +110,6 @@ const std::vector<OpDef>& table() {
 }
 // clang-format on
 
-[[noreturn]] void fail(const std::string& label, const std::string& msg) {
-  throw GraphError(fmt::format("{}: {}", label, msg));
-}
-
 const char* attrTypeName(AttrType t) {
   switch (t) {
     case A::Bool:
@@ -160,12 +160,6 @@ void checkAttrs(const OpDef& def, const Attrs& attrs, const std::string& label) 
            fmt::format("missing required attribute '{}' ({})", s.name, attrTypeName(s.type)));
 }
 
-void expectRank(const Tensor& t, size_t rank, const std::string& label, const char* role) {
-  if (t.shape.size() != rank)
-    fail(label,
-         fmt::format("{} '{}' must have rank {}, got {}", role, t.name, rank, shapeStr(t.shape)));
-}
-
 void expectIntsLen(const Attrs& a, const char* key, size_t n, const std::string& label) {
   if (a.getInts(key).size() != n)
     fail(label, fmt::format("attribute '{}' must have {} values", key, n));
@@ -175,12 +169,6 @@ void expectFloat(const Tensor& t, const std::string& label, const char* role) {
   if (!isFloat(t.dtype))
     fail(label, fmt::format("{} '{}' must be a floating-point tensor, got {}", role, t.name,
                             dtypeName(t.dtype)));
-}
-
-void expectSameShape(const Tensor& a, const Tensor& b, const std::string& label) {
-  if (a.shape != b.shape)
-    fail(label, fmt::format("shapes of '{}' {} and '{}' {} must be equal", a.name,
-                            shapeStr(a.shape), b.name, shapeStr(b.shape)));
 }
 
 struct ConvGeom {
