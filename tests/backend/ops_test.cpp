@@ -541,6 +541,23 @@ std::vector<Case> allCases() {
     cs.push_back(c);
   }
   cs.push_back(matmulCase("matmul_batched", {2, 4, 5}, {2, 5, 3}, false, false));
+  {  // bf16 operands: oneDNN's bf16 matmul in fused mode, against a plain double reference
+    Case c = matmulCase("matmul_bf16", {5, 7}, {7, 3}, false, false);
+    c.op.dtypes = {DType::BF16, DType::BF16};
+    c.referenceIsTileKernel = false;
+    c.reference = [](const Vals& v) {
+      std::vector<float> y;
+      for (int i = 0; i < 5; ++i)
+        for (int j = 0; j < 3; ++j) {
+          double acc = 0;
+          for (int k = 0; k < 7; ++k) acc += static_cast<double>(v[0][i * 7 + k]) * v[1][k * 3 + j];
+          y.push_back(static_cast<float>(acc));
+        }
+      return y;
+    };
+    c.fwdTol = 2e-2, c.tileTol = 1e-2, c.tileGradTol = 2e-2;
+    cs.push_back(c);
+  }
   cs.push_back(matmulCase("matmul_batched_tb", {2, 4, 5}, {2, 3, 5}, false, true));
   cs.push_back(unaryCase("relu", U::Relu));
   cs.push_back(unaryCase("sigmoid", U::Sigmoid));
