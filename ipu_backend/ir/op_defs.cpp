@@ -508,11 +508,9 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
           fail(label, fmt::format("'{}' {}{} must be an f32 scalar (sum of squares of the weight, "
                                   "of the gradient, learning rate, inverse gradient scale)",
                                   in[i]->name, dtypeName(in[i]->dtype), shapeStr(in[i]->shape)));
-      if (a.getFloat("eta") <= 0.0 || a.getFloat("epsilon") < 0.0 ||
-          a.getFloat("weight_decay") < 0.0)
-        fail(label,
-             fmt::format("needs eta > 0, epsilon >= 0 and weight_decay >= 0, got {}, {}, {}",
-                         a.getFloat("eta"), a.getFloat("epsilon"), a.getFloat("weight_decay")));
+      if (a.getFloat("eta") <= 0.0 || a.getFloat("epsilon") < 0.0 || a.getFloat("weight_decay") < 0.0)
+        fail(label, fmt::format("needs eta > 0, epsilon >= 0 and weight_decay >= 0, got {}, {}, {}",
+                                a.getFloat("eta"), a.getFloat("epsilon"), a.getFloat("weight_decay")));
       return {{in[2]->shape, DType::F32}};
     }
     case OpKind::SgdUpdateScaled: {
