@@ -31,7 +31,7 @@ IPU_REGISTER_OPS(assign) {
   OpInfo s;
   s.def = {OpKind::Assign, "assign", 2, 0, {0}, {}};
   s.doc = "variable, value (same shape): variable = value";
-  s.inputDTypes = {kFloat, kFloat};
+  s.inputDTypes = {floatTypes(), floatTypes()};
   s.infer = inferInPlace;
   s.grad = noGradient("it is an update op");
   s.plan = planInPlace;
@@ -49,7 +49,7 @@ IPU_REGISTER_OPS(assign) {
   OpInfo c;
   c.def = {OpKind::Accumulate, "accumulate", 2, 0, {0}, {}};
   c.doc = "variable, x (same shape): variable += x";
-  c.inputDTypes = {kFloat, kFloat};
+  c.inputDTypes = {floatTypes(), floatTypes()};
   c.infer = inferInPlace;
   c.grad = noGradient("it is an update op");
   c.plan = planInPlace;

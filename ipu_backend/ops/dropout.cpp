@@ -71,7 +71,7 @@ IPU_REGISTER_OPS(dropout) {
             {"seed", AttrType::Int, true},
             {"mode", AttrType::String, false}}};
   f.doc = "x [N,...], key i32 [2] (step, first sample) -> x masked and scaled by 1/(1-rate)";
-  f.inputDTypes = {kFloat, kIndex};
+  f.inputDTypes = {floatTypes(), indexTypes()};
   f.infer = infer;
   f.grad = [](const GradArgs& a) {
     if (a.needs[0])

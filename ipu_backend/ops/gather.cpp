@@ -163,7 +163,7 @@ IPU_REGISTER_OPS(gather) {
   OpInfo g;
   g.def = {kUnassignedKind, "gather", 2, 1, {}, {}};
   g.doc = "table [V,D], indices i32 [...] -> y [..., D], y[n] = table[indices[n]]";
-  g.inputDTypes = {kFloat, kIndex};
+  g.inputDTypes = {floatTypes(), indexTypes()};
   g.infer = inferGather;
   g.grad = gradGather;
   g.plan = planGather;
@@ -177,7 +177,7 @@ IPU_REGISTER_OPS(gather) {
   OpInfo s;
   s.def = {kUnassignedKind, "scatter_add", 2, 1, {}, {{"rows", AttrType::Int, true}}};
   s.doc = "updates [..., D], indices i32 [...], rows V -> y [V, D], y[indices[n]] += updates[n]";
-  s.inputDTypes = {kFloat, kIndex};
+  s.inputDTypes = {floatTypes(), indexTypes()};
   s.infer = inferScatterAdd;
   s.grad = gradScatterAdd;
   s.plan = planScatterAdd;

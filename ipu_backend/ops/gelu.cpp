@@ -53,15 +53,17 @@ ElementFn backward(const Op& op) {
   };
 }
 
-const std::vector<AttrSpec> kAttrs = {{"approximate", AttrType::String, false}};
+std::vector<AttrSpec> attrSpecs() {
+  return {{"approximate", AttrType::String, false}};
+}
 
 }  // namespace
 
 IPU_REGISTER_OPS(gelu) {
   OpInfo f;
-  f.def = {kUnassignedKind, "gelu", 1, 1, {}, kAttrs};
+  f.def = {kUnassignedKind, "gelu", 1, 1, {}, attrSpecs()};
   f.doc = "x [...] -> gelu(x), erf form or (approximate=tanh) BERT's tanh form";
-  f.inputDTypes = {kFloat};
+  f.inputDTypes = {floatTypes()};
   f.infer = infer;
   f.grad = [](const GradArgs& a) {
     if (a.needs[0])
@@ -74,9 +76,9 @@ IPU_REGISTER_OPS(gelu) {
   registerOp(std::move(f));
 
   OpInfo b;
-  b.def = {kUnassignedKind, "gelu_grad", 2, 1, {}, kAttrs};
+  b.def = {kUnassignedKind, "gelu_grad", 2, 1, {}, attrSpecs()};
   b.doc = "x, dy [...] -> dy * gelu'(x)";
-  b.inputDTypes = {kFloat, kFloat};
+  b.inputDTypes = {floatTypes(), floatTypes()};
   b.infer = infer;
   b.grad = noGradient("it is a backward op");
   b.plan = planElementwise;

@@ -231,16 +231,17 @@ std::function<void()> fusedBackward(const FusedArgs& a) {
   };
 }
 
-const std::vector<AttrSpec> kAttrs = {{"groups", AttrType::Int, true},
-                                      {"eps", AttrType::Float, true}};
+std::vector<AttrSpec> attrSpecs() {
+  return {{"groups", AttrType::Int, true}, {"eps", AttrType::Float, true}};
+}
 
 }  // namespace
 
 IPU_REGISTER_OPS(group_norm) {
   OpInfo f;
-  f.def = {kUnassignedKind, "group_norm", 3, 3, {}, kAttrs};
+  f.def = {kUnassignedKind, "group_norm", 3, 3, {}, attrSpecs()};
   f.doc = "x [N,...,C], gamma [C], beta [C] -> y, mean [N*G] f32, rstd [N*G] f32";
-  f.inputDTypes = {kFloat, {DType::F32}, {DType::F32}};
+  f.inputDTypes = {floatTypes(), {DType::F32}, {DType::F32}};
   f.infer = inferForward;
   f.grad = gradForward;
   f.plan = planForward;
@@ -250,9 +251,9 @@ IPU_REGISTER_OPS(group_norm) {
   registerOp(std::move(f));
 
   OpInfo b;
-  b.def = {kUnassignedKind, "group_norm_grad", 5, 3, {}, kAttrs};
+  b.def = {kUnassignedKind, "group_norm_grad", 5, 3, {}, attrSpecs()};
   b.doc = "x, dy [N,...,C], gamma [C], mean, rstd [N*G] -> dx, dgamma [C], dbeta [C]";
-  b.inputDTypes = {kFloat, kFloat, {DType::F32}, {DType::F32}, {DType::F32}};
+  b.inputDTypes = {floatTypes(), floatTypes(), {DType::F32}, {DType::F32}, {DType::F32}};
   b.infer = inferBackward;
   b.grad = noGradient("it is a backward op");
   b.plan = planBackward;

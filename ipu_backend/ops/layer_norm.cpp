@@ -226,7 +226,7 @@ IPU_REGISTER_OPS(layer_norm) {
   OpInfo f;
   f.def = {kUnassignedKind, "layer_norm", 3, 3, {}, {{"eps", AttrType::Float, true}}};
   f.doc = "x [..., C], gamma [C], beta [C] -> y [..., C], mean [R] f32, rstd [R] f32";
-  f.inputDTypes = {kFloat, {DType::F32}, {DType::F32}};
+  f.inputDTypes = {floatTypes(), {DType::F32}, {DType::F32}};
   f.infer = inferForward;
   f.grad = gradForward;
   f.plan = planForward;
@@ -240,7 +240,7 @@ IPU_REGISTER_OPS(layer_norm) {
   OpInfo b;
   b.def = {kUnassignedKind, "layer_norm_grad", 5, 3, {}, {{"eps", AttrType::Float, true}}};
   b.doc = "x, dy [..., C], gamma [C], mean, rstd [R] -> dx [..., C], dgamma [C], dbeta [C]";
-  b.inputDTypes = {kFloat, kFloat, {DType::F32}, {DType::F32}, {DType::F32}};
+  b.inputDTypes = {floatTypes(), floatTypes(), {DType::F32}, {DType::F32}, {DType::F32}};
   b.infer = inferBackward;
   b.grad = noGradient("it is a backward op");
   b.plan = planBackward;

@@ -18,7 +18,9 @@ namespace {
 namespace ref = kernels::ref;
 namespace fz = kernels::fused;
 
-const DTypes kAny = {DType::F32, DType::F16, DType::BF16, DType::I32};
+DTypes anyTypes() {
+  return {DType::F32, DType::F16, DType::BF16, DType::I32};
+}
 
 // Float view of an operand that may be i32 (layout ops copy bits).
 const float* anyIn(const FusedArgs& a, int i) {
@@ -82,7 +84,7 @@ IPU_REGISTER_OPS(layout) {
   OpInfo r;
   r.def = {OpKind::Reshape, "reshape", 1, 1, {}, {{"shape", AttrType::Ints, true}}};
   r.doc = "x -> the same elements in attribute shape";
-  r.inputDTypes = {kAny};
+  r.inputDTypes = {anyTypes()};
   r.infer = inferReshape;
   r.grad = [](const GradArgs& a) {
     a.accumulate(a.op.inputs[0], a.b.reshape(a.dy[0], a.g.tensor(a.op.inputs[0]).shape));
@@ -109,7 +111,7 @@ IPU_REGISTER_OPS(layout) {
   OpInfo t;
   t.def = {OpKind::Transpose, "transpose", 1, 1, {}, {{"perm", AttrType::Ints, true}}};
   t.doc = "x -> y with y.shape[d] = x.shape[perm[d]]";
-  t.inputDTypes = {kAny};
+  t.inputDTypes = {anyTypes()};
   t.infer = inferTranspose;
   t.grad = [](const GradArgs& a) {
     const auto& perm = a.op.attrs.getInts("perm");

@@ -173,7 +173,7 @@ IPU_REGISTER_OPS(masked_lm_loss) {
   OpInfo f;
   f.def = {kUnassignedKind, "masked_lm_loss", 3, 1, {}, {}};
   f.doc = "logits [P,V], labels i32 [P], weights [P] -> weighted, normalised CE terms [P]";
-  f.inputDTypes = {kFloat, kIndex, {DType::F32}};
+  f.inputDTypes = {floatTypes(), indexTypes(), {DType::F32}};
   f.infer = infer;
   f.grad = [](const GradArgs& a) {
     if (a.needs[2]) fail(a.label, "autodiff: the per-position weights are not differentiable");
@@ -191,7 +191,7 @@ IPU_REGISTER_OPS(masked_lm_loss) {
   OpInfo b;
   b.def = {kUnassignedKind, "masked_lm_loss_grad", 4, 1, {}, {}};
   b.doc = "logits [P,V], labels i32 [P], weights [P], dloss [P] -> dlogits [P,V]";
-  b.inputDTypes = {kFloat, kIndex, {DType::F32}, kFloat};
+  b.inputDTypes = {floatTypes(), indexTypes(), {DType::F32}, floatTypes()};
   b.infer = infer;
   b.grad = noGradient("it is a backward op");
   b.plan = planBackward;

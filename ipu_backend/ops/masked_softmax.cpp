@@ -121,7 +121,7 @@ IPU_REGISTER_OPS(masked_softmax) {
   OpInfo f;
   f.def = {kUnassignedKind, "masked_softmax", 2, 1, {}, {}};
   f.doc = "x [..., C], additive mask broadcastable to x -> softmax(x + mask) over C";
-  f.inputDTypes = {kFloat, kFloat};
+  f.inputDTypes = {floatTypes(), floatTypes()};
   f.infer = infer;
   f.grad = [](const GradArgs& a) {
     if (a.needs[1]) fail(a.label, "autodiff: the attention mask is not differentiable here");

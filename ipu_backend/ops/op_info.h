@@ -32,8 +32,13 @@ using IW = kernels::Window<std::int32_t>;
 
 // Allowed dtypes of one input.
 using DTypes = std::vector<DType>;
-inline const DTypes kFloat = {DType::F32, DType::F16, DType::BF16};
-inline const DTypes kIndex = {DType::I32};
+// Functions, not globals: registration may run during another file's static initialisation.
+inline DTypes floatTypes() {
+  return {DType::F32, DType::F16, DType::BF16};
+}
+inline DTypes indexTypes() {
+  return {DType::I32};
+}
 
 // ---- gradient --------------------------------------------------------------------------------
 struct GradArgs {

@@ -39,7 +39,7 @@ IPU_REGISTER_OPS(select) {
   OpInfo s;
   s.def = {kUnassignedKind, "select", 3, 1, {}, {}};
   s.doc = "cond, a, b (one shape) -> cond != 0 ? a : b";
-  s.inputDTypes = {kFloat, kFloat, kFloat};
+  s.inputDTypes = {floatTypes(), floatTypes(), floatTypes()};
   s.infer = infer;
   s.grad = grad;
   s.plan = planElementwise;

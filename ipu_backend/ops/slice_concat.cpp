@@ -106,16 +106,16 @@ void plan(PlanApi& p, const Op& op) {
   });
 }
 
-VertexKernel vertex = [](const VertexArgs& a) -> std::function<void()> {
+std::function<void()> vertex(const VertexArgs& a) {
   return [l = layoutOf(a.g, a.op), W = a.in, y = a.out[0], work = a.work] {
     for (i64 i = work.begin; i < work.end; ++i) {
       const auto s = l.at(i);
       y[i - work.begin] = W[s.input][s.index];
     }
   };
-};
+}
 
-FusedKernel fused = [](const FusedArgs& a) -> std::function<void()> {
+std::function<void()> fused(const FusedArgs& a) {
   const i64 n = a.g.tensor(a.op.outputs[0]).elements();
   return [l = layoutOf(a.g, a.op), in = a.in, y = a.out[0], n] {
 #pragma omp parallel for schedule(static)
@@ -124,7 +124,7 @@ FusedKernel fused = [](const FusedArgs& a) -> std::function<void()> {
       y[i] = in[s.input][s.index];
     }
   };
-};
+}
 
 // Zeros of x's shape with `len` positions along `axis`.
 int zeros(Builder& b, Shape s, i64 axis, i64 len, DType dt) {
@@ -174,7 +174,7 @@ IPU_REGISTER_OPS(slice_concat) {
             {"begin", AttrType::Int, true},
             {"end", AttrType::Int, true}}};
   s.doc = "x -> x[begin:end] along axis";
-  s.inputDTypes = {kFloat};
+  s.inputDTypes = {floatTypes()};
   s.infer = inferSlice;
   s.grad = gradSlice;
   s.plan = plan;
@@ -187,7 +187,7 @@ IPU_REGISTER_OPS(slice_concat) {
   OpInfo c;
   c.def = {kUnassignedKind, "concat", 2, 1, {}, {{"axis", AttrType::Int, true}}};
   c.doc = "a, b -> a then b along axis";
-  c.inputDTypes = {kFloat, kFloat};
+  c.inputDTypes = {floatTypes(), floatTypes()};
   c.infer = inferConcat;
   c.grad = gradConcat;
   c.plan = plan;

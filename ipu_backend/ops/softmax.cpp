@@ -40,7 +40,7 @@ IPU_REGISTER_OPS(softmax) {
   OpInfo f;
   f.def = {OpKind::Softmax, "softmax", 1, 1, {}, {}};
   f.doc = "x [..., C] -> softmax over C";
-  f.inputDTypes = {kFloat};
+  f.inputDTypes = {floatTypes()};
   f.infer = infer;
   f.grad = [](const GradArgs& a) {
     a.accumulate(a.op.inputs[0], a.g.addOp1(OpKind::SoftmaxGrad, {a.op.outputs[0], a.dy[0]}, {}));
@@ -61,7 +61,7 @@ IPU_REGISTER_OPS(softmax) {
   OpInfo b;
   b.def = {OpKind::SoftmaxGrad, "softmax_grad", 2, 1, {}, {}};
   b.doc = "y (softmax output), dy [..., C] -> dx";
-  b.inputDTypes = {kFloat, kFloat};
+  b.inputDTypes = {floatTypes(), floatTypes()};
   b.infer = infer;
   b.grad = noGradient("it is a backward op");
   b.plan = plan;

@@ -37,15 +37,17 @@ float smoothingOf(const Op& op) {
   return static_cast<float>(op.attrs.getFloat("smoothing", 0.0));
 }
 
-const std::vector<AttrSpec> kAttrs = {{"smoothing", AttrType::Float, false}};
+std::vector<AttrSpec> attrSpecs() {
+  return {{"smoothing", AttrType::Float, false}};
+}
 
 }  // namespace
 
 IPU_REGISTER_OPS(softmax_cross_entropy) {
   OpInfo f;
-  f.def = {OpKind::SoftmaxCrossEntropy, "softmax_cross_entropy", 2, 1, {}, kAttrs};
+  f.def = {OpKind::SoftmaxCrossEntropy, "softmax_cross_entropy", 2, 1, {}, attrSpecs()};
   f.doc = "logits [N,K], labels i32 [N] -> loss [N] (label smoothing)";
-  f.inputDTypes = {kFloat, kIndex};
+  f.inputDTypes = {floatTypes(), indexTypes()};
   f.infer = infer;
   f.grad = [](const GradArgs& a) {
     if (a.needs[0])
@@ -74,9 +76,9 @@ IPU_REGISTER_OPS(softmax_cross_entropy) {
   registerOp(std::move(f));
 
   OpInfo b;
-  b.def = {OpKind::SoftmaxCrossEntropyGrad, "softmax_cross_entropy_grad", 3, 1, {}, kAttrs};
+  b.def = {OpKind::SoftmaxCrossEntropyGrad, "softmax_cross_entropy_grad", 3, 1, {}, attrSpecs()};
   b.doc = "logits [N,K], labels i32 [N], dloss [N] -> dlogits [N,K]";
-  b.inputDTypes = {kFloat, kIndex, kFloat};
+  b.inputDTypes = {floatTypes(), indexTypes(), floatTypes()};
   b.infer = infer;
   b.grad = noGradient("it is a backward op");
   // A vertex per slice of dlogits: the rows its elements belong to, their labels and dloss.
