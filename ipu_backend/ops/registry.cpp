@@ -122,8 +122,17 @@ void planElementwise(PlanApi& p, const Op& op) {
 // inputs), so the vertex and the fused loop evaluate exactly the same expression.
 constexpr size_t kMaxElementInputs = 4;
 
+void checkElementInputs(const Op& op, size_t n) {
+  if (n > kMaxElementInputs)
+    throw std::logic_error(
+        fmt::format("op registry: {} has {} inputs; the elementwise helpers take "
+                    "at most {}",
+                    opName(op.kind), n, kMaxElementInputs));
+}
+
 VertexKernel elementwiseVertex(std::function<ElementFn(const Op&)> make) {
   return [make](const VertexArgs& a) -> std::function<void()> {
+    checkElementInputs(a.op, a.in.size());
     return [f = make(a.op), W = a.in, y = a.out[0], work = a.work] {
       float v[kMaxElementInputs];
       for (i64 i = work.begin; i < work.end; ++i) {
@@ -136,6 +145,7 @@ VertexKernel elementwiseVertex(std::function<ElementFn(const Op&)> make) {
 
 FusedKernel elementwiseFused(std::function<ElementFn(const Op&)> make) {
   return [make](const FusedArgs& a) -> std::function<void()> {
+    checkElementInputs(a.op, a.in.size());
     const i64 n = a.g.tensor(a.op.outputs[0]).elements();
     return [f = make(a.op), in = a.in, y = a.out[0], n] {
 #pragma omp parallel for schedule(static)
