@@ -8,6 +8,7 @@
 
 #include "ipu_backend/ir/builder.h"
 #include "ipu_backend/ir/op_defs.h"
+#include "ipu_backend/ops/op_info.h"
 
 namespace ipu {
 namespace {
@@ -56,6 +57,12 @@ class GradBuilder {
     auto noRule = [&](const char* why) {
       throw GraphError(fmt::format("autodiff: {} has no gradient rule ({})", label, why));
     };
+    if (const ops::OpInfo* info = ops::find(op.kind)) {
+      std::vector<int> dys;
+      for (int o : op.outputs) dys.push_back(grad(o));
+      info->grad({g_, b_, op, dys, needs, [this](int t, int gr) { accumulate(t, gr); }, label});
+      return;
+    }
     switch (op.kind) {
       case OpKind::Conv2d: {
         if (needs[0]) {
@@ -168,16 +175,6 @@ class GradBuilder {
       case OpKind::Broadcast:
         accumulate(in(0), reduceToShape(b_, dy, T(in(0)).shape));
         return;
-      case OpKind::Reshape:
-        accumulate(in(0), b_.reshape(dy, T(in(0)).shape));
-        return;
-      case OpKind::Transpose: {
-        const auto& perm = op.attrs.getInts("perm");
-        std::vector<i64> inv(perm.size());
-        for (size_t i = 0; i < perm.size(); ++i) inv[perm[i]] = static_cast<i64>(i);
-        accumulate(in(0), b_.transpose(dy, inv));
-        return;
-      }
       case OpKind::MaxPool:
         accumulate(in(0), g_.addOp1(OpKind::MaxPoolGrad, {in(0), dy}, op.attrs));
         return;
@@ -187,13 +184,6 @@ class GradBuilder {
         accumulate(in(0), g_.addOp1(OpKind::AvgPoolGrad, {dy}, a));
         return;
       }
-      case OpKind::Softmax:
-        accumulate(in(0), g_.addOp1(OpKind::SoftmaxGrad, {op.outputs[0], dy}, {}));
-        return;
-      case OpKind::SoftmaxCrossEntropy:
-        if (needs[1]) noRule("labels are not differentiable");
-        accumulate(in(0), g_.addOp1(OpKind::SoftmaxCrossEntropyGrad, {in(0), in(1), dy}, op.attrs));
-        return;
       case OpKind::Cast:
         accumulate(in(0), b_.cast(dy, T(in(0)).dtype));
         return;
@@ -201,8 +191,6 @@ class GradBuilder {
         // y_r = sum of x over r's group, so dL/dx_r = the same sum of dL/dy (L: the sum of the
         // group's losses, as every replica's backward seeds its own).
         accumulate(in(0), g_.addOp1(OpKind::CrossReplicaSum, {dy}, op.attrs));
-        return;
-      case OpKind::Constant:
         return;
       default:
         noRule("it is a backward or update op");

@@ -14,6 +14,7 @@
 #include "ipu_backend/compiler/first_fit.h"
 #include "ipu_backend/compiler/op_shapes.h"
 #include "ipu_backend/ir/op_defs.h"
+#include "ipu_backend/ops/op_info.h"
 
 namespace ipu {
 namespace {
@@ -68,10 +69,7 @@ std::vector<TileSlice> channelBlockedMapping(i64 pixels, i64 k, i64 kg, const Ta
 
 // ---- input windows --------------------------------------------------------------------------
 
-struct NeedWindow {
-  int buffer;
-  i64 begin, end;
-};
+using ops::NeedWindow;
 
 Range rowsOf(Range elems, i64 rowLen) {
   return {elems.begin / rowLen, (elems.end - 1) / rowLen + 1};
@@ -124,26 +122,6 @@ Range broadcastBounds(const kernels::BroadcastShape& s, const i64* strides, Rang
   return {lo, hi};
 }
 
-Range transposeBounds(const Shape& in, const std::vector<i64>& perm, Range out) {
-  i64 inElems = numElements(in);
-  if (out.size() > 8192 || in.empty()) return {0, inElems};
-  size_t r = in.size();
-  std::vector<i64> inStride(r, 1), outDims(r);
-  for (size_t d = r - 1; d-- > 0;) inStride[d] = inStride[d + 1] * in[d + 1];
-  for (size_t d = 0; d < r; ++d) outDims[d] = in[perm[d]];
-  i64 lo = inElems, hi = 0;
-  for (i64 o = out.begin; o < out.end; ++o) {
-    i64 rem = o, idx = 0;
-    for (size_t d = r; d-- > 0;) {
-      idx += (rem % outDims[d]) * inStride[perm[d]];
-      rem /= outDims[d];
-    }
-    lo = std::min(lo, idx);
-    hi = std::max(hi, idx + 1);
-  }
-  return {lo, hi};
-}
-
 // Input flat-index bounds of a reduction restricted to an output range and a reduced range.
 Range reduceBounds(const kernels::ReduceShape& s, Range out, Range red) {
   size_t r = s.inDims.size();
@@ -180,9 +158,39 @@ Range reduceBounds(const kernels::ReduceShape& s, Range out, Range red) {
 
 // ---- the planner ----------------------------------------------------------------------------
 
-class Planner {
+// Implements PlanApi: what registered op kinds' plan rules may ask of it (ops/op_info.h).
+class Planner : public ops::PlanApi {
  public:
   Planner(Executable& exe) : exe_(exe), g_(exe.graph), t_(exe.target) {}
+
+  const Graph& graph() const override { return g_; }
+  void perSlice(const Op& op, int phase, const std::vector<int>& outs,
+                const std::function<ops::Windows(Range)>& windows, i64 cutAt) override {
+    for (int o : outs)
+      if (exe_.buffers[o].elements != exe_.buffers[outs[0]].elements ||
+          exe_.mapping[o].size() != exe_.mapping[outs[0]].size())
+        throw CompileError(
+            fmt::format("internal: {} writes '{}' and '{}' per slice, but they are "
+                        "mapped differently",
+                        opName(op.kind), exe_.buffers[outs[0]].name, exe_.buffers[o].name),
+            -1, 0, 0);
+    ComputeSet& cs = newComputeSet(op, phase, "");
+    for (const TileSlice& s : exe_.mapping[outs[0]])
+      for (i64 b = s.begin; b < s.end;) {
+        const i64 e = cutAt > 0 ? std::min(s.end, (b / cutAt + 1) * cutAt) : s.end;
+        std::vector<OutRegion> regions;
+        for (int o : outs) regions.push_back({o, b, e});
+        cs.vertices.push_back(vertexOn(s.tile, windows({b, e}), std::move(regions), {b, e}));
+        b = e;
+      }
+  }
+  void splitReduction(const Op& op, int firstPhase, int out, i64 redExtent, i64 bytesPerRedUnit,
+                      const std::function<ops::Windows(Range, Range)>& windows) override {
+    phaseBase_ = firstPhase;
+    splitReduction(op, out, redExtent, bytesPerRedUnit, windows, false);
+    phaseBase_ = 0;
+  }
+  NeedWindow whole(int buf) const override { return {buf, 0, exe_.buffers[buf].elements}; }
 
   void run() {
     createTensorBuffers();
@@ -263,7 +271,7 @@ class Planner {
         op.outputs.empty() ? g_.tensor(op.inputs[0]).name : g_.tensor(op.outputs[0]).name;
     cs.name = fmt::format("{}/{}{}", label, opName(op.kind), what.empty() ? "" : "/" + what);
     cs.op = op.id;
-    cs.phase = phase;
+    cs.phase = phaseBase_ + phase;
     exe_.computeSets.push_back(std::move(cs));
     return exe_.computeSets.back();
   }
@@ -403,15 +411,13 @@ class Planner {
     }
   }
 
-  NeedWindow whole(int buf) const { return {buf, 0, exe_.buffers[buf].elements}; }
-
   void planOp(const Op& op) {
+    if (const ops::OpInfo* info = ops::find(op.kind)) return info->plan(*this, op);
     auto in = [&](int i) { return op.inputs[i]; };
     auto elems = [&](int t) { return g_.tensor(t).elements(); };
     int out = op.outputs.empty() ? -1 : op.outputs[0];
     switch (op.kind) {
       case OpKind::Unary:
-      case OpKind::Reshape:
       case OpKind::Cast:
         perOutputSlice(op, out, [&](Range r) {
           return std::vector<NeedWindow>{{in(0), r.begin, r.end}};
@@ -437,18 +443,6 @@ class Planner {
         });
         return;
       }
-      case OpKind::Transpose: {
-        Shape s = g_.tensor(in(0)).shape;
-        auto perm = op.attrs.getInts("perm");
-        perOutputSlice(op, out, [&, s, perm](Range r) {
-          Range b = transposeBounds(s, perm, r);
-          return std::vector<NeedWindow>{{in(0), b.begin, b.end}};
-        });
-        return;
-      }
-      case OpKind::Constant:
-        perOutputSlice(op, out, [](Range) { return std::vector<NeedWindow>{}; });
-        return;
       case OpKind::LarsLearningRate:  // four scalars in, one out: one vertex
         perOutputSlice(op, out, [&](Range) {
           return std::vector<NeedWindow>{whole(in(0)), whole(in(1)), whole(in(2)), whole(in(3))};
@@ -587,36 +581,6 @@ class Planner {
         });
         return;
       }
-      case OpKind::Softmax:
-      case OpKind::SoftmaxGrad: {
-        i64 cols = g_.tensor(in(0)).shape.back();
-        perOutputSlice(op, out, [&, cols](Range r) {
-          Range rows = rowsOf(r, cols);
-          std::vector<NeedWindow> w;
-          for (int i = 0; i < static_cast<int>(op.inputs.size()); ++i)
-            w.push_back({in(i), rows.begin * cols, rows.end * cols});
-          return w;
-        });
-        return;
-      }
-      case OpKind::SoftmaxCrossEntropy: {
-        i64 cls = g_.tensor(in(0)).shape[1];
-        perOutputSlice(op, out, [&, cls](Range r) {
-          return std::vector<NeedWindow>{{in(0), r.begin * cls, r.end * cls},
-                                         {in(1), r.begin, r.end}};
-        });
-        return;
-      }
-      case OpKind::SoftmaxCrossEntropyGrad: {
-        i64 cls = g_.tensor(in(0)).shape[1];
-        perOutputSlice(op, out, [&, cls](Range r) {
-          Range rows = rowsOf(r, cls);
-          return std::vector<NeedWindow>{{in(0), rows.begin * cls, rows.end * cls},
-                                         {in(1), rows.begin, rows.end},
-                                         {in(2), rows.begin, rows.end}};
-        });
-        return;
-      }
       case OpKind::BatchNormInference:
         perOutputSlice(op, out, [&](Range r) {
           return std::vector<NeedWindow>{
@@ -679,12 +643,6 @@ class Planner {
         }
         return;
       }
-      case OpKind::Assign:
-      case OpKind::Accumulate:
-        perOutputSlice(op, in(0), [&](Range r) {
-          return std::vector<NeedWindow>{{in(1), r.begin, r.end}};
-        });
-        return;
       case OpKind::CrossReplicaReduceScatter:
       case OpKind::CrossReplicaAllGather:
       case OpKind::CrossReplicaSum:
@@ -719,6 +677,8 @@ class Planner {
         }
         return;
       }
+      default:  // registered kinds (ipu_backend/ops) planned above
+        break;
     }
     throw CompileError(fmt::format("internal: no tile plan for op '{}'", opName(op.kind)), -1, 0,
                        0);
@@ -859,7 +819,7 @@ class Planner {
     // One codelet per (op kind, phase) a tile runs: a flat table per tile.
     int phases = 1;
     for (const ComputeSet& cs : exe_.computeSets) phases = std::max(phases, cs.phase + 1);
-    const size_t kinds = static_cast<size_t>(OpKind::LarsLearningRate) + 1;
+    const size_t kinds = static_cast<size_t>(ops::kindCount());
     std::vector<std::vector<char>> codelets(T, std::vector<char>(kinds * phases, 0));
     for (const ComputeSet& cs : exe_.computeSets) {
       if (isReplicaOp(g_.op(cs.op).kind)) continue;  // no tile code: IPU-Links / host side
@@ -975,6 +935,7 @@ class Planner {
   Executable& exe_;
   const Graph& g_;
   const Target& t_;
+  int phaseBase_ = 0;  // splitReduction for a registered op: its first phase
 };
 
 // Moves every in-place update (sgd_update, ema_update: ops that write their inputs) to just after

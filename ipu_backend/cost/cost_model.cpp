@@ -9,6 +9,7 @@
 #include "ipu_backend/compiler/compiler.h"
 #include "ipu_backend/compiler/op_shapes.h"
 #include "ipu_backend/ir/op_defs.h"
+#include "ipu_backend/ops/op_info.h"
 
 namespace ipu::cost {
 namespace {
@@ -46,8 +47,9 @@ bool isMacOp(OpKind k) {
          k == OpKind::Conv2dBackwardFilter || k == OpKind::MatMul;
 }
 
-double instructionsPerVector(const Op& op) {
+double instructionsPerVector(const Op& op, int phase) {
   using U = kernels::UnaryKind;
+  if (const ops::OpInfo* info = ops::find(op.kind)) return info->cost(op, phase);
   switch (op.kind) {
     case OpKind::Unary:
     case OpKind::UnaryGrad: {
@@ -58,20 +60,39 @@ double instructionsPerVector(const Op& op) {
     }
     case OpKind::Binary:
       return binaryKindOf(op) == kernels::BinaryKind::Div ? kDivideInstructions : 1.0;
-    case OpKind::Softmax:
-    case OpKind::SoftmaxGrad:
-    case OpKind::SoftmaxCrossEntropy:
-    case OpKind::SoftmaxCrossEntropyGrad:
-      return kTranscendentalInstructions + 3;  // max, subtract, exp, sum, scale
     case OpKind::SgdUpdate:
       return 4;  // v = m*v + g + wd*w; w -= lr*v
     case OpKind::EmaUpdate:
       return 2;
     case OpKind::BatchNormInference:
       return 2;  // x * scale + shift with per-channel scale/shift
-    default:
+    // One instruction per vector: copies, data movement, and the ops whose vertices the
+    // special cases of vertexWork price (MACs, channel sums, reductions, pools).
+    case OpKind::Conv2d:
+    case OpKind::Conv2dBackwardData:
+    case OpKind::Conv2dBackwardFilter:
+    case OpKind::MatMul:
+    case OpKind::BatchNormTrain:
+    case OpKind::BatchNormBackward:
+    case OpKind::Reduce:
+    case OpKind::Broadcast:
+    case OpKind::MaxPool:
+    case OpKind::MaxPoolGrad:
+    case OpKind::AvgPool:
+    case OpKind::AvgPoolGrad:
+    case OpKind::CrossReplicaReduceScatter:
+    case OpKind::CrossReplicaAllGather:
+    case OpKind::ShardedSgdUpdate:
+    case OpKind::Cast:
+    case OpKind::SgdUpdateScaled:
+    case OpKind::CrossReplicaSum:
+    case OpKind::LarsLearningRate:
       return 1;
+    default:  // registered kinds (ipu_backend/ops) priced above
+      break;
   }
+  throw std::logic_error(fmt::format("cost model: op kind {} ({}) has no cost rule",
+                                     static_cast<int>(op.kind), opName(op.kind)));
 }
 
 struct VertexWork {
@@ -206,7 +227,7 @@ VertexWork vertexWork(const Executable& exe, const ComputeSet& cs, const Op& op,
   }
   // Optimizer and EMA updates read-modify-write their state in place.
   if (op.kind == OpKind::SgdUpdate || op.kind == OpKind::EmaUpdate) inBytes += outBytes;
-  w.instrPerVector = instructionsPerVector(op);
+  w.instrPerVector = instructionsPerVector(op, cs.phase);
   w.bytes = inBytes + outBytes;
   w.units = std::max(1.0, std::ceil(w.elements / w.vectorWidth));
   return w;

@@ -18,6 +18,7 @@
 #include "ipu_backend/kernels/fused_bf16.h"
 #include "ipu_backend/kernels/mixed_precision.h"
 #include "ipu_backend/kernels/reference.h"
+#include "ipu_backend/ops/op_info.h"
 #include "ipu_backend/precision/half.h"
 #include "ipu_backend/precision/stochastic_rounding.h"
 
@@ -44,10 +45,6 @@ struct AlignedBytes {
   AlignedBytes(const AlignedBytes&) = delete;
   AlignedBytes& operator=(const AlignedBytes&) = delete;
 };
-
-std::vector<int> toIntPerm(const std::vector<i64>& p) {
-  return {p.begin(), p.end()};
-}
 
 // ---- 16-bit storage ---------------------------------------------------------------------------
 // f16 / bf16 tensors are stored as 16 bits. Kernels compute in f32: an op's 16-bit operands are
@@ -601,6 +598,16 @@ struct Engine::Impl {
   }
 
   std::function<void()> makeFused(const Op& op) {
+    if (const ops::OpInfo* info = ops::find(op.kind)) {
+      ops::FusedArgs a{g, op, {}, {}, {}};
+      for (int t : op.inputs) {
+        const bool index = g.tensor(t).dtype == DType::I32;
+        a.in.push_back(index ? nullptr : F(t));
+        a.ints.push_back(index ? I(t) : nullptr);
+      }
+      for (int t : op.outputs) a.out.push_back(F(t));
+      return info->fused(a);
+    }
     auto in = [&](int i) { return op.inputs[i]; };
     int out = op.outputs.empty() ? -1 : op.outputs[0];
     switch (op.kind) {
@@ -725,18 +732,6 @@ struct Engine::Impl {
         float *x = F(in(0)), *y = F(out);
         return [=] { fz::reduce(kind, s, x, y); };
       }
-      case OpKind::Reshape: {
-        const void* x = tensorMem[in(0)];
-        void* y = tensorMem[out];
-        size_t n = static_cast<size_t>(g.tensor(out).bytes());
-        return [=] { std::memcpy(y, x, n); };
-      }
-      case OpKind::Transpose: {
-        Shape dims = g.tensor(in(0)).shape;
-        auto perm = toIntPerm(op.attrs.getInts("perm"));
-        float *x = F(in(0)), *y = F(out);
-        return [=] { fz::transpose(dims, perm, x, y); };
-      }
       case OpKind::MaxPool: {
         auto* k = keep<fz::MaxPoolForward>(poolShapeOf(g, op));
         float *x = F(in(0)), *y = F(out);
@@ -757,38 +752,6 @@ struct Engine::Impl {
         float *dy = F(in(0)), *dx = F(out);
         return [=] { k->run(dy, dx); };
       }
-      case OpKind::Softmax: {
-        i64 cols = g.tensor(out).shape.back(), rows = g.tensor(out).elements() / cols;
-        float *x = F(in(0)), *y = F(out);
-        return [=] { fz::softmax(rows, cols, x, y); };
-      }
-      case OpKind::SoftmaxGrad: {
-        i64 cols = g.tensor(out).shape.back(), rows = g.tensor(out).elements() / cols;
-        float *y = F(in(0)), *dy = F(in(1)), *dx = F(out);
-        return [=] { fz::softmaxGrad(rows, cols, y, dy, dx); };
-      }
-      case OpKind::SoftmaxCrossEntropy: {
-        const Shape& s = g.tensor(in(0)).shape;
-        float eps = static_cast<float>(op.attrs.getFloat("smoothing", 0.0));
-        float *lg = F(in(0)), *loss = F(out);
-        const std::int32_t* lb = I(in(1));
-        i64 n = s[0], c = s[1];
-        return [=] { fz::softmaxCrossEntropy(n, c, eps, lg, lb, loss); };
-      }
-      case OpKind::SoftmaxCrossEntropyGrad: {
-        const Shape& s = g.tensor(in(0)).shape;
-        float eps = static_cast<float>(op.attrs.getFloat("smoothing", 0.0));
-        float *lg = F(in(0)), *dl = F(in(2)), *dlg = F(out);
-        const std::int32_t* lb = I(in(1));
-        i64 n = s[0], c = s[1];
-        return [=] { fz::softmaxCrossEntropyGrad(n, c, eps, lg, lb, dl, dlg); };
-      }
-      case OpKind::Constant: {
-        float* y = F(out);
-        i64 n = g.tensor(out).elements();
-        float v = static_cast<float>(op.attrs.getFloat("value"));
-        return [=] { std::fill(y, y + n, v); };
-      }
       case OpKind::SgdUpdate: {
         float *w = F(in(0)), *v = F(in(1)), *gr = F(in(2)), *lr = F(in(3));
         float m = static_cast<float>(op.attrs.getFloat("momentum"));
@@ -804,19 +767,6 @@ struct Engine::Impl {
         const float wd = static_cast<float>(op.attrs.getFloat("weight_decay"));
         const float eps = static_cast<float>(op.attrs.getFloat("epsilon"));
         return [=] { *y = ref::larsLearningRate(*lr, *ws, *gs, *inv, eta, wd, eps); };
-      }
-      case OpKind::Assign: {
-        float *dst = F(in(0)), *src = F(in(1));
-        i64 n = g.tensor(in(0)).elements();
-        return [=] { std::copy(src, src + n, dst); };
-      }
-      case OpKind::Accumulate: {
-        float *acc = F(in(0)), *x = F(in(1));
-        i64 n = g.tensor(in(0)).elements();
-        return [=] {
-#pragma omp parallel for schedule(static)
-          for (i64 i = 0; i < n; ++i) acc[i] += x[i];
-        };
       }
       case OpKind::CrossReplicaReduceScatter:
       case OpKind::CrossReplicaAllGather:
@@ -844,6 +794,8 @@ struct Engine::Impl {
         i64 n = g.tensor(in(0)).elements();
         return [=] { kernels::scaledSgdMomentumUpdate(*lr, m, wd, nest, *inv, *ovf, w, v, gr, n); };
       }
+      default:  // registered kinds (ipu_backend/ops) built above
+        break;
     }
     throw std::logic_error(fmt::format("fused engine: no kernel for op '{}'", opName(op.kind)));
   }
@@ -903,6 +855,12 @@ struct Engine::Impl {
     const int t = v.tile;
     std::vector<FW> W;
     for (const Window& w : v.inputs) W.push_back(fw(t, w));
+    if (const ops::OpInfo* info = ops::find(op.kind)) {
+      ops::VertexArgs a{g, op, cs.phase, W, {}, {}, v.work, v.red};
+      for (const Window& w : v.inputs) a.ints.push_back(iw(t, w));
+      for (const OutRegion& o : v.outputs) a.out.push_back(outPtr(t, o));
+      return info->vertex(a);
+    }
     float* y = v.outputs.empty() ? nullptr : outPtr(t, v.outputs[0]);
     const Range work = v.work, red = v.red;
     auto attrF = [&](const char* k, double d) {
@@ -939,19 +897,6 @@ struct Engine::Impl {
         auto bs = binaryShapeOf(g, op);
         FW z{&zero, 0, 1};
         return [=] { ref::binary(kernels::BinaryKind::Add, bs, W[0], z, y, work); };
-      }
-      case OpKind::Reshape:
-        return [=] {
-          for (i64 i = work.begin; i < work.end; ++i) y[i - work.begin] = W[0][i];
-        };
-      case OpKind::Transpose: {
-        Shape dims = g.tensor(op.inputs[0]).shape;
-        auto perm = toIntPerm(op.attrs.getInts("perm"));
-        return [=] { ref::transpose(dims, perm, W[0], y, work); };
-      }
-      case OpKind::Constant: {
-        float val = attrF("value", 0.0);
-        return [=] { std::fill(y, y + work.size(), val); };
       }
       case OpKind::LarsLearningRate: {
         const float eta = attrF("eta", 0.0), wd = attrF("weight_decay", 0.0);
@@ -1001,26 +946,6 @@ struct Engine::Impl {
       case OpKind::AvgPoolGrad: {
         auto s = poolShapeOf(g, op);
         return [=] { ref::avgPoolBackward(s, W[0], y, work); };
-      }
-      case OpKind::Softmax: {
-        i64 cols = g.tensor(op.inputs[0]).shape.back();
-        return [=] { ref::softmax(cols, W[0], y, work); };
-      }
-      case OpKind::SoftmaxGrad: {
-        i64 cols = g.tensor(op.inputs[0]).shape.back();
-        return [=] { ref::softmaxGrad(cols, W[0], W[1], y, work); };
-      }
-      case OpKind::SoftmaxCrossEntropy: {
-        i64 cls = g.tensor(op.inputs[0]).shape[1];
-        float eps = attrF("smoothing", 0.0);
-        IW lb = iw(t, v.inputs[1]);
-        return [=] { ref::softmaxCrossEntropy(cls, eps, W[0], lb, y, work); };
-      }
-      case OpKind::SoftmaxCrossEntropyGrad: {
-        i64 cls = g.tensor(op.inputs[0]).shape[1];
-        float eps = attrF("smoothing", 0.0);
-        IW lb = iw(t, v.inputs[1]);
-        return [=] { ref::softmaxCrossEntropyGrad(cls, eps, W[0], lb, W[2], y, work); };
       }
       case OpKind::BatchNormInference: {
         auto [rows, c] = rowsChannelsOf(g, op.inputs[0]);
@@ -1083,12 +1008,6 @@ struct Engine::Impl {
         float m = attrF("momentum", 0.0), sc = attrF("scale", 1.0);
         return [=] { ref::emaUpdate(m, sc, y, W[0].data, work.size()); };
       }
-      case OpKind::Assign:
-        return [=] { std::copy(W[0].data, W[0].data + work.size(), y); };
-      case OpKind::Accumulate:
-        return [=] {
-          for (i64 i = 0; i < work.size(); ++i) y[i] += W[0].data[i];
-        };
       case OpKind::CrossReplicaReduceScatter:
       case OpKind::CrossReplicaAllGather:
       case OpKind::CrossReplicaSum:
@@ -1107,6 +1026,8 @@ struct Engine::Impl {
                                            W[0].data, work.size());
         };
       }
+      default:  // registered kinds (ipu_backend/ops) built above
+        break;
     }
     throw std::logic_error(
         fmt::format("tile engine: no vertex kernel for op '{}'", opName(op.kind)));

@@ -6,10 +6,16 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "ipu_backend/ops/op_info.h"
+
 namespace ipu {
 namespace {
 
 using A = AttrType;
+// The checks registered ops use too (ops/op_info.h).
+using ops::expectRank;
+using ops::expectSameShape;
+using ops::fail;
 
 // `partials`: accumulator type of conv / matmul partial sums ("f32" default, or "f16"), set by
 // the precision pass.
@@ -49,22 +55,12 @@ const std::vector<OpDef>& table() {
       {OpKind::Reduce, "reduce", 1, 1, {},
        {{"fn", A::String, true}, {"axes", A::Ints, true}, {"keep_dims", A::Bool, false}}},
       {OpKind::Broadcast, "broadcast", 1, 1, {}, {{"shape", A::Ints, true}}},
-      {OpKind::Reshape, "reshape", 1, 1, {}, {{"shape", A::Ints, true}}},
-      {OpKind::Transpose, "transpose", 1, 1, {}, {{"perm", A::Ints, true}}},
       {OpKind::MaxPool, "max_pool", 1, 1, {}, kPoolAttrs},
       {OpKind::MaxPoolGrad, "max_pool_grad", 2, 1, {}, kPoolAttrs},
       {OpKind::AvgPool, "avg_pool", 1, 1, {},
        with(kPoolAttrs, {{"count_include_pad", A::Bool, false}})},
       {OpKind::AvgPoolGrad, "avg_pool_grad", 1, 1, {},
        with(kPoolAttrs, {{"count_include_pad", A::Bool, false}, {"input_shape", A::Ints, true}})},
-      {OpKind::Softmax, "softmax", 1, 1, {}, {}},
-      {OpKind::SoftmaxGrad, "softmax_grad", 2, 1, {}, {}},
-      {OpKind::SoftmaxCrossEntropy, "softmax_cross_entropy", 2, 1, {},
-       {{"smoothing", A::Float, false}}},
-      {OpKind::SoftmaxCrossEntropyGrad, "softmax_cross_entropy_grad", 3, 1, {},
-       {{"smoothing", A::Float, false}}},
-      {OpKind::Constant, "constant", 0, 1, {},
-       {{"shape", A::Ints, true}, {"value", A::Float, true}, {"dtype", A::String, false}}},
       // lars_eta > 0: LARS, the learning rate scaled by the weight's trust ratio (compiler/lars.h).
       {OpKind::SgdUpdate, "sgd_update", 4, 0, {0, 1},
        {{"momentum", A::Float, true},
@@ -92,8 +88,6 @@ const std::vector<OpDef>& table() {
         {"momentum", A::Float, true},
         {"weight_decay", A::Float, true},
         {"nesterov", A::Bool, false}}},
-      {OpKind::Assign, "assign", 2, 0, {0}, {}},      // variable = value
-      {OpKind::Accumulate, "accumulate", 2, 0, {0}, {}},  // variable += value
       {OpKind::Cast, "cast", 1, 1, {}, {{"dtype", A::String, true}}},
       // Inputs: weight, momentum, scaled gradient, lr, inverse loss scale [1], overflow [1]
       // (0 when every gradient is finite, NaN otherwise: the step is skipped).
@@ -115,10 +109,6 @@ const std::vector<OpDef>& table() {
   return defs;
 }
 // clang-format on
-
-[[noreturn]] void fail(const std::string& label, const std::string& msg) {
-  throw GraphError(fmt::format("{}: {}", label, msg));
-}
 
 const char* attrTypeName(AttrType t) {
   switch (t) {
@@ -170,12 +160,6 @@ void checkAttrs(const OpDef& def, const Attrs& attrs, const std::string& label) 
            fmt::format("missing required attribute '{}' ({})", s.name, attrTypeName(s.type)));
 }
 
-void expectRank(const Tensor& t, size_t rank, const std::string& label, const char* role) {
-  if (t.shape.size() != rank)
-    fail(label,
-         fmt::format("{} '{}' must have rank {}, got {}", role, t.name, rank, shapeStr(t.shape)));
-}
-
 void expectIntsLen(const Attrs& a, const char* key, size_t n, const std::string& label) {
   if (a.getInts(key).size() != n)
     fail(label, fmt::format("attribute '{}' must have {} values", key, n));
@@ -185,12 +169,6 @@ void expectFloat(const Tensor& t, const std::string& label, const char* role) {
   if (!isFloat(t.dtype))
     fail(label, fmt::format("{} '{}' must be a floating-point tensor, got {}", role, t.name,
                             dtypeName(t.dtype)));
-}
-
-void expectSameShape(const Tensor& a, const Tensor& b, const std::string& label) {
-  if (a.shape != b.shape)
-    fail(label, fmt::format("shapes of '{}' {} and '{}' {} must be equal", a.name,
-                            shapeStr(a.shape), b.name, shapeStr(b.shape)));
 }
 
 struct ConvGeom {
@@ -219,6 +197,7 @@ ConvGeom convGeometry(const Shape& x, i64 r, i64 s, const Attrs& a, const std::s
 }  // namespace
 
 const OpDef& opDef(OpKind kind) {
+  if (const ops::OpInfo* info = ops::find(kind)) return info->def;
   const auto& t = table();
   for (const auto& d : t)
     if (d.kind == kind) return d;
@@ -226,6 +205,7 @@ const OpDef& opDef(OpKind kind) {
 }
 
 const OpDef* findOpDef(std::string_view name) {
+  if (const ops::OpInfo* info = ops::find(name)) return &info->def;
   for (const auto& d : table())
     if (d.name == name) return &d;
   return nullptr;
@@ -281,11 +261,21 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
   if (static_cast<int>(in.size()) != def.numInputs)
     fail(label, fmt::format("expects {} inputs, got {}", def.numInputs, in.size()));
   checkAttrs(def, a, label);
+  if (const ops::OpInfo* info = ops::find(kind)) {
+    for (size_t i = 0; i < in.size(); ++i) {
+      const auto& ok = info->inputDTypes[i];
+      if (std::find(ok.begin(), ok.end(), in[i]->dtype) == ok.end()) {
+        std::vector<std::string_view> names;
+        for (DType t : ok) names.push_back(dtypeName(t));
+        fail(label, fmt::format("input {} '{}' is {}; expected one of {}", i, in[i]->name,
+                                dtypeName(in[i]->dtype), fmt::join(names, ", ")));
+      }
+    }
+    return info->infer(in, a, label);
+  }
   for (size_t i = 0; i < in.size(); ++i) {
-    bool labelsSlot =
-        (kind == OpKind::SoftmaxCrossEntropy || kind == OpKind::SoftmaxCrossEntropyGrad) && i == 1;
-    bool layoutOp = kind == OpKind::Reshape || kind == OpKind::Transpose;
-    if (in[i]->dtype == DType::I32 && !labelsSlot && !layoutOp)
+    // Kinds not yet in the registry (whose OpInfo declares its inputs' dtypes) take floats.
+    if (in[i]->dtype == DType::I32)
       fail(label,
            fmt::format("input '{}' is i32; this op takes floating-point tensors", in[i]->name));
   }
@@ -436,29 +426,6 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
                                 shapeStr(in[0]->shape), shapeStr(target)));
       return {{target, in[0]->dtype}};
     }
-    case OpKind::Reshape: {
-      const Shape& s = a.getInts("shape");
-      if (numElements(s) != in[0]->elements() ||
-          std::any_of(s.begin(), s.end(), [](i64 d) { return d < 1; }))
-        fail(label, fmt::format("cannot reshape '{}' {} ({} elements) to {}", in[0]->name,
-                                shapeStr(in[0]->shape), in[0]->elements(), shapeStr(s)));
-      return {{s, in[0]->dtype}};
-    }
-    case OpKind::Transpose: {
-      const auto& perm = a.getInts("perm");
-      const Shape& s = in[0]->shape;
-      std::vector<bool> seen(s.size(), false);
-      if (perm.size() != s.size()) fail(label, "perm must have one entry per dimension");
-      Shape out;
-      for (i64 p : perm) {
-        if (p < 0 || p >= static_cast<i64>(s.size()) || seen[p])
-          fail(label,
-               fmt::format("perm {} is not a permutation of rank {}", shapeStr(perm), s.size()));
-        seen[p] = true;
-        out.push_back(s[p]);
-      }
-      return {{out, in[0]->dtype}};
-    }
     case OpKind::MaxPool:
     case OpKind::AvgPool:
     case OpKind::MaxPoolGrad:
@@ -476,38 +443,6 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
                                 shapeStr(dy.shape), shapeStr(ys)));
       return {{xs, dy.dtype}};
     }
-    case OpKind::Softmax:
-      if (in[0]->shape.empty()) fail(label, "input must have rank >= 1");
-      return {{in[0]->shape, in[0]->dtype}};
-    case OpKind::SoftmaxGrad:
-      expectSameShape(*in[0], *in[1], label);
-      return {{in[0]->shape, in[0]->dtype}};
-    case OpKind::SoftmaxCrossEntropy:
-    case OpKind::SoftmaxCrossEntropyGrad: {
-      const Tensor &lg = *in[0], &lb = *in[1];
-      expectRank(lg, 2, label, "logits [N,classes]");
-      expectFloat(lg, label, "logits");
-      if (lb.dtype != DType::I32 || lb.shape != Shape{lg.shape[0]})
-        fail(label, fmt::format("labels '{}' must be i32[{}] for logits '{}' {}, got {}{}", lb.name,
-                                lg.shape[0], lg.name, shapeStr(lg.shape), dtypeName(lb.dtype),
-                                shapeStr(lb.shape)));
-      double eps = a.getFloat("smoothing", 0.0);
-      if (eps < 0.0 || eps >= 1.0) fail(label, "smoothing must be in [0, 1)");
-      if (kind == OpKind::SoftmaxCrossEntropy) return {{{lg.shape[0]}, lg.dtype}};
-      if (in[2]->shape != Shape{lg.shape[0]})
-        fail(label, fmt::format("loss gradient '{}' {} must be [{}]", in[2]->name,
-                                shapeStr(in[2]->shape), lg.shape[0]));
-      return {{lg.shape, lg.dtype}};
-    }
-    case OpKind::Constant: {
-      DType dt = DType::F32;
-      if (a.has("dtype")) {
-        auto p = parseDType(a.getString("dtype"));
-        if (!p) fail(label, fmt::format("unknown dtype '{}'", a.getString("dtype")));
-        dt = *p;
-      }
-      return {{a.getInts("shape"), dt}};
-    }
     case OpKind::SgdUpdate: {
       const Tensor &w = *in[0], &v = *in[1], &g = *in[2], &lr = *in[3];
       expectSameShape(w, v, label);
@@ -518,8 +453,6 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
       return {};
     }
     case OpKind::EmaUpdate:
-    case OpKind::Assign:
-    case OpKind::Accumulate:
       expectSameShape(*in[0], *in[1], label);
       return {};
     case OpKind::CrossReplicaReduceScatter: {
@@ -591,6 +524,8 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
                                   in[i]->name, dtypeName(in[i]->dtype), shapeStr(in[i]->shape)));
       return {};
     }
+    default:  // registered kinds (ipu_backend/ops) returned above
+      break;
   }
   fail(label, "internal: unhandled op kind");
 }

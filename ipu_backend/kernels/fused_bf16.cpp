@@ -265,52 +265,16 @@ void Conv2dBackwardFilterBf16::run(const void* x, const void* dy, void* dw) {
   detail::waitStream();
 }
 
-struct MatMulBf16::Impl {
-  memory a, b, c;
-  Prim mm;
+struct MatMulBf16::Impl : detail::MatMulPrimitive {
+  using MatMulPrimitive::MatMulPrimitive;
 };
 
-MatMulBf16::MatMulBf16(const MatMulShape& s) : impl_(std::make_unique<Impl>()) {
-  detail::syncThreads();
-  i64 batch = s.batch, m = s.m;
-  if (s.broadcastB && !s.transA) {  // a shared B over row-major A batches: one tall GEMM
-    m *= batch;
-    batch = 1;
-  }
-  const i64 k = s.k, n = s.n;
-  memory::desc a, b, c;
-  if (batch == 1) {
-    a = memory::desc({m, k}, Dt::bf16, s.transA ? memory::dims{1, m} : memory::dims{k, 1});
-    b = memory::desc({k, n}, Dt::bf16, s.transB ? memory::dims{1, k} : memory::dims{n, 1});
-    c = memory::desc({m, n}, Dt::bf16, memory::dims{n, 1});
-  } else {
-    const i64 bBatch = s.broadcastB ? 1 : batch;
-    a = memory::desc({batch, m, k}, Dt::bf16,
-                     s.transA ? memory::dims{m * k, 1, m} : memory::dims{m * k, k, 1});
-    b = memory::desc({bBatch, k, n}, Dt::bf16,
-                     s.transB ? memory::dims{k * n, 1, k} : memory::dims{k * n, n, 1});
-    c = memory::desc({batch, m, n}, Dt::bf16, memory::dims{m * n, n, 1});
-  }
-  dnnl::matmul::desc desc(a, b, c);
-  dnnl::matmul::primitive_desc pd(desc, detail::userScratchpadAttr(), detail::cpuEngine());
-  impl_->a = userMemory(a);
-  impl_->b = userMemory(b);
-  impl_->c = userMemory(c);
-  impl_->mm = Prim(pd, dnnl::matmul(pd));
-  impl_->mm.arg(DNNL_ARG_SRC, impl_->a);
-  impl_->mm.arg(DNNL_ARG_WEIGHTS, impl_->b);
-  impl_->mm.arg(DNNL_ARG_DST, impl_->c);
-}
+MatMulBf16::MatMulBf16(const MatMulShape& s) : impl_(std::make_unique<Impl>(s, Dt::bf16)) {}
 
 MatMulBf16::~MatMulBf16() = default;
 
 void MatMulBf16::run(const void* a, const void* b, void* c) {
-  detail::syncThreads();
-  bind(impl_->a, a);
-  bind(impl_->b, b);
-  bind(impl_->c, c);
-  impl_->mm.execute();
-  detail::waitStream();
+  impl_->run(a, b, c);
 }
 
 // ---- batch norm ----------------------------------------------------------------------------

@@ -460,53 +460,16 @@ void Conv2dBackwardFilter::run(const float* x, const float* dy, float* dw) {
 
 // ---- MatMul --------------------------------------------------------------------------------
 
-struct MatMul::Impl {
-  memory a, b, c;
-  Prim mm;
+struct MatMul::Impl : detail::MatMulPrimitive {
+  using MatMulPrimitive::MatMulPrimitive;
 };
 
-MatMul::MatMul(const MatMulShape& s) : impl_(std::make_unique<Impl>()) {
-  detail::syncThreads();
-  i64 batch = s.batch, m = s.m;
-  if (s.broadcastB && !s.transA) {
-    // A shared B over row-major A batches is one tall GEMM: [batch*M, K] x [K, N].
-    m *= batch;
-    batch = 1;
-  }
-  const i64 k = s.k, n = s.n;
-  memory::desc a, b, c;
-  if (batch == 1) {
-    a = memory::desc({m, k}, Dt::f32, s.transA ? memory::dims{1, m} : memory::dims{k, 1});
-    b = memory::desc({k, n}, Dt::f32, s.transB ? memory::dims{1, k} : memory::dims{n, 1});
-    c = memory::desc({m, n}, Dt::f32, memory::dims{n, 1});
-  } else {
-    const i64 bBatch = s.broadcastB ? 1 : batch;
-    a = memory::desc({batch, m, k}, Dt::f32,
-                     s.transA ? memory::dims{m * k, 1, m} : memory::dims{m * k, k, 1});
-    b = memory::desc({bBatch, k, n}, Dt::f32,
-                     s.transB ? memory::dims{k * n, 1, k} : memory::dims{k * n, n, 1});
-    c = memory::desc({batch, m, n}, Dt::f32, memory::dims{m * n, n, 1});
-  }
-  dnnl::matmul::desc desc(a, b, c);
-  dnnl::matmul::primitive_desc pd(desc, detail::userScratchpadAttr(), detail::cpuEngine());
-  impl_->a = userMemory(a);
-  impl_->b = userMemory(b);
-  impl_->c = userMemory(c);
-  impl_->mm = Prim(pd, dnnl::matmul(pd));
-  impl_->mm.arg(DNNL_ARG_SRC, impl_->a);
-  impl_->mm.arg(DNNL_ARG_WEIGHTS, impl_->b);
-  impl_->mm.arg(DNNL_ARG_DST, impl_->c);
-}
+MatMul::MatMul(const MatMulShape& s) : impl_(std::make_unique<Impl>(s, Dt::f32)) {}
 
 MatMul::~MatMul() = default;
 
 void MatMul::run(const float* a, const float* b, float* c) {
-  detail::syncThreads();
-  bind(impl_->a, a);
-  bind(impl_->b, b);
-  bind(impl_->c, c);
-  impl_->mm.execute();
-  detail::waitStream();
+  impl_->run(a, b, c);
 }
 
 // ---- batch norm ----------------------------------------------------------------------------

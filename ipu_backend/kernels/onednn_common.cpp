@@ -156,4 +156,51 @@ void waitStream() {
 }
 
 }  // namespace detail
+namespace detail {
+
+MatMulPrimitive::MatMulPrimitive(const MatMulShape& s, dnnl::memory::data_type dt) {
+  using memory = dnnl::memory;
+  syncThreads();
+  i64 batch = s.batch, m = s.m;
+  if (s.broadcastB && !s.transA) {
+    // A shared B over row-major A batches is one tall GEMM: [batch*M, K] x [K, N].
+    m *= batch;
+    batch = 1;
+  }
+  const i64 k = s.k, n = s.n;
+  memory::desc ad, bd, cd;
+  if (batch == 1) {
+    ad = memory::desc({m, k}, dt, s.transA ? memory::dims{1, m} : memory::dims{k, 1});
+    bd = memory::desc({k, n}, dt, s.transB ? memory::dims{1, k} : memory::dims{n, 1});
+    cd = memory::desc({m, n}, dt, memory::dims{n, 1});
+  } else {
+    const i64 bBatch = s.broadcastB ? 1 : batch;
+    ad = memory::desc({batch, m, k}, dt,
+                      s.transA ? memory::dims{m * k, 1, m} : memory::dims{m * k, k, 1});
+    bd = memory::desc({bBatch, k, n}, dt,
+                      s.transB ? memory::dims{k * n, 1, k} : memory::dims{k * n, n, 1});
+    cd = memory::desc({batch, m, n}, dt, memory::dims{m * n, n, 1});
+  }
+  dnnl::matmul::desc desc(ad, bd, cd);
+  dnnl::matmul::primitive_desc pd(desc, userScratchpadAttr(), cpuEngine());
+  a = userMemory(ad);
+  b = userMemory(bd);
+  c = userMemory(cd);
+  mm = Prim(pd, dnnl::matmul(pd));
+  mm.arg(DNNL_ARG_SRC, a);
+  mm.arg(DNNL_ARG_WEIGHTS, b);
+  mm.arg(DNNL_ARG_DST, c);
+}
+
+void MatMulPrimitive::run(const void* pa, const void* pb, void* pc) {
+  syncThreads();
+  bind(a, pa);
+  bind(b, pb);
+  bind(c, pc);
+  mm.execute();
+  waitStream();
+}
+
+}  // namespace detail
+
 }  // namespace ipu::kernels::fused

@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <vector>
 
+#include "ipu_backend/kernels/kernel_types.h"
+
 namespace ipu::kernels::fused::detail {
 
 dnnl::engine& cpuEngine();
@@ -76,5 +78,15 @@ LayoutBinding bindLayout(const dnnl::memory::desc& userMd, const dnnl::memory::d
                          bool toUser, int slot);
 
 void waitStream();
+
+// C = op(A) x op(B) of a MatMulShape with every operand of one data type: oneDNN takes the type
+// as a field of the memory descriptors, so the f32 and the bf16 matmul are this one kernel.
+// Created once; run() rebinds the pointers.
+struct MatMulPrimitive {
+  MatMulPrimitive(const MatMulShape& s, dnnl::memory::data_type dt);
+  void run(const void* a, const void* b, void* c);
+  dnnl::memory a, b, c;
+  Prim mm;
+};
 
 }  // namespace ipu::kernels::fused::detail

@@ -37,6 +37,9 @@ struct OpCase {
   std::vector<std::pair<std::string, std::vector<std::int32_t>>> intInputs;  // i32 host inputs
   std::function<int(Builder&, const std::vector<int>& vars, const std::vector<int>& ints)> build;
   std::vector<bool> differentiable;  // per f32 input; empty = all
+  // Per input: the dtype the op sees (the f32 variable cast to it); empty = all f32. The output
+  // is cast back to f32, so the harness reads and probes f32 whatever the op computes in.
+  std::vector<DType> dtypes;
   float inputLo = -1.f, inputHi = 1.f;
   // > 0: compile for a cramped target (16 tiles of this many bytes, memory not checked) so that
   // the planner takes the paths it uses for operands too large for one tile.
@@ -61,7 +64,11 @@ class OpHarness {
     for (const auto& [n, s] : c.inputs) vars_.push_back(b.variable(n, s));
     for (const auto& [n, v] : c.intInputs)
       ints_.push_back(b.input(n, {static_cast<i64>(v.size())}, DType::I32));
-    out_ = c.build(b, vars_, ints_);
+    std::vector<int> opInputs = vars_;
+    for (size_t i = 0; i < c.dtypes.size(); ++i)
+      if (c.dtypes[i] != DType::F32) opInputs[i] = b.cast(vars_[i], c.dtypes[i]);
+    out_ = c.build(b, opInputs, ints_);
+    if (g.tensor(out_).dtype != DType::F32) out_ = b.cast(out_, DType::F32);
     g.markOutput(out_);  // keeps it live to the end of the step, so it can be read back
     const Shape outShape = g.tensor(out_).shape;  // copy: adding tensors reallocates
     probe_ = b.variable("probe", outShape);

@@ -1,0 +1,191 @@
+// gather: rows of a table picked by indices (embedding lookup), and its gradient scatter_add.
+//   gather(table [V, D], indices i32 [...]) -> y [..., D], y[n, :] = table[indices[n], :]
+//   scatter_add(updates [..., D], indices i32 [...], rows = V) -> y [V, D], zero but for
+//     y[indices[n], :] += updates[n, :] (repeated indices accumulate)
+// Which rows a vertex reads depends on the index values, which the static exchange cannot know.
+// The plan is a multi-slice over the table (popops' multiSlice does the same): the table's rows
+// are split into parts that fit a vertex's window budget, every part looks up all the indices
+// of its output slice and writes the rows it holds (zero elsewhere) into a partial row, and a
+// second phase sums the parts. No vertex copies the whole table unless it fits its budget.
+// scatter_add splits the indices instead: each part adds its updates into a partial [V, D] slice.
+// An index outside [0, V) is an error: the fused kernel throws naming the op, the position and
+// the value; a tile vertex, which cannot throw, writes NaN to the rows it computes.
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "ipu_backend/ir/builder.h"
+#include "ipu_backend/ops/op_info.h"
+
+namespace ipu::ops {
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// Throws for the first out-of-range index a fused kernel met (-1: none).
+void checkIndex(const Graph& g, const Op& op, i64 position, i64 rows, const std::int32_t* idx) {
+  if (position < 0) return;
+  throw std::out_of_range(
+      fmt::format("{} '{}': index {} at position {} of '{}' is outside the table's rows [0, {})",
+                  opName(op.kind), g.tensor(op.outputs[0]).name, idx[position], position,
+                  g.tensor(op.inputs[1]).name, rows));
+}
+
+void recordBad(std::atomic<i64>& bad, i64 position) {
+  i64 cur = bad.load();
+  while ((cur < 0 || position < cur) && !bad.compare_exchange_weak(cur, position)) {
+  }
+}
+
+// ---- gather ----------------------------------------------------------------------------------
+
+std::vector<TensorType> inferGather(const std::vector<const Tensor*>& in, const Attrs&,
+                                    const std::string& label) {
+  const Tensor &table = *in[0], &idx = *in[1];
+  expectRank(table, 2, label, "table [V,D]");
+  Shape out = idx.shape;
+  out.push_back(table.shape[1]);
+  return {{out, table.dtype}};
+}
+
+void planGather(PlanApi& p, const Op& op) {
+  const Shape& ts = p.graph().tensor(op.inputs[0]).shape;
+  const i64 v = ts[0], d = ts[1];
+  const int table = op.inputs[0], idx = op.inputs[1];
+  p.splitReduction(op, 0, op.outputs[0], v, d * 4, [=](Range r, Range red) {
+    return Windows{{table, red.begin * d, red.end * d}, {idx, r.begin / d, (r.end - 1) / d + 1}};
+  });
+}
+
+std::function<void()> vertexGather(const VertexArgs& a) {
+  if (a.phase == 1) return sumPartials(a);
+  const Shape& ts = a.g.tensor(a.op.inputs[0]).shape;
+  const i64 v = ts[0], d = ts[1];
+  return [table = a.in[0], idx = a.ints[1], y = a.out[0], work = a.work, red = a.red, v, d] {
+    for (i64 i = work.begin; i < work.end; ++i) {
+      const i64 row = idx[i / d];
+      y[i - work.begin] = row < 0 || row >= v                 ? kNaN
+                          : row >= red.begin && row < red.end ? table[row * d + i % d]
+                                                              : 0.0f;
+    }
+  };
+}
+
+std::function<void()> fusedGather(const FusedArgs& a) {
+  const Shape& ts = a.g.tensor(a.op.inputs[0]).shape;
+  const i64 v = ts[0], d = ts[1], n = a.g.tensor(a.op.inputs[1]).elements();
+  return [&g = a.g, &op = a.op, table = a.in[0], idx = a.ints[1], y = a.out[0], v, d, n] {
+    std::atomic<i64> bad{-1};
+#pragma omp parallel for schedule(static)
+    for (i64 k = 0; k < n; ++k) {
+      const i64 row = idx[k];
+      if (row < 0 || row >= v) {
+        recordBad(bad, k);
+        continue;
+      }
+      std::copy(table + row * d, table + (row + 1) * d, y + k * d);
+    }
+    checkIndex(g, op, bad.load(), v, idx);
+  };
+}
+
+void gradGather(const GradArgs& a) {
+  if (!a.needs[0]) return;
+  Attrs attrs;
+  attrs.set("rows", a.g.tensor(a.op.inputs[0]).shape[0]);
+  a.accumulate(a.op.inputs[0], add(a.g, "scatter_add", {a.dy[0], a.op.inputs[1]}, attrs)[0]);
+}
+
+// ---- scatter_add -----------------------------------------------------------------------------
+
+std::vector<TensorType> inferScatterAdd(const std::vector<const Tensor*>& in, const Attrs& a,
+                                        const std::string& label) {
+  const Tensor &upd = *in[0], &idx = *in[1];
+  const i64 rows = a.getInt("rows");
+  if (rows < 1) fail(label, fmt::format("rows must be >= 1, got {}", rows));
+  if (upd.shape.size() != idx.shape.size() + 1 ||
+      !std::equal(idx.shape.begin(), idx.shape.end(), upd.shape.begin()))
+    fail(label, fmt::format("updates '{}' {} must be the indices' shape {} plus a row dimension",
+                            upd.name, shapeStr(upd.shape), shapeStr(idx.shape)));
+  return {{{rows, upd.shape.back()}, upd.dtype}};
+}
+
+void planScatterAdd(PlanApi& p, const Op& op) {
+  const int upd = op.inputs[0], idx = op.inputs[1];
+  const i64 d = p.graph().tensor(upd).shape.back(), n = p.graph().tensor(idx).elements();
+  p.splitReduction(op, 0, op.outputs[0], n, d * 4 + 4, [=](Range, Range red) {
+    return Windows{{upd, red.begin * d, red.end * d}, {idx, red.begin, red.end}};
+  });
+}
+
+std::function<void()> vertexScatterAdd(const VertexArgs& a) {
+  if (a.phase == 1) return sumPartials(a);
+  const i64 d = a.g.tensor(a.op.inputs[0]).shape.back();
+  const i64 v = a.op.attrs.getInt("rows");
+  return [upd = a.in[0], idx = a.ints[1], y = a.out[0], work = a.work, red = a.red, v, d] {
+    std::fill(y, y + work.size(), 0.0f);
+    for (i64 k = red.begin; k < red.end; ++k) {
+      const i64 row = idx[k];
+      if (row < 0 || row >= v) {
+        std::fill(y, y + work.size(), kNaN);
+        return;
+      }
+      const i64 b = std::max(work.begin, row * d), e = std::min(work.end, (row + 1) * d);
+      for (i64 i = b; i < e; ++i) y[i - work.begin] += upd[k * d + (i - row * d)];
+    }
+  };
+}
+
+std::function<void()> fusedScatterAdd(const FusedArgs& a) {
+  const i64 d = a.g.tensor(a.op.inputs[0]).shape.back();
+  const i64 v = a.op.attrs.getInt("rows"), n = a.g.tensor(a.op.inputs[1]).elements();
+  return [&g = a.g, &op = a.op, upd = a.in[0], idx = a.ints[1], y = a.out[0], v, d, n] {
+    std::fill(y, y + v * d, 0.0f);
+    for (i64 k = 0; k < n; ++k)
+      if (idx[k] < 0 || idx[k] >= v) checkIndex(g, op, k, v, idx);
+        // Columns split over threads: every thread walks the indices in order (deterministic sums).
+#pragma omp parallel for schedule(static)
+    for (i64 j = 0; j < d; ++j)
+      for (i64 k = 0; k < n; ++k) y[idx[k] * d + j] += upd[k * d + j];
+  };
+}
+
+void gradScatterAdd(const GradArgs& a) {
+  if (a.needs[0]) a.accumulate(a.op.inputs[0], add(a.g, "gather", {a.dy[0], a.op.inputs[1]})[0]);
+}
+
+}  // namespace
+
+IPU_REGISTER_OPS(gather) {
+  OpInfo g;
+  g.def = {kUnassignedKind, "gather", 2, 1, {}, {}};
+  g.doc = "table [V,D], indices i32 [...] -> y [..., D], y[n] = table[indices[n]]";
+  g.inputDTypes = {floatTypes(), indexTypes()};
+  g.infer = inferGather;
+  g.grad = gradGather;
+  g.plan = planGather;
+  g.vertex = vertexGather;
+  g.fused = fusedGather;
+  g.cost = [](const Op&, int phase) { return phase == 0 ? 2.0 : 1.0; };  // compare, select
+  g.tolerances.f32 = {0, 0, 1e-2};                                       // copies: exact
+  g.tolerances.bf16 = {1e-2, 0, 1e-1};
+  registerOp(std::move(g));
+
+  OpInfo s;
+  s.def = {kUnassignedKind, "scatter_add", 2, 1, {}, {{"rows", AttrType::Int, true}}};
+  s.doc = "updates [..., D], indices i32 [...], rows V -> y [V, D], y[indices[n]] += updates[n]";
+  s.inputDTypes = {floatTypes(), indexTypes()};
+  s.infer = inferScatterAdd;
+  s.grad = gradScatterAdd;
+  s.plan = planScatterAdd;
+  s.vertex = vertexScatterAdd;
+  s.fused = fusedScatterAdd;
+  s.cost = [](const Op&, int) { return 1.0; };
+  s.tolerances.f32 = {1e-6, 1e-6, 1e-2};
+  registerOp(std::move(s));
+}
+
+}  // namespace ipu::ops

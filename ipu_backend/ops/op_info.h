@@ -1,0 +1,189 @@
+// The op registry: everything about one op kind in one OpInfo, registered by the op's own file
+// ipu_backend/ops/<op>.cpp. The IR (type inference), autodiff (gradient rule), the compiler
+// (tile plan), both engine modes (tile vertex and fused kernel), the cost model and the op tests
+// (tolerances) look the op up here, so adding an op kind is one file plus one test case
+// (docs/ARCHITECTURE.md, "Adding an op kind"). ops/CMakeLists globs the folder and generates the
+// call of every file's IPU_REGISTER_OPS function, so no list needs editing either.
+//
+// Op kinds that are still handled by the per-layer switches (op_defs.cpp, autodiff.cpp,
+// compiler.cpp, engine.cpp, cost_model.cpp) have no OpInfo yet; tests/backend/op_registry_test
+// lists them and fails when a kind is in neither place or an OpInfo lacks a facet.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ipu_backend/ir/graph.h"
+#include "ipu_backend/ir/op_defs.h"
+#include "ipu_backend/kernels/kernel_types.h"
+
+namespace ipu {
+class Builder;
+}
+
+namespace ipu::ops {
+
+using kernels::Range;
+using FW = kernels::Window<float>;
+using IW = kernels::Window<std::int32_t>;
+
+// Allowed dtypes of one input.
+using DTypes = std::vector<DType>;
+// Functions, not globals: registration may run during another file's static initialisation.
+inline DTypes floatTypes() {
+  return {DType::F32, DType::F16, DType::BF16};
+}
+inline DTypes indexTypes() {
+  return {DType::I32};
+}
+
+// ---- gradient --------------------------------------------------------------------------------
+struct GradArgs {
+  Graph& g;
+  Builder& b;
+  const Op& op;             // a copy: adding ops reallocates the graph's op list
+  std::vector<int> dy;      // gradient of each output, -1 where the loss does not depend on it
+  std::vector<bool> needs;  // needs[i]: input i needs a gradient
+  std::function<void(int input, int grad)> accumulate;
+  std::string label;  // "layer_norm 'ln1'", for errors
+};
+using GradRule = std::function<void(const GradArgs&)>;
+// The explicit rule of ops that are not differentiated (backward ops, updates): throws naming
+// the op and `why`.
+GradRule noGradient(std::string why);
+
+// ---- tile plan ---------------------------------------------------------------------------------
+// Elements [begin, end) of a buffer that a vertex reads.
+struct NeedWindow {
+  int buffer;
+  i64 begin, end;
+};
+using Windows = std::vector<NeedWindow>;
+
+// What an op's plan may ask of the compiler's planner (compiler.cpp implements it).
+class PlanApi {
+ public:
+  virtual ~PlanApi() = default;
+  virtual const Graph& graph() const = 0;
+  // A compute set of the op's `phase` with one vertex per slice of outs[0]'s tile mapping (cut
+  // at multiples of cutAt when > 0): the vertex's work is that range r, it writes r of every
+  // buffer in `outs` (buffers of one size share one mapping) and reads windows(r).
+  virtual void perSlice(const Op& op, int phase, const std::vector<int>& outs,
+                        const std::function<Windows(Range)>& windows, i64 cutAt = 0) = 0;
+  // A sum over `redExtent` units split into parts whose windows fit a vertex's budget: phase
+  // firstPhase writes one partial row per part (vertex work r, red the part's units), phase
+  // firstPhase + 1 sums them (sumPartials); one phase writing `out` directly when one part
+  // suffices.
+  virtual void splitReduction(const Op& op, int firstPhase, int out, i64 redExtent,
+                              i64 bytesPerRedUnit,
+                              const std::function<Windows(Range out, Range red)>& windows) = 0;
+  // The whole of a tensor (small operands: scalars, indices, per-channel parameters).
+  virtual NeedWindow whole(int tensor) const = 0;
+};
+using PlanRule = std::function<void(PlanApi&, const Op&)>;
+
+// ---- kernels -----------------------------------------------------------------------------------
+// A tile vertex: its windows in plan order (16-bit data widened to f32; `ints` are the same
+// windows read as i32, for index inputs), its output regions (f32, rounded back after it runs).
+struct VertexArgs {
+  const Graph& g;
+  const Op& op;
+  int phase;
+  std::vector<FW> in;
+  std::vector<IW> ints;
+  std::vector<float*> out;
+  Range work, red;
+};
+using VertexKernel = std::function<std::function<void()>(const VertexArgs&)>;
+
+// A fused (whole-op) kernel: every input and output as f32 (16-bit operands converted around
+// it), i32 inputs in `ints` (nullptr for float inputs).
+struct FusedArgs {
+  const Graph& g;
+  const Op& op;
+  std::vector<float*> in;
+  std::vector<const std::int32_t*> ints;
+  std::vector<float*> out;
+};
+using FusedKernel = std::function<std::function<void()>(const FusedArgs&)>;
+
+// Phase 1 of a splitReduction: the sum of the partial rows (the windows, in order).
+std::function<void()> sumPartials(const VertexArgs& a);
+
+// Elementwise ops (every input the output's shape): a vertex per slice of the output reading the
+// same range of every input, and the two kernels from one element function
+// f(inputs at element i) -> output, made once per op by `make(op)`.
+void planElementwise(PlanApi& p, const Op& op);
+using ElementFn = std::function<float(const float* in, i64 i)>;  // in: the inputs' values at i
+VertexKernel elementwiseVertex(std::function<ElementFn(const Op&)> make);
+FusedKernel elementwiseFused(std::function<ElementFn(const Op&)> make);
+
+// ---- cost ------------------------------------------------------------------------------------
+// Vector instructions per output vector of a vertex in `phase` (the cost model prices the rest:
+// worker split, bytes, exchange).
+using CostRule = std::function<double(const Op&, int phase)>;
+
+// ---- tests -----------------------------------------------------------------------------------
+// Tolerances of the op tests, relative to the largest magnitude of the expected values.
+struct Tolerance {
+  double forward = 1e-5;  // against the plain reference
+  double tileVsFused = 1e-5;
+  double gradient = 2e-2;  // against central finite differences
+};
+struct Tolerances {
+  Tolerance f32;
+  Tolerance bf16{2e-2, 1e-2, 1e-1};
+  Tolerance f16{4e-3, 2e-3, 5e-2};
+  const Tolerance& of(DType t) const {
+    return t == DType::BF16 ? bf16 : t == DType::F16 ? f16 : f32;
+  }
+};
+
+// ---- the op kind -------------------------------------------------------------------------------
+using InferRule = std::function<std::vector<TensorType>(
+    const std::vector<const Tensor*>& in, const Attrs& attrs, const std::string& label)>;
+
+struct OpInfo {
+  OpDef def;  // kind (assigned at registration for new kinds), name, arity, attrs
+  std::vector<DTypes> inputDTypes;  // per input; checked before `infer`
+  InferRule infer;                  // output types; throws GraphError naming the op and tensors
+  GradRule grad;
+  PlanRule plan;
+  VertexKernel vertex;  // reference kernel (tile mode)
+  FusedKernel fused;    // fast kernel (fused mode)
+  CostRule cost;
+  Tolerances tolerances;
+  std::string doc;  // one line: what it computes, shapes
+};
+
+// Registers an op kind (called from IPU_REGISTER_OPS functions). A kind left as
+// kUnassignedKind gets the next free value; a built-in kind keeps its enum value.
+inline constexpr auto kUnassignedKind = static_cast<OpKind>(255);
+OpKind registerOp(OpInfo info);
+
+// nullptr when `kind` is not in the registry (a built-in kind still handled by the switches).
+const OpInfo* find(OpKind kind);
+const OpInfo* find(std::string_view name);
+// The kind of a registered op by name; throws GraphError listing the registered names.
+OpKind kindNamed(std::string_view name);
+std::vector<const OpInfo*> all();
+// Appends a registered op by name; returns its output tensor ids.
+std::vector<int> add(Graph& g, std::string_view name, std::vector<int> inputs, Attrs attrs = {},
+                     std::vector<std::string> outputNames = {});
+// Number of op kind values in use (built-in and registered), for tables indexed by kind.
+int kindCount();
+
+// Opening of an op file's registration function: IPU_REGISTER_OPS(layer_norm) { ... }.
+#define IPU_REGISTER_OPS(stem) void ipuRegisterOps_##stem()
+
+// Shared checks for `infer` rules (GraphError naming the op and tensors).
+[[noreturn]] void fail(const std::string& label, const std::string& msg);
+void expectRank(const Tensor& t, size_t rank, const std::string& label, const char* role);
+void expectSameShape(const Tensor& a, const Tensor& b, const std::string& label);
+// Normalises a possibly negative axis of a rank-r tensor.
+i64 axisOf(i64 axis, size_t rank, const std::string& label);
+
+}  // namespace ipu::ops
