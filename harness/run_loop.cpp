@@ -90,9 +90,13 @@ class LogState {
     logRunStart(log_);
     run_started_ = true;
   }
+  // The run's first block: an abort before it started (during the compile, the weight init or
+  // the data load) still opens and closes it, as the checker requires at least one block.
+  void setFirstBlock(const EpochBlock& b) { first_block_ = b; }
   void blockStart(const EpochBlock& b) {
     logBlockStart(log_, b.first_epoch, b.epoch_count);
     block_ = b.first_epoch;
+    any_block_ = true;
   }
   void blockStop() {
     logBlockStop(log_, block_);
@@ -112,6 +116,7 @@ class LogState {
   void runStop(bool success, const std::string& reason = "") {
     if (!init_stopped_) initStop();
     if (!run_started_) runStart();
+    if (!any_block_) blockStart(first_block_);
     if (epoch_ != 0) epochStop();
     if (block_ != 0) blockStop();
     if (!success && !reason.empty()) log_.event(kAbortReasonKey, reason);
@@ -121,7 +126,8 @@ class LogState {
 
  private:
   MlLogger& log_;
-  bool init_stopped_ = false, run_started_ = false;
+  bool init_stopped_ = false, run_started_ = false, any_block_ = false;
+  EpochBlock first_block_;
   int block_ = 0, epoch_ = 0, last_epoch_ = 0;
 };
 
@@ -253,6 +259,9 @@ RunOutcome executeRun(const RunPlan& plan, const fs::path& logPath, int runIndex
 
   const auto initT0 = std::chrono::steady_clock::now();
   try {
+    const std::vector<EpochBlock> blocks =
+        evalBlocks(plan.max_epochs, plan.settings.eval_period, plan.settings.eval_offset);
+    state.setFirstBlock(blocks.front());
     if (plan.imagenet_train) {
       std::vector<fs::path> files;
       for (const auto* index : {plan.imagenet_train.get(), plan.imagenet_val.get()})
@@ -309,8 +318,7 @@ RunOutcome executeRun(const RunPlan& plan, const fs::path& logPath, int runIndex
       return static_cast<float>(plan.lr.at(step, stepsPerEpoch));
     };
     bool reached = false;
-    for (const EpochBlock& block :
-         evalBlocks(plan.max_epochs, plan.settings.eval_period, plan.settings.eval_offset)) {
+    for (const EpochBlock& block : blocks) {
       state.blockStart(block);
       for (int e = block.first_epoch; e <= block.last_epoch(); ++e) {
         state.epochStart(e);
