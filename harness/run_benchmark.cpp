@@ -295,13 +295,13 @@ int main(int argc, char** argv) {
                "size: the published configuration (full-scale preset), full ResNet-50 compiled "
                "for IPU-Mk2 and priced by the cost model (about 30 s more)");
   CLI11_PARSE(app, argc, argv);
+  installSignalHandlers();
 
   // Under mpirun every process runs this same main; rank 0 alone writes the package and prints.
   std::unique_ptr<ipu::replication::MpiLink> mpi;
   if (ipu::replication::MpiLink::launchedByMpirun())
     mpi = std::make_unique<ipu::replication::MpiLink>();
   const int rank = mpi ? mpi->rank() : 0;
-  installSignalHandlers();
   BenchmarkPlan plan;
   try {
     plan = makePlan(o);

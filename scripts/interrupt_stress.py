@@ -103,11 +103,13 @@ def one_try(binary, index, moment, sig, rng, workdir, use_checker, timeout):
            "--config", str(d / "c.json"), "--results-dir", str(results)]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     err_lines = []
-    fits = threading.Event()
+    compiling, fits = threading.Event(), threading.Event()
 
     def read_stderr():
         for line in p.stderr:
             err_lines.append(line)
+            if line.startswith("compiling "):
+                compiling.set()
             if line.startswith("fits:"):
                 fits.set()
 
@@ -119,8 +121,9 @@ def one_try(binary, index, moment, sig, rng, workdir, use_checker, timeout):
 
     reached = True
     if moment == "preflight":
-        time.sleep(rng.uniform(0.3, 3.0))
-        reached = not fits.is_set()
+        reached = wait_for(compiling.is_set, p, timeout)
+        time.sleep(rng.uniform(0.0, 3.0))
+        reached = reached and not fits.is_set()
     elif moment == "package":
         reached = wait_for(fits.is_set, p, timeout)
         time.sleep(rng.uniform(0.0, 0.05))

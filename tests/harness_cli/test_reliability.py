@@ -148,10 +148,10 @@ def test_full_disk_keeps_every_earlier_result(first_package, tmp_path):
     assert not list(results.rglob("*.tmp"))
 
 
-def test_unreadable_results_folder_is_reported_and_left_alone():
+def test_unreadable_results_folder_is_reported_and_left_alone(first_package):
     d = shared_dir()
-    first = run(args(config(d), d / "results"))
-    assert first.returncode == 2, first.stdout + first.stderr
+    config(d)
+    shutil.copytree(first_package[0] / "results", d / "results")
     before = snapshot(d / "results")
     org = d / "results" / "ipu_mlperf"
     org.chmod(0)
