@@ -273,7 +273,8 @@ void ClassifierTrainer::syncWeightsToEval() {
 }
 
 double ClassifierTrainer::evaluate(const datasets::ImageDataset& ds,
-                                   const datasets::Normalization& norm, std::int64_t maxSamples) {
+                                   const datasets::Normalization& norm, std::int64_t maxSamples,
+                                   const std::function<void()>& onBatch) {
   syncWeightsToEval();
   const std::int64_t b = static_cast<std::int64_t>(labels_.size());
   std::int64_t n = maxSamples > 0 ? std::min(maxSamples, ds.count) : ds.count;
@@ -287,6 +288,7 @@ double ClassifierTrainer::evaluate(const datasets::ImageDataset& ds,
     evalEngine_->run();
     ++evalRuns_;
     correct += countCorrect(std::span<const std::int32_t>(labels_).first(valid));
+    if (onBatch) onBatch();
   }
   return n ? static_cast<double>(correct) / static_cast<double>(n) : 0.0;
 }

@@ -82,9 +82,10 @@ class ClassifierTrainer {
                         const std::function<void(std::int64_t, float)>& onStep = {});
 
   // Top-1 accuracy over the first `maxSamples` (0: all) samples; the last batch is padded and
-  // only its valid samples count.
+  // only its valid samples count. `onBatch` runs after every batch (the run loop's check for
+  // SIGINT/SIGTERM, which leaves by throwing).
   double evaluate(const datasets::ImageDataset& ds, const datasets::Normalization& norm,
-                  std::int64_t maxSamples = 0);
+                  std::int64_t maxSamples = 0, const std::function<void()>& onBatch = {});
 
   // The same two over a Source (ImageNet folders: decoded and augmented on the fly) through a
   // prefetching datasets::Pipeline of `loaderThreads` workers. The epoch order is the

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <stdexcept>
 
@@ -61,8 +63,15 @@ fs::path writeSystemDescription(const PackageLayout& layout, const Json& descrip
     std::ofstream out(tmp, std::ios::trunc);
     out << description.dump(4) << '\n';
     out.flush();
+    out.close();
     if (!out) {
-      throw std::runtime_error(fmt::format("results package: writing '{}' failed", tmp.string()));
+      // A full disk or a quota: the earlier file (if any) stays as it was, and no half-written
+      // temporary file is left in the package.
+      const int err = errno;
+      std::error_code ignored;
+      fs::remove(tmp, ignored);
+      throw std::runtime_error(fmt::format("results package: writing '{}' failed: {}", tmp.string(),
+                                           std::strerror(err)));
     }
   }
   fs::rename(tmp, path);

@@ -5,13 +5,21 @@
 //
 // Exit codes: harness/exit_codes.h (also printed by --help and listed in README.md).
 // --project-only: 0 the projection was printed (fitting or not: the verdict is in it), 1 refused.
+#include <fcntl.h>
+#include <fmt/chrono.h>
 #include <fmt/format.h>
 #include <signal.h>
+#include <sys/file.h>
+#include <unistd.h>
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <regex>
 
@@ -30,21 +38,42 @@ namespace {
 using namespace ipu::harness;
 namespace fs = std::filesystem;
 
-std::atomic<int> gInterrupted{0};  // the signal received, 0 while none
+// The first SIGINT or SIGTERM received (0: none); the run loop polls it between steps. The
+// handler does nothing else: it may run on any thread (OpenMP workers, replica threads) at any
+// moment, so it only stores to a lock-free atomic (async-signal-safe) and never allocates,
+// locks or prints.
+std::atomic<int> gSignal{0};
+// False until the package is about to be written: before that there is nothing to finish or
+// keep, so the handler ends the process at once (the fit-check compile takes seconds to
+// minutes) with _exit, which is async-signal-safe like write.
+std::atomic<bool> gWriting{false};
+static_assert(std::atomic<int>::is_always_lock_free && std::atomic<bool>::is_always_lock_free);
 
-// Records the signal the run loop polls between steps; a second one kills at once.
-void onSignal(int sig) {
-  gInterrupted.store(sig);
+// A second signal of the same kind kills at once (the default action).
+void onStopSignal(int sig) {
+  if (!gWriting.load()) {
+    static constexpr char kMessage[] =
+        "run_benchmark: interrupted before any run; nothing written\n";
+    [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, kMessage, sizeof kMessage - 1);
+    ::_exit(128 + sig);
+  }
+  int none = 0;
+  gSignal.compare_exchange_strong(none, sig);
   ::signal(sig, SIG_DFL);
 }
 
+// Installed before anything is compiled or written. SA_RESTART: a signal never makes a write
+// of the package, a read of the data or a wait of another thread fail with EINTR (the flag is
+// polled; nothing needs to be woken). SIGXFSZ ignored: a file size limit (a full quota) makes
+// the write fail with EFBIG, which the logger reports, instead of killing the process.
 void installSignalHandlers() {
   struct sigaction sa {};
-  sa.sa_handler = onSignal;
+  sa.sa_handler = onStopSignal;
   sigemptyset(&sa.sa_mask);
-  sa.sa_flags = 0;  // no SA_RESTART: a blocking read returns EINTR instead of waiting
+  sa.sa_flags = SA_RESTART;
   ::sigaction(SIGINT, &sa, nullptr);
   ::sigaction(SIGTERM, &sa, nullptr);
+  ::signal(SIGXFSZ, SIG_IGN);
 }
 
 // The process's exit status over its runs (exit_codes.h): an error outranks a missed target.
@@ -57,20 +86,72 @@ int exitStatus(const std::vector<RunOutcome>& runs) {
   return missed ? kExitTargetNotReached : kExitSuccess;
 }
 
-// Result files of an earlier, larger --runs that this invocation does not overwrite: the
-// package checker wants exactly 5 (ResNet) per benchmark folder.
-void warnStaleResults(const BenchmarkPlan& plan) {
-  const fs::path dir = benchmarkDir(plan.layout, plan.benchmark);
-  std::error_code ec;
-  const std::regex name(R"(result_(\d+)\.txt)");
-  for (const auto& f : fs::directory_iterator(dir, ec)) {
-    std::smatch m;
-    const std::string base = f.path().filename().string();
-    if (std::regex_match(base, m, name) && std::stoi(m[1]) >= plan.cli.runs) {
-      fmt::print(stderr, "warning: {} is from an earlier invocation and stays in the package\n",
-                 f.path().string());
+// The shell convention for "ended by signal N": 130 for SIGINT, 143 for SIGTERM.
+int interruptedExitCode() {
+  const int sig = gSignal.load();
+  return 128 + (sig != 0 ? sig : SIGINT);
+}
+
+// Holds an exclusive lock on the benchmark folder for the life of the process, so that a
+// second run_benchmark writing the same package is refused instead of interleaving its
+// result files with ours. flock on the folder itself: no lock file in the package.
+class PackageLock {
+ public:
+  explicit PackageLock(const fs::path& dir) {
+    fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd_ < 0) {
+      throw std::runtime_error(
+          fmt::format("cannot open '{}': {}", dir.string(), std::strerror(errno)));
+    }
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      ::close(fd_);
+      fd_ = -1;
+      if (err == EWOULDBLOCK) {
+        throw Refusal(fmt::format(
+            "another run_benchmark is writing the package folder '{}' now; nothing was written "
+            "(hint: wait for it to end, or pass another --results-dir or --system-name)",
+            dir.string()));
+      }
+      throw std::runtime_error(
+          fmt::format("cannot lock '{}': {}", dir.string(), std::strerror(err)));
     }
   }
+  ~PackageLock() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  PackageLock(const PackageLock&) = delete;
+  PackageLock& operator=(const PackageLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+// Result files of an earlier invocation in the benchmark folder are moved, intact, to a sibling
+// folder <benchmark>.replaced-<UTC time> (the package checker skips folders that are not a
+// benchmark name), so that this invocation neither overwrites them nor leaves stale runs of a
+// larger --runs in its package. Returns that folder, or an empty path when there was nothing.
+fs::path moveEarlierResults(const BenchmarkPlan& plan) {
+  const fs::path dir = benchmarkDir(plan.layout, plan.benchmark);
+  const std::regex name(R"(result_\d+\.txt)");
+  std::vector<fs::path> earlier;
+  for (const auto& f : fs::directory_iterator(dir)) {
+    if (std::regex_match(f.path().filename().string(), name)) earlier.push_back(f.path());
+  }
+  if (earlier.empty()) return {};
+  const std::string stamp = fmt::format("{:%Y%m%dT%H%M%SZ}", fmt::gmtime(std::time(nullptr)));
+  fs::path to = dir.parent_path() / fmt::format("{}.replaced-{}", dir.filename().string(), stamp);
+  for (int k = 2; fs::exists(to); ++k) {
+    to = dir.parent_path() / fmt::format("{}.replaced-{}-{}", dir.filename().string(), stamp, k);
+  }
+  fs::create_directory(to);
+  std::sort(earlier.begin(), earlier.end());
+  for (const fs::path& f : earlier) fs::rename(f, to / f.filename());
+  fmt::print(stderr,
+             "run_benchmark: {} result file(s) of an earlier invocation in {} moved, unchanged, "
+             "to {}\n",
+             earlier.size(), dir.string(), to.string());
+  return to;
 }
 
 // Olympic mean (MLPerf scoring): drop the fastest and the slowest; a run that did not reach
@@ -295,6 +376,7 @@ int main(int argc, char** argv) {
     const int rc = app.exit(e);  // prints the help, or the error
     return rc == 0 ? kExitSuccess : kExitRefused;
   }
+  installSignalHandlers();
   if (o.project_only || o.all_pod_sizes || o.json) return projectOnly(app, o);
 
   // Under mpirun every process runs this same main; rank 0 alone writes the package and prints.
@@ -331,12 +413,16 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "run_benchmark: error before any run: {}\n", e.what());
     return kExitRefused;
   }
-
-  // Every check passed: from here on the package is written (by rank 0).
+  // Every check passed: from here on the package is written (by rank 0), under a lock, and a
+  // signal ends the run in progress with a complete log.
+  gWriting.store(true);
   fs::path systemJson;
+  std::unique_ptr<PackageLock> lock;
   if (rank == 0) try {
-      fs::create_directories(benchmarkDir(plan.layout, plan.benchmark));
-      warnStaleResults(plan);
+      const fs::path dir = benchmarkDir(plan.layout, plan.benchmark);
+      fs::create_directories(dir);
+      lock = std::make_unique<PackageLock>(dir);
+      moveEarlierResults(plan);
       SystemDescriptionOptions so;
       so.submitter = o.org;
       so.division = toString(plan.division);
@@ -348,16 +434,28 @@ int main(int argc, char** argv) {
       so.sw_notes = swNotes(plan);
       systemJson = writeSystemDescription(plan.layout, buildSystemDescription(so));
     } catch (const std::exception& e) {
-      fmt::print(stderr, "run_benchmark: cannot write the results package: {}\n", e.what());
-      return kExitRefused;
+      // The other ranks would wait for rank 0 in the first collective: end the whole job.
+      const auto* refusal = dynamic_cast<const Refusal*>(&e);
+      const std::string message =
+          refusal ? fmt::format("run_benchmark: {}", e.what())
+                  : fmt::format("run_benchmark: cannot write the results package: {}", e.what());
+      const int code = refusal ? refusal->exitCode() : kExitRefused;
+      if (mpi) mpi->abortJob(message, code);
+      fmt::print(stderr, "{}\n", message);
+      return code;
     }
 
-  installSignalHandlers();
   ProgressLine progress(rank == 0 && ProgressLine::stderrIsTerminal());
   std::vector<RunOutcome> outcomes;
-  for (int i = 0; i < o.runs; ++i) {
-    const fs::path log = resultFilePath(plan.layout, plan.benchmark, i);
-    RunOutcome r = executeRun(plan.run, log, i, o.runs, plan.seeds[i], gInterrupted, progress);
+  for (int i = 0; i < o.runs && gSignal.load() == 0; ++i) {
+    fs::path log;
+    try {
+      log = resultFilePath(plan.layout, plan.benchmark, i);
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "run_benchmark: cannot write the results package: {}\n", e.what());
+      break;
+    }
+    RunOutcome r = executeRun(plan.run, log, i, o.runs, plan.seeds[i], gSignal, progress);
     if (r.status == RunStatus::kDiverged || r.status == RunStatus::kFailed) {
       fmt::print(stderr, "run {}: {}: {}\n", i, toString(r.status), r.message);
     }
@@ -365,11 +463,21 @@ int main(int argc, char** argv) {
       fmt::print(stderr, "run {}: {}, accuracy {}, {:.1f} s -> {}\n", i, toString(r.status),
                  r.accuracy ? fmt::format("{:.4f}", *r.accuracy) : std::string("none"),
                  r.minutes() * 60.0, log.string());
+    const bool logLost = !r.log_complete;
     outcomes.push_back(std::move(r));
-    if (gInterrupted.load()) break;
+    if (logLost) {
+      // The package cannot be written (full disk, quota): the next runs would fail the same
+      // way, and this run's log is incomplete. The earlier result files are untouched.
+      if (rank == 0)
+        fmt::print(stderr,
+                   "run_benchmark: the log of run {} could not be completed ({}); it is "
+                   "incomplete and not a valid result; no further run starts\n",
+                   i, log.string());
+      break;
+    }
   }
   if (rank == 0) printSummary(plan, outcomes, systemJson);
-  if (rank == 0 && o.project_full_scale) {
+  if (rank == 0 && o.project_full_scale && gSignal.load() == 0) {
     try {
       fmt::print("{}", projectFullScale(plan.benchmark, o.pod_size).describe());
     } catch (const std::exception& e) {
@@ -378,6 +486,6 @@ int main(int argc, char** argv) {
   }
   std::fflush(stdout);
   if (mpi) mpi->barrier("the end of the runs");
-  if (const int sig = gInterrupted.load()) return 128 + sig;  // kExitSigint, kExitSigterm
+  if (gSignal.load() != 0) return interruptedExitCode();
   return exitStatus(outcomes);
 }

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <chrono>
@@ -45,33 +46,11 @@ void dropFileCaches(const std::vector<fs::path>& files) {
   }
 }
 
-// Evaluation slices, so that SIGINT is honoured during a long evaluation too.
-std::vector<datasets::ImageDataset> sliceDataset(const datasets::ImageDataset& ds,
-                                                 std::int64_t count, std::int64_t chunk) {
-  std::vector<datasets::ImageDataset> out;
-  const std::size_t elems = ds.imageElems();
-  for (std::int64_t first = 0; first < count; first += chunk) {
-    const std::int64_t n = std::min(chunk, count - first);
-    datasets::ImageDataset s;
-    s.count = n;
-    s.height = ds.height;
-    s.width = ds.width;
-    s.channels = ds.channels;
-    s.numClasses = ds.numClasses;
-    s.pixels.assign(ds.pixels.begin() + static_cast<std::ptrdiff_t>(first * elems),
-                    ds.pixels.begin() + static_cast<std::ptrdiff_t>((first + n) * elems));
-    s.labels.assign(ds.labels.begin() + first, ds.labels.begin() + first + n);
-    out.push_back(std::move(s));
-  }
-  return out;
-}
-
-// A run's data, loaded after run_start. Mini: Fashion-MNIST in memory, evaluated in slices (so
-// that SIGINT is honoured during a long evaluation). Full: the ImageNet folders, decoded and
-// augmented on the fly (train: random-resized crop + flip; val: resize 256, center crop 224).
+// A run's data, loaded after run_start. Mini: Fashion-MNIST in memory. Full: the ImageNet
+// folders, decoded and augmented on the fly (train: random-resized crop + flip; val: resize
+// 256, center crop 224).
 struct RunData {
-  datasets::ImageDataset train;
-  std::vector<datasets::ImageDataset> evalChunks;
+  datasets::ImageDataset train, eval;
   datasets::Normalization norm;
   std::shared_ptr<const datasets::Source> trainSource, evalSource;
   std::int64_t trainCount = 0, evalCount = 0;
@@ -91,15 +70,13 @@ RunData loadRunData(const RunPlan& plan) {
     return d;
   }
   d.train = datasets::loadFashionMnist(plan.data_dir, datasets::Split::kTrain);
-  const datasets::ImageDataset test =
-      datasets::loadFashionMnist(plan.data_dir, datasets::Split::kTest);
+  d.eval = datasets::loadFashionMnist(plan.data_dir, datasets::Split::kTest);
   d.norm = datasets::Normalization::fashionMnist();
   d.trainCount = plan.settings.train_samples > 0
                      ? std::min(plan.settings.train_samples, d.train.count)
                      : d.train.count;
-  d.evalCount = plan.settings.eval_samples > 0 ? std::min(plan.settings.eval_samples, test.count)
-                                               : test.count;
-  d.evalChunks = sliceDataset(test, d.evalCount, 1024);
+  d.evalCount = plan.settings.eval_samples > 0 ? std::min(plan.settings.eval_samples, d.eval.count)
+                                               : d.eval.count;
   return d;
 }
 
@@ -116,9 +93,13 @@ class LogState {
     logRunStart(log_);
     run_started_ = true;
   }
+  // The run's first block: an abort before it started (during the compile, the weight init or
+  // the data load) still opens and closes it, as the checker requires at least one block.
+  void setFirstBlock(const EpochBlock& b) { first_block_ = b; }
   void blockStart(const EpochBlock& b) {
     logBlockStart(log_, b.first_epoch, b.epoch_count);
     block_ = b.first_epoch;
+    any_block_ = true;
   }
   void blockStop() {
     logBlockStop(log_, block_);
@@ -138,6 +119,7 @@ class LogState {
   void runStop(bool success, const std::string& reason = "") {
     if (!init_stopped_) initStop();
     if (!run_started_) runStart();
+    if (!any_block_) blockStart(first_block_);
     if (eval_ != 0) evalStop();
     if (epoch_ != 0) epochStop();
     if (block_ != 0) blockStop();
@@ -174,7 +156,8 @@ class LogState {
 
  private:
   MlLogger& log_;
-  bool init_stopped_ = false, run_started_ = false;
+  bool init_stopped_ = false, run_started_ = false, any_block_ = false;
+  EpochBlock first_block_;
   int block_ = 0, epoch_ = 0, last_epoch_ = 0, eval_ = 0;
   std::int64_t pending_eval_samples_ = -1, eval_samples_ = -1;
 };
@@ -227,6 +210,22 @@ std::vector<fs::path> fashionMnistFiles(const fs::path& dir, std::string* missin
   return files;
 }
 
+std::string variablesCrc32(const Engine& engine) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  std::vector<std::byte> buf;
+  for (const Tensor& t : engine.executable().graph.tensors()) {
+    if (t.kind != TensorKind::Variable) continue;
+    buf.resize(static_cast<size_t>(t.bytes()));
+    engine.readTensor(t.id, buf.data(), buf.size());
+    crc = crc32_z(crc, reinterpret_cast<const Bytef*>(buf.data()), buf.size());
+  }
+  return fmt::format("{:08x}", crc);
+}
+
+const char* signalName(int sig) {
+  return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "a signal";
+}
+
 const char* toString(RunStatus status) {
   switch (status) {
     case RunStatus::kSuccess:
@@ -244,7 +243,7 @@ const char* toString(RunStatus status) {
 }
 
 RunOutcome executeRun(const RunPlan& plan, const fs::path& logPath, int runIndex, int runCount,
-                      std::uint64_t seed, const std::atomic<int>& interrupted,
+                      std::uint64_t seed, const std::atomic<int>& stopSignal,
                       ProgressLine& progress) {
   RunOutcome out;
   out.seed = seed;
@@ -255,8 +254,32 @@ RunOutcome executeRun(const RunPlan& plan, const fs::path& logPath, int runIndex
   lo.path = logPath;
   lo.rank = plan.rank;
   lo.clock = [lastMs] { return *lastMs = nowMs(); };
-  MlLogger log(lo);
+  std::unique_ptr<MlLogger> logger;
+  try {
+    logger = std::make_unique<MlLogger>(lo);
+  } catch (const std::exception& e) {
+    out.status = RunStatus::kFailed;
+    out.message = e.what();
+    out.log_complete = false;
+    return out;
+  }
+  MlLogger& log = *logger;
   LogState state(log);
+  // Every path ends here. Ending the log may itself fail (full disk): that is reported in the
+  // outcome, never thrown, so the caller always learns what happened to this run.
+  const auto stop = [&](bool success, const std::string& reason) {
+    try {
+      state.runStop(success, reason);
+    } catch (const std::exception& e) {
+      out.log_complete = false;
+      if (out.status != RunStatus::kFailed) {
+        out.status = RunStatus::kFailed;
+        out.message = e.what();
+      } else {
+        out.message += fmt::format("; then: {}", e.what());
+      }
+    }
+  };
 
   ProgressState ps;
   ps.run = runIndex + 1;
@@ -267,6 +290,9 @@ RunOutcome executeRun(const RunPlan& plan, const fs::path& logPath, int runIndex
 
   const auto initT0 = std::chrono::steady_clock::now();
   try {
+    const std::vector<EpochBlock> blocks =
+        evalBlocks(plan.max_epochs, plan.settings.eval_period, plan.settings.eval_offset);
+    state.setFirstBlock(blocks.front());
     if (plan.imagenet_train) {
       std::vector<fs::path> files;
       for (const auto* index : {plan.imagenet_train.get(), plan.imagenet_val.get()})
@@ -306,17 +332,19 @@ RunOutcome executeRun(const RunPlan& plan, const fs::path& logPath, int runIndex
     TrainerOptions to = plan.trainer;
     to.seed = seed;
     ClassifierTrainer trainer(model.train, model.eval, to);
+    if (stopSignal.load() != 0) throw Interrupted{};
     trainer.initialise(model.init(seed));
     logWeightsInitialization(log, model.weight_tensor_names);
     state.initStop();
     out.init_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - initT0).count();
-    if (interrupted.load()) throw Interrupted{};
+    if (stopSignal.load() != 0) throw Interrupted{};
 
     state.runStart();
     out.run_start_ms = *lastMs;
     // The clock runs from here: reading the data set is part of the time to train.
     RunData data = loadRunData(plan);
+    if (stopSignal.load() != 0) throw Interrupted{};
     // Samples per step over every replica (and process): R x A x micro-batch.
     const std::int64_t batch = trainer.globalBatch();
     const std::int64_t stepsPerEpoch = data.trainCount / batch;
@@ -332,8 +360,7 @@ RunOutcome executeRun(const RunPlan& plan, const fs::path& logPath, int runIndex
       return static_cast<float>(plan.lr.at(step, stepsPerEpoch));
     };
     bool reached = false;
-    for (const EpochBlock& block :
-         evalBlocks(plan.max_epochs, plan.settings.eval_period, plan.settings.eval_offset)) {
+    for (const EpochBlock& block : blocks) {
       state.blockStart(block);
       for (int e = block.first_epoch; e <= block.last_epoch(); ++e) {
         state.epochStart(e);
@@ -345,7 +372,7 @@ RunOutcome executeRun(const RunPlan& plan, const fs::path& logPath, int runIndex
         const auto onStep = [&](std::int64_t step, float loss) {
           out.train_steps = trainer.stepsDone();
           if (!std::isfinite(loss)) throw Diverged{step, loss};
-          if (interrupted.load()) throw Interrupted{};
+          if (stopSignal.load() != 0) throw Interrupted{};
           const double secs =
               std::chrono::duration<double>(std::chrono::steady_clock::now() - epochT0).count();
           const std::int64_t inEpoch = step - firstStep;
@@ -386,15 +413,16 @@ RunOutcome executeRun(const RunPlan& plan, const fs::path& logPath, int runIndex
       ps.phase = "eval";
       progress.update(ps, true);
       state.evalStart(epoch);
+      // Checked after every evaluation batch, so that a signal is honoured within a batch.
+      const auto onBatch = [&] {
+        if (stopSignal.load() != 0) throw Interrupted{};
+      };
       std::int64_t correct = 0, scored = data.evalCount;
       if (data.evalSource) {
         const std::string context = fmt::format("evaluation after epoch {}", epoch);
         const ClassifierTrainer::Accuracy acc = trainer.evaluate(
             data.evalSource, data.evalCount, plan.loader_threads,
-            [&] {
-              if (interrupted.load()) throw Interrupted{};
-            },
-            plan.corrupt_policy, context);
+            onBatch, plan.corrupt_policy, context);
         correct = acc.correct;
         scored = acc.samples;
         if (state.evalSamplesDeferred()) state.evalSamples(scored, epoch);
@@ -421,11 +449,8 @@ RunOutcome executeRun(const RunPlan& plan, const fs::path& logPath, int runIndex
           }
         }
       } else {
-        for (const datasets::ImageDataset& chunk : data.evalChunks) {
-          if (interrupted.load()) throw Interrupted{};
-          correct +=
-              std::llround(trainer.evaluate(chunk, data.norm) * static_cast<double>(chunk.count));
-        }
+        correct = std::llround(trainer.evaluate(data.eval, data.norm, data.evalCount, onBatch) *
+                               static_cast<double>(data.evalCount));
       }
       out.eval_runs = trainer.evalRunsDone();
       if (scored <= 0) throw std::runtime_error("the evaluation scored no image");
@@ -444,20 +469,22 @@ RunOutcome executeRun(const RunPlan& plan, const fs::path& logPath, int runIndex
       out.message = fmt::format("the target accuracy {} was not reached in {} epoch(s)",
                                 plan.settings.target_accuracy, plan.max_epochs);
     }
-    state.runStop(reached, out.message);
+    log.event("ipu_weights_crc32", variablesCrc32(trainer.trainEngine()),
+              Json{{"epoch_num", out.epochs}, {"train_steps", out.train_steps}});
+    stop(reached, out.message);
   } catch (const Interrupted&) {
     out.status = RunStatus::kInterrupted;
-    out.message = fmt::format("interrupted ({})", signalName(interrupted.load()));
-    state.runStop(false, out.message);
+    out.message = fmt::format("interrupted ({})", signalName(stopSignal.load()));
+    stop(false, out.message);
   } catch (const Diverged& d) {
     out.status = RunStatus::kDiverged;
     out.message = fmt::format("training diverged: loss {} at step {} of epoch {}", d.loss, d.step,
                               state.lastEpoch());
-    state.runStop(false, out.message);
+    stop(false, out.message);
   } catch (const std::exception& e) {
     out.status = RunStatus::kFailed;
     out.message = e.what();
-    state.runStop(false, out.message);
+    stop(false, out.message);
   }
   out.run_stop_ms = *lastMs;
   if (out.run_start_ms == 0) out.run_start_ms = out.run_stop_ms;

@@ -8,7 +8,10 @@
 // run_stop is "success" as soon as eval_accuracy reaches the target, "aborted" when the epoch
 // budget is spent, training diverges (a NaN/Inf loss), SIGINT/SIGTERM arrives, or anything
 // throws (e.g. more corrupt validation images than max_corrupt_eval_fraction allows). Every
-// path ends with run_stop, so every log is complete and flushed.
+// path ends with run_stop, so every log is complete and flushed, unless the log itself cannot be
+// written (then the outcome says so). A run that trained to its end logs ipu_weights_crc32 (our
+// key: CRC-32 of the final weights) just before run_stop, so that two runs can be compared bit
+// for bit from their logs.
 #pragma once
 
 #include <atomic>
@@ -80,8 +83,13 @@ std::vector<EpochBlock> evalBlocks(int totalEpochs, int period, int offset);
 std::vector<std::filesystem::path> fashionMnistFiles(const std::filesystem::path& dir,
                                                      std::string* missing = nullptr);
 
+// CRC-32 (zlib) of every variable of the engine's graph, in graph order, as 8 hex digits: the
+// weights, optimizer state and batch norm statistics, bit for bit.
+std::string variablesCrc32(const Engine& engine);
+
 enum class RunStatus { kSuccess, kTargetNotReached, kDiverged, kInterrupted, kFailed };
 const char* toString(RunStatus status);
+const char* signalName(int sig);  // SIGINT, SIGTERM
 
 struct RunOutcome {
   RunStatus status = RunStatus::kFailed;
@@ -94,14 +102,17 @@ struct RunOutcome {
   std::int64_t eval_runs = 0;    // inference program runs (evaluation batches) done
   std::string message;           // why it aborted
   std::filesystem::path log;
+  bool log_complete = true;  // false: the log could not be written to its end (full disk)
   bool success() const { return status == RunStatus::kSuccess; }
   double minutes() const { return static_cast<double>(run_stop_ms - run_start_ms) / 60000.0; }
 };
 
-// Runs one run and writes its complete log to `logPath`. `interrupted` (the number of the signal
-// received, 0 while none) is polled between steps and evaluation batches.
+// Runs one run and writes its complete log to `logPath`. `stopSignal` (the number of the
+// SIGINT/SIGTERM received, 0: none) is polled between steps and evaluation chunks. Never throws: a
+// log that cannot be written (full disk, quota) ends the run kFailed with log_complete false and
+// the reason in `message`.
 RunOutcome executeRun(const RunPlan& plan, const std::filesystem::path& logPath, int runIndex,
-                      int runCount, std::uint64_t seed, const std::atomic<int>& interrupted,
+                      int runCount, std::uint64_t seed, const std::atomic<int>& stopSignal,
                       ProgressLine& progress);
 
 }  // namespace ipu::harness

@@ -13,6 +13,9 @@
 #      the others still run; the parts are merged into OUT/<suite>.json (Google Benchmark JSON)
 #   3. the mini time-to-accuracy runs (run_benchmark --scale mini ..., train_small_cnn), when the
 #      harness binaries exist, summarised into OUT/tta.json
+#   3b. scripts/interrupt_stress.py: 50 SIGINT/SIGTERM at varied moments of tiny runs, each
+#      must end with exit 130/143 and complete logs (OUT/interrupt_stress.log; a failure counts
+#      as a crash)
 #   4. scripts/bench_regression.py benchmarks/baseline OUT  -> OUT/comparison.{json,md}
 #
 # Exit status: 0 pass (or no baseline yet), 1 performance/convergence regression,
@@ -44,6 +47,7 @@
 #   NIGHTLY_SMALL_CNN_TARGET  its test accuracy target (0.85)
 #   NIGHTLY_TTA_TIMEOUT  seconds per TTA run (3600)
 #   NIGHTLY_GIT_REV      revision recorded in run_manifest.json (GITHUB_SHA or git rev-parse)
+#   NIGHTLY_INTERRUPTS   interrupts of scripts/interrupt_stress.py (50; 0: none)
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -263,6 +267,22 @@ if [ ${#tta_dirs[@]} -gt 0 ] || [ ${#tta_logs[@]} -gt 0 ]; then
   "$PY" scripts/record_tta.py "${tta_dirs[@]}" "${tta_logs[@]}" -o "$OUT/tta.json" \
       --label mini --train-target "$SMALL_CNN_TARGET" "${tta_target[@]}" \
     || crashed+=("record_tta (no readable result log)")
+fi
+
+# 3b. Interrupts: NIGHTLY_INTERRUPTS SIGINT/SIGTERM at varied moments of tiny runs, each of which
+# must end with exit 130/143 and complete, checker-readable logs (CI does a few of these).
+if [ -x "$HARNESS" ] && [ "${NIGHTLY_INTERRUPTS:-50}" -gt 0 ]; then
+  start=$(date +%s)
+  log "interrupt stress: ${NIGHTLY_INTERRUPTS:-50} interrupts"
+  "$PY" scripts/interrupt_stress.py --binary "$HARNESS" --count "${NIGHTLY_INTERRUPTS:-50}" \
+      --seed "$(date -u +%j)" > "$OUT/interrupt_stress.log" 2>&1
+  rc=$?
+  durations+=("interrupt_stress=$(( $(date +%s) - start ))")
+  tail -n 1 "$OUT/interrupt_stress.log" | sed 's/^/    /'
+  if [ $rc -ne 0 ]; then
+    crashed+=("interrupt_stress (see $OUT/interrupt_stress.log)")
+    grep -A3 FAIL "$OUT/interrupt_stress.log" | head -n 20 | sed 's/^/    /'
+  fi
 fi
 
 # 4. Manifest and comparison --------------------------------------------------------------

@@ -1,7 +1,8 @@
 """run_benchmark split over Open MPI processes (loopback): `mpirun -np 2` runs the 4 replicas of
 resnet50/mini/POD4 (the real ResNet-50) as 2 per process and writes the same log as one process
-running all 4 (times aside), also when batch norm spans replicas of both processes; a rank that
-hangs or dies makes the job exit with a clear error within a bounded time.
+running all 4, with or without mpirun -np 1 (times aside: every metric and the final weights'
+CRC), also when batch norm spans replicas of both processes; a rank that hangs or dies makes
+the job exit with a clear error within a bounded time.
 
 Environment: RUN_BENCHMARK = the binary (tests/harness_cli/CMakeLists.txt).
 """
@@ -80,8 +81,16 @@ def test_two_processes_write_the_log_of_one(tmp_path):
     assert a.returncode in (0, 2), a.stderr
     assert b.returncode == a.returncode, b.stdout + b.stderr
     la, lb = without_times(log_of(one)), without_times(log_of(two))
+    # The whole run: every metric and, through ipu_weights_crc32, the final weights.
     assert la == lb
     assert any('"key": "eval_accuracy"' in l for l in la)
+    assert any('"key": "ipu_weights_crc32"' in l for l in la)
+    # mpirun -np 1 (one MPI process holding all 4 replicas) too.
+    c = subprocess.run([*mpirun(1), BINARY, *POD4, "--max-epochs", "2", "--config", cfg,
+                        "--results-dir", str(tmp_path / "np1")],
+                       capture_output=True, text=True, timeout=300, env=env())
+    assert c.returncode == a.returncode, c.stdout + c.stderr
+    assert without_times(log_of(tmp_path / "np1")) == la
     # Rank 0 alone writes: one log, one system description, one summary.
     assert b.stdout.count("== run_benchmark summary") == 1, b.stdout
     assert sorted(p.name for p in two.rglob("*") if p.is_file()) == \
