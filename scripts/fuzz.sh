@@ -14,7 +14,7 @@
 #
 # Environment: FUZZ_BUILD_DIR (build-fuzz), FUZZ_OUT (FUZZ_BUILD_DIR/fuzz-out), FUZZ_SECONDS (30),
 # FUZZ_TIMEOUT (10), FUZZ_RSS_MB (2048), FUZZ_SKIP_BUILD=1 (use the build folder as is),
-# CXX (clang++), JOBS (nproc).
+# FUZZ_CXX (clang++-16), JOBS (nproc).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -26,9 +26,9 @@ TARGETS=("$@")
 [ ${#TARGETS[@]} -eq 0 ] && TARGETS=("${ALL_TARGETS[@]}")
 
 if [ "${FUZZ_SKIP_BUILD:-0}" != "1" ]; then
-  CXX_BIN="${CXX:-clang++}"
+  CXX_BIN="${FUZZ_CXX:-clang++-16}"
   if ! command -v "$CXX_BIN" > /dev/null; then
-    echo "fuzz: $CXX_BIN not found; install clang and libclang-rt-14-dev (scripts/setup.sh)" >&2
+    echo "fuzz: $CXX_BIN not found; install clang-16 and libclang-rt-16-dev (scripts/setup.sh)" >&2
     exit 3
   fi
   launcher=()

@@ -8,14 +8,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto path = ipu::fuzz::writeScratch("input-idx-ubyte", data, size);
   try {
     const datasets::ImageDataset images = datasets::readIdxImages(path);
-    // Touch every pixel the header promises, so a short buffer shows up under ASan.
-    unsigned sum = 0;
-    for (uint8_t v : images.pixels) sum += v;
-    if (images.pixels.size() !=
-        static_cast<size_t>(images.count) * images.height * images.width * images.channels) {
+    if (images.count < 0 ||
+        images.pixels.size() != static_cast<size_t>(images.count) * images.imageElems()) {
       ipu::fuzz::violated("IDX images: pixel count disagrees with the header");
     }
-    (void)sum;
   } catch (const datasets::DatasetError&) {
   }
   try {
