@@ -83,8 +83,15 @@ ImageHeader inspectPng(std::span<const uint8_t> d, const std::string& name) {
            d[o + 3];
   };
   if (std::memcmp(d.data() + 12, "IHDR", 4) != 0) corrupt(name, "PNG without IHDR chunk");
-  h.width = static_cast<int>(be32(16));
-  h.height = static_cast<int>(be32(20));
+  const uint32_t width = be32(16), height = be32(20);
+  // The PNG spec bounds each side to 1..2^31-1; anything else would turn negative as an int and
+  // wreck the crop drawn from the header before the decode.
+  if (width == 0 || height == 0 || width > 0x7fffffffu || height > 0x7fffffffu) {
+    corrupt(name, fmt::format("PNG IHDR gives a {}x{} image; each side must be 1..2147483647",
+                              width, height));
+  }
+  h.width = static_cast<int>(width);
+  h.height = static_cast<int>(height);
   if (std::memcmp(d.data() + n - 8, "IEND", 4) != 0) {
     corrupt(name, fmt::format("no PNG IEND chunk at the end of the file ({} bytes); the file is "
                               "truncated",

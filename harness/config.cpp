@@ -93,7 +93,7 @@ Json loadJsonFile(const std::filesystem::path& path) {
   text << in.rdbuf();
   try {
     return Json::parse(text.str());
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // parse_error, and out_of_range for 1e400 and the like
     throw ConfigError(fmt::format("{}: not valid JSON ({})", path.string(), e.what()),
                       path.string(), "");
   }

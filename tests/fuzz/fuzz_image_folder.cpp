@@ -1,6 +1,6 @@
 // The ImageNet folder scan (scanImageFolder): the input describes a folder tree, one entry per
-// line ("a/b.JPEG" a file, "a/" a folder, a leading "!" makes it a symlink to the entry before
-// it), built under a scratch folder and scanned as "train" and then as "val" with train's
+// line ("a/b.JPEG" a file, "a/" a folder, "!a/b" a symlink to the entry before it, "!x>a/b" a
+// symlink to x), built under a scratch folder and scanned as "train" and then as "val" with train's
 // classes. Every outcome must be an index or a DatasetError naming the path.
 #include <unistd.h>
 
@@ -52,11 +52,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     start = end + 1;
     const bool link = !line.empty() && line.front() == '!';
     if (link) line.remove_prefix(1);
+    // "!target>name": a symlink to any path below the root (loops and dangling links included).
+    std::string_view target;
+    if (const size_t gt = line.find('>'); link && gt != std::string_view::npos) {
+      target = line.substr(0, gt);
+      line.remove_prefix(gt + 1);
+      if (!safeRelative(target)) continue;
+    }
     if (!safeRelative(line)) continue;
     ++entries;
     const fs::path p = root / std::string(line);
     if (link) {
-      if (!previous.empty()) fs::create_symlink(previous, p, ec);
+      if (!target.empty()) {
+        fs::create_symlink(root / std::string(target), p, ec);
+      } else if (!previous.empty()) {
+        fs::create_symlink(previous, p, ec);
+      }
     } else if (line.back() == '/') {
       fs::create_directories(p, ec);
     } else {

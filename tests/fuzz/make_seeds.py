@@ -73,6 +73,8 @@ write("image_folder", "two_classes.txt", "train/n01/a.JPEG\ntrain/n01/b.jpg\ntra
 write("image_folder", "empty_class.txt", "train/n01/a.JPEG\ntrain/n02/\ntrain/n03/.hidden.JPEG\n"
       "val/n01/x.JPEG\nval/n02/\n")
 write("image_folder", "unknown_val_class.txt", "train/n01/a.JPEG\nval/n09/b.JPEG\nval/n01/c.txt\n")
+write("image_folder", "symlink_loop.txt", "train/n01/a.JPEG\n!train/n03>train/n02\n"
+      "!train/n02>train/n03\n!train/n09/b>train/n01/b.JPEG\n")
 write("image_folder", "symlinks.txt", "train/n01/a.JPEG\n!train/n01/b.JPEG\ntrain/n02/\n!train/n03\n"
       "val/.n01/a.JPEG\n")
 
