@@ -46,12 +46,12 @@ void mergeInto(Json& target, const Json& user, const std::string& source,
       if (!value.is_object()) throw mismatch();
       mergeInto(slot, value, source, path);
     } else if (slot.is_number_integer()) {
-      // 3.0 is accepted where an integer is expected; 3.5 is not.
+      // 3.0 is accepted where an integer is expected; 3.5 is not, nor 1e300 (no int64 holds it).
+      const double d = value.is_number_float() ? value.get<double>() : 0.0;
       if (value.is_number_integer()) {
         slot = value;
-      } else if (value.is_number_float() &&
-                 std::floor(value.get<double>()) == value.get<double>()) {
-        slot = static_cast<std::int64_t>(value.get<double>());
+      } else if (value.is_number_float() && std::floor(d) == d && d >= -0x1p63 && d < 0x1p63) {
+        slot = static_cast<std::int64_t>(d);
       } else {
         throw mismatch();
       }
