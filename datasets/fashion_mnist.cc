@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "datasets/decode_limits.h"
 #include "datasets/error.h"
 
 namespace datasets {
@@ -13,20 +14,20 @@ namespace {
 constexpr const char* kHint =
     "hint: install Debian's dataset-fashion-mnist package or pass the data directory";
 
-[[noreturn]] void fail(const std::filesystem::path& path, size_t offset, const std::string& what,
+[[noreturn]] void fail(const std::string& name, size_t offset, const std::string& what,
                        const std::string& found, const char* hint = nullptr) {
-  throw DatasetError(fmt::format("{}: at byte offset {}: expected {}, found {}{}{}", path.string(),
-                                 offset, what, found, hint ? "; " : "", hint ? hint : ""),
-                     path.string());
+  throw DatasetError(fmt::format("{}: at byte offset {}: expected {}, found {}{}{}", name, offset,
+                                 what, found, hint ? "; " : "", hint ? hint : ""),
+                     name);
 }
 
-uint32_t readBe32(const std::vector<uint8_t>& d, size_t off) {
+uint32_t readBe32(std::span<const uint8_t> d, size_t off) {
   return (uint32_t{d[off]} << 24) | (uint32_t{d[off + 1]} << 16) | (uint32_t{d[off + 2]} << 8) |
          uint32_t{d[off + 3]};
 }
 
 // Checks the header: magic, then `dims` big-endian dimensions. Returns the dimensions.
-std::vector<uint32_t> readHeader(const std::filesystem::path& path, const std::vector<uint8_t>& d,
+std::vector<uint32_t> readHeader(const std::string& path, std::span<const uint8_t> d,
                                  uint32_t magic, int dims, const char* kind) {
   const size_t headerBytes = 4 + 4 * static_cast<size_t>(dims);
   if (d.size() < headerBytes) {
@@ -45,7 +46,7 @@ std::vector<uint32_t> readHeader(const std::filesystem::path& path, const std::v
 
 }  // namespace
 
-std::vector<uint8_t> readMaybeGzip(const std::filesystem::path& path) {
+std::vector<uint8_t> readMaybeGzip(const std::filesystem::path& path, uint64_t maxBytes) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) {
     throw DatasetError(fmt::format("{}: file not found; {}", path.string(), kHint), path.string());
@@ -60,6 +61,11 @@ std::vector<uint8_t> readMaybeGzip(const std::filesystem::path& path) {
   const size_t chunk = 1 << 20;
   for (;;) {
     const size_t old = out.size();
+    if (old > maxBytes) {  // a gzip bomb stops here, not at the memory's end
+      gzclose(f);
+      checkFileBytes(old, fmt::format("{} (decompressed)", path.string()),
+                     DecodeLimits{.maxFileBytes = maxBytes});
+    }
     out.resize(old + chunk);
     const int n = gzread(f, out.data() + old, static_cast<unsigned>(chunk));
     if (n < 0) {
@@ -88,14 +94,12 @@ std::vector<uint8_t> readMaybeGzip(const std::filesystem::path& path) {
   return out;
 }
 
-ImageDataset readIdxImages(const std::filesystem::path& path) {
-  const std::vector<uint8_t> d = readMaybeGzip(path);
+ImageDataset parseIdxImages(std::span<const uint8_t> d, const std::string& path) {
+  checkFileBytes(d.size(), path);
   const auto dims = readHeader(path, d, 0x00000803, 3, "images");
   const uint64_t count = dims[0], rows = dims[1], cols = dims[2];
-  if (rows == 0 || cols == 0 || rows > 4096 || cols > 4096) {
-    fail(path, 8, "image rows/cols in 1..4096", fmt::format("{}x{}", rows, cols));
-  }
-  const uint64_t expected = count * rows * cols;
+  checkImageDimensions(cols, rows, path);         // the same limits as the image decoders
+  const uint64_t expected = count * rows * cols;  // < 2^32 * 2^28: no overflow
   const uint64_t got = d.size() - 16;
   if (got != expected) {
     fail(path, 16,
@@ -111,8 +115,9 @@ ImageDataset readIdxImages(const std::filesystem::path& path) {
   return ds;
 }
 
-std::vector<int32_t> readIdxLabels(const std::filesystem::path& path, int numClasses) {
-  const std::vector<uint8_t> d = readMaybeGzip(path);
+std::vector<int32_t> parseIdxLabels(std::span<const uint8_t> d, const std::string& path,
+                                    int numClasses) {
+  checkFileBytes(d.size(), path);
   const auto dims = readHeader(path, d, 0x00000801, 1, "labels");
   const uint64_t count = dims[0];
   const uint64_t got = d.size() - 8;
@@ -130,6 +135,14 @@ std::vector<int32_t> readIdxLabels(const std::filesystem::path& path, int numCla
     labels[i] = v;
   }
   return labels;
+}
+
+ImageDataset readIdxImages(const std::filesystem::path& path) {
+  return parseIdxImages(readMaybeGzip(path), path.string());
+}
+
+std::vector<int32_t> readIdxLabels(const std::filesystem::path& path, int numClasses) {
+  return parseIdxLabels(readMaybeGzip(path), path.string(), numClasses);
 }
 
 namespace {

@@ -7,9 +7,47 @@
 #include <cstring>
 #include <opencv2/imgcodecs.hpp>
 
+#include "datasets/decode_limits.h"
 #include "datasets/error.h"
 
 namespace datasets {
+
+void checkImageDimensions(uint64_t width, uint64_t height, const std::string& name,
+                          const DecodeLimits& limits) {
+  const char* hint =
+      "refused before decoding (a broken or malicious file, e.g. a decompression bomb): remove "
+      "or replace it";
+  if (width == 0 || height == 0) {
+    throw CorruptSampleError(
+        fmt::format("{}: corrupt image: the header claims {}x{} pixels", name, width, height),
+        name);
+  }
+  if (width > limits.maxSide || height > limits.maxSide) {
+    throw CorruptSampleError(
+        fmt::format("{}: corrupt image: the header claims {}x{} pixels, a side above the decode "
+                    "limit of {}; {}",
+                    name, width, height, limits.maxSide, hint),
+        name);
+  }
+  if (width * height > limits.maxPixels) {
+    throw CorruptSampleError(
+        fmt::format("{}: corrupt image: the header claims {}x{} = {} pixels, above the decode "
+                    "limit of {}; {}",
+                    name, width, height, width * height, limits.maxPixels, hint),
+        name);
+  }
+}
+
+void checkFileBytes(uint64_t bytes, const std::string& name, const DecodeLimits& limits) {
+  if (bytes > limits.maxFileBytes) {
+    throw CorruptSampleError(
+        fmt::format("{}: {} bytes, above the decode limit of {} bytes per file; refused before "
+                    "reading (a broken or malicious file)",
+                    name, bytes, limits.maxFileBytes),
+        name);
+  }
+}
+
 namespace {
 
 [[noreturn]] void corrupt(const std::string& name, const std::string& what) {
@@ -56,6 +94,7 @@ ImageHeader inspectJpeg(std::span<const uint8_t> d, const std::string& name) {
     pos += 2 + len;
   }
   if (h.width <= 0 || h.height <= 0) corrupt(name, "no JPEG frame header (SOF) before the scan");
+  checkImageDimensions(static_cast<uint64_t>(h.width), static_cast<uint64_t>(h.height), name);
   // Entropy-coded data never contains 0xFFD9 (0xFF is byte-stuffed), so an EOI after the first
   // scan means the file is complete. Trailing bytes after EOI are tolerated.
   bool eoi = false;
@@ -83,15 +122,9 @@ ImageHeader inspectPng(std::span<const uint8_t> d, const std::string& name) {
            d[o + 3];
   };
   if (std::memcmp(d.data() + 12, "IHDR", 4) != 0) corrupt(name, "PNG without IHDR chunk");
-  const uint32_t width = be32(16), height = be32(20);
-  // The PNG spec bounds each side to 1..2^31-1; anything else would turn negative as an int and
-  // wreck the crop drawn from the header before the decode.
-  if (width == 0 || height == 0 || width > 0x7fffffffu || height > 0x7fffffffu) {
-    corrupt(name, fmt::format("PNG IHDR gives a {}x{} image; each side must be 1..2147483647",
-                              width, height));
-  }
-  h.width = static_cast<int>(width);
-  h.height = static_cast<int>(height);
+  checkImageDimensions(be32(16), be32(20), name);  // also keeps them inside int
+  h.width = static_cast<int>(be32(16));
+  h.height = static_cast<int>(be32(20));
   if (std::memcmp(d.data() + n - 8, "IEND", 4) != 0) {
     corrupt(name, fmt::format("no PNG IEND chunk at the end of the file ({} bytes); the file is "
                               "truncated",
@@ -118,6 +151,12 @@ void readFileBytes(const std::filesystem::path& path, std::vector<uint8_t>& out)
     throw CorruptSampleError(fmt::format("{}: cannot determine the file size", path.string()),
                              path.string());
   }
+  try {
+    checkFileBytes(static_cast<uint64_t>(size), path.string());
+  } catch (...) {
+    std::fclose(f);
+    throw;
+  }
   out.resize(static_cast<size_t>(size));
   const size_t got = size ? std::fread(out.data(), 1, out.size(), f) : 0;
   std::fclose(f);
@@ -128,6 +167,7 @@ void readFileBytes(const std::filesystem::path& path, std::vector<uint8_t>& out)
 }
 
 ImageHeader inspectImage(std::span<const uint8_t> d, const std::string& name) {
+  checkFileBytes(d.size(), name);
   static constexpr uint8_t kPngSig[8] = {0x89, 'P', 'N', 'G', 0x0D, 0x0A, 0x1A, 0x0A};
   if (d.size() >= 4 && d[0] == 0xFF && d[1] == 0xD8 && d[2] == 0xFF) return inspectJpeg(d, name);
   if (d.size() >= 8 && std::memcmp(d.data(), kPngSig, 8) == 0) return inspectPng(d, name);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "datasets/decode_limits.h"
 #include "datasets/error.h"
 
 #ifdef DATASETS_HAVE_LIBJPEG
@@ -53,7 +54,9 @@ struct Plan {
 };
 
 // Only POD locals between setjmp and longjmp; `mat` is owned by the caller. Returns 1 on success,
-// 0 when not applicable, -1 on a decoder error (message in err.message).
+// 0 when not applicable, -1 on a decoder error (message in err.message), -2 when the frame
+// (*outX0 x *outY0) breaks the decode limits: checked here too, before libjpeg allocates, since
+// this decoder reads the frame header itself.
 int decodeImpl(const uint8_t* data, size_t size, const CropRect& crop, int minSide, ErrorMgr& err,
                cv::Mat* mat, int* outX0, int* outY0, int* outScaleNum) {
   jpeg_decompress_struct cinfo;
@@ -67,6 +70,14 @@ int decodeImpl(const uint8_t* data, size_t size, const CropRect& crop, int minSi
   jpeg_create_decompress(&cinfo);
   jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
   jpeg_read_header(&cinfo, TRUE);
+  const uint64_t w = cinfo.image_width, h = cinfo.image_height;
+  if (w == 0 || h == 0 || w > kDecodeLimits.maxSide || h > kDecodeLimits.maxSide ||
+      w * h > kDecodeLimits.maxPixels) {
+    jpeg_destroy_decompress(&cinfo);
+    *outX0 = static_cast<int>(w);
+    *outY0 = static_cast<int>(h);
+    return -2;
+  }
   if (cinfo.num_components != 3 ||
       (cinfo.jpeg_color_space != JCS_YCbCr && cinfo.jpeg_color_space != JCS_RGB)) {
     jpeg_destroy_decompress(&cinfo);
@@ -108,9 +119,15 @@ int decodeImpl(const uint8_t* data, size_t size, const CropRect& crop, int minSi
 
 bool decodeJpegRegion(std::span<const uint8_t> data, const std::string& name, const CropRect& crop,
                       int minSide, JpegRegion& out) {
+  checkFileBytes(data.size(), name);
   ErrorMgr err;
   int x0 = 0, y0 = 0, m = 8;
   const int rc = decodeImpl(data.data(), data.size(), crop, minSide, err, &out.bgr, &x0, &y0, &m);
+  if (rc == -2) {
+    checkImageDimensions(static_cast<uint64_t>(x0), static_cast<uint64_t>(y0), name);
+    throw CorruptSampleError(fmt::format("{}: corrupt image: libjpeg frame {}x{}", name, x0, y0),
+                             name);  // not reached: decodeImpl applied the same limits
+  }
   if (rc < 0) {
     throw CorruptSampleError(fmt::format("{}: corrupt image: libjpeg: {}", name, err.message),
                              name);

@@ -25,6 +25,7 @@ PipelineOptions PipelineOptions::eval(int batchSize, int threads) {
   o.numThreads = threads;
   o.shuffle = false;
   o.lastBatch = LastBatch::kPad;
+  o.replaceCorrupt = false;
   return o;
 }
 
@@ -78,7 +79,8 @@ void BatchReturner::operator()(Batch* b) const {
 
 int64_t PipelineState::loadSlot(int64_t pos, float* out, int32_t* label) {
   const int64_t n = static_cast<int64_t>(order.size());
-  const int attempts = opt.corruptPolicy == CorruptPolicy::kSkip ? opt.maxReplacementAttempts : 1;
+  const bool replace = opt.corruptPolicy == CorruptPolicy::kSkip && opt.replaceCorrupt;
+  const int attempts = replace ? opt.maxReplacementAttempts : 1;
   for (int a = 0; a < attempts; ++a) {
     const int64_t idx = order[(pos + a) % n];
     if (a > 0) {
@@ -94,6 +96,7 @@ int64_t PipelineState::loadSlot(int64_t pos, float* out, int32_t* label) {
       std::lock_guard lk(mu);
       corruptFiles.insert(e.path().empty() ? source->describe(idx) : e.path());
       corruptIndices.insert(idx);
+      if (!replace) return -1;  // the slot stays empty
     }
   }
   throw DatasetError(
@@ -114,18 +117,26 @@ void PipelineState::fill(Batch& b, int64_t batchIndex) {
   const int64_t start = batchIndex * opt.batchSize + opt.sliceBegin;
   b.validCount =
       static_cast<int>(std::clamp<int64_t>(samplesUsed - start, 0, static_cast<int64_t>(bs)));
+  b.skipped = 0;
+  const std::string where = opt.context.empty()
+                                ? fmt::format("batch {} of epoch {}", batchIndex, epoch)
+                                : fmt::format("{}, batch {}", opt.context, batchIndex);
   for (int s = 0; s < b.validCount; ++s) {
     if (stop.load(std::memory_order_relaxed)) return;
     const int64_t pos = start + s;
+    float* img = b.images.data() + elems * s;
     try {
-      b.sampleIndices[s] = loadSlot(pos, b.images.data() + elems * s, &b.labels[s]);
+      b.sampleIndices[s] = loadSlot(pos, img, &b.labels[s]);
     } catch (const DatasetError& e) {
-      throw DatasetError(fmt::format("batch {} of epoch {}: {}", batchIndex, epoch, e.what()),
-                         e.path());
+      throw DatasetError(fmt::format("{}: {}", where, e.what()), e.path());
     } catch (const std::exception& e) {
       const std::string name = source->describe(order[pos]);
-      throw DatasetError(
-          fmt::format("batch {} of epoch {}: {}: {}", batchIndex, epoch, name, e.what()), name);
+      throw DatasetError(fmt::format("{}: {}: {}", where, name, e.what()), name);
+    }
+    if (b.sampleIndices[s] < 0) {
+      std::memset(img, 0, elems * sizeof(float));
+      b.labels[s] = -1;
+      ++b.skipped;
     }
   }
   for (int s = b.validCount; s < bs; ++s) {

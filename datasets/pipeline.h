@@ -39,10 +39,17 @@ struct PipelineOptions {
   uint64_t seed = 0;
   LastBatch lastBatch = LastBatch::kDrop;
   // kSkip: a corrupt sample is reported (corruptFiles()) and its slot is filled with the next
-  // sample of the epoch's order that loads (deterministic, so batches stay full).
+  // sample of the epoch's order that loads (deterministic, so batches stay full), or left empty
+  // (replaceCorrupt false).
   // kFail: the consumer's next() throws, naming the file.
   CorruptPolicy corruptPolicy = CorruptPolicy::kFail;
   int maxReplacementAttempts = 64;
+  // kSkip without replacement (evaluation): a corrupt sample's slot stays empty (zeros, label
+  // -1, sampleIndices -1, counted in Batch::skipped), so no sample is delivered twice nor in
+  // another's place; the consumer scores only slots with a label >= 0.
+  bool replaceCorrupt = true;
+  // Names the pass in error messages, e.g. "evaluation after epoch 3"; empty: "epoch <epoch>".
+  std::string context;
   // Data parallelism over processes: each batch holds only slots [sliceBegin, sliceBegin +
   // sliceSize) of the batch of batchSize that the epoch order defines, so that N processes with
   // disjoint slices see together exactly what one process would, each decoding only its part.
@@ -50,7 +57,7 @@ struct PipelineOptions {
   int sliceBegin = 0;
   int sliceSize = 0;
 
-  // Training / evaluation defaults.
+  // Training / evaluation defaults (evaluation: in order, padded, corrupt samples not replaced).
   static PipelineOptions train(int batchSize, uint64_t seed, int threads = 2);
   static PipelineOptions eval(int batchSize, int threads = 2);
 };
@@ -59,10 +66,11 @@ struct Batch {
   int64_t index = 0;   // batch number within the epoch
   int batchSize = 0;   // slots (options.batchSize, or its sliceSize)
   int validCount = 0;  // real samples; < batchSize only for a padded last batch
+  int skipped = 0;     // of the validCount slots, those left empty (corrupt, replaceCorrupt off)
   SampleShape shape;
   std::vector<float> images;           // batchSize * shape.elems(), NHWC float32
   std::vector<int32_t> labels;         // batchSize
-  std::vector<int64_t> sampleIndices;  // source index per slot (-1 for padding)
+  std::vector<int64_t> sampleIndices;  // source index per slot (-1 for padding or skipped)
 
   std::span<const float> image(int slot) const {
     return std::span<const float>(images).subspan(slot * shape.elems(), shape.elems());

@@ -286,47 +286,62 @@ double ClassifierTrainer::evaluate(const datasets::ImageDataset& ds,
     datasets::fillBatch(ds, idx, lut, images_, labels_);
     evalEngine_->run();
     ++evalRuns_;
-    correct += countCorrect(valid);
+    correct += countCorrect(std::span<const std::int32_t>(labels_).first(valid));
   }
   return n ? static_cast<double>(correct) / static_cast<double>(n) : 0.0;
 }
 
-std::int64_t ClassifierTrainer::countCorrect(std::int64_t valid) const {
+std::int64_t ClassifierTrainer::countCorrect(std::span<const std::int32_t> labels) const {
   const std::int64_t b = static_cast<std::int64_t>(labels_.size());
   const std::int64_t classes = static_cast<std::int64_t>(logits_.size()) / b;
   std::int64_t correct = 0;
-  for (std::int64_t k = 0; k < valid; ++k) {
-    const float* row = logits_.data() + k * classes;
+  for (std::size_t k = 0; k < labels.size(); ++k) {
+    if (labels[k] < 0) continue;
+    const float* row = logits_.data() + static_cast<std::int64_t>(k) * classes;
     const std::int64_t arg = std::max_element(row, row + classes) - row;
-    correct += arg == labels_[k];
+    correct += arg == labels[k];
   }
   return correct;
 }
 
 ClassifierTrainer::Accuracy ClassifierTrainer::evaluate(
     std::shared_ptr<const datasets::Source> source, std::int64_t maxSamples, int loaderThreads,
-    const std::function<void()>& onBatch, datasets::CorruptPolicy corruptPolicy) {
+    const std::function<void()>& onBatch, datasets::CorruptPolicy corruptPolicy,
+    const std::string& context) {
   syncWeightsToEval();
   const int b = static_cast<int>(labels_.size());
   datasets::PipelineOptions po = datasets::PipelineOptions::eval(b, loaderThreads);
   po.corruptPolicy = corruptPolicy;
-  datasets::Pipeline pipeline(std::move(source), po, 0);
+  po.context = context;
+  datasets::Pipeline pipeline(source, po, 0);
   Accuracy acc;
+  std::vector<std::int32_t> scored(static_cast<size_t>(b));  // -1: not scored
+  std::int64_t positions = 0;
   while (datasets::BatchPtr batch = pipeline.next()) {
     const std::int64_t valid =
-        maxSamples > 0 ? std::min<std::int64_t>(batch->validCount, maxSamples - acc.samples)
+        maxSamples > 0 ? std::min<std::int64_t>(batch->validCount, maxSamples - positions)
                        : batch->validCount;
     if (valid <= 0) break;
     std::copy(batch->images.begin(), batch->images.end(), images_.begin());
-    // Pad slots are labelled -1 by the pipeline: give them a valid class (they are not counted).
-    for (int k = 0; k < b; ++k) labels_[k] = k < valid ? batch->labels[k] : 0;
+    // Pad slots and skipped images are labelled -1 by the pipeline: the graph gets a valid class
+    // for them, the count leaves them out.
+    for (int k = 0; k < b; ++k) {
+      scored[k] = k < valid ? batch->labels[k] : -1;
+      labels_[k] = std::max(scored[k], 0);
+      if (k < valid && batch->labels[k] < 0) {
+        ++acc.skipped;
+        acc.skippedFiles.push_back(
+            source->describe(pipeline.order()[batch->index * b + k]));  // slot k: position
+      }
+    }
+    positions += valid;
     batch.reset();
     evalEngine_->run();
     ++evalRuns_;
-    acc.correct += countCorrect(valid);
-    acc.samples += valid;
+    acc.correct += countCorrect(scored);
     if (onBatch) onBatch();
   }
+  acc.samples = positions - acc.skipped;
   return acc;
 }
 

@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -94,13 +95,18 @@ class ClassifierTrainer {
                         const std::function<float(std::int64_t)>& lr, std::int64_t maxSamples,
                         const std::function<void(std::int64_t, float)>& onStep, int loaderThreads,
                         datasets::CorruptPolicy corruptPolicy = datasets::CorruptPolicy::kFail);
+  // Under CorruptPolicy::kSkip a corrupt evaluation image is not scored and nothing stands in
+  // for it: `samples` counts the images scored, `skipped` (named in skippedFiles) the others.
+  // `context` names the evaluation in error messages ("evaluation after epoch 4").
   struct Accuracy {
-    std::int64_t correct = 0, samples = 0;
+    std::int64_t correct = 0, samples = 0, skipped = 0;
+    std::vector<std::string> skippedFiles;  // in evaluation order
     double top1() const { return samples ? static_cast<double>(correct) / samples : 0.0; }
   };
   Accuracy evaluate(std::shared_ptr<const datasets::Source> source, std::int64_t maxSamples,
                     int loaderThreads, const std::function<void()>& onBatch = {},
-                    datasets::CorruptPolicy corruptPolicy = datasets::CorruptPolicy::kFail);
+                    datasets::CorruptPolicy corruptPolicy = datasets::CorruptPolicy::kFail,
+                    const std::string& context = "evaluation");
 
   const Executable& trainExecutable() const { return *trainExe_; }
   const Executable& evalExecutable() const { return *evalExe_; }
@@ -123,8 +129,8 @@ class ClassifierTrainer {
   // One weight update on the inputs already filled (images_/labels_, or the replicas' buffers);
   // returns the step's loss (mean over the micro-batches of this process's replicas).
   float step(const std::function<float(std::int64_t)>& lr, EpochStats& st);
-  // Top-1 hits among the first `valid` rows of logits_ (labels_).
-  std::int64_t countCorrect(std::int64_t valid) const;
+  // Top-1 hits among the first labels.size() rows of logits_; rows labelled < 0 are not scored.
+  std::int64_t countCorrect(std::span<const std::int32_t> labels) const;
 
   models::ClassifierGraph train_, eval_;
   TrainerOptions opts_;

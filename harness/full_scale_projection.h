@@ -3,29 +3,74 @@
 // precision), the full model's training and evaluation programs compiled for IPU-Mk2 (in
 // segments, to bound host memory) and priced by the cost model, and cost::projectTimeToTrain
 // (all-reduce over the pod's IPU-Links / GW-Links, evaluation on the benchmark's schedule).
+// Only one replica's program is compiled: no replica runs on the host, so any pod size projects
+// on one ordinary machine (run_benchmark --project-only).
 // Nothing is fitted to published results; the published MLPerf v1.1 time, where there is one,
 // is printed beside the projection for comparison.
 #pragma once
 
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "harness/mllog.h"  // Json
 #include "harness/pod_presets.h"
 #include "ipu_backend/cost/time_to_train.h"
 
 namespace ipu::harness {
 
+// Whether one replica's programs, exactly as a run would compile them (the preset's precision
+// and optimizer, replicated with gradient accumulation), fit in the tile memory of an IPU-Mk2.
+struct FitVerdict {
+  bool train_fits = false, eval_fits = false;
+  // The first program that does not fit ("training" or "evaluation"; empty when both fit), its
+  // worst tile, that tile's bytes and the capacity, and the compiler's message.
+  std::string program;
+  int tile = -1;
+  std::int64_t bytes = 0, capacity = 0;
+  std::string message;
+  // Non-empty when the check could not compile the exact configuration and checked a stated
+  // stand-in (batch norm per replica); says why.
+  std::string deviation;
+  double seconds = 0;  // host time of the check
+  bool fits() const { return train_fits && eval_fits; }
+};
+
+// One weight update of the whole system, in seconds: the parts sum to TimeToTrain::stepSeconds.
+struct StepBreakdown {
+  double compute = 0, exchange = 0, sync = 0;  // the micro-batches (forward + backward)
+  double host_io = 0;        // host stream time not hidden behind the device (0 when hidden)
+  double host_io_total = 0;  // host stream time of the step, overlapped or not
+  double weight_update = 0;  // the optimizer, once per step
+  double collectives = 0;    // the gradient all-reduce over IPU-Links / GW-Links
+  double pipeline_ramp = 0;  // pipeline fill and drain (0 without pipelining)
+  double sum() const {
+    return compute + exchange + sync + host_io + weight_update + collectives + pipeline_ramp;
+  }
+};
+
 struct FullScaleProjection {
+  Benchmark benchmark = Benchmark::kResNet50;
   std::string system;  // "IPU-POD16"
   PodPreset preset;    // the full-scale preset projected (replicas, batch, epochs, precision)
   std::int64_t parameters = 0;
+  FitVerdict fit;
+  StepBreakdown breakdown;
   cost::TimeToTrain time;
   double model_seconds = 0;                 // host time spent compiling and pricing
   std::optional<double> published_minutes;  // MLPerf Training v1.1, Graphcore, closed
   std::string describe() const;             // the lines run_benchmark prints
+  Json json() const;                        // the same, machine-readable (--json)
 };
 
-// ResNet-50 only (the other benchmarks have no full model yet: throws Refusal naming them).
+// The published MLPerf Training v1.1 time of `benchmark` on the pod (Graphcore, closed), if any.
+std::optional<double> publishedMinutes(Benchmark benchmark, int podSize);
+
+// Every pod size in `podSizes` (each must have a full-scale preset); programs shared by several
+// pod sizes are priced once. ResNet-50 only: the other benchmarks have no full-scale model yet
+// (throws Refusal naming them).
+std::vector<FullScaleProjection> projectFullScale(Benchmark benchmark,
+                                                  const std::vector<int>& podSizes);
 FullScaleProjection projectFullScale(Benchmark benchmark, int podSize);
 
 }  // namespace ipu::harness

@@ -3,9 +3,8 @@
 //
 //   run_benchmark --benchmark resnet50 --division closed --pod-size 1 --runs 5
 //
-// Exit codes: 0 every run reached the target; 1 refused or failed before any run (nothing
-// written); 2 a run ended aborted (budget spent, diverged, error; its log is complete);
-// 3 the configuration does not fit in tile memory (nothing written); 130 SIGINT.
+// Exit codes: harness/exit_codes.h (also printed by --help and listed in README.md).
+// --project-only: 0 the projection was printed (fitting or not: the verdict is in it), 1 refused.
 #include <fmt/format.h>
 #include <signal.h>
 #include <CLI/CLI.hpp>
@@ -17,6 +16,7 @@
 #include <regex>
 
 #include "datasets/fashion_mnist.h"
+#include "harness/exit_codes.h"
 #include "harness/full_scale_projection.h"
 #include "harness/progress.h"
 #include "harness/run_benchmark_plan.h"
@@ -30,20 +30,31 @@ namespace {
 using namespace ipu::harness;
 namespace fs = std::filesystem;
 
-std::atomic<bool> gInterrupted{false};
+std::atomic<int> gInterrupted{0};  // the signal received, 0 while none
 
-// Sets the flag the run loop polls between steps; a second Ctrl-C kills at once.
-void onSigint(int) {
-  gInterrupted.store(true);
-  ::signal(SIGINT, SIG_DFL);
+// Records the signal the run loop polls between steps; a second one kills at once.
+void onSignal(int sig) {
+  gInterrupted.store(sig);
+  ::signal(sig, SIG_DFL);
 }
 
-void installSigint() {
+void installSignalHandlers() {
   struct sigaction sa {};
-  sa.sa_handler = onSigint;
+  sa.sa_handler = onSignal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = 0;  // no SA_RESTART: a blocking read returns EINTR instead of waiting
   ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+}
+
+// The process's exit status over its runs (exit_codes.h): an error outranks a missed target.
+int exitStatus(const std::vector<RunOutcome>& runs) {
+  bool missed = false;
+  for (const RunOutcome& r : runs) {
+    if (r.status == RunStatus::kFailed) return kExitAborted;
+    missed = missed || !r.success();
+  }
+  return missed ? kExitTargetNotReached : kExitSuccess;
 }
 
 // Result files of an earlier, larger --runs that this invocation does not overwrite: the
@@ -131,6 +142,58 @@ std::string swNotes(const BenchmarkPlan& plan) {
   return notes;
 }
 
+// --project-only: the projection without runs. Options that would change or need a run are
+// refused rather than silently ignored: the projection is of the published configuration.
+int projectOnly(const CLI::App& app, const CliOptions& o) {
+  try {
+    if (!o.project_only)
+      throw Refusal("--json and --all-pod-sizes apply to --project-only (add it)");
+    for (const char* name :
+         {"--runs", "--config", "--precision", "--loss-scaling", "--max-epochs", "--data-dir",
+          "--division", "--seed", "--engine", "--shard-optimizer-state", "--model-stand-in",
+          "--skip-memory-check", "--project-full-scale", "--results-dir", "--org", "--system-name",
+          "--on-corrupt-image", "--loader-threads"}) {
+      if (app.count(name) > 0)
+        throw Refusal(fmt::format(
+            "{} does not apply to --project-only, which projects the published full-scale "
+            "configuration without running it (drop {}; run without --project-only to use it)",
+            name, name));
+    }
+    if (o.scale != "full" && app.count("--scale") > 0)
+      throw Refusal("--scale " + o.scale +
+                    ": --project-only projects the full scale (drop --scale)");
+    if (o.all_pod_sizes && app.count("--pod-size") > 0)
+      throw Refusal("--all-pod-sizes projects every pod size: drop --pod-size");
+    Benchmark benchmark;
+    try {
+      benchmark = parseBenchmark(o.benchmark);
+    } catch (const std::invalid_argument& e) {
+      throw Refusal(e.what());
+    }
+    const std::vector<int> sizes =
+        o.all_pod_sizes ? presetPodSizes(benchmark, Scale::kFull) : std::vector<int>{o.pod_size};
+    ipu::kernels::fused::setNumThreads(o.threads);
+    std::FILE* text = o.json ? stderr : stdout;
+    fmt::print(stderr, "projecting {} at full scale on {} pod size(s): compiling for IPU-Mk2...\n",
+               o.benchmark, sizes.size());
+    const std::vector<FullScaleProjection> ps = projectFullScale(benchmark, sizes);
+    Json all = Json::array();
+    for (const FullScaleProjection& p : ps) {
+      fmt::print(text, "{}", p.describe());
+      all.push_back(p.json());
+    }
+    if (o.json) fmt::print("{}\n", (o.all_pod_sizes ? all : all[0]).dump(1));
+    std::fflush(stdout);
+    return kExitSuccess;
+  } catch (const Refusal& e) {
+    fmt::print(stderr, "run_benchmark: {}\n", e.what());
+    return e.exitCode();
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "run_benchmark: projection failed: {}\n", e.what());
+    return kExitRefused;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -166,8 +229,10 @@ int main(int argc, char** argv) {
                  fmt::format("data set folder (default for mini: {}; full: required)",
                              datasets::kDefaultFashionMnistDir));
   app.add_option("--on-corrupt-image", o.on_corrupt_image,
-                 "full scale: a corrupt or truncated JPEG stops the run (fail) or is replaced by "
-                 "the next image of the epoch and reported by name (skip)")
+                 "full scale: a corrupt or truncated image stops the run (fail), or is reported "
+                 "by name and skipped (skip): in training replaced by the next image of the "
+                 "epoch; in evaluation not scored (accuracy over the other images), the run "
+                 "aborted if more than max_corrupt_eval_fraction (--config) are corrupt")
       ->check(CLI::IsMember({"fail", "skip"}))
       ->capture_default_str();
   app.add_option("--loader-threads", o.loader_threads,
@@ -186,7 +251,7 @@ int main(int argc, char** argv) {
                  "JSON file of hyperparameters overriding the preset (unknown keys refused); "
                  "also mini_train_samples, mini_eval_samples, mini_target_accuracy, "
                  "mini_augment_flip, mini_augment_padding, "
-                 "eval_period, eval_offset");
+                 "eval_period, eval_offset, max_corrupt_eval_fraction");
   app.add_option("--max-epochs", o.max_epochs, "epoch budget (0: the preset's epochs)")
       ->capture_default_str();
   app.add_option("--engine", o.engine, "engine mode: fused (fast) or tile (literal tile semantics)")
@@ -212,7 +277,25 @@ int main(int argc, char** argv) {
                "after the runs, also print the modeled time-to-train at full scale on this pod "
                "size: the published configuration (full-scale preset), full ResNet-50 compiled "
                "for IPU-Mk2 and priced by the cost model (about 30 s more)");
-  CLI11_PARSE(app, argc, argv);
+  app.add_flag("--project-only", o.project_only,
+               "only the full-scale projection, no runs and no results package: the published "
+               "configuration for --pod-size, one replica's programs compiled for IPU-Mk2, the "
+               "tile-memory fit verdict, the modeled step time and its breakdown and the "
+               "time-to-train (any pod size on one machine, under a minute)");
+  app.add_flag("--all-pod-sizes", o.all_pod_sizes,
+               "with --project-only: every pod size the benchmark has a full-scale preset for "
+               "(programs shared by several sizes are priced once)");
+  app.add_flag("--json", o.json,
+               "with --project-only: the projection as JSON on stdout (an object, or an array "
+               "with --all-pod-sizes); the text goes to stderr");
+  app.footer(exitCodeHelp());
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);  // prints the help, or the error
+    return rc == 0 ? kExitSuccess : kExitRefused;
+  }
+  if (o.project_only || o.all_pod_sizes || o.json) return projectOnly(app, o);
 
   // Under mpirun every process runs this same main; rank 0 alone writes the package and prints.
   std::unique_ptr<ipu::replication::MpiLink> mpi;
@@ -246,7 +329,7 @@ int main(int argc, char** argv) {
     return e.exitCode();
   } catch (const std::exception& e) {
     fmt::print(stderr, "run_benchmark: error before any run: {}\n", e.what());
-    return 1;
+    return kExitRefused;
   }
 
   // Every check passed: from here on the package is written (by rank 0).
@@ -266,10 +349,10 @@ int main(int argc, char** argv) {
       systemJson = writeSystemDescription(plan.layout, buildSystemDescription(so));
     } catch (const std::exception& e) {
       fmt::print(stderr, "run_benchmark: cannot write the results package: {}\n", e.what());
-      return 1;
+      return kExitRefused;
     }
 
-  installSigint();
+  installSignalHandlers();
   ProgressLine progress(rank == 0 && ProgressLine::stderrIsTerminal());
   std::vector<RunOutcome> outcomes;
   for (int i = 0; i < o.runs; ++i) {
@@ -295,8 +378,6 @@ int main(int argc, char** argv) {
   }
   std::fflush(stdout);
   if (mpi) mpi->barrier("the end of the runs");
-  if (gInterrupted.load()) return 130;
-  const bool all = std::all_of(outcomes.begin(), outcomes.end(),
-                               [](const RunOutcome& r) { return r.success(); });
-  return all ? 0 : 2;
+  if (const int sig = gInterrupted.load()) return 128 + sig;  // kExitSigint, kExitSigterm
+  return exitStatus(outcomes);
 }

@@ -8,6 +8,7 @@
 #include "datasets/image_folder.h"
 #include "harness/config.h"
 #include "harness/division_rules.h"
+#include "harness/exit_codes.h"
 #include "ipu_backend/cost/cost_model.h"
 #include "ipu_backend/replication/replica_group.h"
 
@@ -25,6 +26,7 @@ constexpr char kAugmentPaddingKey[] = "mini_augment_padding";
 constexpr int kMaxAugmentPadding = 8;
 constexpr char kEvalPeriodKey[] = "eval_period";
 constexpr char kEvalOffsetKey[] = "eval_offset";
+constexpr char kMaxCorruptEvalKey[] = "max_corrupt_eval_fraction";
 constexpr char kResnetRule[] = "MLPerf Training rules v4.0, ResNet-50 closed";
 constexpr double kClosedResnetTarget = 0.759;  // the checker's closed_resnet.yaml target
 // LARS trust coefficient (eeta): TensorFlow LARSOptimizer's default, which the MLPerf ResNet-50
@@ -67,6 +69,11 @@ std::vector<Violation> validateSettings(Division division, const RunSettings& s)
   for (const auto& [key, value] :
        {std::pair{kTrainSamplesKey, s.train_samples}, std::pair{kEvalSamplesKey, s.eval_samples}}) {
     if (value < 0) out.push_back({key, std::to_string(value), "an integer >= 0", "run_benchmark"});
+  }
+  if (!(s.max_corrupt_eval_fraction >= 0 && s.max_corrupt_eval_fraction < 1)) {
+    out.push_back({kMaxCorruptEvalKey, fmt::format("{}", s.max_corrupt_eval_fraction),
+                   "in [0, 1) (the share of validation images that may be corrupt)",
+                   "run_benchmark"});
   }
   if (s.augment_padding < 0 || s.augment_padding > kMaxAugmentPadding) {
     out.push_back(
@@ -145,6 +152,27 @@ ImageNetIndex scanImageNet(const fs::path& dataDir, datasets::CorruptPolicy poli
   return index;
 }
 
+ModelRequest modelRequestOf(const PodPreset& preset, const Json& hp, Scale scale,
+                            const precision::PrecisionPolicy& policy) {
+  ModelRequest m;
+  m.scale = scale;
+  m.micro_batch = preset.micro_batch;
+  const bool lars = hp.value(keys::kOptName, "") == "lars";
+  m.momentum = hp.value(lars ? keys::kLarsOptMomentum : keys::kSgdOptMomentum, 0.9);
+  m.weight_decay = hp.value(lars ? keys::kLarsOptWeightDecay : keys::kSgdOptWeightDecay, 0.0);
+  if (lars) {
+    m.lars_eta = kLarsTrustCoefficient;
+    m.lars_epsilon = hp.value(keys::kLarsEpsilon, 0.0);
+  }
+  m.precision = policy;
+  if (hp.contains(keys::kModelBnSpan)) {
+    const std::int64_t span = hp[keys::kModelBnSpan].get<std::int64_t>();
+    if (span >= preset.micro_batch && span % preset.micro_batch == 0)
+      m.bn_span_replicas = static_cast<int>(span / preset.micro_batch);
+  }
+  return m;
+}
+
 Json runSettingKeys(const PodPreset& preset) {
   return Json{{kTrainSamplesKey, 0},
               {kEvalSamplesKey, 0},
@@ -152,7 +180,8 @@ Json runSettingKeys(const PodPreset& preset) {
               {kAugmentFlipKey, false},
               {kAugmentPaddingKey, 0},
               {kEvalPeriodKey, 4},
-              {kEvalOffsetKey, 0}};
+              {kEvalOffsetKey, 0},
+              {kMaxCorruptEvalKey, RunSettings{}.max_corrupt_eval_fraction}};
 }
 
 BenchmarkPlan makePlan(const CliOptions& cli) {
@@ -247,6 +276,7 @@ BenchmarkPlan makePlan(const CliOptions& cli) {
   s.augment_padding = settingsJson[kAugmentPaddingKey].get<int>();
   s.eval_period = settingsJson[kEvalPeriodKey].get<int>();
   s.eval_offset = settingsJson[kEvalOffsetKey].get<int>();
+  s.max_corrupt_eval_fraction = settingsJson[kMaxCorruptEvalKey].get<double>();
 
   // --precision / --loss-scaling override the preset's (closed presets carry the published
   // settings: ResNet-50 FP16.16 with static loss scale 128). --precision alone brings its
@@ -383,17 +413,9 @@ BenchmarkPlan makePlan(const CliOptions& cli) {
   r.hyperparameters = hp;
   r.submission = {cli.org, plan.layout.system, toString(plan.division), "research",
                   mlperfBenchmarkName(plan.benchmark)};
-  r.model.scale = plan.scale;
-  r.model.micro_batch = preset.micro_batch;
+  r.model = modelRequestOf(preset, hp, plan.scale, plan.precision);
   const bool lars = opt == "lars";
-  r.model.momentum = hp.value(lars ? keys::kLarsOptMomentum : keys::kSgdOptMomentum, 0.9);
-  r.model.weight_decay = hp.value(lars ? keys::kLarsOptWeightDecay : keys::kSgdOptWeightDecay, 0.0);
-  if (lars) {
-    r.model.lars_eta = kLarsTrustCoefficient;
-    r.model.lars_epsilon = hp.value(keys::kLarsEpsilon, 0.0);
-  }
   r.model.choice = cli.model_stand_in ? ModelChoice::kSmallCnnStandIn : ModelChoice::kReference;
-  r.model.precision = plan.precision;
   r.model.bn_span_replicas = bnSpanReplicas;
   r.trainer.batch = preset.micro_batch;
   try {
@@ -462,7 +484,7 @@ double preflightCompile(BenchmarkPlan& plan) {
             "run:\n"
             "{}\n(--skip-memory-check runs it anyway on the emulator, for backend development)",
             plan.run.trainer.batch, e.what()),
-        3);
+        kExitDoesNotFit);
   }
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }

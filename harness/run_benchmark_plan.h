@@ -36,6 +36,9 @@ struct CliOptions {
   std::string precision;               // fp32 | fp16 | bf16 | 16.16 | 16.32; empty: the preset's
   std::string loss_scaling;         // none | static:S | dynamic[:S[:interval]]; empty: see makePlan
   bool project_full_scale = false;  // also print the modeled full-scale time-to-train
+  bool project_only = false;        // only the projection: no runs, no package (--project-only)
+  bool all_pod_sizes = false;       // --project-only for every pod size of the benchmark
+  bool json = false;                // --project-only: JSON on stdout, the text on stderr
   std::string on_corrupt_image = "fail";  // full scale: fail | skip (reported by file name)
   int loader_threads = 0;                 // full scale: JPEG decoding threads (0: --threads)
 };
@@ -57,7 +60,7 @@ precision::PrecisionPolicy precisionPolicyOf(const PodPreset& preset);
 // A refused request; `exit_code` is what run_benchmark returns.
 class Refusal : public std::runtime_error {
  public:
-  explicit Refusal(const std::string& message, int exit_code = 1)
+  explicit Refusal(const std::string& message, int exit_code = 1 /* kExitRefused */)
       : std::runtime_error(message), exit_code_(exit_code) {}
   int exitCode() const { return exit_code_; }
 
@@ -84,6 +87,12 @@ struct BenchmarkPlan {
   // (one weight update of one replica, collectives included) and of one evaluation batch.
   double modeled_step_seconds = 0, modeled_eval_seconds = 0;
 };
+
+// The model request of a preset: the optimizer constants from its MLPerf hyperparameters `hp`
+// (LARS: TensorFlow's trust coefficient), `policy`, and batch norm over model_bn_span /
+// micro-batch replicas (makePlan refuses a span that is not whole replicas).
+ModelRequest modelRequestOf(const PodPreset& preset, const Json& hp, Scale scale,
+                            const precision::PrecisionPolicy& policy);
 
 // The keys --config accepts besides the preset's (run settings, see RunSettings).
 Json runSettingKeys(const PodPreset& preset);

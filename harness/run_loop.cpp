@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <memory>
 
@@ -19,6 +20,9 @@ namespace fs = std::filesystem;
 
 // Thrown from the trainer's per-step callback: the only way to leave trainEpoch between steps.
 struct Interrupted {};
+const char* signalName(int sig) {
+  return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "a signal";
+}
 constexpr char kAbortReasonKey[] = "run_abort_reason";  // not an MLPerf key: ours
 struct Diverged {
   std::int64_t step;
@@ -134,17 +138,45 @@ class LogState {
   void runStop(bool success, const std::string& reason = "") {
     if (!init_stopped_) initStop();
     if (!run_started_) runStart();
+    if (eval_ != 0) evalStop();
     if (epoch_ != 0) epochStop();
     if (block_ != 0) blockStop();
+    if (pending_eval_samples_ >= 0) evalSamples(pending_eval_samples_, last_epoch_);
     if (!success && !reason.empty()) log_.event(kAbortReasonKey, reason);
     logRunStop(log_, success, last_epoch_);
   }
   int lastEpoch() const { return last_epoch_; }
+  // eval_samples, when corrupt validation images may be skipped, is what the first evaluation
+  // scored: logged then (the checker wants it once, anywhere), or at run_stop as the folder's
+  // count if no evaluation came. A later evaluation scoring another number aborts the run.
+  void deferEvalSamples(std::int64_t folderCount) { pending_eval_samples_ = folderCount; }
+  bool evalSamplesDeferred() const { return pending_eval_samples_ >= 0 || eval_samples_ >= 0; }
+  void evalSamples(std::int64_t scored, int epoch) {
+    if (eval_samples_ < 0) {
+      log_.event(keys::kEvalSamples, scored);
+      eval_samples_ = scored;
+      pending_eval_samples_ = -1;
+    } else if (scored != eval_samples_) {
+      throw std::runtime_error(fmt::format(
+          "evaluation after epoch {} scored {} validation images, an earlier one {}: the "
+          "validation set changed during the run",
+          epoch, scored, eval_samples_));
+    }
+  }
+  void evalStart(int epoch) {
+    logEvalStart(log_, epoch);
+    eval_ = epoch;
+  }
+  void evalStop() {
+    logEvalStop(log_, eval_);
+    eval_ = 0;
+  }
 
  private:
   MlLogger& log_;
   bool init_stopped_ = false, run_started_ = false;
-  int block_ = 0, epoch_ = 0, last_epoch_ = 0;
+  int block_ = 0, epoch_ = 0, last_epoch_ = 0, eval_ = 0;
+  std::int64_t pending_eval_samples_ = -1, eval_samples_ = -1;
 };
 
 }  // namespace
@@ -204,7 +236,7 @@ const char* toString(RunStatus status) {
     case RunStatus::kDiverged:
       return "aborted (training diverged: NaN/Inf loss)";
     case RunStatus::kInterrupted:
-      return "aborted (interrupted by SIGINT)";
+      return "aborted (interrupted by a signal)";
     case RunStatus::kFailed:
       return "aborted (error)";
   }
@@ -212,7 +244,7 @@ const char* toString(RunStatus status) {
 }
 
 RunOutcome executeRun(const RunPlan& plan, const fs::path& logPath, int runIndex, int runCount,
-                      std::uint64_t seed, const std::atomic<bool>& interrupted,
+                      std::uint64_t seed, const std::atomic<int>& interrupted,
                       ProgressLine& progress) {
   RunOutcome out;
   out.seed = seed;
@@ -247,7 +279,18 @@ RunOutcome executeRun(const RunPlan& plan, const fs::path& logPath, int runIndex
     logInitStart(log);
     logSubmissionHeader(log, plan.submission);
     log.event(keys::kSeed, seed);  // the one call site of the seed, for every run
-    logHyperparameters(log, plan.hyperparameters);
+    // Skipped validation images are not scored: eval_samples then counts those scored.
+    const bool evalMaySkip =
+        plan.imagenet_val && plan.corrupt_policy == datasets::CorruptPolicy::kSkip;
+    if (evalMaySkip) {
+      Json hp = plan.hyperparameters;
+      hp.erase(keys::kEvalSamples);
+      logHyperparameters(log, hp);
+      state.deferEvalSamples(static_cast<std::int64_t>(plan.imagenet_val->samples.size()));
+      log.event("ipu_max_corrupt_eval_fraction", plan.settings.max_corrupt_eval_fraction);
+    } else {
+      logHyperparameters(log, plan.hyperparameters);
+    }
     // Custom keys (the checker accepts keys it does not know): the numeric policy in its
     // canonical string form, and its loss scaling.
     log.event("ipu_precision", plan.model.precision.toString());
@@ -342,17 +385,41 @@ RunOutcome executeRun(const RunPlan& plan, const fs::path& logPath, int runIndex
       const int epoch = block.last_epoch();
       ps.phase = "eval";
       progress.update(ps, true);
-      logEvalStart(log, epoch);
-      std::int64_t correct = 0;
+      state.evalStart(epoch);
+      std::int64_t correct = 0, scored = data.evalCount;
       if (data.evalSource) {
-        correct = trainer
-                      .evaluate(
-                          data.evalSource, data.evalCount, plan.loader_threads,
-                          [&] {
-                            if (interrupted.load()) throw Interrupted{};
-                          },
-                          plan.corrupt_policy)
-                      .correct;
+        const std::string context = fmt::format("evaluation after epoch {}", epoch);
+        const ClassifierTrainer::Accuracy acc = trainer.evaluate(
+            data.evalSource, data.evalCount, plan.loader_threads,
+            [&] {
+              if (interrupted.load()) throw Interrupted{};
+            },
+            plan.corrupt_policy, context);
+        correct = acc.correct;
+        scored = acc.samples;
+        if (state.evalSamplesDeferred()) state.evalSamples(scored, epoch);
+        if (acc.skipped > 0) {
+          // --on-corrupt-image skip: not scored, nothing in their place; counted and named.
+          log.event("ipu_corrupt_eval_images_skipped", acc.skipped,
+                    Json{{"epoch_num", epoch}, {"files", acc.skippedFiles}});
+          if (plan.rank == 0)
+            fmt::print(stderr,
+                       "{}: {} of {} validation image(s) corrupt, skipped and not scored (the "
+                       "accuracy is over the other {}), first: {}\n",
+                       context, acc.skipped, acc.skipped + acc.samples, acc.samples,
+                       acc.skippedFiles.front());
+          const std::int64_t total = acc.skipped + acc.samples;
+          const double limit = plan.settings.max_corrupt_eval_fraction;
+          if (static_cast<double>(acc.skipped) > limit * static_cast<double>(total)) {
+            throw std::runtime_error(fmt::format(
+                "{}: {} of {} validation images are corrupt ({:.3g}%), more than the limit of "
+                "{:.3g}% (max_corrupt_eval_fraction): an accuracy over the rest would not be "
+                "comparable. First: {}. Replace or remove the files (the log names them all), "
+                "or raise max_corrupt_eval_fraction with --config",
+                context, acc.skipped, total, 100.0 * static_cast<double>(acc.skipped) / total,
+                100.0 * limit, acc.skippedFiles.front()));
+          }
+        }
       } else {
         for (const datasets::ImageDataset& chunk : data.evalChunks) {
           if (interrupted.load()) throw Interrupted{};
@@ -361,8 +428,9 @@ RunOutcome executeRun(const RunPlan& plan, const fs::path& logPath, int runIndex
         }
       }
       out.eval_runs = trainer.evalRunsDone();
-      const double accuracy = static_cast<double>(correct) / static_cast<double>(data.evalCount);
-      logEvalStop(log, epoch);
+      if (scored <= 0) throw std::runtime_error("the evaluation scored no image");
+      const double accuracy = static_cast<double>(correct) / static_cast<double>(scored);
+      state.evalStop();
       logEvalAccuracy(log, accuracy, epoch);
       out.accuracy = accuracy;
       ps.last_accuracy = accuracy;
@@ -379,7 +447,7 @@ RunOutcome executeRun(const RunPlan& plan, const fs::path& logPath, int runIndex
     state.runStop(reached, out.message);
   } catch (const Interrupted&) {
     out.status = RunStatus::kInterrupted;
-    out.message = "interrupted (SIGINT)";
+    out.message = fmt::format("interrupted ({})", signalName(interrupted.load()));
     state.runStop(false, out.message);
   } catch (const Diverged& d) {
     out.status = RunStatus::kDiverged;

@@ -6,7 +6,8 @@
 //     eval_accuracy }..., run_stop {success | aborted}
 //
 // run_stop is "success" as soon as eval_accuracy reaches the target, "aborted" when the epoch
-// budget is spent, training diverges (a NaN/Inf loss), SIGINT arrives, or anything throws. Every
+// budget is spent, training diverges (a NaN/Inf loss), SIGINT/SIGTERM arrives, or anything
+// throws (e.g. more corrupt validation images than max_corrupt_eval_fraction allows). Every
 // path ends with run_stop, so every log is complete and flushed.
 #pragma once
 
@@ -36,6 +37,10 @@ struct RunSettings {
   int augment_padding = 0;         // "mini_augment_padding": random translation, in pixels
   int eval_period = 4;             // "eval_period": epochs between evaluations (closed: 4)
   int eval_offset = 0;             // "eval_offset": evaluate epoch e when e % period == offset
+  // "max_corrupt_eval_fraction" (--on-corrupt-image skip): the share of the validation images
+  // that may be corrupt (skipped, not scored) before the run is aborted. 0.001: 50 of
+  // ImageNet's 50,000; the accuracy is over the images scored, and the log names the others.
+  double max_corrupt_eval_fraction = 0.001;
 };
 
 // SGD with warmup and polynomial decay, as the sgd_opt_* keys describe (in epochs).
@@ -93,10 +98,10 @@ struct RunOutcome {
   double minutes() const { return static_cast<double>(run_stop_ms - run_start_ms) / 60000.0; }
 };
 
-// Runs one run and writes its complete log to `logPath`. `interrupted` is polled between steps
-// and evaluation chunks.
+// Runs one run and writes its complete log to `logPath`. `interrupted` (the number of the signal
+// received, 0 while none) is polled between steps and evaluation batches.
 RunOutcome executeRun(const RunPlan& plan, const std::filesystem::path& logPath, int runIndex,
-                      int runCount, std::uint64_t seed, const std::atomic<bool>& interrupted,
+                      int runCount, std::uint64_t seed, const std::atomic<int>& interrupted,
                       ProgressLine& progress);
 
 }  // namespace ipu::harness

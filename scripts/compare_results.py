@@ -1,13 +1,15 @@
 #!/usr/bin/python3
 """Compares MLPerf training result packages (ours and official ones).
 
-    compare_results.py PKG [PKG ...] [--package PKG] [--out DIR]
+    compare_results.py PKG [PKG ...] [--package PKG] [--projection JSON]... [--out DIR]
                        [--vs A B]... [--runs] [--no-plots] [--strict]
 
 Prints Markdown tables on stdout (scores, scaling across pod sizes, A-vs-B speedups,
 modeled vs published times, problems found), and with --out writes runs.csv,
 scores.csv, scaling.csv, vs.csv, modeled.csv, eval_curves.csv, problems.csv,
-summary.json and PNG plots.  See scripts/README.md.
+summary.json and PNG plots.  --projection adds the output of
+`run_benchmark --project-only --json` (one pod size or --all-pod-sizes) to the
+modeled-vs-published table and plots.  See scripts/README.md.
 """
 from __future__ import annotations
 
@@ -137,6 +139,62 @@ def modeled_table(scores):
     return rows
 
 
+def load_projections(paths):
+    """Projections written by `run_benchmark --project-only --json`: one object per pod size,
+    or an array of them (--all-pod-sizes). Raises ValueError naming the file and what is
+    missing."""
+    out = []
+    need = ("mlperf_benchmark", "system", "pod_size", "modeled_minutes", "fit", "configuration")
+    for path in paths:
+        try:
+            with open(path) as fh:
+                doc = json.load(fh)
+        except (OSError, json.JSONDecodeError) as e:
+            raise ValueError(f"{path}: not a run_benchmark --project-only --json output ({e})")
+        items = doc if isinstance(doc, list) else [doc]
+        for i, p in enumerate(items):
+            missing = [k for k in need if not isinstance(p, dict) or k not in p]
+            if missing:
+                raise ValueError(f"{path}: projection {i} lacks {', '.join(missing)} (expected "
+                                 "the output of run_benchmark --project-only --json)")
+            out.append(dict(p, path=path))
+    return out
+
+
+def projection_rows(projections, scores):
+    """Each projected pod size beside the published score of the same benchmark and pod size
+    (an IPU system of the packages given, else the published time run_benchmark records)."""
+    rows = []
+    published = [s for s in scores if s.modeled_score_min is None and s.score_min is not None]
+    for p in projections:
+        bench, pod = p["mlperf_benchmark"], p["pod_size"]
+        cands = [s for s in published if s.benchmark == bench and s.pod_size == pod]
+        cands.sort(key=lambda s: (not _is_ipu(s), s.division != "closed", s.system))
+        fit = p["fit"]
+        c = p["configuration"]
+        row = {"benchmark": bench, "system": f'projection/{p["system"]}', "pod_size": pod,
+               "modeled_min": p["modeled_minutes"], "measured_min": None,
+               "published_system": None, "published_min": None,
+               "modeled_over_published": None, "fits": fit["fits"],
+               "configuration": (f'{c["replicas"]}x{c["micro_batch"]}x'
+                                 f'{c["gradient_accumulation"]}={c["global_batch"]}, '
+                                 f'{c["epochs"]} ep')}
+        notes = [] if fit["fits"] else ["does not fit one IPU yet: priced as if it fit"]
+        if cands:
+            row["published_system"] = f"{cands[0].org}/{cands[0].system}"
+            row["published_min"] = cands[0].score_min
+        elif p.get("published_minutes") is not None:
+            row["published_system"] = "MLPerf v1.1 (as recorded by run_benchmark)"
+            row["published_min"] = p["published_minutes"]
+        else:
+            notes.append("no published result for this pod size and benchmark")
+        if row["published_min"]:
+            row["modeled_over_published"] = row["modeled_min"] / row["published_min"]
+        row["note"] = "; ".join(notes)
+        rows.append(row)
+    return rows
+
+
 def _is_ipu(s):
     return "ipu" in (s.accelerator or "").lower() or "ipu" in s.system.lower() \
         or s.org.lower() == "graphcore"
@@ -194,11 +252,12 @@ def render_markdown(res, show_runs=False):
     if res["modeled"]:
         parts += ["", "## Modeled vs published time to train (same pod and benchmark)", ""]
         parts.append(markdown_table(
-            res["modeled"], ["benchmark", "system", "pod_size", "modeled_min", "measured_min",
-                             "published_system", "published_min", "modeled_over_published",
-                             "note"],
-            ["benchmark", "ours", "pod", "modeled (min)", "measured (min)", "published",
-             "published (min)", "modeled/published", "note"], {"modeled_over_published": 3}))
+            res["modeled"], ["benchmark", "system", "pod_size", "configuration", "fits",
+                             "modeled_min", "measured_min", "published_system", "published_min",
+                             "modeled_over_published", "note"],
+            ["benchmark", "ours", "pod", "replicas x micro-batch x accumulation", "fits",
+             "modeled (min)", "measured (min)", "published", "published (min)",
+             "modeled/published", "note"], {"modeled_over_published": 3}))
     if show_runs:
         parts += ["", "## Runs", ""]
         parts.append(markdown_table(
@@ -348,7 +407,44 @@ def make_plots(res, out_dir):
         plt.close(fig)
         written.append(p)
 
-    # 4. Modeled vs published.
+    # 4. Full-scale projections beside the published times, by pod size.
+    proj = res.get("projections") or []
+    pbench = sorted({r["benchmark"] for r in proj})
+    if pbench:
+        fig, axes = plt.subplots(1, len(pbench), figsize=(6.5 * len(pbench), 4.8),
+                                 squeeze=False)
+        for ax, b in zip(axes[0], pbench):
+            rs = sorted((r for r in proj if r["benchmark"] == b), key=lambda r: r["pod_size"])
+            ax.plot([r["pod_size"] for r in rs], [r["modeled_min"] for r in rs], marker="o",
+                    label="projected (cost model)")
+            for r in rs:
+                if not r["fits"]:  # hollow marker: priced as if it fit
+                    ax.plot(r["pod_size"], r["modeled_min"], marker="o", ms=11, mfc="none",
+                            color="red", ls="none")
+            pub = [r for r in rs if r["published_min"] is not None]
+            if pub:
+                ax.plot([r["pod_size"] for r in pub], [r["published_min"] for r in pub],
+                        marker="s", label="published")
+            for r in rs:
+                ax.annotate(f'{r["modeled_min"]:.2f}', (r["pod_size"], r["modeled_min"]),
+                            textcoords="offset points", xytext=(4, 4), fontsize=7)
+            if any(not r["fits"] for r in rs):
+                ax.plot([], [], marker="o", ms=11, mfc="none", color="red", ls="none",
+                        label="does not fit one IPU yet (priced as if it fit)")
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_xlabel("pod size (IPUs)")
+            ax.set_ylabel("time to train (min)")
+            ax.set_title(f"{b}: projected vs published time to train")
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        p = os.path.join(out_dir, "projection_vs_published.png")
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        written.append(p)
+
+    # 5. Modeled vs published.
     mod = [m for m in res["modeled"] if m["published_min"] is not None]
     if mod:
         fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(mod)), 4.5))
@@ -372,9 +468,10 @@ def make_plots(res, out_dir):
 
 
 # --------------------------------------------------------------------------- driver
-def analyse(package_dirs, vs_pairs=()):
+def analyse(package_dirs, vs_pairs=(), projection_files=()):
     packages = [mr.load_package(d) for d in package_dirs]
     scores = mr.score_packages(packages)
+    projections = projection_rows(load_projections(projection_files), scores)
     runs_full = []
     for p in packages:
         for r in p.runs:
@@ -391,7 +488,9 @@ def analyse(package_dirs, vs_pairs=()):
         "curves": curves_table(packages),
         "scaling": scaling_table(scores),
         "vs": vs_table(scores, vs_pairs),
-        "modeled": modeled_table(scores),
+        # Projections (run_benchmark --project-only --json) are rows of the same table.
+        "modeled": modeled_table(scores) + projections,
+        "projections": projections,
         "problems": problems_table(packages),
     }
 
@@ -411,7 +510,7 @@ def write_outputs(res, out_dir, plots=True):
     written = []
     tables = {"runs": res["runs"], "scores": res["scores"], "scaling": res["scaling"],
               "vs": res["vs"], "modeled": res["modeled"], "eval_curves": res["curves"],
-              "problems": res["problems"]}
+              "projections": res["projections"], "problems": res["problems"]}
     for name, rows in tables.items():
         p = os.path.join(out_dir, f"{name}.csv")
         if pd is not None:
@@ -443,6 +542,9 @@ def main(argv=None):
                          "folder holding several)")
     ap.add_argument("--package", action="append", default=[], metavar="PKG",
                     help="package folder (repeatable; same as a positional)")
+    ap.add_argument("--projection", action="append", default=[], metavar="JSON",
+                    help="output of `run_benchmark --project-only --json` (one pod size or "
+                         "--all-pod-sizes; repeatable): projected times beside the published")
     ap.add_argument("--out", metavar="DIR", help="write CSV, JSON and PNG files here")
     ap.add_argument("--vs", nargs=2, action="append", default=[], metavar=("A", "B"),
                     help="compare systems matching glob A against those matching glob B "
@@ -453,9 +555,13 @@ def main(argv=None):
                     help="exit 1 when any file has an error")
     args = ap.parse_args(argv)
     dirs = args.packages + args.package
-    if not dirs:
-        ap.error("give at least one package folder")
-    res = analyse(dirs, [tuple(p) for p in args.vs])
+    if not dirs and not args.projection:
+        ap.error("give at least one package folder or --projection file")
+    try:
+        res = analyse(dirs, [tuple(p) for p in args.vs], args.projection)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     sys.stdout.write(render_markdown(res, show_runs=args.runs))
     for prob in res["problems"]:
         if prob["severity"] == "error":
@@ -464,7 +570,7 @@ def main(argv=None):
     if args.out:
         files = write_outputs(res, args.out, plots=not args.no_plots)
         print(f"wrote {len(files)} files to {args.out}", file=sys.stderr)
-    if not res["runs"]:
+    if not res["runs"] and not res["projections"]:
         print("error: no runs found in any package", file=sys.stderr)
         return 2
     if args.strict and any(p["severity"] == "error" for p in res["problems"]):

@@ -6,6 +6,7 @@ set -euo pipefail
 # clang-16, libclang-rt-16-dev, libomp-16-dev: libFuzzer, clang's sanitizer runtimes and OpenMP
 # for the fuzz targets (scripts/fuzz.sh); clang 14 cannot build the project (no
 # std::source_location with GCC 12's libstdc++, no lambda captures of structured bindings).
+# libicu-dev: Unicode tables of the BERT tokenizer; wordnet-base: the default BERT pretraining text.
 # ocl-icd-opencl-dev: Debian's oneDNN is built with the OpenCL GPU runtime, so its CMake
 # package (find_package(dnnl)) requires OpenCL's headers and library to configure.
 PACKAGES=(
@@ -13,6 +14,7 @@ PACKAGES=(
   libdnnl-dev ocl-icd-opencl-dev libopencv-dev nlohmann-json3-dev libfmt-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin zlib1g-dev
   dataset-fashion-mnist
+  libicu-dev wordnet-base
   python3 python3-pip python3-venv python3-numpy python3-pandas python3-matplotlib
   python3-scipy python3-pytest python3-pil
   python3-torch python3-torchvision libopenblas0-openmp libjemalloc2
@@ -41,5 +43,9 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 if ! "$VENV/bin/python" -c "import mlperf_logging" 2>/dev/null; then
   "$VENV/bin/pip" install -q mlperf-logging
+fi
+# Hugging Face `tokenizers`: the independent tokenizer the BERT tokenizer tests compare against.
+if ! "$VENV/bin/python" -c "import tokenizers" 2>/dev/null; then
+  "$VENV/bin/pip" install -q tokenizers
 fi
 echo "setup: dependencies present"

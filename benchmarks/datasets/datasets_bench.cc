@@ -3,6 +3,11 @@
 //
 //   datasets_bench --dir DIR [--repeats 5] [--transform train|eval] [--reduced 1|0]
 //                  [--threads N]   (N > 1: the full Pipeline with N workers, from disk)
+//                  [--on-corrupt fail|skip]
+//
+// An untimed first pass transforms every file once: a corrupt one ends the program with exit 1
+// and its name (fail, the default), or is named on stderr and left out of the timed passes
+// (skip; counted in the JSON's "skipped").
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -23,8 +28,10 @@ using datasets::ImageFolderIndex;
 using datasets::ImageFolderOptions;
 using datasets::ImageFolderSource;
 
-int main(int argc, char** argv) {
-  std::string dir, transform = "train";
+namespace {
+
+int run(int argc, char** argv) {
+  std::string dir, transform = "train", onCorrupt = "fail";
   int repeats = 5, reduced = 1, threads = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
@@ -38,15 +45,17 @@ int main(int argc, char** argv) {
       reduced = std::atoi(v.c_str());
     else if (k == "--threads")
       threads = std::atoi(v.c_str());
+    else if (k == "--on-corrupt")
+      onCorrupt = v;
     else {
       fmt::print(stderr, "unknown option {}\n", k);
       return 2;
     }
   }
-  if (dir.empty() || repeats <= 0 || threads <= 0) {
+  if (dir.empty() || repeats <= 0 || threads <= 0 || (onCorrupt != "fail" && onCorrupt != "skip")) {
     fmt::print(stderr,
                "usage: {} --dir DIR [--repeats N] [--transform train|eval] [--reduced 0|1] "
-               "[--threads N]\n",
+               "[--threads N] [--on-corrupt fail|skip]\n",
                argv[0]);
     return 2;
   }
@@ -70,11 +79,44 @@ int main(int argc, char** argv) {
   opt.transform =
       transform == "eval" ? datasets::ImageTransform::kEval : datasets::ImageTransform::kTrain;
   opt.reducedDecode = reduced != 0;
+
+  // The untimed pass: read and transform every file once; corrupt ones fail or are left out.
+  std::vector<std::vector<uint8_t>> bytes;
+  std::vector<ImageFolderIndex::Sample> good;
+  size_t skipped = 0;
+  {
+    const ImageFolderSource probe(index, opt);
+    std::vector<float> scratch(probe.shape().elems());
+    for (const auto& sample : index.samples) {
+      std::vector<uint8_t> b;
+      try {
+        datasets::readFileBytes(sample.path, b);
+        datasets::Rng rng(0);
+        probe.transformBytes(b, sample.path.string(), rng, scratch.data());
+      } catch (const datasets::CorruptSampleError& e) {
+        if (onCorrupt == "fail") {
+          fmt::print(stderr,
+                     "datasets_bench: {}\n(--on-corrupt skip leaves such files out of the "
+                     "timing)\n",
+                     e.what());
+          return 1;
+        }
+        fmt::print(stderr, "datasets_bench: skipped: {}\n", e.what());
+        ++skipped;
+        continue;
+      }
+      good.push_back(sample);
+      bytes.push_back(std::move(b));
+    }
+  }
+  if (good.empty()) {
+    fmt::print(stderr, "datasets_bench: every one of the {} files under {} is corrupt\n",
+               index.samples.size(), dir);
+    return 1;
+  }
+  index.samples = std::move(good);
   auto source = std::make_shared<ImageFolderSource>(index, opt);
   const size_t n = index.samples.size();
-
-  std::vector<std::vector<uint8_t>> bytes(n);
-  for (size_t i = 0; i < n; ++i) datasets::readFileBytes(index.samples[i].path, bytes[i]);
   std::vector<float> out(source->shape().elems() * (threads > 1 ? 0 : 1));
 
   std::vector<double> rates;
@@ -106,9 +148,20 @@ int main(int argc, char** argv) {
   const double median = sorted[sorted.size() / 2];
   fmt::print(
       "{{\"impl\": \"opencv\", \"transform\": \"{}\", \"reduced_decode\": {}, \"threads\": {}, "
-      "\"images\": {}, \"repeats\": {}, \"median_images_per_s\": {:.2f}, "
+      "\"images\": {}, \"skipped\": {}, \"repeats\": {}, \"median_images_per_s\": {:.2f}, "
       "\"median_images_per_s_per_core\": {:.2f}, \"runs\": [{:.2f}], \"checksum\": {:.4f}}}\n",
-      transform, reduced ? "true" : "false", threads, n, repeats, median, median / threads,
+      transform, reduced ? "true" : "false", threads, n, skipped, repeats, median, median / threads,
       fmt::join(rates, ", "), checksum);
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {  // e.g. an unreadable folder: a message, not an abort
+    fmt::print(stderr, "datasets_bench: error: {}\n", e.what());
+    return 1;
+  }
 }

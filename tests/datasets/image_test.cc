@@ -1,8 +1,11 @@
 #include <gtest/gtest.h>
+#include <zlib.h>
 
 #include <cmath>
 #include <opencv2/imgproc.hpp>
 
+#include "datasets/decode_limits.h"
+#include "datasets/fashion_mnist.h"
 #include "datasets/image_decode.h"
 #include "datasets/image_folder.h"
 #include "datasets/jpeg_region.h"
@@ -120,6 +123,115 @@ TEST(Decode, ReducedDecodeSizes) {
   EXPECT_EQ(decodeImageBgr(bytes, "a", 2).size(), cv::Size(51, 25));
   EXPECT_EQ(decodeImageBgr(bytes, "a", 4).size(), cv::Size(26, 13));
   EXPECT_EQ(decodeImageBgr(bytes, "a", 8).size(), cv::Size(13, 7));
+}
+
+// ---- decode limits: a forged header is refused on every path before anything is allocated.
+
+// A valid 64x48 JPEG whose frame header (SOF) claims width x height.
+std::vector<uint8_t> forgedJpeg(int width, int height) {
+  std::vector<uint8_t> b = encodeJpeg(testing::makeTestImage(64, 48, 2));
+  for (size_t i = 2; i + 9 < b.size(); ++i) {
+    if (b[i] == 0xFF && b[i + 1] == 0xC0) {  // baseline SOF0: len(2) precision(1) H(2) W(2)
+      b[i + 5] = static_cast<uint8_t>(height >> 8);
+      b[i + 6] = static_cast<uint8_t>(height);
+      b[i + 7] = static_cast<uint8_t>(width >> 8);
+      b[i + 8] = static_cast<uint8_t>(width);
+      return b;
+    }
+  }
+  throw std::runtime_error("no SOF0 in the encoded JPEG");
+}
+
+void expectBomb(const std::string& msg, const std::string& name, const std::string& claim) {
+  EXPECT_NE(msg.find(name), std::string::npos) << msg;
+  EXPECT_NE(msg.find(claim), std::string::npos) << msg;
+  EXPECT_NE(msg.find("above the decode limit"), std::string::npos) << msg;
+}
+
+TEST(DecodeLimits, ForgedJpegHeaderIsRefusedOnEveryPath) {
+  const auto bomb = forgedJpeg(60000, 60000);
+  const std::string claim = "60000x60000 = 3600000000 pixels";
+  expectBomb(errorOf<CorruptSampleError>([&] { inspectImage(bomb, "bomb.jpg"); }), "bomb.jpg",
+             claim);
+  for (int reduce : {1, 2, 8}) {  // full OpenCV decode and OpenCV's reduced decodes
+    expectBomb(errorOf<CorruptSampleError>([&] { decodeImageBgr(bomb, "bomb.jpg", reduce); }),
+               "bomb.jpg", claim);
+  }
+  if (jpegRegionDecodeAvailable()) {  // the DCT-scaled region decoder, called on its own
+    JpegRegion region;
+    expectBomb(errorOf<CorruptSampleError>([&] {
+                 decodeJpegRegion(bomb, "bomb.jpg", {0, 0, 60000, 60000}, 224, region);
+               }),
+               "bomb.jpg", claim);
+  }
+  // The default (reduced-decode) train and eval transforms.
+  for (ImageTransform t : {ImageTransform::kTrain, ImageTransform::kEval}) {
+    ImageFolderIndex idx;
+    idx.classes = {"a"};
+    idx.samples = {{"bomb.jpg", 0}};
+    ImageFolderOptions opt;
+    opt.transform = t;
+    ImageFolderSource src(idx, opt);
+    std::vector<float> out(src.shape().elems());
+    Rng rng(1);
+    expectBomb(
+        errorOf<CorruptSampleError>([&] { src.transformBytes(bomb, "bomb.jpg", rng, out.data()); }),
+        "bomb.jpg", claim);
+  }
+  // One side too long, few pixels.
+  expectBomb(errorOf<CorruptSampleError>([&] { decodeImageBgr(forgedJpeg(65535, 2), "wide.jpg"); }),
+             "wide.jpg", "65535x2 pixels, a side");
+}
+
+TEST(DecodeLimits, ForgedPngHeaderIsRefused) {
+  std::vector<uint8_t> png;
+  cv::imencode(".png", testing::makeTestImage(16, 8, 1), png);
+  // IHDR width and height (big-endian at bytes 16 and 20) become 60000; its CRC is now stale,
+  // but the limits are checked first.
+  const uint8_t be60000[4] = {0, 0, 0xEA, 0x60};
+  std::copy(be60000, be60000 + 4, png.begin() + 16);
+  std::copy(be60000, be60000 + 4, png.begin() + 20);
+  expectBomb(errorOf<CorruptSampleError>([&] { decodeImageBgr(png, "bomb.png"); }), "bomb.png",
+             "60000x60000");
+}
+
+TEST(DecodeLimits, ForgedIdxHeaderIsRefused) {
+  // IDX3: magic, count 1, rows 60000, cols 60000, then 4 bytes instead of 3.6 GB.
+  const std::vector<uint8_t> idx = {0,    0,    8, 3, 0,    0,    0, 1, 0, 0,
+                                    0xEA, 0x60, 0, 0, 0xEA, 0x60, 1, 2, 3, 4};
+  expectBomb(errorOf<DatasetError>([&] { parseIdxImages(idx, "bomb-idx3-ubyte"); }),
+             "bomb-idx3-ubyte", "60000x60000");
+  TempDir dir;
+  testing::writeAll(dir.path() / "bomb-idx3-ubyte", idx);
+  expectBomb(errorOf<DatasetError>([&] { readIdxImages(dir.path() / "bomb-idx3-ubyte"); }),
+             "bomb-idx3-ubyte", "60000x60000");
+}
+
+TEST(DecodeLimits, GzipBombStopsAtTheLimit) {
+  TempDir dir;
+  const fs::path p = dir.path() / "bomb-idx3-ubyte.gz";
+  gzFile f = gzopen(p.c_str(), "wb9");
+  ASSERT_NE(f, nullptr);
+  const std::vector<char> zeros(1 << 20, 0);
+  for (int i = 0; i < 8; ++i) ASSERT_EQ(gzwrite(f, zeros.data(), zeros.size()), 1 << 20);
+  gzclose(f);
+  ASSERT_LT(fs::file_size(p), 64u << 10);  // 8 MiB of zeros in a few KB
+  EXPECT_EQ(readMaybeGzip(p, 8u << 20).size(), 8u << 20);
+  const std::string msg = errorOf<DatasetError>([&] { readMaybeGzip(p, 2u << 20); });
+  EXPECT_NE(msg.find("bomb-idx3-ubyte.gz (decompressed)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("above the decode limit of 2097152 bytes"), std::string::npos) << msg;
+}
+
+TEST(DecodeLimits, OversizedFileIsRefusedBeforeReading) {
+  TempDir dir;
+  const fs::path p = dir.path() / "huge.JPEG";
+  testing::writeAll(p, {0xFF, 0xD8, 0xFF});
+  fs::resize_file(p, kDecodeLimits.maxFileBytes + 1);  // sparse: no disk space used
+  std::vector<uint8_t> bytes;
+  const std::string msg = errorOf<CorruptSampleError>([&] { readFileBytes(p, bytes); });
+  EXPECT_NE(msg.find("huge.JPEG"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("above the decode limit of 536870912 bytes"), std::string::npos) << msg;
+  EXPECT_EQ(bytes.capacity(), 0u);
 }
 
 TEST(Transforms, RandomResizedCropRectFollowsTorchvisionRules) {
@@ -435,6 +547,7 @@ TEST_F(CorruptFilesTest, SkipReportsByNameAndKeepsBatchesFull) {
     ASSERT_EQ(src->size(), 12);
     PipelineOptions opt = PipelineOptions::eval(4, 2);
     opt.corruptPolicy = CorruptPolicy::kSkip;
+    opt.replaceCorrupt = true;  // as training does
     Pipeline p(src, opt, 0);
     int batches = 0;
     while (auto b = p.next()) {
@@ -456,6 +569,54 @@ TEST_F(CorruptFilesTest, SkipReportsByNameAndKeepsBatchesFull) {
     EXPECT_EQ(fs::path(bad[0]).filename(), "random_bytes.JPEG");
     EXPECT_EQ(fs::path(bad[1]).filename(), "first_half.JPEG");
   }
+}
+
+// Evaluation: a corrupt file's slot stays empty; every good file is delivered exactly once and
+// nothing stands in for the corrupt ones (issue 33: duplicates were scored).
+TEST_F(CorruptFilesTest, EvalSkipLeavesSlotsEmptyAndNeverDuplicates) {
+  auto src = source(ImageTransform::kEval);
+  ASSERT_EQ(src->size(), 12);
+  PipelineOptions opt = PipelineOptions::eval(5, 2);  // 3 batches, the last padded (2 of 5)
+  opt.corruptPolicy = CorruptPolicy::kSkip;
+  Pipeline p(src, opt, 0);
+  std::vector<int64_t> delivered;
+  int positions = 0, skipped = 0;
+  while (auto b = p.next()) {
+    positions += b->validCount;
+    skipped += b->skipped;
+    int empty = 0;
+    for (int s = 0; s < b->validCount; ++s) {
+      if (b->sampleIndices[s] < 0) {
+        ++empty;
+        EXPECT_EQ(b->labels[s], -1);
+        for (float v : b->image(s)) ASSERT_EQ(v, 0.f);
+      } else {
+        delivered.push_back(b->sampleIndices[s]);
+        EXPECT_GE(b->labels[s], 0);
+      }
+    }
+    EXPECT_EQ(empty, b->skipped);
+  }
+  EXPECT_EQ(positions, 12);
+  EXPECT_EQ(skipped, 2);
+  std::sort(delivered.begin(), delivered.end());
+  ASSERT_EQ(delivered.size(), 10u);
+  EXPECT_EQ(std::adjacent_find(delivered.begin(), delivered.end()), delivered.end());
+  for (int64_t i : delivered) EXPECT_NE(src->describe(i).find("good"), std::string::npos);
+  EXPECT_EQ(p.corruptCount(), 2u);
+}
+
+TEST_F(CorruptFilesTest, FailNamesThePassGivenAsContext) {
+  PipelineOptions opt = PipelineOptions::eval(4, 2);
+  opt.context = "evaluation after epoch 3";
+  Pipeline p(source(ImageTransform::kEval), opt, 0);
+  const std::string msg = errorOf<DatasetError>([&] {
+    while (p.next()) {
+    }
+  });
+  EXPECT_NE(msg.find("evaluation after epoch 3, batch 1: "), std::string::npos) << msg;
+  EXPECT_NE(msg.find("random_bytes.JPEG"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("of epoch 0"), std::string::npos) << msg;
 }
 
 TEST_F(CorruptFilesTest, FailAbortsWithFileName) {

@@ -96,7 +96,7 @@ TEST(FuzzFindings, PngWiderThanIntMaxIsACorruptSample) {
     FAIL() << "accepted " << file;
   } catch (const datasets::CorruptSampleError& e) {
     EXPECT_NE(std::string(e.what()).find("x.png"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("each side must be 1..2147483647"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("the header claims 2659753572x"), std::string::npos)
         << e.what();
   }
 }

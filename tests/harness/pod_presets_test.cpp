@@ -1,12 +1,16 @@
 // Pod presets: batch identity on every row, the published Graphcore v1.1 configurations exactly
-// (also against the raw logs in shared/data), lookups, topology, config overrides.
+// (against Graphcore's logged hyperparameters, a committed fixture), lookups, topology, config
+// overrides.
 #include "harness/pod_presets.h"
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <stdexcept>
+#include <string>
 
 #include "harness/config.h"
 
@@ -119,41 +123,54 @@ TEST(PodPresets, PublishedBertAndEfficientNetConfigurations) {
   EXPECT_EQ(hp["opt_epsilon"], hp["opt_lamb_epsilon"]);  // both ruleset spellings
 }
 
-// Every hyperparameter of a published preset equals the value in Graphcore's raw log.
-void expectPresetMatchesLog(const PodPreset& p, const fs::path& log) {
-  if (!fs::exists(log)) GTEST_SKIP() << "fixture missing: " << log;
-  std::ifstream in(log);
-  std::map<std::string, Json> logged;
-  for (std::string line; std::getline(in, line);) {
-    const auto at = line.find(":::MLLOG ");
-    if (at == std::string::npos) continue;
-    const Json j = Json::parse(line.substr(at + 9));
-    // ipu-pod128-POPART-closed logs eval_samples as [10000]: compare the element.
-    const Json& v = j["value"];
-    logged.emplace(j["key"].get<std::string>(), v.is_array() && v.size() == 1 ? v[0] : v);
-  }
+// Graphcore's v1.1 hyperparameters, extracted from the raw result logs by
+// tests/fixtures/mlperf_v1.1/make_graphcore_hparams.py (the logs themselves stay outside the
+// repository).
+const fs::path kHparamsFixture =
+    fs::path(IPU_SOURCE_DIR) / "tests/fixtures/mlperf_v1.1/graphcore_hparams.json";
+
+Json readJson(const fs::path& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot read " + path.string());
+  return Json::parse(in);
+}
+
+// Every hyperparameter of a published preset equals the value Graphcore logged.
+void expectPresetMatches(const PodPreset& p, const Json& logged) {
   int compared = 0;
   const Json hp = mlperfHyperparameters(p);  // a named object: items() does not own it
   for (const auto& [k, v] : hp.items()) {
-    if (k == "opt_lamb_epsilon" || (k == "opt_name" && !logged.count(k))) continue;
-    ASSERT_TRUE(logged.count(k)) << p.name() << ": " << k << " not in " << log;
+    if (k == "opt_lamb_epsilon" || (k == "opt_name" && !logged.contains(k))) continue;
+    ASSERT_TRUE(logged.contains(k)) << p.name() << ": " << k << " not logged by Graphcore";
     EXPECT_EQ(logged[k], v) << p.name() << ": " << k;
     ++compared;
   }
   EXPECT_GE(compared, 10);
 }
 
-TEST(PodPresets, PublishedPresetsMatchTheRawGraphcoreLogs) {
-  const fs::path base = fs::path(IPU_SHARED_DIR) / "data/mlperf_training_v1.1/Graphcore/results";
-  for (int pod : {16, 64, 128, 256}) {
-    expectPresetMatchesLog(findPreset(Benchmark::kResNet50, pod, Scale::kFull),
-                           base / ("ipu-pod" + std::to_string(pod) + "-TF1/resnet/result_0.txt"));
-  }
-  for (int pod : {16, 64, 128}) {
-    expectPresetMatchesLog(
-        findPreset(Benchmark::kBertLarge, pod, Scale::kFull),
-        base / ("ipu-pod" + std::to_string(pod) + "-POPART-closed/bert/result_0.txt"));
-  }
+TEST(PodPresets, PublishedPresetsMatchGraphcoresLoggedHyperparameters) {
+  const Json runs = readJson(kHparamsFixture).at("runs");
+  for (int pod : {16, 64, 128, 256})
+    expectPresetMatches(findPreset(Benchmark::kResNet50, pod, Scale::kFull),
+                        runs.at("resnet/" + std::to_string(pod)));
+  for (int pod : {16, 64, 128})
+    expectPresetMatches(findPreset(Benchmark::kBertLarge, pod, Scale::kFull),
+                        runs.at("bert/" + std::to_string(pod)));
+}
+
+// The committed fixture is what the generator makes of the raw logs, where they are present.
+TEST(PodPresets, HyperparameterFixtureMatchesTheRawGraphcoreLogs) {
+  const fs::path results = fs::path(IPU_SHARED_DIR) / "data/mlperf_training_v1.1/Graphcore/results";
+  if (!fs::exists(results))
+    GTEST_SKIP() << "raw logs not present (" << results << "); the fixture is checked without them";
+  const fs::path out = fs::temp_directory_path() / "ipu_graphcore_hparams_regenerated.json";
+  const std::string cmd = "/usr/bin/python3 " + std::string(IPU_SOURCE_DIR) +
+                          "/tests/fixtures/mlperf_v1.1/make_graphcore_hparams.py '" +
+                          results.string() + "' > '" + out.string() + "'";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  EXPECT_EQ(readJson(out), readJson(kHparamsFixture))
+      << "regenerate tests/fixtures/mlperf_v1.1/graphcore_hparams.json with its script";
+  fs::remove(out);
 }
 
 TEST(PodPresets, MiniScaleIsSmallSgd) {

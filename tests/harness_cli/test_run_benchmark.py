@@ -287,6 +287,27 @@ def test_help_documents_every_flag_with_its_default():
         assert default in r.stdout, default
 
 
+def test_help_and_readme_list_the_exit_codes():
+    """harness/exit_codes.h is the one definition; --help prints it and README.md repeats it."""
+    r = run(["--help"])
+    assert r.returncode == 0
+    header = (SOURCE_DIR / "harness" / "exit_codes.h").read_text()
+    codes = {int(v): k for k, v in re.findall(r"(kExit\w+) = (\d+),", header)}
+    codes.update({130: "kExitSigint", 143: "kExitSigterm"})
+    assert sorted(codes) == [0, 1, 2, 3, 4, 130, 143], codes
+    readme = (SOURCE_DIR / "README.md").read_text()
+    for code, words in {0: "success", 1: "refused before running", 2: "target not reached",
+                        3: "tile memory", 4: "aborted by an error", 130: "SIGINT",
+                        143: "SIGTERM"}.items():
+        assert re.search(rf"\b{code}\b[^\n]*{words}", r.stdout), (code, r.stdout)
+        assert re.search(rf"\b{code}\b[^\n]*{words}", readme), (code, "README.md")
+
+
+def test_help_refusal_exit_code_for_a_bad_flag_value():
+    r = run(["--pod-size", "8"])
+    assert r.returncode == 1, r.stdout + r.stderr  # refused before running, as any refusal
+
+
 # ----------------------------------------------------------------------------- real runs
 
 @pytest.fixture(scope="module")
@@ -429,11 +450,11 @@ FULL_CONFIG = {"micro_batch_size": 2, "gradient_accumulation_steps": 2, "model_b
 POD4_CONFIG = {"micro_batch_size": 1, "gradient_accumulation_steps": 1, "model_bn_span": 1}
 
 
-def make_imagenet(root, corrupt=False):
+def make_imagenet(root, corrupt=False, corrupt_val=False, train_per=6):
     import numpy as np
     from PIL import Image
     rng = np.random.default_rng(0)
-    for split, per in (("train", 6), ("val", 2)):
+    for split, per in (("train", train_per), ("val", 2)):
         for c, syn in enumerate(SYNSETS):
             folder = root / split / syn
             folder.mkdir(parents=True)
@@ -449,6 +470,11 @@ def make_imagenet(root, corrupt=False):
     if corrupt:  # a truncated file: the header and a little of the scan
         good = (root / "train" / SYNSETS[3] / f"{SYNSETS[3]}_0.JPEG").read_bytes()
         (root / "train" / SYNSETS[3] / "truncated.JPEG").write_bytes(good[:400])
+    if corrupt_val:  # 2 of 10 validation files: a truncated one and one of random bytes
+        good = (root / "val" / SYNSETS[0] / f"{SYNSETS[0]}_0.JPEG").read_bytes()
+        (root / "val" / SYNSETS[0] / "val_truncated.JPEG").write_bytes(good[:400])
+        (root / "val" / SYNSETS[2] / "val_random.JPEG").write_bytes(
+            np.random.default_rng(1).integers(0, 256, 3000, dtype=np.uint8).tobytes())
     return root
 
 
@@ -460,6 +486,13 @@ def imagenet(tmp_path_factory):
 @pytest.fixture(scope="module")
 def imagenet_corrupt(tmp_path_factory):
     return make_imagenet(tmp_path_factory.mktemp("imagenet_corrupt"), corrupt=True)
+
+
+@pytest.fixture(scope="module")
+def imagenet_corrupt_val(tmp_path_factory):
+    """One training step an epoch (4 images): these tests are about the evaluation after it."""
+    return make_imagenet(tmp_path_factory.mktemp("imagenet_corrupt_val"), corrupt_val=True,
+                         train_per=1)
 
 
 def full_run(tmp_path, data, division="open", pod="1", config=FULL_CONFIG, extra=()):
@@ -525,11 +558,64 @@ def test_full_scale_pod4_skips_a_corrupt_jpeg_and_names_it(tmp_path, imagenet_co
 def test_full_scale_corrupt_jpeg_fails_the_run_naming_it(tmp_path, imagenet_corrupt):
     r, results = full_run(tmp_path, imagenet_corrupt)
     out = r.stdout + r.stderr
-    assert r.returncode == 2, out
+    assert r.returncode == 4, out  # aborted by an error, not a missed target
     ev = events(result_dir(results) / "result_0.txt")
     reason = [e["value"] for e in ev if e["key"] == "run_abort_reason"]
     assert len(reason) == 1 and "truncated.JPEG" in reason[0], reason
     assert [e["metadata"]["status"] for e in ev if e["key"] == "run_stop"] == ["aborted"]
+
+
+def test_full_scale_corrupt_val_images_are_not_scored_under_skip(tmp_path, imagenet_corrupt_val):
+    """Issue 33: 2 of 10 validation files are corrupt. Under skip they are named and not scored,
+    and nothing is scored in their place: eval_samples and the denominator are the 8 others."""
+    r, results = full_run(tmp_path, imagenet_corrupt_val,
+                          config={**FULL_CONFIG, "max_corrupt_eval_fraction": 0.25},
+                          extra=["--on-corrupt-image", "skip"])
+    out = r.stdout + r.stderr
+    assert r.returncode == 2, out  # ran to the end; one epoch does not reach the target
+    assert ("evaluation after epoch 1: 2 of 10 validation image(s) corrupt, skipped and not "
+            "scored (the accuracy is over the other 8), first: ") in out, out
+    ev = events(result_dir(results) / "result_0.txt")
+    assert [e["value"] for e in ev if e["key"] == "eval_samples"] == [8]
+    assert [e["value"] for e in ev if e["key"] == "ipu_max_corrupt_eval_fraction"] == [0.25]
+    skipped = [e for e in ev if e["key"] == "ipu_corrupt_eval_images_skipped"]
+    assert len(skipped) == 1 and skipped[0]["value"] == 2, skipped
+    assert skipped[0]["metadata"]["epoch_num"] == 1
+    assert sorted(pathlib.Path(f).name for f in skipped[0]["metadata"]["files"]) == [
+        "val_random.JPEG", "val_truncated.JPEG"]
+    accuracy = [e["value"] for e in ev if e["key"] == "eval_accuracy"]
+    assert len(accuracy) == 1 and abs(accuracy[0] * 8 - round(accuracy[0] * 8)) < 1e-9, accuracy
+    assert not [e for e in ev if e["key"] == "ipu_corrupt_images_skipped"]  # training: none
+    if have_checker():
+        code, text, verdict = checker(result_dir(results) / "result_0.txt", "4.0.0")
+        assert code == 0 and "SUCCESS" in verdict, text
+
+
+def test_full_scale_too_many_corrupt_val_images_abort_the_run(tmp_path, imagenet_corrupt_val):
+    """The default limit (0.1% of the validation set) is exceeded by 2 of 10: aborted, exit 4."""
+    r, results = full_run(tmp_path, imagenet_corrupt_val, extra=["--on-corrupt-image", "skip"])
+    out = r.stdout + r.stderr
+    assert r.returncode == 4, out
+    log = result_dir(results) / "result_0.txt"
+    assert_aborted_log(log, "evaluation after epoch 1: 2 of 10 validation images are corrupt "
+                            "(20%), more than the limit of 0.1% (max_corrupt_eval_fraction)")
+    ev = events(log)
+    assert [e["value"] for e in ev if e["key"] == "eval_samples"] == [8]
+    assert [e["value"] for e in ev if e["key"] == "ipu_max_corrupt_eval_fraction"] == [0.001]
+    assert not [e for e in ev if e["key"] == "eval_accuracy"]
+
+
+def test_full_scale_corrupt_val_image_fails_naming_the_evaluation(tmp_path, imagenet_corrupt_val):
+    """Under fail, the error says it came from the evaluation after epoch 1 (it once said
+    "batch 0 of epoch 0") and names the file."""
+    r, results = full_run(tmp_path, imagenet_corrupt_val)
+    out = r.stdout + r.stderr
+    assert r.returncode == 4, out
+    log = result_dir(results) / "result_0.txt"
+    assert_aborted_log(log, "evaluation after epoch 1, batch ")
+    reason = [e["value"] for e in events(log) if e["key"] == "run_abort_reason"][0]
+    assert "val_truncated.JPEG" in reason and "of epoch 0" not in reason, reason
+    assert [e["value"] for e in events(log) if e["key"] == "eval_samples"] == [10]
 
 
 def test_full_scale_that_does_not_fit_is_refused_before_writing(tmp_path, imagenet):
@@ -590,7 +676,9 @@ def assert_aborted_log(log, reason):
         assert all("eval_accuracy" in l or "0.7590" in l for l in fails), text
 
 
-def test_sigint_ends_the_run_aborted_with_a_complete_log(tmp_path):
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)],
+                         ids=["SIGINT", "SIGTERM"])
+def test_sigint_ends_the_run_aborted_with_a_complete_log(tmp_path, sig, code):
     results = tmp_path / "results"
     config = write_config(tmp_path / "c.json", {"mini_eval_samples": 1000})
     p = subprocess.Popen([BINARY, "--results-dir", str(results), "--runs", "2",
@@ -606,11 +694,11 @@ def test_sigint_ends_the_run_aborted_with_a_complete_log(tmp_path):
         p.kill()
         pytest.fail("no run_start in the log within 300 s")
     time.sleep(2.0)  # well inside the first epoch (60,000 images, ~10 minutes)
-    p.send_signal(signal.SIGINT)
+    p.send_signal(sig)
     out, err = p.communicate(timeout=120)
-    assert p.returncode == 130, out + err
+    assert p.returncode == code, out + err
     assert "interrupted" in out + err
-    assert_aborted_log(log, "interrupted")
+    assert_aborted_log(log, f"interrupted ({sig.name})")
     assert not (result_dir(results) / "result_1.txt").exists()  # no further run started
 
 

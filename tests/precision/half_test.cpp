@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "ipu_backend/precision/half.h"
@@ -193,9 +194,19 @@ void expectBulkMatchesScalar(const std::vector<float>& xs) {
   }
 }
 
-TEST(HalfVector, ReportsPaths) {
-  std::printf("[ vector paths ] f32->f16/f16->f32: %s, f32->bf16: %s\n", vectorPathF16(),
-              vectorPathBF16());
+// The vector paths are chosen at compile time. A path may only be one the running CPU has, and a
+// -march=native build (IPU_MARCH_NATIVE) must not fall back to scalar where the CPU has the ISA.
+TEST(HalfVector, PathsMatchTheCpu) {
+  const std::string f16 = vectorPathF16(), bf16 = vectorPathBF16();
+  std::printf("[ vector paths ] f32->f16/f16->f32: %s, f32->bf16: %s\n", f16.c_str(), bf16.c_str());
+  const bool cpuF16c = __builtin_cpu_supports("f16c");
+  const bool cpuBf16 = __builtin_cpu_supports("avx512bf16");
+  EXPECT_TRUE(f16 == "scalar" || (f16 == "f16c" && cpuF16c)) << f16;
+  EXPECT_TRUE(bf16 == "scalar" || (bf16 == "avx512bf16" && cpuBf16)) << bf16;
+#ifdef IPU_MARCH_NATIVE
+  EXPECT_EQ(f16, cpuF16c ? "f16c" : "scalar");
+  EXPECT_EQ(bf16, cpuBf16 ? "avx512bf16" : "scalar");
+#endif
 }
 
 TEST(HalfVector, F16SampleMatchesScalar) {

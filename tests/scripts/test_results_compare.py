@@ -256,3 +256,63 @@ def test_plots_with_fixture_packages(tmp_path):
     for f in files:
         with open(f, "rb") as fh:
             assert fh.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+# ----------------------------------------------------------------- projections
+# `run_benchmark --project-only --all-pod-sizes --json` output for ResNet-50 (2026-12-07).
+PROJECTION = os.path.join(FIXTURES, "projection", "resnet50_all_pods.json")
+
+
+def test_projections_join_the_modeled_table_without_packages():
+    res = cr.analyse([], projection_files=[PROJECTION])
+    rows = {r["pod_size"]: r for r in res["modeled"]}
+    assert sorted(rows) == [1, 4, 16, 64, 128, 256]
+    assert res["projections"] == res["modeled"]
+    with open(PROJECTION) as fh:
+        doc = {p["pod_size"]: p for p in json.load(fh)}
+    for pod, r in rows.items():
+        assert r["system"] == f"projection/IPU-POD{pod}"
+        assert r["modeled_min"] == doc[pod]["modeled_minutes"]
+        assert r["fits"] == doc[pod]["fit"]["fits"]
+        assert ("priced as if it fit" in r["note"]) == (not r["fits"])
+    # Published times recorded by run_benchmark stand in when no package is given.
+    assert rows[256]["published_min"] == pytest.approx(3.795)
+    assert rows[256]["modeled_over_published"] == pytest.approx(
+        doc[256]["modeled_minutes"] / 3.795)
+    assert rows[1]["published_min"] is None and "no published result" in rows[1]["note"]
+    assert rows[16]["configuration"] == "16x20x10=3200, 38 ep"
+    md = cr.render_markdown(res)
+    assert "| resnet | projection/IPU-POD64 | 64 | 64x20x3=3840, 38 ep |" in md
+
+
+def test_projections_beside_the_official_packages(official):
+    res = cr.analyse([os.path.join(official, "Graphcore")], projection_files=[PROJECTION])
+    rows = {r["pod_size"]: r for r in res["modeled"] if r["system"].startswith("projection/")}
+    assert rows[256]["published_system"] == "Graphcore/ipu-pod256-TF1"
+    assert rows[256]["published_min"] == pytest.approx(3.7949, abs=1e-4)
+    assert rows[64]["published_system"] == "Graphcore/ipu-pod64-TF1"
+
+
+def test_projection_cli_writes_table_and_plots(tmp_path):
+    single = tmp_path / "pod16.json"
+    with open(PROJECTION) as fh:
+        single.write_text(json.dumps(json.load(fh)[2]))  # one pod size: a JSON object
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        ["/usr/bin/python3", "-B", os.path.join(SCRIPTS, "compare_results.py"),
+         "--projection", str(single), "--out", str(out)],
+        capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "| resnet | projection/IPU-POD16 | 16 |" in proc.stdout
+    for f in ("modeled.csv", "projection_vs_published.png", "modeled_vs_published.png"):
+        assert (out / f).stat().st_size > 0, f
+
+
+def test_projection_file_that_is_not_one_is_named(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([{"system": "IPU-POD16"}]))
+    proc = subprocess.run(
+        ["/usr/bin/python3", "-B", os.path.join(SCRIPTS, "compare_results.py"),
+         "--projection", str(bad)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert f"{bad}: projection 0 lacks mlperf_benchmark" in proc.stderr
