@@ -21,9 +21,7 @@ cd "$ROOT"
 BUILD="${FUZZ_BUILD_DIR:-build-fuzz}"
 OUT="${FUZZ_OUT:-$BUILD/fuzz-out}"
 SECONDS_EACH="${FUZZ_SECONDS:-30}"
-ALL_TARGETS=(idx image_decode image_folder ir_text config)
 TARGETS=("$@")
-[ ${#TARGETS[@]} -eq 0 ] && TARGETS=("${ALL_TARGETS[@]}")
 
 if [ "${FUZZ_SKIP_BUILD:-0}" != "1" ]; then
   CXX_BIN="${FUZZ_CXX:-clang++-16}"
@@ -38,6 +36,14 @@ if [ "${FUZZ_SKIP_BUILD:-0}" != "1" ]; then
   cmake --build "$BUILD" -j "${JOBS:-$(nproc)}" --target fuzz_targets
 fi
 
+# Every libFuzzer binary the build made (the BERT ones exist when datasets/bert does).
+ALL_TARGETS=()
+for exe in "$BUILD"/tests/fuzz/fuzz_*; do
+  name="$(basename "$exe")"
+  case "$name" in fuzz_replay_* | fuzz_findings_test | *.*) continue ;; esac
+  [ -x "$exe" ] && [ -f "$exe" ] && ALL_TARGETS+=("${name#fuzz_}")
+done
+[ ${#TARGETS[@]} -eq 0 ] && TARGETS=("${ALL_TARGETS[@]}")
 mkdir -p "$OUT"
 summary=()
 failed=0
