@@ -47,7 +47,7 @@
 #   NIGHTLY_GIT_REV      revision recorded in run_manifest.json (GITHUB_SHA or git rev-parse)
 #   NIGHTLY_LONG_TESTS   1 (default): run the long tests CI leaves out; 0: skip them
 #   NIGHTLY_LONG_TESTS_REGEX  their ctest regex (^harness_cli\.real_resnet50$)
-#   NIGHTLY_FUZZ_SECONDS seconds per fuzz target (900; 0: no fuzzing)
+#   NIGHTLY_FUZZ_SECONDS seconds per fuzz target (900, or 0 with NIGHTLY_SKIP_BUILD=1; 0: none)
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -75,7 +75,13 @@ SMALL_CNN_TARGET="${NIGHTLY_SMALL_CNN_TARGET:-0.85}"
 TTA_TIMEOUT="${NIGHTLY_TTA_TIMEOUT:-3600}"
 # The tests .ci/run leaves out (CI_NIGHTLY_ONLY there) and the long fuzz runs.
 LONG_TESTS="${NIGHTLY_LONG_TESTS_REGEX:-^harness_cli\.real_resnet50\$}"
-FUZZ_SECONDS="${NIGHTLY_FUZZ_SECONDS:-900}"
+# With NIGHTLY_SKIP_BUILD=1 (a given build folder, e.g. the tests' fake one) nothing is fuzzed
+# unless NIGHTLY_FUZZ_SECONDS asks for it: the fuzz targets need their own clang build.
+if [ "${NIGHTLY_SKIP_BUILD:-0}" = "1" ]; then
+  FUZZ_SECONDS="${NIGHTLY_FUZZ_SECONDS:-0}"
+else
+  FUZZ_SECONDS="${NIGHTLY_FUZZ_SECONDS:-900}"
+fi
 read -r -a BENCH_ARGS <<< "${NIGHTLY_BENCH_ARGS:-}"
 read -r -a COMPARE_ARGS <<< "${NIGHTLY_COMPARE_ARGS:-}"
 read -r -a TTA_ARGV <<< "$TTA_ARGS"
