@@ -34,8 +34,9 @@ void regionRectToOutput(const JpegRegion& region, double x, double y, double w, 
 }
 }  // namespace
 
-ImageFolderIndex scanImageFolder(const fs::path& dir, CorruptPolicy emptyClassPolicy,
-                                 const std::vector<std::string>* classes) {
+namespace {
+ImageFolderIndex scanImageFolderImpl(const fs::path& dir, CorruptPolicy emptyClassPolicy,
+                                     const std::vector<std::string>* classes) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
     throw DatasetError(fmt::format("{}: image folder not found (expected <root>/<split>/<synset>/"
@@ -92,6 +93,21 @@ ImageFolderIndex scanImageFolder(const fs::path& dir, CorruptPolicy emptyClassPo
   std::stable_sort(idx.samples.begin(), idx.samples.end(),
                    [](const auto& a, const auto& b) { return a.label < b.label; });
   return idx;
+}
+}  // namespace
+
+ImageFolderIndex scanImageFolder(const fs::path& dir, CorruptPolicy emptyClassPolicy,
+                                 const std::vector<std::string>* classes) {
+  try {
+    return scanImageFolderImpl(dir, emptyClassPolicy, classes);
+  } catch (const fs::filesystem_error& e) {
+    // An entry the scan cannot even stat: a symlink loop, an unreadable folder.
+    const std::string p = e.path1().empty() ? dir.string() : e.path1().string();
+    throw DatasetError(fmt::format("{}: cannot scan the image folder: {} (check the permissions "
+                                   "and symbolic links below {})",
+                                   p, e.code().message(), dir.string()),
+                       p);
+  }
 }
 
 ImageFolderSource::ImageFolderSource(ImageFolderIndex index, const ImageFolderOptions& options)

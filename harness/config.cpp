@@ -46,12 +46,12 @@ void mergeInto(Json& target, const Json& user, const std::string& source,
       if (!value.is_object()) throw mismatch();
       mergeInto(slot, value, source, path);
     } else if (slot.is_number_integer()) {
-      // 3.0 is accepted where an integer is expected; 3.5 is not.
+      // 3.0 is accepted where an integer is expected; 3.5 is not, nor 1e300 (no int64 holds it).
+      const double d = value.is_number_float() ? value.get<double>() : 0.0;
       if (value.is_number_integer()) {
         slot = value;
-      } else if (value.is_number_float() &&
-                 std::floor(value.get<double>()) == value.get<double>()) {
-        slot = static_cast<std::int64_t>(value.get<double>());
+      } else if (value.is_number_float() && std::floor(d) == d && d >= -0x1p63 && d < 0x1p63) {
+        slot = static_cast<std::int64_t>(d);
       } else {
         throw mismatch();
       }
@@ -93,7 +93,7 @@ Json loadJsonFile(const std::filesystem::path& path) {
   text << in.rdbuf();
   try {
     return Json::parse(text.str());
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // parse_error, and out_of_range for 1e400 and the like
     throw ConfigError(fmt::format("{}: not valid JSON ({})", path.string(), e.what()),
                       path.string(), "");
   }

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <stdexcept>
 
 #include "harness/config.h"
@@ -394,6 +396,7 @@ namespace {
 constexpr char kMicroBatch[] = "micro_batch_size";
 constexpr char kPrecision[] = "precision";
 constexpr char kLossScaling[] = "loss_scaling";
+constexpr std::int64_t kMaxBatchSize = std::numeric_limits<int>::max();
 }  // namespace
 
 Json presetConfigJson(const PodPreset& preset) {
@@ -409,17 +412,28 @@ Json presetConfigJson(const PodPreset& preset) {
 PodPreset applyConfig(const PodPreset& preset, const Json& user, std::string_view sourceName) {
   const Json merged = mergeConfig(presetConfigJson(preset), user, sourceName);
   PodPreset p = preset;
-  p.micro_batch = merged[kMicroBatch].get<int>();
-  p.gradient_accumulation = merged[keys::kGradientAccumulationSteps].get<int>();
-  for (const auto& [key, value] :
-       {std::pair{kMicroBatch, p.micro_batch},
-        std::pair{+keys::kGradientAccumulationSteps, p.gradient_accumulation}}) {
-    if (value < 1) {
-      throw ConfigError(fmt::format("{}: key '{}' must be >= 1, got {}", sourceName, key, value),
-                        std::string(sourceName), key);
+  // Read as the JSON integer it is (get<int> would wrap 4294967304 to 8 without a word).
+  const auto batchSize = [&](const char* key) {
+    const Json& v = merged[key];
+    const bool tooLarge = v.is_number_unsigned()
+                              ? v.get<std::uint64_t>() > static_cast<std::uint64_t>(kMaxBatchSize)
+                              : v.get<std::int64_t>() > kMaxBatchSize;
+    if (tooLarge || v.get<std::int64_t>() < 1) {
+      throw ConfigError(
+          fmt::format("{}: key '{}' must be {}, got {}", sourceName, key,
+                      tooLarge ? fmt::format("<= {}", kMaxBatchSize) : ">= 1", v.dump()),
+          std::string(sourceName), key);
     }
+    return static_cast<int>(v.get<std::int64_t>());
+  };
+  p.micro_batch = batchSize(kMicroBatch);
+  p.gradient_accumulation = batchSize(keys::kGradientAccumulationSteps);
+  if (__builtin_mul_overflow(std::int64_t{p.replicas} * p.gradient_accumulation,
+                             std::int64_t{p.micro_batch}, &p.global_batch)) {
+    throw ConfigError(fmt::format("{}: global batch {} replicas x {} x {} does not fit in 64 bits",
+                                  sourceName, p.replicas, p.gradient_accumulation, p.micro_batch),
+                      std::string(sourceName), kMicroBatch);
   }
-  p.global_batch = std::int64_t{p.replicas} * p.gradient_accumulation * p.micro_batch;
   p.precision = merged[kPrecision].get<std::string>();
   p.loss_scaling = {merged[kLossScaling]["mode"].get<std::string>(),
                     merged[kLossScaling]["scale"].get<double>()};

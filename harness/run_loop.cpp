@@ -21,9 +21,6 @@ namespace fs = std::filesystem;
 
 // Thrown from the trainer's per-step callback: the only way to leave trainEpoch between steps.
 struct Interrupted {};
-const char* signalName(int sig) {
-  return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "a signal";
-}
 constexpr char kAbortReasonKey[] = "run_abort_reason";  // not an MLPerf key: ours
 struct Diverged {
   std::int64_t step;

@@ -61,7 +61,7 @@ PROGRESS_UNIT = {"bert": "samples"}  # default "epochs"
 
 
 def canonical_benchmark(name: str | None) -> str:
-    if not name:
+    if not name or not isinstance(name, str):  # a log's submission_benchmark may be anything
         return "unknown"
     key = name.strip().lower()
     return BENCHMARK_ALIASES.get(key, key)
@@ -111,9 +111,10 @@ def parse_mllog_lines(lines: Iterable[str], path: str = "<input>"):
             issues.append(Issue(path, f"{MLLOG_MARKER} record without a 'key'; line skipped",
                                 "warning", lineno))
             continue
-        t = obj.get("time_ms")
-        if not isinstance(t, (int, float)) or isinstance(t, bool):
-            t = None
+        t = _num(obj.get("time_ms"))
+        if t is None and "time_ms" in obj:
+            issues.append(Issue(path, f"time_ms {obj['time_ms']!r:.40} is not a finite number; "
+                                      "the record is kept without a time", "warning", lineno))
         md = obj.get("metadata")
         records.append(LogRecord(key=str(obj["key"]), time_ms=t,
                                  event_type=str(obj.get("event_type", "")),
@@ -191,11 +192,14 @@ class Run:
 
 
 def _num(x) -> float | None:
+    """A finite float, or None (not a number, NaN/inf, or an integer beyond a float's range)."""
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         return None
-    if isinstance(x, float) and not math.isfinite(x):
+    try:
+        f = float(x)
+    except OverflowError:  # JSON integers are unbounded in Python
         return None
-    return float(x)
+    return f if math.isfinite(f) else None
 
 
 def _run_stop_status(rec: LogRecord) -> str:

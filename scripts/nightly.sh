@@ -12,8 +12,9 @@
 #      own process (under a memory cap and a timeout), so one that dies is reported by name and
 #      the others still run; the parts are merged into OUT/<suite>.json (Google Benchmark JSON)
 #   3. the mini time-to-accuracy runs (run_benchmark --scale mini ..., train_small_cnn), when the
-#      harness binaries exist, summarised into OUT/tta.json
-#   3b. scripts/interrupt_stress.py: 50 SIGINT/SIGTERM at varied moments of tiny runs, each
+#      harness binaries exist, summarised into OUT/tta.json; then the long tests .ci/run leaves
+#      out (ctest) and every fuzz target for NIGHTLY_FUZZ_SECONDS (scripts/fuzz.sh)
+#   3c. scripts/interrupt_stress.py: 50 SIGINT/SIGTERM at varied moments of tiny runs, each
 #      must end with exit 130/143 and complete logs (OUT/interrupt_stress.log; a failure counts
 #      as a crash)
 #   4. scripts/bench_regression.py benchmarks/baseline OUT  -> OUT/comparison.{json,md}
@@ -48,6 +49,9 @@
 #   NIGHTLY_TTA_TIMEOUT  seconds per TTA run (3600)
 #   NIGHTLY_GIT_REV      revision recorded in run_manifest.json (GITHUB_SHA or git rev-parse)
 #   NIGHTLY_INTERRUPTS   interrupts of scripts/interrupt_stress.py (50; 0: none)
+#   NIGHTLY_LONG_TESTS   1 (default): run the long tests CI leaves out; 0: skip them
+#   NIGHTLY_LONG_TESTS_REGEX  their ctest regex (^harness_cli\.real_resnet50$)
+#   NIGHTLY_FUZZ_SECONDS seconds per fuzz target (900, or 0 with NIGHTLY_SKIP_BUILD=1; 0: none)
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -73,6 +77,15 @@ SMALL_CNN="${NIGHTLY_SMALL_CNN:-$BUILD/harness/train_small_cnn}"
 SMALL_CNN_ARGS="${NIGHTLY_SMALL_CNN_ARGS:---epochs 2 --train-subset 20000 --threads 2}"
 SMALL_CNN_TARGET="${NIGHTLY_SMALL_CNN_TARGET:-0.85}"
 TTA_TIMEOUT="${NIGHTLY_TTA_TIMEOUT:-3600}"
+# The tests .ci/run leaves out (CI_NIGHTLY_ONLY there) and the long fuzz runs.
+LONG_TESTS="${NIGHTLY_LONG_TESTS_REGEX:-^harness_cli\.real_resnet50\$}"
+# With NIGHTLY_SKIP_BUILD=1 (a given build folder, e.g. the tests' fake one) nothing is fuzzed
+# unless NIGHTLY_FUZZ_SECONDS asks for it: the fuzz targets need their own clang build.
+if [ "${NIGHTLY_SKIP_BUILD:-0}" = "1" ]; then
+  FUZZ_SECONDS="${NIGHTLY_FUZZ_SECONDS:-0}"
+else
+  FUZZ_SECONDS="${NIGHTLY_FUZZ_SECONDS:-900}"
+fi
 read -r -a BENCH_ARGS <<< "${NIGHTLY_BENCH_ARGS:-}"
 read -r -a COMPARE_ARGS <<< "${NIGHTLY_COMPARE_ARGS:-}"
 read -r -a TTA_ARGV <<< "$TTA_ARGS"
@@ -269,7 +282,32 @@ if [ ${#tta_dirs[@]} -gt 0 ] || [ ${#tta_logs[@]} -gt 0 ]; then
     || crashed+=("record_tta (no readable result log)")
 fi
 
-# 3b. Interrupts: NIGHTLY_INTERRUPTS SIGINT/SIGTERM at varied moments of tiny runs, each of which
+# 3b. What CI leaves to the nightly: the long convergence tests, and long fuzz runs ----------
+if [ "${NIGHTLY_LONG_TESTS:-1}" = "1" ] && [ -f "$BUILD/CTestTestfile.cmake" ]; then
+  log "long tests left out of CI: ctest -R '$LONG_TESTS'"
+  start=$(date +%s)
+  ctest --test-dir "$BUILD" --output-on-failure -R "$LONG_TESTS" > "$OUT/long_tests.log" 2>&1
+  rc=$?
+  durations+=("long_tests=$(( $(date +%s) - start ))")
+  log "long tests finished in $(( $(date +%s) - start )) s, exit $rc"
+  if [ $rc -ne 0 ]; then
+    crashed+=("long tests ($LONG_TESTS) failed: see $OUT/long_tests.log")
+    tail -n 20 "$OUT/long_tests.log" | sed 's/^/    /'
+  fi
+fi
+if [ "$FUZZ_SECONDS" -gt 0 ] 2>/dev/null; then
+  log "fuzzing every target for $FUZZ_SECONDS s (scripts/fuzz.sh, tests/fuzz/fuzz_mllog.py)"
+  start=$(date +%s)
+  FUZZ_SECONDS="$FUZZ_SECONDS" FUZZ_OUT="$OUT/fuzz" bash scripts/fuzz.sh > "$OUT/fuzz.log" 2>&1
+  rc=$?
+  "$PY" tests/fuzz/fuzz_mllog.py --seconds "$FUZZ_SECONDS" --out "$OUT/fuzz/mllog" \
+      tests/fuzz/corpus/mllog tests/fuzz/regressions/mllog >> "$OUT/fuzz.log" 2>&1 || rc=1
+  durations+=("fuzz=$(( $(date +%s) - start ))")
+  tail -n 8 "$OUT/fuzz.log" | sed 's/^/    /'
+  [ $rc -ne 0 ] && crashed+=("fuzzing found a crash: inputs under $OUT/fuzz (see $OUT/fuzz.log)")
+fi
+
+# 3c. Interrupts: NIGHTLY_INTERRUPTS SIGINT/SIGTERM at varied moments of tiny runs, each of which
 # must end with exit 130/143 and complete, checker-readable logs (CI does a few of these).
 if [ -x "$HARNESS" ] && [ "${NIGHTLY_INTERRUPTS:-50}" -gt 0 ]; then
   start=$(date +%s)

@@ -3,6 +3,9 @@
 # Run as root (or with sudo). Safe to run repeatedly: apt-get skips what is installed.
 set -euo pipefail
 
+# clang-16, libclang-rt-16-dev, libomp-16-dev: libFuzzer, clang's sanitizer runtimes and OpenMP
+# for the fuzz targets (scripts/fuzz.sh); clang 14 cannot build the project (no
+# std::source_location with GCC 12's libstdc++, no lambda captures of structured bindings).
 # libicu-dev: Unicode tables of the BERT tokenizer; wordnet-base: the default BERT pretraining text.
 # ocl-icd-opencl-dev: Debian's oneDNN is built with the OpenCL GPU runtime, so its CMake
 # package (find_package(dnnl)) requires OpenCL's headers and library to configure.
@@ -15,6 +18,7 @@ PACKAGES=(
   python3 python3-pip python3-venv python3-numpy python3-pandas python3-matplotlib
   python3-scipy python3-pytest python3-pil
   python3-torch python3-torchvision libopenblas0-openmp libjemalloc2
+  clang-16 libclang-rt-16-dev libomp-16-dev
 )
 
 missing=()

@@ -2,16 +2,33 @@
 # Installs the dependencies, builds Release (warnings as errors) and runs every test with ctest.
 # Usage: bash scripts/test.sh            (BUILD_DIR=build by default)
 #        IPU_SANITIZE=address,undefined bash scripts/test.sh   (a sanitizer build in build-asan)
+#        IPU_SANITIZE=thread bash scripts/test.sh              (build-tsan)
+# Environment: BUILD_TARGETS (build only these, e.g. unit_tests: the test executables),
+# CTEST_ARGS (e.g. "-L ." for the labelled tests only), IPU_TEST_STEPS ("build test": either
+# alone skips the other), JOBS, CTEST_JOBS. ccache is used when it is installed.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-bash scripts/setup.sh
+STEPS="${IPU_TEST_STEPS:-build test}"
 SAN="${IPU_SANITIZE:-}"
-BUILD_DIR="${BUILD_DIR:-build${SAN:+-san}}"
+case "$SAN" in
+  "") default_dir=build ;;
+  address,undefined) default_dir=build-asan ;;
+  thread) default_dir=build-tsan ;;
+  *) default_dir="build-san-${SAN//,/-}" ;;
+esac
+BUILD_DIR="${BUILD_DIR:-$default_dir}"
 JOBS="${JOBS:-$(nproc)}"
-cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DIPU_SANITIZE="$SAN" \
-  ${SAN:+-DIPU_BUILD_BENCHMARKS=OFF}
-# BUILD_TARGETS: build only these targets (e.g. the suites a sanitizer build runs).
-cmake --build "$BUILD_DIR" -j "$JOBS" ${BUILD_TARGETS:+--target $BUILD_TARGETS}
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
-ctest --test-dir "$BUILD_DIR" --output-on-failure -j "${CTEST_JOBS:-1}" ${CTEST_ARGS:-}
+if [[ " $STEPS " == *" build "* ]]; then
+  bash scripts/setup.sh
+  launcher=()
+  command -v ccache > /dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DIPU_SANITIZE="$SAN" \
+    ${SAN:+-DIPU_BUILD_BENCHMARKS=OFF} "${launcher[@]}"
+  # BUILD_TARGETS: build only these targets (e.g. the suites a sanitizer build runs).
+  cmake --build "$BUILD_DIR" -j "$JOBS" ${BUILD_TARGETS:+--target $BUILD_TARGETS}
+fi
+if [[ " $STEPS " == *" test "* ]]; then
+  ctest --test-dir "$BUILD_DIR" --output-on-failure -j "${CTEST_JOBS:-1}" ${CTEST_ARGS:-}
+fi
