@@ -31,6 +31,8 @@ if [ "${FUZZ_SKIP_BUILD:-0}" != "1" ]; then
   fi
   launcher=()
   command -v ccache > /dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  # Paths under the checkout's parent hash as relative ones: clones elsewhere share the cache.
+  export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$(dirname "$ROOT")}"
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER="$CXX_BIN" \
     -DIPU_FUZZ=ON -DIPU_BUILD_BENCHMARKS=OFF "${launcher[@]}" > /dev/null
   cmake --build "$BUILD" -j "${JOBS:-$(nproc)}" --target fuzz_targets

@@ -48,6 +48,7 @@
 #   NIGHTLY_SMALL_CNN_TARGET  its test accuracy target (0.85)
 #   NIGHTLY_TTA_TIMEOUT  seconds per TTA run (3600)
 #   NIGHTLY_GIT_REV      revision recorded in run_manifest.json (GITHUB_SHA or git rev-parse)
+#   NIGHTLY_ASAN         1 (default): every test suite under ASan+UBSan; 0: skip
 #   NIGHTLY_INTERRUPTS   interrupts of scripts/interrupt_stress.py (50; 0: none)
 #   NIGHTLY_LONG_TESTS   1 (default): run the long tests CI leaves out; 0: skip them
 #   NIGHTLY_LONG_TESTS_REGEX  their ctest regex (^harness_cli\.real_resnet50$)
@@ -321,6 +322,20 @@ if [ -x "$HARNESS" ] && [ "${NIGHTLY_INTERRUPTS:-50}" -gt 0 ]; then
     crashed+=("interrupt_stress (see $OUT/interrupt_stress.log)")
     grep -A3 FAIL "$OUT/interrupt_stress.log" | head -n 20 | sed 's/^/    /'
   fi
+fi
+
+# 3d. Every test suite under ASan+UBSan (CI builds only the readers' suites under it, for time).
+if [ "${NIGHTLY_ASAN:-1}" = "1" ]; then
+  start=$(date +%s)
+  log "ASan+UBSan: every test executable (scripts/test.sh, CTEST_ARGS=-L .)"
+  ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}" \
+  UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}" \
+  IPU_SANITIZE=address,undefined BUILD_TARGETS=unit_tests CTEST_ARGS="-L ." \
+      bash scripts/test.sh > "$OUT/asan.log" 2>&1
+  rc=$?
+  durations+=("asan=$(( $(date +%s) - start ))")
+  tail -n 3 "$OUT/asan.log" | sed 's/^/    /'
+  [ $rc -ne 0 ] && crashed+=("ASan+UBSan test run failed (see $OUT/asan.log)")
 fi
 
 # 4. Manifest and comparison --------------------------------------------------------------

@@ -24,6 +24,8 @@ if [[ " $STEPS " == *" build "* ]]; then
   bash scripts/setup.sh
   launcher=()
   command -v ccache > /dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  # Paths under the checkout's parent hash as relative ones: clones elsewhere share the cache.
+  export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$(dirname "$ROOT")}"
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DIPU_SANITIZE="$SAN" \
     ${SAN:+-DIPU_BUILD_BENCHMARKS=OFF} "${launcher[@]}"
   # BUILD_TARGETS: build only these targets (e.g. the suites a sanitizer build runs).
