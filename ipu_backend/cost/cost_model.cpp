@@ -63,8 +63,10 @@ double instructionsPerVector(const Op& op) {
     case OpKind::SoftmaxCrossEntropy:
     case OpKind::SoftmaxCrossEntropyGrad:
       return kTranscendentalInstructions + 3;  // max, subtract, exp, sum, scale
-    case OpKind::SgdUpdate:
-      return 4;  // v = m*v + g + wd*w; w -= lr*v
+    case OpKind::ApplyUpdate:
+      return 1;  // a copy (the optimizer's math is priced as the ordinary ops it lowers to)
+    case OpKind::OptimizerUpdate:
+      throw std::logic_error("cost model: optimizer_update is lowered by compile()");
     case OpKind::EmaUpdate:
       return 2;
     case OpKind::BatchNormInference:
@@ -204,8 +206,8 @@ VertexWork vertexWork(const Executable& exe, const ComputeSet& cs, const Op& op,
   } else if (op.kind == OpKind::SoftmaxCrossEntropy) {
     w.elements = inBytes / inBytes0;  // logits read per output sample
   }
-  // Optimizer and EMA updates read-modify-write their state in place.
-  if (op.kind == OpKind::SgdUpdate || op.kind == OpKind::EmaUpdate) inBytes += outBytes;
+  // EMA updates read-modify-write their state in place (apply_update only writes its target).
+  if (op.kind == OpKind::EmaUpdate) inBytes += outBytes;
   w.instrPerVector = instructionsPerVector(op);
   w.bytes = inBytes + outBytes;
   w.units = std::max(1.0, std::ceil(w.elements / w.vectorWidth));
@@ -275,7 +277,7 @@ double exchangeScale(const Executable& exe, const ComputeSet& cs, const CostOpti
 
 bool isElementwise(OpKind k) {
   return k == OpKind::Unary || k == OpKind::UnaryGrad || k == OpKind::Binary ||
-         k == OpKind::Reshape || k == OpKind::SgdUpdate || k == OpKind::EmaUpdate ||
+         k == OpKind::Reshape || k == OpKind::ApplyUpdate || k == OpKind::EmaUpdate ||
          k == OpKind::BatchNormInference || k == OpKind::BatchNormTrain ||
          k == OpKind::BatchNormBackward;
 }
@@ -387,7 +389,9 @@ void addComputeSets(const Executable& exe, const CostOptions& o, StepCost& sc) {
       ComputeSetCost c;
       c.name = cs.name;
       c.kind = op.kind;
-      if (op.kind != OpKind::ShardedSgdUpdate) {  // that one: 1/R of an sgd_update, not priced
+      // replica_chunk: this replica's slice of a weight it holds whole, no link traffic (the
+      // sharded update's math is priced as its ordinary ops).
+      if (op.kind != OpKind::ReplicaChunk) {
         // Each half of a ring all-reduce of the whole tensor: (R-1)/R of its bytes per replica.
         const int replicas = static_cast<int>(replicasOf(op));
         const int whole = op.kind == OpKind::CrossReplicaAllGather ? op.outputs[0] : op.inputs[0];
@@ -435,7 +439,8 @@ void addComputeSets(const Executable& exe, const CostOptions& o, StepCost& sc) {
     sc.exchangeCycles += c.exchangeCycles;
     sc.syncCycles += c.syncCycles;
     sc.macs += c.macs;
-    if (op.kind == OpKind::SgdUpdate) sc.optimizerCycles += c.total();
+    if (static_cast<size_t>(op.id) < exe.optimizerOp.size() && exe.optimizerOp[op.id])
+      sc.optimizerCycles += c.total();
     sc.computeSets.push_back(std::move(c));
   }
 }

@@ -16,7 +16,6 @@
 #include "ipu_backend/ir/op_defs.h"
 #include "ipu_backend/kernels/fused.h"
 #include "ipu_backend/kernels/fused_bf16.h"
-#include "ipu_backend/kernels/mixed_precision.h"
 #include "ipu_backend/kernels/reference.h"
 #include "ipu_backend/precision/half.h"
 #include "ipu_backend/precision/stochastic_rounding.h"
@@ -225,20 +224,15 @@ struct Engine::Impl {
           body = [=] { coll->allGather(r, x, y, n, what); };
         break;
       }
-      case OpKind::ShardedSgdUpdate: {
-        const float* w = P(op.inputs[0]);
-        float *v = P(op.inputs[1]), *gr = P(op.inputs[2]), *lr = P(op.inputs[3]);
+      case OpKind::ReplicaChunk: {
+        const float* x = P(op.inputs[0]);
         float* y = P(op.outputs[0]);
         const i64 n = g.tensor(op.inputs[0]).elements(),
                   s = chunkElements(n, static_cast<int>(replicas));
         const i64 begin = std::min(n, r * s), len = std::min(n, begin + s) - begin;
-        const float m = static_cast<float>(op.attrs.getFloat("momentum"));
-        const float wd = static_cast<float>(op.attrs.getFloat("weight_decay"));
-        const bool nest = op.attrs.getBool("nesterov", false);
         body = [=] {
-          std::copy(w + begin, w + begin + len, y);
+          std::copy(x + begin, x + begin + len, y);
           std::fill(y + len, y + s, 0.0f);
-          fz::sgdMomentumUpdate(*lr, m, wd, nest, y, v, gr, len);
         };
         break;
       }
@@ -789,13 +783,14 @@ struct Engine::Impl {
         float v = static_cast<float>(op.attrs.getFloat("value"));
         return [=] { std::fill(y, y + n, v); };
       }
-      case OpKind::SgdUpdate: {
-        float *w = F(in(0)), *v = F(in(1)), *gr = F(in(2)), *lr = F(in(3));
-        float m = static_cast<float>(op.attrs.getFloat("momentum"));
-        float wd = static_cast<float>(op.attrs.getFloat("weight_decay"));
-        bool nest = op.attrs.getBool("nesterov", false);
+      case OpKind::OptimizerUpdate:
+        break;  // lowered by compile()
+      case OpKind::ApplyUpdate: {
+        float *t = F(in(0)), *v = F(in(1)), *skip = F(in(2));
         i64 n = g.tensor(in(0)).elements();
-        return [=] { fz::sgdMomentumUpdate(*lr, m, wd, nest, w, v, gr, n); };
+        return [=] {
+          if (*skip == 0.0f) std::copy(v, v + n, t);  // NaN (overflow) compares unequal too
+        };
       }
       case OpKind::LarsLearningRate: {
         const float *ws = F(in(0)), *gs = F(in(1)), *lr = F(in(2)), *inv = F(in(3));
@@ -821,7 +816,7 @@ struct Engine::Impl {
       case OpKind::CrossReplicaReduceScatter:
       case OpKind::CrossReplicaAllGather:
       case OpKind::CrossReplicaSum:
-      case OpKind::ShardedSgdUpdate:
+      case OpKind::ReplicaChunk:
         break;  // makeReplicaOp
       case OpKind::EmaUpdate: {
         float *r = F(in(0)), *v = F(in(1));
@@ -834,15 +829,6 @@ struct Engine::Impl {
         float *x = F(in(0)), *y = F(out);
         size_t n = static_cast<size_t>(g.tensor(out).elements());
         return [=] { std::memcpy(y, x, n * sizeof(float)); };
-      }
-      case OpKind::SgdUpdateScaled: {
-        float *w = F(in(0)), *v = F(in(1)), *gr = F(in(2)), *lr = F(in(3));
-        float *inv = F(in(4)), *ovf = F(in(5));
-        float m = static_cast<float>(op.attrs.getFloat("momentum"));
-        float wd = static_cast<float>(op.attrs.getFloat("weight_decay"));
-        bool nest = op.attrs.getBool("nesterov", false);
-        i64 n = g.tensor(in(0)).elements();
-        return [=] { kernels::scaledSgdMomentumUpdate(*lr, m, wd, nest, *inv, *ovf, w, v, gr, n); };
       }
     }
     throw std::logic_error(fmt::format("fused engine: no kernel for op '{}'", opName(op.kind)));
@@ -1072,13 +1058,12 @@ struct Engine::Impl {
                                      work);
         };
       }
-      case OpKind::SgdUpdate: {
-        float* vel = outPtr(t, v.outputs[1]);
-        float m = attrF("momentum", 0.0), wd = attrF("weight_decay", 0.0);
-        bool nest = op.attrs.getBool("nesterov", false);
-        return
-            [=] { ref::sgdMomentumUpdate(W[1][0], m, wd, nest, y, vel, W[0].data, work.size()); };
-      }
+      case OpKind::OptimizerUpdate:
+        break;                   // lowered by compile()
+      case OpKind::ApplyUpdate:  // windows: value, skip flag
+        return [=] {
+          if (W[1][0] == 0.0f) std::copy(W[0].data, W[0].data + work.size(), y);
+        };
       case OpKind::EmaUpdate: {
         float m = attrF("momentum", 0.0), sc = attrF("scale", 1.0);
         return [=] { ref::emaUpdate(m, sc, y, W[0].data, work.size()); };
@@ -1092,21 +1077,12 @@ struct Engine::Impl {
       case OpKind::CrossReplicaReduceScatter:
       case OpKind::CrossReplicaAllGather:
       case OpKind::CrossReplicaSum:
-      case OpKind::ShardedSgdUpdate:
+      case OpKind::ReplicaChunk:
         break;            // makeReplicaOp
       case OpKind::Cast:  // the conversions around the vertex do the rounding
         return [=] {
           for (i64 i = work.begin; i < work.end; ++i) y[i - work.begin] = W[0][i];
         };
-      case OpKind::SgdUpdateScaled: {
-        float* vel = outPtr(t, v.outputs[1]);
-        float m = attrF("momentum", 0.0), wd = attrF("weight_decay", 0.0);
-        bool nest = op.attrs.getBool("nesterov", false);
-        return [=] {
-          kernels::scaledSgdMomentumUpdate(W[1][0], m, wd, nest, W[2][0], W[3][0], y, vel,
-                                           W[0].data, work.size());
-        };
-      }
     }
     throw std::logic_error(
         fmt::format("tile engine: no vertex kernel for op '{}'", opName(op.kind)));

@@ -1,0 +1,258 @@
+#include "ipu_backend/optimizers/lowering.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <set>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "ipu_backend/ir/op_defs.h"
+
+namespace ipu {
+namespace optimizers {
+
+// The registry: adding an optimizer is its file and one entry here.
+const std::vector<const OptimizerDef*>& registry() {
+  static const std::vector<const OptimizerDef*> defs = {&kSgd, &kLars, &kLamb, &kRmsProp, &kAdam};
+  return defs;
+}
+
+const OptimizerDef* findOptimizer(std::string_view name) {
+  for (const OptimizerDef* d : registry())
+    if (d->name == name) return d;
+  return nullptr;
+}
+
+int Step::withWeightDecay(int grad, double wd) {
+  return wd == 0.0 ? grad : add(grad, scale(weight, wd, "decay"), "grad_decayed");
+}
+
+std::string freshName(const Graph& g, const std::string& stem) {
+  return g.find(stem) < 0 ? stem : g.uniqueName(stem);
+}
+
+int sumOfSquares(Graph& g, int x, const std::string& name) {
+  Builder b(g);
+  const Tensor t = g.tensor(x);  // copy: adding ops grows the tensor table
+  const int f = b.cast(x, DType::F32, freshName(g, name + "_f32"));
+  const int sq = b.unary("square", f, freshName(g, name + "_squared"));
+  std::vector<i64> axes(t.shape.size());
+  std::iota(axes.begin(), axes.end(), 0);
+  return axes.empty() ? sq : b.reduceSum(sq, axes, false, freshName(g, name + "_sumsq"));
+}
+
+namespace {
+
+[[noreturn]] void fail(const std::string& weight, const std::string& msg) {
+  throw GraphError(fmt::format("optimizer_update of '{}': {}", weight, msg));
+}
+
+int scalarOf(Builder& b, Graph& g, int t) {
+  return g.tensor(t).shape.empty() ? t
+                                   : b.reshape(t, {}, freshName(g, g.tensor(t).name + "_scalar"));
+}
+
+// The clip factor of LAMB's global-norm clipping over the updates `us`: c = M / max(|g|, M),
+// |g| the norm of all their unscaled gradients (TensorFlow's clip_by_global_norm).
+int globalClipFactor(Graph& g, const std::vector<int>& us) {
+  Builder b(g);
+  double maxNorm = -1;
+  int total = -1;
+  for (int u : us) {
+    const Op op = g.op(u);
+    const UpdateOperands uo = updateOperands(op);
+    const std::string w = g.tensor(uo.weight).name;
+    const double m = op.attrs.getFloat("max_grad_norm");
+    if (maxNorm >= 0 && m != maxNorm)
+      fail(w, fmt::format("max_grad_norm {} differs from the {} of the other updates (one global "
+                          "norm clips them all)",
+                          m, maxNorm));
+    maxNorm = m;
+    int ss = sumOfSquares(g, uo.grad, w + "/clip_grad");
+    if (uo.inverseScale >= 0) {
+      const int inv = scalarOf(b, g, uo.inverseScale);
+      ss = b.mul(ss, b.mul(inv, inv));
+    }
+    total = total < 0 ? ss : b.add(total, ss);
+  }
+  if (!(maxNorm > 0)) fail(g.tensor(g.op(us[0]).inputs[0]).name, "max_grad_norm must be > 0");
+  const int bound = b.constant({}, maxNorm, DType::F32, freshName(g, "optimizer/max_grad_norm"));
+  const int norm = b.unary("sqrt", total, freshName(g, "optimizer/global_grad_norm"));
+  return b.binary("div", bound, b.binary("max", norm, bound),
+                  freshName(g, "optimizer/clip_factor"));
+}
+
+// Lowers one optimizer_update (appending its ops); `skip` is the f32 scalar the writes test.
+void lowerOne(Graph& g, int u, int clip, const std::function<int()>& noSkip) {
+  const Op op = g.op(u);  // copies: adding ops reallocates
+  const UpdateOperands uo = updateOperands(op);
+  const Tensor W = g.tensor(uo.weight);
+  const std::string& kind = op.attrs.getString("optimizer");
+  const OptimizerDef* def = findOptimizer(kind);
+  if (!def)
+    fail(W.name, fmt::format("unknown optimizer '{}' (valid: {})", kind,
+                             fmt::join(optimizerNames(), ", ")));
+  const double emaDecay = op.attrs.getFloat("ema_decay", 0.0);
+  const size_t slots = def->slots.size();
+  if (uo.state.size() != slots + (emaDecay > 0 ? 1 : 0))
+    fail(W.name, fmt::format("{} takes {} state variables{}, got {}", kind, slots,
+                             emaDecay > 0 ? " and the EMA" : "", uo.state.size()));
+  if (emaDecay < 0 || emaDecay >= 1)
+    fail(W.name, fmt::format("ema_decay {} is not in [0, 1)", emaDecay));
+  const i64 replicas = op.attrs.getInt("replicas", 1);
+  if (replicas > 1 && (def->needsWholeWeight || emaDecay > 0))
+    fail(W.name, fmt::format("{} cannot be sharded over replicas: {} (turn sharding off)", kind,
+                             emaDecay > 0 ? "the weight EMA is kept whole"
+                                          : "its trust ratio needs the norm of the whole weight "
+                                            "and update"));
+
+  Step s(g, W.name, op.attrs);
+  Builder& b = s.b;
+  auto widen = [&](int t) {
+    return g.tensor(t).dtype == DType::F32 ? t : b.cast(t, DType::F32, s.n("f32"));
+  };
+  int weight = uo.weight;
+  if (replicas > 1)
+    weight = g.addOp1(OpKind::ReplicaChunk, {weight}, Attrs{{"replicas", replicas}}, s.n("chunk"));
+  s.weight = widen(weight);
+  s.grad = widen(uo.grad);
+  if (uo.inverseScale >= 0)
+    s.grad = s.mul(s.grad, scalarOf(b, g, uo.inverseScale), "grad_unscaled");
+  if (clip >= 0) s.grad = s.mul(s.grad, clip, "grad_clipped");
+  s.lr = scalarOf(b, g, uo.lr);
+  for (size_t i = 0; i < slots; ++i) s.state.push_back(widen(uo.state[i]));
+  s.newState.assign(slots, -1);
+  def->lower(s);
+  if (s.newWeight < 0) fail(W.name, fmt::format("internal: {} computed no new weight", kind));
+
+  // The writes, after every read of the old values.
+  std::vector<std::pair<int, int>> writes;
+  for (size_t i = 0; i < slots; ++i)
+    if (s.newState[i] >= 0) writes.emplace_back(uo.state[i], s.newState[i]);
+  if (emaDecay > 0)
+    writes.emplace_back(uo.state.back(), emaStep(s, widen(uo.state.back()), s.newWeight, emaDecay));
+  int newWeight = s.newWeight;
+  if (replicas > 1)
+    newWeight = g.addOp1(OpKind::CrossReplicaAllGather, {newWeight},
+                         Attrs{{"replicas", replicas}, {"shape", W.shape}}, s.n("updated"));
+  writes.emplace_back(uo.weight, newWeight);
+  const int skip = uo.overflow >= 0 ? uo.overflow : noSkip();
+  const bool sr = op.attrs.getBool("stochastic_rounding", false);
+  for (const auto& [target, value] : writes) {
+    Attrs a;
+    if (sr && g.tensor(target).dtype != DType::F32) a.set("stochastic_rounding", true);
+    g.addOp(OpKind::ApplyUpdate, {target, value, skip}, a);
+  }
+}
+
+}  // namespace
+}  // namespace optimizers
+
+std::vector<std::string> optimizerNames() {
+  std::vector<std::string> v;
+  for (const auto* d : optimizers::registry()) v.emplace_back(d->name);
+  return v;
+}
+
+bool optimizerShardable(const std::string& kind) {
+  const auto* d = optimizers::findOptimizer(kind);
+  return d && !d->needsWholeWeight;
+}
+
+OptimizerState appendOptimizer(Graph& g, const std::map<int, int>& grads, int lr,
+                               const OptimizerOptions& opts) {
+  using namespace optimizers;
+  const bool lars = opts.kind == "lars" || (opts.kind == "sgd" && opts.larsEta > 0.0);
+  if (!lars && !findOptimizer(opts.kind))
+    throw GraphError(fmt::format("appendOptimizer: unknown optimizer '{}' (valid: {})", opts.kind,
+                                 fmt::join(optimizerNames(), ", ")));
+  OptimizerState st;
+  for (const auto& [var, grad] : grads) {
+    const Tensor w = g.tensor(var);  // copy: adding variables reallocates
+    const bool decays = opts.decay(w);
+    // LARS on the decayed weights only, plain SGD on the others (the MLPerf reference).
+    const OptimizerDef* def = lars ? (decays ? &kLars : &kSgd) : findOptimizer(opts.kind);
+    Attrs a{{"optimizer", std::string(def->name)}};
+    def->attrs(opts, decays, a);
+    if (opts.stochasticRounding && w.dtype != DType::F32) a.set("stochastic_rounding", true);
+    std::vector<int> inputs = {var, grad, lr};
+    auto addState = [&](const std::string& slot, Shape shape, DType dt, StateInit init) {
+      const int v = g.addVariable(w.name + "/" + slot, std::move(shape), dt);
+      st.stateVariables.push_back(v);
+      st.init.push_back(init);
+      st.weightOf.push_back(var);
+      inputs.push_back(v);
+    };
+    for (const Slot& s : def->slots)
+      addState(std::string(s.name), s.scalar ? Shape{} : w.shape,
+               s.scalar || s.f32 ? DType::F32 : w.dtype, s.init);
+    if (opts.emaDecay > 0.0) {
+      a.set("ema_decay", opts.emaDecay);
+      addState("ema", w.shape, w.dtype, StateInit::Weight);
+    }
+    if (opts.lossScaling.inverseScale >= 0) {
+      a.set("loss_scaled", true);
+      inputs.push_back(opts.lossScaling.inverseScale);
+      inputs.push_back(opts.lossScaling.overflow);
+    }
+    g.addOp(OpKind::OptimizerUpdate, inputs, a);
+  }
+  return st;
+}
+
+ExpandedOptimizers expandOptimizers(Graph& g) {
+  using namespace optimizers;
+  ExpandedOptimizers r;
+  const int n = static_cast<int>(g.ops().size());
+  std::vector<int> updates, clipped;
+  for (const Op& op : g.ops())
+    if (op.kind == OpKind::OptimizerUpdate) {
+      updates.push_back(op.id);
+      if (op.attrs.getFloat("max_grad_norm", 0.0) > 0.0) clipped.push_back(op.id);
+      const UpdateOperands uo = updateOperands(op);
+      for (int t : uo.state) r.stateBytes += g.tensor(t).bytes();
+    }
+  if (updates.empty()) return r;
+  const int tensorsBefore = static_cast<int>(g.tensors().size());
+
+  // Ops appended for update u run just before it.
+  std::vector<std::vector<int>> before(static_cast<size_t>(n));
+  auto placeBefore = [&](int u, int first) {
+    for (int i = first; i < static_cast<int>(g.ops().size()); ++i) before[u].push_back(i);
+  };
+  int zero = -1;
+  auto noSkip = [&] {
+    if (zero < 0)
+      zero = Builder(g).constant({}, 0.0, DType::F32, freshName(g, "optimizer/no_skip"));
+    return zero;
+  };
+  // The shared scalars go before the first update that needs them.
+  int clip = -1;
+  if (!clipped.empty()) {
+    const int first = static_cast<int>(g.ops().size());
+    clip = globalClipFactor(g, clipped);
+    placeBefore(clipped.front(), first);
+  }
+  for (int u : updates) {
+    const int first = static_cast<int>(g.ops().size());
+    const bool clips = std::find(clipped.begin(), clipped.end(), u) != clipped.end();
+    lowerOne(g, u, clips ? clip : -1, noSkip);
+    placeBefore(u, first);
+  }
+
+  std::vector<int> order;
+  for (int i = 0; i < n; ++i) {
+    for (int o : before[i]) order.push_back(o);
+    order.push_back(i);
+  }
+  g.reorderOps(order);
+  g.removeOps([&](const Op& op) { return op.kind == OpKind::OptimizerUpdate; });
+  for (int t = tensorsBefore; t < static_cast<int>(g.tensors().size()); ++t)
+    r.producedTensors.push_back(t);
+  r.updates = static_cast<int>(updates.size());
+  return r;
+}
+
+}  // namespace ipu
