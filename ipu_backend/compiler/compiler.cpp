@@ -699,8 +699,9 @@ class Planner {
         ComputeSet& cs = newComputeSet(op, 0, "");
         for (const TileSlice& s : exe_.mapping[in(0)]) {
           Range r{s.begin, s.end};
-          cs.vertices.push_back(vertexOn(s.tile, {{in(1), r.begin, r.end}, whole(in(2))},
-                                         {{in(0), r.begin, r.end}}, r));
+          std::vector<NeedWindow> need = {{in(1), r.begin, r.end}};
+          if (op.inputs.size() > 2) need.push_back(whole(in(2)));
+          cs.vertices.push_back(vertexOn(s.tile, need, {{in(0), r.begin, r.end}}, r));
         }
         return;
       }

@@ -786,10 +786,10 @@ struct Engine::Impl {
       case OpKind::OptimizerUpdate:
         break;  // lowered by compile()
       case OpKind::ApplyUpdate: {
-        float *t = F(in(0)), *v = F(in(1)), *skip = F(in(2));
+        float *t = F(in(0)), *v = F(in(1)), *skip = op.inputs.size() > 2 ? F(in(2)) : nullptr;
         i64 n = g.tensor(in(0)).elements();
         return [=] {
-          if (*skip == 0.0f) std::copy(v, v + n, t);  // NaN (overflow) compares unequal too
+          if (!skip || *skip == 0.0f) std::copy(v, v + n, t);  // NaN (overflow) is unequal too
         };
       }
       case OpKind::LarsLearningRate: {
@@ -1060,9 +1060,9 @@ struct Engine::Impl {
       }
       case OpKind::OptimizerUpdate:
         break;                   // lowered by compile()
-      case OpKind::ApplyUpdate:  // windows: value, skip flag
+      case OpKind::ApplyUpdate:  // windows: value[, skip flag]
         return [=] {
-          if (W[1][0] == 0.0f) std::copy(W[0].data, W[0].data + work.size(), y);
+          if (W.size() < 2 || W[1][0] == 0.0f) std::copy(W[0].data, W[0].data + work.size(), y);
         };
       case OpKind::EmaUpdate: {
         float m = attrF("momentum", 0.0), sc = attrF("scale", 1.0);

@@ -103,9 +103,10 @@ const std::vector<OpDef>& table() {
       {OpKind::Assign, "assign", 2, 0, {0}, {}},      // variable = value
       {OpKind::Accumulate, "accumulate", 2, 0, {0}, {}},  // variable += value
       {OpKind::Cast, "cast", 1, 1, {}, {{"dtype", A::String, true}}},
-      // (target variable, value of its shape, skip flag f32 scalar): target = value unless skip
-      // is nonzero (NaN: a loss-scaled step that overflowed).
-      {OpKind::ApplyUpdate, "apply_update", 3, 0, {0}, {{"stochastic_rounding", A::Bool, false}}},
+      // (target variable, value of its shape[, skip flag f32 scalar]): target = value unless
+      // skip is nonzero (NaN: a loss-scaled step that overflowed).
+      {OpKind::ApplyUpdate, "apply_update", kVariadic, 0, {0},
+       {{"stochastic_rounding", A::Bool, false}}},
       // (sum of w^2, sum of g^2, lr, 1 / gradient scale) -> lr x trust ratio, every one a scalar:
       // trust = eta |w| / (|g| + weight_decay |w| + epsilon) where |w| > 0 and |g| > 0, else 1
       // (the MLPerf reference's LARS, TensorFlow's LARSOptimizer).
@@ -616,10 +617,14 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
       return {{in[2]->shape, DType::F32}};
     }
     case OpKind::ApplyUpdate: {
+      if (in.size() != 2 && in.size() != 3)
+        fail(label, fmt::format("expects target, value and an optional skip flag (2 or 3 inputs), "
+                                "got {}",
+                                in.size()));
       expectSameShape(*in[0], *in[1], label);
       expectFloat(*in[0], label, "target");
       expectFloat(*in[1], label, "value");
-      if (in[2]->elements() != 1 || in[2]->dtype != DType::F32)
+      if (in.size() == 3 && (in[2]->elements() != 1 || in[2]->dtype != DType::F32))
         fail(label, fmt::format("skip flag '{}' {}{} must be an f32 scalar", in[2]->name,
                                 dtypeName(in[2]->dtype), shapeStr(in[2]->shape)));
       return {};

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
 #include <set>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -84,8 +86,8 @@ int globalClipFactor(Graph& g, const std::vector<int>& us) {
                   freshName(g, "optimizer/clip_factor"));
 }
 
-// Lowers one optimizer_update (appending its ops); `skip` is the f32 scalar the writes test.
-void lowerOne(Graph& g, int u, int clip, const std::function<int()>& noSkip) {
+// Lowers one optimizer_update (appending its ops); `clip`: LAMB's global clip factor, or -1.
+void lowerOne(Graph& g, int u, int clip) {
   const Op op = g.op(u);  // copies: adding ops reallocates
   const UpdateOperands uo = updateOperands(op);
   const Tensor W = g.tensor(uo.weight);
@@ -138,12 +140,13 @@ void lowerOne(Graph& g, int u, int clip, const std::function<int()>& noSkip) {
     newWeight = g.addOp1(OpKind::CrossReplicaAllGather, {newWeight},
                          Attrs{{"replicas", replicas}, {"shape", W.shape}}, s.n("updated"));
   writes.emplace_back(uo.weight, newWeight);
-  const int skip = uo.overflow >= 0 ? uo.overflow : noSkip();
   const bool sr = op.attrs.getBool("stochastic_rounding", false);
   for (const auto& [target, value] : writes) {
     Attrs a;
     if (sr && g.tensor(target).dtype != DType::F32) a.set("stochastic_rounding", true);
-    g.addOp(OpKind::ApplyUpdate, {target, value, skip}, a);
+    std::vector<int> in = {target, value};
+    if (uo.overflow >= 0) in.push_back(uo.overflow);
+    g.addOp(OpKind::ApplyUpdate, in, a);
   }
 }
 
@@ -219,14 +222,29 @@ ExpandedOptimizers expandOptimizers(Graph& g) {
 
   // Ops appended for update u run just before it.
   std::vector<std::vector<int>> before(static_cast<size_t>(n));
+  // Within the block, each write moves up to just after the last op it depends on (the
+  // producers of its operands, the block's earlier readers of its target), so a new value dies
+  // as soon as it is written rather than at the end of the update.
   auto placeBefore = [&](int u, int first) {
-    for (int i = first; i < static_cast<int>(g.ops().size()); ++i) before[u].push_back(i);
-  };
-  int zero = -1;
-  auto noSkip = [&] {
-    if (zero < 0)
-      zero = Builder(g).constant({}, 0.0, DType::F32, freshName(g, "optimizer/no_skip"));
-    return zero;
+    const int end = static_cast<int>(g.ops().size());
+    std::map<int, int> lastReader;                // tensor -> position in the block
+    std::vector<std::tuple<int, int, int>> keys;  // (anchor, is a write, op)
+    for (int i = first; i < end; ++i) {
+      const Op& op = g.op(i);
+      int anchor = i - first;
+      if (op.kind == OpKind::ApplyUpdate) {
+        anchor = -1;
+        for (int t : op.inputs)
+          if (g.tensor(t).producer >= first)
+            anchor = std::max(anchor, g.tensor(t).producer - first);
+        if (auto it = lastReader.find(op.inputs[0]); it != lastReader.end())
+          anchor = std::max(anchor, it->second);
+      }
+      keys.emplace_back(anchor, op.kind == OpKind::ApplyUpdate, i);
+      for (int t : op.inputs) lastReader[t] = i - first;
+    }
+    std::stable_sort(keys.begin(), keys.end());
+    for (const auto& k : keys) before[u].push_back(std::get<2>(k));
   };
   // The shared scalars go before the first update that needs them.
   int clip = -1;
@@ -238,7 +256,7 @@ ExpandedOptimizers expandOptimizers(Graph& g) {
   for (int u : updates) {
     const int first = static_cast<int>(g.ops().size());
     const bool clips = std::find(clipped.begin(), clipped.end(), u) != clipped.end();
-    lowerOne(g, u, clips ? clip : -1, noSkip);
+    lowerOne(g, u, clips ? clip : -1);
     placeBefore(u, first);
   }
 

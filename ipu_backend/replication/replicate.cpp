@@ -216,12 +216,4 @@ ReplicatedGraph replicate(const Graph& src, const ReplicationOptions& o) {
   return out;
 }
 
-std::int64_t optimizerStateBytes(const Graph& g) {
-  std::int64_t bytes = 0;
-  for (const Op& op : g.ops())
-    if (op.kind == OpKind::OptimizerUpdate)
-      for (int t : updateOperands(op).state) bytes += g.tensor(t).bytes();
-  return bytes;
-}
-
 }  // namespace ipu::replication

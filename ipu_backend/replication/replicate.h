@@ -48,8 +48,4 @@ struct ReplicatedGraph {
 // a reader of the weights they update (the update must come last).
 ReplicatedGraph replicate(const Graph& training, const ReplicationOptions& options);
 
-// Bytes of optimizer state one replica keeps: the figure replicated tensor sharding
-// divides by R.
-std::int64_t optimizerStateBytes(const Graph& g);
-
 }  // namespace ipu::replication

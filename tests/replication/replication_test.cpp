@@ -268,8 +268,8 @@ TEST(Replication, ShardedOptimizerStateMatchesAndSavesMemory) {
   plain.hidden = sharded.hidden = 2048;
   auto p = compileRun(plain), s = compileRun(sharded);
   const i64 weights = (kIn * 2048 + 2048 + 2048 * kClasses + kClasses) * 4;
-  EXPECT_EQ(replication::optimizerStateBytes(p->graph), weights);
-  const i64 shard = replication::optimizerStateBytes(s->graph);
+  EXPECT_EQ(p->optimizerStateBytes, weights);
+  const i64 shard = s->optimizerStateBytes;
   EXPECT_LE(shard, weights / 4 + 4 * 4);  // 1/R of every momentum, rounded up per tensor
   EXPECT_EQ(s->report()["replication"]["optimizer_state_bytes"].get<i64>(), shard);
   EXPECT_EQ(p->report()["replication"]["optimizer_state_bytes"].get<i64>(), weights);
@@ -313,13 +313,22 @@ TEST(Replication, TileMemoryIsCheckedPerReplicaAndShardingMakesItFit) {
     return compile(rg.graph, t, co).report()["memory"]["max_tile_bytes"].get<i64>();
   };
   // The plan depends on the tile size (large operands are split against a per-tile window
-  // budget), so look for a tile size at which the sharded replica fits and the plain one does not.
+  // budget), so look for a tile size at which the sharded replica fits and the plain one does
+  // not: each size of a coarse sweep, then the middle of the two worst tiles it gave.
   bool found = false;
-  for (i64 bytes = 16 << 10; bytes <= (4 << 20) && !found; bytes += bytes / 4) {
+  std::vector<std::pair<i64, bool>> sizes;  // (tile bytes, from the sweep)
+  for (i64 bytes = 16 << 10; bytes <= (4 << 20); bytes += bytes / 4)
+    sizes.emplace_back(bytes, true);
+  for (size_t i = 0; i < sizes.size() && !found; ++i) {
+    const auto [bytes, swept] = sizes[i];
     const Target t = Target::small(64, bytes);
     const i64 plain = worstTile(false, t, false), sharded = worstTile(true, t, false);
     ASSERT_LT(sharded, plain) << bytes << " B tiles";
-    if (sharded > bytes || plain <= bytes) continue;
+    if (sharded > bytes || plain <= bytes) {
+      if (swept)
+        sizes.insert(sizes.begin() + static_cast<long>(i) + 1, {(sharded + plain) / 2, false});
+      continue;
+    }
     found = true;
     EXPECT_THROW(worstTile(false, t, true), CompileError) << bytes << " B tiles";
     EXPECT_EQ(worstTile(true, t, true), sharded) << bytes << " B tiles";
