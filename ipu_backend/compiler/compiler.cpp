@@ -699,8 +699,12 @@ class Planner {
         ComputeSet& cs = newComputeSet(op, 0, "");
         for (const TileSlice& s : exe_.mapping[in(0)]) {
           Range r{s.begin, s.end};
-          std::vector<NeedWindow> need = {{in(1), r.begin, r.end}};
-          if (op.inputs.size() > 2) need.push_back(whole(in(2)));
+          // The addends' slices, then the scalars (factor, skip) whole.
+          const int k = static_cast<int>(op.attrs.getInt("addends", 1));
+          std::vector<NeedWindow> need;
+          for (int i = 1; i <= k; ++i) need.push_back({in(i), r.begin, r.end});
+          for (size_t i = static_cast<size_t>(k) + 1; i < op.inputs.size(); ++i)
+            need.push_back(whole(op.inputs[i]));
           cs.vertices.push_back(vertexOn(s.tile, need, {{in(0), r.begin, r.end}}, r));
         }
         return;

@@ -63,8 +63,8 @@ double instructionsPerVector(const Op& op) {
     case OpKind::SoftmaxCrossEntropy:
     case OpKind::SoftmaxCrossEntropyGrad:
       return kTranscendentalInstructions + 3;  // max, subtract, exp, sum, scale
-    case OpKind::ApplyUpdate:
-      return 1;  // a copy (the optimizer's math is priced as the ordinary ops it lowers to)
+    case OpKind::ApplyUpdate:  // keep * t + f * sum of c_i x_i: a multiply-add per term
+      return static_cast<double>(op.attrs.getInt("addends", 1)) + 1;
     case OpKind::OptimizerUpdate:
       throw std::logic_error("cost model: optimizer_update is lowered by compile()");
     case OpKind::EmaUpdate:
@@ -206,8 +206,10 @@ VertexWork vertexWork(const Executable& exe, const ComputeSet& cs, const Op& op,
   } else if (op.kind == OpKind::SoftmaxCrossEntropy) {
     w.elements = inBytes / inBytes0;  // logits read per output sample
   }
-  // EMA updates read-modify-write their state in place (apply_update only writes its target).
-  if (op.kind == OpKind::EmaUpdate) inBytes += outBytes;
+  // EMA updates and apply_update with keep != 0 read-modify-write their target in place.
+  if (op.kind == OpKind::EmaUpdate ||
+      (op.kind == OpKind::ApplyUpdate && op.attrs.getFloat("keep", 0.0) != 0.0))
+    inBytes += outBytes;
   w.instrPerVector = instructionsPerVector(op);
   w.bytes = inBytes + outBytes;
   w.units = std::max(1.0, std::ceil(w.elements / w.vectorWidth));

@@ -1,6 +1,7 @@
 #include "ipu_backend/engine/engine.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -53,6 +54,25 @@ std::vector<int> toIntPerm(const std::vector<i64>& p) {
 // widened into f32 scratch before it runs and its 16-bit results rounded back after (RNE, or
 // stochastic rounding where the op asks for it). Both engine modes apply exactly these rules
 // at op (fused) or vertex (tile) granularity, so they round identically.
+// apply_update's attributes and where its optional inputs sit (-1: absent).
+struct UpdateForm {
+  int k = 1;
+  float keep = 0;
+  std::array<float, 3> c{1, 1, 1};
+  int factorInput = -1, skipInput = -1;
+};
+UpdateForm updateForm(const Op& op) {
+  UpdateForm u;
+  u.k = static_cast<int>(op.attrs.getInt("addends", 1));
+  u.keep = static_cast<float>(op.attrs.getFloat("keep", 0.0));
+  static const char* const kCoefficient[] = {"c1", "c2", "c3"};
+  for (int i = 0; i < 3; ++i) u.c[i] = static_cast<float>(op.attrs.getFloat(kCoefficient[i], 1.0));
+  int next = 1 + u.k;
+  if (op.attrs.getBool("factor", false)) u.factorInput = next++;
+  if (next < static_cast<int>(op.inputs.size())) u.skipInput = next;
+  return u;
+}
+
 bool isHalf(DType t) {
   return t == DType::F16 || t == DType::BF16;
 }
@@ -786,10 +806,23 @@ struct Engine::Impl {
       case OpKind::OptimizerUpdate:
         break;  // lowered by compile()
       case OpKind::ApplyUpdate: {
-        float *t = F(in(0)), *v = F(in(1)), *skip = op.inputs.size() > 2 ? F(in(2)) : nullptr;
-        i64 n = g.tensor(in(0)).elements();
+        const UpdateForm u = updateForm(op);
+        float* t = F(in(0));
+        std::array<const float*, 3> x{};
+        for (int i = 0; i < u.k; ++i) x[i] = F(in(1 + i));
+        const float* factor = u.factorInput >= 0 ? F(in(u.factorInput)) : nullptr;
+        const float* skip = u.skipInput >= 0 ? F(in(u.skipInput)) : nullptr;
+        const i64 n = g.tensor(in(0)).elements();
         return [=] {
-          if (!skip || *skip == 0.0f) std::copy(v, v + n, t);  // NaN (overflow) is unequal too
+          if (skip && *skip != 0.0f) return;  // NaN (overflow) is unequal too
+          const float f = factor ? *factor : 1.0f;
+          constexpr i64 kChunk = 16384;
+#pragma omp parallel for schedule(static)
+          for (i64 b = 0; b < n; b += kChunk) {
+            std::array<const float*, 3> xb{};
+            for (int i = 0; i < u.k; ++i) xb[i] = x[i] + b;
+            ref::applyUpdate(u.keep, f, u.k, xb.data(), u.c.data(), t + b, std::min(kChunk, n - b));
+          }
         };
       }
       case OpKind::LarsLearningRate: {
@@ -1060,10 +1093,16 @@ struct Engine::Impl {
       }
       case OpKind::OptimizerUpdate:
         break;                   // lowered by compile()
-      case OpKind::ApplyUpdate:  // windows: value[, skip flag]
+      case OpKind::ApplyUpdate: {  // windows: addends[, factor][, skip flag]
+        const UpdateForm u = updateForm(op);
         return [=] {
-          if (W.size() < 2 || W[1][0] == 0.0f) std::copy(W[0].data, W[0].data + work.size(), y);
+          if (u.skipInput >= 0 && W[u.skipInput - 1][0] != 0.0f) return;
+          std::array<const float*, 3> x{};
+          for (int i = 0; i < u.k; ++i) x[i] = W[i].data;
+          const float f = u.factorInput >= 0 ? W[u.factorInput - 1][0] : 1.0f;
+          ref::applyUpdate(u.keep, f, u.k, x.data(), u.c.data(), y, work.size());
         };
+      }
       case OpKind::EmaUpdate: {
         float m = attrF("momentum", 0.0), sc = attrF("scale", 1.0);
         return [=] { ref::emaUpdate(m, sc, y, W[0].data, work.size()); };

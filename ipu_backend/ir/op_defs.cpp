@@ -103,10 +103,18 @@ const std::vector<OpDef>& table() {
       {OpKind::Assign, "assign", 2, 0, {0}, {}},      // variable = value
       {OpKind::Accumulate, "accumulate", 2, 0, {0}, {}},  // variable += value
       {OpKind::Cast, "cast", 1, 1, {}, {{"dtype", A::String, true}}},
-      // (target variable, value of its shape[, skip flag f32 scalar]): target = value unless
-      // skip is nonzero (NaN: a loss-scaled step that overflowed).
+      // (target variable, x1[, x2[, x3]][, factor][, skip]): target = keep target + factor
+      // (c1 x1 + c2 x2 + c3 x3), unless the skip flag (an f32 scalar) is nonzero (NaN: a
+      // loss-scaled step that overflowed). `addends` (default 1) x's of the target's shape;
+      // with `factor` an f32 scalar input after them multiplies the sum (a learning rate).
       {OpKind::ApplyUpdate, "apply_update", kVariadic, 0, {0},
-       {{"stochastic_rounding", A::Bool, false}}},
+       {{"addends", A::Int, false},
+        {"keep", A::Float, false},
+        {"c1", A::Float, false},
+        {"c2", A::Float, false},
+        {"c3", A::Float, false},
+        {"factor", A::Bool, false},
+        {"stochastic_rounding", A::Bool, false}}},
       // (sum of w^2, sum of g^2, lr, 1 / gradient scale) -> lr x trust ratio, every one a scalar:
       // trust = eta |w| / (|g| + weight_decay |w| + epsilon) where |w| > 0 and |g| > 0, else 1
       // (the MLPerf reference's LARS, TensorFlow's LARSOptimizer).
@@ -617,16 +625,22 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
       return {{in[2]->shape, DType::F32}};
     }
     case OpKind::ApplyUpdate: {
-      if (in.size() != 2 && in.size() != 3)
-        fail(label, fmt::format("expects target, value and an optional skip flag (2 or 3 inputs), "
-                                "got {}",
-                                in.size()));
-      expectSameShape(*in[0], *in[1], label);
+      const i64 k = a.getInt("addends", 1);
+      const size_t fixed = 1 + static_cast<size_t>(k) + (a.getBool("factor", false) ? 1 : 0);
+      if (k < 1 || k > 3 || (in.size() != fixed && in.size() != fixed + 1))
+        fail(label, fmt::format("expects the target, {} addends{} and an optional skip flag ({} "
+                                "or {} inputs; addends 1 to 3), got {}",
+                                k, a.getBool("factor", false) ? ", the factor" : "", fixed,
+                                fixed + 1, in.size()));
       expectFloat(*in[0], label, "target");
-      expectFloat(*in[1], label, "value");
-      if (in.size() == 3 && (in[2]->elements() != 1 || in[2]->dtype != DType::F32))
-        fail(label, fmt::format("skip flag '{}' {}{} must be an f32 scalar", in[2]->name,
-                                dtypeName(in[2]->dtype), shapeStr(in[2]->shape)));
+      for (size_t i = 1; i <= static_cast<size_t>(k); ++i) {
+        expectSameShape(*in[0], *in[i], label);
+        expectFloat(*in[i], label, "addend");
+      }
+      for (size_t i = static_cast<size_t>(k) + 1; i < in.size(); ++i)
+        if (in[i]->elements() != 1 || in[i]->dtype != DType::F32)
+          fail(label, fmt::format("'{}' {}{} must be an f32 scalar (factor, skip flag)",
+                                  in[i]->name, dtypeName(in[i]->dtype), shapeStr(in[i]->shape)));
       return {};
     }
   }

@@ -20,7 +20,7 @@ void lower(Step& s) {
   const Moments mo = adamMoments(s);
   const int denom = s.add(s.unary("sqrt", mo.vHat, "v_sqrt"),
                           s.constant(s.attr("epsilon", 1e-8), "epsilon"), "denominator");
-  s.newWeight = s.sub(s.weight, s.mul(s.div(mo.mHat, denom, "adam_step"), s.lr, "delta"), "new");
+  s.updateWeight({{s.div(mo.mHat, denom, "adam_step")}}, 1.0, s.scale(s.lr, -1.0, "negative_lr"));
 }
 
 }  // namespace

@@ -11,14 +11,10 @@ Moments adamMoments(Step& s) {
   if (!(b1 >= 0 && b1 < 1 && b2 >= 0 && b2 < 1))
     throw GraphError(fmt::format(
         "optimizer_update of '{}': beta1 {} and beta2 {} must be in [0, 1)", s.name, b1, b2));
-  const int m =
-      s.add(s.scale(s.state[0], b1, "m_decayed"), s.scale(s.grad, 1 - b1, "m_grad"), "m_new");
-  const int g2 = s.unary("square", s.grad, "grad_squared");
-  const int v = s.add(s.scale(s.state[1], b2, "v_decayed"), s.scale(g2, 1 - b2, "v_grad"), "v_new");
-  const int t = s.add(s.state[2], s.constant(1.0, "one"), "step_new");
-  s.newState[0] = m;
-  s.newState[1] = v;
-  s.newState[2] = t;
+  s.updateState(0, {{s.grad, 1 - b1}}, b1);  // m = b1 m + (1 - b1) g
+  s.updateState(1, {{s.unary("square", s.grad, "grad_squared"), 1 - b2}}, b2);
+  s.updateState(2, {{s.constant(1.0, "one")}}, 1.0);  // t = t + 1
+  const int m = s.state[0], v = s.state[1], t = s.state[2];
   if (!s.attrs.getBool("bias_correction", true)) return {m, v};
   // 1 - b^t; b = 0 needs no correction (and has no logarithm).
   auto correction = [&](double beta, const char* what) {

@@ -13,7 +13,7 @@ inline const std::vector<Slot> kMomentSlots = {
 struct Moments {
   int mHat = -1, vHat = -1;
 };
-// Sets s.newState[0..2]; the returned moments are bias-corrected when bias_correction is set.
+// Updates state slots 0..2; the returned moments are bias-corrected when bias_correction is set.
 Moments adamMoments(Step& s);
 
 }  // namespace ipu::optimizers

@@ -6,9 +6,8 @@
 
 namespace ipu::optimizers {
 
-int emaStep(Step& s, int ema, int newWeight, double decay) {
-  return s.add(s.scale(ema, decay, "ema_decayed"), s.scale(newWeight, 1 - decay, "ema_weight"),
-               "ema_new");
+void emaStep(Step& s, size_t slot, double decay) {
+  s.updateState(slot, {{s.newWeight, 1 - decay}}, decay);
 }
 
 }  // namespace ipu::optimizers

@@ -35,7 +35,7 @@ void lower(Step& s) {
                        sumOfSquares(s.g, u, s.name + "/lamb_update"), s.lr, one},
                       Attrs{{"eta", 1.0}, {"weight_decay", 0.0}, {"epsilon", 0.0}}, s.n("lamb_lr"));
   }
-  s.newWeight = s.sub(s.weight, s.mul(u, rate, "delta"), "new");
+  s.updateWeight({{u}}, 1.0, s.scale(rate, -1.0, "negative_lr"));
 }
 
 }  // namespace

@@ -31,6 +31,54 @@ int Step::withWeightDecay(int grad, double wd) {
   return wd == 0.0 ? grad : add(grad, scale(weight, wd, "decay"), "grad_decayed");
 }
 
+namespace {
+
+// The apply_update of `target` (a variable), with the step's skip flag.
+void applyUpdate(Step& s, int target, const std::vector<Term>& terms, double keep, int factor) {
+  Attrs a{{"addends", static_cast<i64>(terms.size())}, {"keep", keep}};
+  std::vector<int> in = {target};
+  for (size_t i = 0; i < terms.size(); ++i) {
+    in.push_back(terms[i].x);
+    static const char* const kCoefficient[] = {"c1", "c2", "c3"};
+    if (terms[i].c != 1.0) a.set(kCoefficient[i], terms[i].c);
+  }
+  if (factor >= 0) {
+    a.set("factor", true);
+    in.push_back(factor);
+  }
+  if (s.skip >= 0) in.push_back(s.skip);
+  if (s.stochasticRounding && s.g.tensor(target).dtype != DType::F32)
+    a.set("stochastic_rounding", true);
+  s.g.addOp(OpKind::ApplyUpdate, in, a);
+}
+
+// The same sum from unary / binary ops (a sharded weight chunk is not a variable): the products
+// and sums in apply_update's order, so the bits are the same.
+int linearOps(Step& s, int target, const std::vector<Term>& terms, double keep, int factor) {
+  auto term = [&](const Term& t) { return t.c == 1.0 ? t.x : s.scale(t.x, t.c, "term"); };
+  int sum = term(terms[0]);
+  for (size_t i = 1; i < terms.size(); ++i) sum = s.add(sum, term(terms[i]), "sum");
+  if (factor >= 0) sum = s.mul(sum, factor, "scaled");
+  if (keep == 0.0) return sum;
+  return s.add(keep == 1.0 ? target : s.scale(target, keep, "kept"), sum, "new");
+}
+
+}  // namespace
+
+void Step::updateState(size_t i, const std::vector<Term>& terms, double keep, int factor) {
+  applyUpdate(*this, stateVars[i], terms, keep, factor);
+  state[i] = b.cast(stateVars[i], DType::F32, n("f32"));  // reads the new value
+}
+
+void Step::updateWeight(const std::vector<Term>& terms, double keep, int factor) {
+  if (sharded) {
+    newWeight = linearOps(*this, weight, terms, keep, factor);
+    return;
+  }
+  applyUpdate(*this, weightVar, terms, keep, factor);
+  newWeight = weightVar;
+}
+
 std::string freshName(const Graph& g, const std::string& stem) {
   return g.find(stem) < 0 ? stem : g.uniqueName(stem);
 }
@@ -115,6 +163,11 @@ void lowerOne(Graph& g, int u, int clip) {
   auto widen = [&](int t) {
     return g.tensor(t).dtype == DType::F32 ? t : b.cast(t, DType::F32, s.n("f32"));
   };
+  s.weightVar = uo.weight;
+  s.stateVars = uo.state;
+  s.skip = uo.overflow;
+  s.sharded = replicas > 1;
+  s.stochasticRounding = op.attrs.getBool("stochastic_rounding", false);
   int weight = uo.weight;
   if (replicas > 1)
     weight = g.addOp1(OpKind::ReplicaChunk, {weight}, Attrs{{"replicas", replicas}}, s.n("chunk"));
@@ -125,28 +178,17 @@ void lowerOne(Graph& g, int u, int clip) {
   if (clip >= 0) s.grad = s.mul(s.grad, clip, "grad_clipped");
   s.lr = scalarOf(b, g, uo.lr);
   for (size_t i = 0; i < slots; ++i) s.state.push_back(widen(uo.state[i]));
-  s.newState.assign(slots, -1);
   def->lower(s);
-  if (s.newWeight < 0) fail(W.name, fmt::format("internal: {} computed no new weight", kind));
-
-  // The writes, after every read of the old values.
-  std::vector<std::pair<int, int>> writes;
-  for (size_t i = 0; i < slots; ++i)
-    if (s.newState[i] >= 0) writes.emplace_back(uo.state[i], s.newState[i]);
-  if (emaDecay > 0)
-    writes.emplace_back(uo.state.back(), emaStep(s, widen(uo.state.back()), s.newWeight, emaDecay));
-  int newWeight = s.newWeight;
-  if (replicas > 1)
-    newWeight = g.addOp1(OpKind::CrossReplicaAllGather, {newWeight},
-                         Attrs{{"replicas", replicas}, {"shape", W.shape}}, s.n("updated"));
-  writes.emplace_back(uo.weight, newWeight);
-  const bool sr = op.attrs.getBool("stochastic_rounding", false);
-  for (const auto& [target, value] : writes) {
-    Attrs a;
-    if (sr && g.tensor(target).dtype != DType::F32) a.set("stochastic_rounding", true);
-    std::vector<int> in = {target, value};
-    if (uo.overflow >= 0) in.push_back(uo.overflow);
-    g.addOp(OpKind::ApplyUpdate, in, a);
+  if (s.newWeight < 0) fail(W.name, fmt::format("internal: {} did not update the weight", kind));
+  if (emaDecay > 0) {
+    s.state.push_back(widen(uo.state.back()));
+    emaStep(s, slots, emaDecay);
+  }
+  if (replicas > 1) {  // all-gather the new chunks and write the whole weight
+    const int full = g.addOp1(OpKind::CrossReplicaAllGather, {s.newWeight},
+                              Attrs{{"replicas", replicas}, {"shape", W.shape}}, s.n("updated"));
+    s.sharded = false;
+    applyUpdate(s, uo.weight, {{full}}, 0.0, -1);
   }
 }
 
@@ -223,22 +265,25 @@ ExpandedOptimizers expandOptimizers(Graph& g) {
   // Ops appended for update u run just before it.
   std::vector<std::vector<int>> before(static_cast<size_t>(n));
   // Within the block, each write moves up to just after the last op it depends on (the
-  // producers of its operands, the block's earlier readers of its target), so a new value dies
-  // as soon as it is written rather than at the end of the update.
+  // producers of its operands, the writes of the variables it reads, the block's earlier
+  // readers of its target), so a temporary dies as soon as it is consumed.
   auto placeBefore = [&](int u, int first) {
     const int end = static_cast<int>(g.ops().size());
-    std::map<int, int> lastReader;                // tensor -> position in the block
+    std::map<int, int> lastReader, written;       // tensor -> position / anchor in the block
     std::vector<std::tuple<int, int, int>> keys;  // (anchor, is a write, op)
     for (int i = first; i < end; ++i) {
       const Op& op = g.op(i);
       int anchor = i - first;
       if (op.kind == OpKind::ApplyUpdate) {
         anchor = -1;
-        for (int t : op.inputs)
+        for (int t : op.inputs) {
           if (g.tensor(t).producer >= first)
             anchor = std::max(anchor, g.tensor(t).producer - first);
+          if (auto it = written.find(t); it != written.end()) anchor = std::max(anchor, it->second);
+        }
         if (auto it = lastReader.find(op.inputs[0]); it != lastReader.end())
           anchor = std::max(anchor, it->second);
+        written[op.inputs[0]] = anchor;
       }
       keys.emplace_back(anchor, op.kind == OpKind::ApplyUpdate, i);
       for (int t : op.inputs) lastReader[t] = i - first;

@@ -1,6 +1,7 @@
-// What an optimizer file implements: the f32 math of one weight's step over ordinary ops. The
-// wrappers in lowering.cpp hand it f32 operands (already unscaled, clipped and, when sharded,
-// chunked) and turn its writes into apply_update ops.
+// What an optimizer file implements: the f32 math of one weight's step over ordinary ops and
+// in-place linear updates (apply_update: target = keep target + factor sum c_i x_i). The wrappers
+// in lowering.cpp hand it f32 operands (already unscaled, clipped and, when sharded, chunked)
+// and give every write the loss-scaling skip flag.
 #pragma once
 
 #include <string>
@@ -16,6 +17,12 @@ namespace ipu::optimizers {
 // `stem` itself while no tensor has that name, else a numbered variant.
 std::string freshName(const Graph& g, const std::string& stem);
 
+// One term c x of an in-place update.
+struct Term {
+  int x;
+  double c = 1.0;
+};
+
 struct Step {
   Step(Graph& graph, std::string weightName, const Attrs& a)
       : g(graph), b(graph), name(std::move(weightName)), attrs(a) {}
@@ -23,13 +30,24 @@ struct Step {
   Builder b;
   std::string name;  // the weight's name: the stem of every tensor the step creates
   const Attrs& attrs;
-  int weight = -1;            // f32 weight (this replica's chunk when sharded)
-  int grad = -1;              // f32 gradient, unscaled and clipped
-  int lr = -1;                // f32 scalar learning rate
-  std::vector<int> state;     // f32 values of the optimizer's state variables
-  int newWeight = -1;         // set by the optimizer
-  std::vector<int> newState;  // set by the optimizer (-1: unchanged)
-  int globalClip = -1;        // lamb: the clip factor of all gradients (f32 scalar)
+  int weight = -1;  // f32 weight (this replica's chunk when sharded)
+  int grad = -1;    // f32 gradient, unscaled and clipped
+  int lr = -1;      // f32 scalar learning rate
+  // f32 values of the optimizer's state variables: the new value after updateState.
+  std::vector<int> state;
+  // state slot i = keep * slot + factor * sum(c x), in place (factor: an f32 scalar or -1).
+  void updateState(size_t i, const std::vector<Term>& terms, double keep, int factor = -1);
+  // The same for the weight; every optimizer calls it once, last.
+  void updateWeight(const std::vector<Term>& terms, double keep, int factor = -1);
+
+  // Set by lowering.cpp: the variables, the skip flag, the sharded weight chunk's result.
+  std::vector<int> stateVars;
+  int weightVar = -1;
+  int skip = -1;
+  bool sharded = false;
+  // Once written: the weight variable (sharded: the new chunk, f32, not yet gathered).
+  int newWeight = -1;
+  bool stochasticRounding = false;
 
   double attr(const char* key, double dflt) const { return attrs.getFloat(key, dflt); }
   // Ordinary-op helpers, each naming its output `<weight>/<what>`.
@@ -73,7 +91,7 @@ const OptimizerDef* findOptimizer(std::string_view name);
 
 // SGD with momentum at learning rate `lr` (LARS calls it with the trust-scaled rate).
 void sgdStep(Step& s, int lr);
-// The EMA wrapper (ema.cpp): ema = d ema + (1 - d) w_new.
-int emaStep(Step& s, int ema, int newWeight, double decay);
+// The EMA wrapper (ema.cpp): ema = d ema + (1 - d) w_new, state slot `slot`.
+void emaStep(Step& s, size_t slot, double decay);
 
 }  // namespace ipu::optimizers

@@ -17,17 +17,14 @@ void attrs(const OptimizerOptions& o, bool decays, Attrs& a) {
 void lower(Step& s) {
   const double rho = s.attr("rho", 0.9), m = s.attr("momentum", 0.0);
   const int g = s.withWeightDecay(s.grad, s.attr("weight_decay", 0.0));
-  const int ms = s.add(s.scale(s.state[0], rho, "ms_decayed"),
-                       s.scale(s.unary("square", g, "grad_squared"), 1 - rho, "ms_grad"), "ms_new");
-  s.newState[0] = ms;
-  const int root = s.unary(
-      "sqrt", s.add(ms, s.constant(s.attr("epsilon", 1e-10), "epsilon"), "ms_eps"), "ms_root");
-  int step = s.mul(s.div(g, root, "normalised"), s.lr, "scaled");
-  if (m != 0.0) {
-    step = s.add(s.scale(s.state[1], m, "momentum_decayed"), step, "momentum_new");
-    s.newState[1] = step;
-  }
-  s.newWeight = s.sub(s.weight, step, "new");
+  s.updateState(0, {{s.unary("square", g, "grad_squared"), 1 - rho}}, rho);  // ms
+  const int root =
+      s.unary("sqrt", s.add(s.state[0], s.constant(s.attr("epsilon", 1e-10), "epsilon"), "ms_eps"),
+              "ms_root");
+  const int normalised = s.div(g, root, "normalised");
+  if (m == 0.0) return s.updateWeight({{normalised}}, 1.0, s.scale(s.lr, -1.0, "negative_lr"));
+  s.updateState(1, {{normalised}}, m, s.lr);  // mom = m mom + lr g / sqrt(ms + eps)
+  s.updateWeight({{s.state[1], -1.0}}, 1.0);  // w = w - mom
 }
 
 }  // namespace

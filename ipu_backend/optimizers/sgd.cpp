@@ -5,17 +5,18 @@
 namespace ipu::optimizers {
 
 void sgdStep(Step& s, int lr) {
-  const double m = s.attr("momentum", 0.0);
-  const int grad = s.withWeightDecay(s.grad, s.attr("weight_decay", 0.0));
-  int step = grad;
-  if (m != 0.0) {
-    const int v = s.add(s.scale(s.state[0], m, "momentum_decayed"), grad, "momentum_new");
-    s.newState[0] = v;
-    step = s.attrs.getBool("nesterov", false)
-               ? s.add(grad, s.scale(v, m, "nesterov_momentum"), "nesterov_step")
-               : v;
+  const double m = s.attr("momentum", 0.0), wd = s.attr("weight_decay", 0.0);
+  const int negLr = s.scale(lr, -1.0, "negative_lr");
+  std::vector<Term> grad = {{s.grad}};  // g' = g + wd w, summed inside each update
+  if (wd != 0.0) grad.push_back({s.weight, wd});
+  if (m == 0.0) return s.updateWeight(grad, 1.0, negLr);
+  s.updateState(0, grad, m);  // v = m v + g'
+  std::vector<Term> step = {{s.state[0]}};
+  if (s.attrs.getBool("nesterov", false)) {  // g' + m v
+    step = grad;
+    step.push_back({s.state[0], m});
   }
-  s.newWeight = s.sub(s.weight, s.mul(step, lr, "delta"), "new");
+  s.updateWeight(step, 1.0, negLr);  // w = w - lr step
 }
 
 namespace {

@@ -7,11 +7,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "ipu_backend/compiler/compiler.h"
 #include "ipu_backend/engine/engine.h"
@@ -277,6 +280,48 @@ INSTANTIATE_TEST_SUITE_P(AllOptimizers, OptimizerReference,
                            return cases()[std::get<0>(info.param)].name + "_" +
                                   std::string(dtypeName(std::get<1>(info.param)));
                          });
+
+// torch.optim itself (tests/fixtures/optimizers, scripts/goldens/make_optimizer_goldens.py): SGD,
+// SGD with Nesterov momentum and Adam on one weight over five steps, the weight after each.
+TEST(Optimizers, MatchTorchOptimGoldens) {
+  std::ifstream f(std::string(IPU_SOURCE_DIR) +
+                  "/tests/fixtures/optimizers/optimizer_goldens.json");
+  ASSERT_TRUE(f) << "missing tests/fixtures/optimizers/optimizer_goldens.json";
+  const nlohmann::json j = nlohmann::json::parse(f);
+  const auto w0 = j["w0"].get<std::vector<float>>();
+  const auto grads = j["grads"].get<std::vector<std::vector<float>>>();
+  const auto lrs = j["lr"].get<std::vector<float>>();
+  for (const auto& [name, after] : j["cases"].items()) {
+    OptimizerOptions o;
+    o.weightDecay = 0.01;
+    if (name == "sgd_nesterov") o.nesterov = true;
+    if (name == "adam") o.kind = "adam", o.epsilon = 1e-8;
+    Graph g("golden");
+    Builder b(g);
+    const int w = b.variable("w", {16}), gw = b.variable("grad_w", {16}), lr = b.input("lr", {});
+    const OptimizerState st = appendOptimizer(g, {{w, gw}}, lr, o);
+    auto exe = std::make_shared<Executable>(compile(std::move(g), testTarget()));
+    for (EngineMode mode : {EngineMode::Fused, EngineMode::Tile}) {
+      Engine e(exe, mode);
+      e.writeTensor("w", w0);
+      for (int v : st.stateVariables)
+        e.writeTensor(
+            exe->graph.tensor(v).name,
+            std::vector<float>(static_cast<size_t>(exe->graph.tensor(v).elements()), 0.f));
+      for (size_t step = 0; step < lrs.size(); ++step) {
+        e.writeTensor("grad_w", grads[step]);
+        float rate = lrs[step];
+        e.connectInput(exe->graph.get("lr"), &rate);
+        e.run();
+        const auto want = after[step].get<std::vector<float>>();
+        const auto got = e.readFloats("w");
+        for (size_t i = 0; i < want.size(); ++i)
+          EXPECT_NEAR(got[i], want[i], 2e-6 * std::max(1.0f, std::fabs(want[i])))
+              << name << " " << engineModeName(mode) << " step " << step << " [" << i << "]";
+      }
+    }
+  }
+}
 
 TEST(Optimizers, EveryOneLowersToOrdinaryOpsAndApplyUpdate) {
   for (const Case& c : cases()) {

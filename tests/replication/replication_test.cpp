@@ -273,14 +273,18 @@ TEST(Replication, ShardedOptimizerStateMatchesAndSavesMemory) {
   EXPECT_LE(shard, weights / 4 + 4 * 4);  // 1/R of every momentum, rounded up per tensor
   EXPECT_EQ(s->report()["replication"]["optimizer_state_bytes"].get<i64>(), shard);
   EXPECT_EQ(p->report()["replication"]["optimizer_state_bytes"].get<i64>(), weights);
-  // The tiles' always-live memory shrinks by about the momentum saved.
-  auto alwaysLive = [](const Executable& e) {
+  // The tiles' always-live variables shrink by about the momentum saved. (Their code and vertex
+  // state do not: the lowered sharded update runs binary ops on the weight's chunk, which adds
+  // codelets and vertices on the tiles that hold it; for this small perceptron that outweighs
+  // the momentum, 3,227,696 vs 3,056,352 B of always-live memory over all tiles.)
+  auto alwaysLiveVariables = [](const Executable& e) {
     i64 sum = 0;
-    for (const TileMemory& m : e.tileMemory) sum += m.alwaysLive;
+    for (const Buffer& b : e.buffers)
+      if (b.alwaysLive) sum += b.bytes();
     return sum;
   };
-  EXPECT_LT(alwaysLive(*s), alwaysLive(*p) - (weights - shard) / 2)
-      << alwaysLive(*s) << " vs " << alwaysLive(*p);
+  EXPECT_LT(alwaysLiveVariables(*s), alwaysLiveVariables(*p) - (weights - shard) / 2)
+      << alwaysLiveVariables(*s) << " vs " << alwaysLiveVariables(*p);
 }
 
 // Sharding is a property of the update, whatever the optimizer: each replica runs the same
