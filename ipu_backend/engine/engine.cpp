@@ -15,6 +15,7 @@
 #include "ipu_backend/compiler/op_shapes.h"
 #include "ipu_backend/engine/host_fusion.h"
 #include "ipu_backend/ir/op_defs.h"
+#include "ipu_backend/kernels/apply_update.h"
 #include "ipu_backend/kernels/fused.h"
 #include "ipu_backend/kernels/fused_bf16.h"
 #include "ipu_backend/kernels/reference.h"
@@ -821,7 +822,7 @@ struct Engine::Impl {
           for (i64 b = 0; b < n; b += kChunk) {
             std::array<const float*, 3> xb{};
             for (int i = 0; i < u.k; ++i) xb[i] = x[i] + b;
-            ref::applyUpdate(u.keep, f, u.k, xb.data(), u.c.data(), t + b, std::min(kChunk, n - b));
+            kernels::applyUpdate(u.keep, f, u.k, xb.data(), u.c.data(), t + b, std::min(kChunk, n - b));
           }
         };
       }
@@ -1100,7 +1101,7 @@ struct Engine::Impl {
           std::array<const float*, 3> x{};
           for (int i = 0; i < u.k; ++i) x[i] = W[i].data;
           const float f = u.factorInput >= 0 ? W[u.factorInput - 1][0] : 1.0f;
-          ref::applyUpdate(u.keep, f, u.k, x.data(), u.c.data(), y, work.size());
+          kernels::applyUpdate(u.keep, f, u.k, x.data(), u.c.data(), y, work.size());
         };
       }
       case OpKind::EmaUpdate: {

@@ -460,23 +460,6 @@ float larsLearningRate(float lr, float wSumSq, float gSumSq, float gradScaleInve
   return static_cast<float>(static_cast<double>(lr) * trust);
 }
 
-__attribute__((optimize("fp-contract=off"))) void applyUpdate(float keep, float factor, int k,
-                                                              const float* const* x,
-                                                              const float* c, float* target,
-                                                              i64 count) {
-  const float* x0 = x[0];
-  const float* x1 = k > 1 ? x[1] : nullptr;
-  const float* x2 = k > 2 ? x[2] : nullptr;
-  const float c0 = c[0], c1 = k > 1 ? c[1] : 0.0f, c2 = k > 2 ? c[2] : 0.0f;
-  for (i64 i = 0; i < count; ++i) {
-    float s = c0 == 1.0f ? x0[i] : c0 * x0[i];
-    if (x1) s = s + c1 * x1[i];
-    if (x2) s = s + c2 * x2[i];
-    if (factor != 1.0f) s = factor * s;
-    target[i] = keep == 0.0f ? s : (keep == 1.0f ? target[i] : keep * target[i]) + s;
-  }
-}
-
 void emaUpdate(float momentum, float scale, float* running, const float* value, i64 count) {
   for (i64 i = 0; i < count; ++i) {
     running[i] = momentum * running[i] + (1.0f - momentum) * scale * value[i];

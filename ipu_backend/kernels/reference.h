@@ -101,10 +101,6 @@ float larsLearningRate(float lr, float wSumSq, float gSumSq, float gradScaleInve
                        float weightDecay, float epsilon);
 // running = momentum * running + (1 - momentum) * scale * value  (scale: e.g. n/(n-1)).
 void emaUpdate(float momentum, float scale, float* running, const float* value, i64 count);
-// apply_update: target = keep * target + factor * (c[0] x[0] + ... + c[k-1] x[k-1]), summed in
-// that order with every product and sum rounded (no fused multiply-add, so the result equals the
-// same sum built from unary / binary ops); keep == 0 does not read target. k <= 3.
-void applyUpdate(float keep, float factor, int k, const float* const* x, const float* c,
-                 float* target, i64 count);
+// apply_update: see kernels/apply_update.h.
 
 }  // namespace ipu::kernels::ref
