@@ -822,7 +822,8 @@ struct Engine::Impl {
           for (i64 b = 0; b < n; b += kChunk) {
             std::array<const float*, 3> xb{};
             for (int i = 0; i < u.k; ++i) xb[i] = x[i] + b;
-            kernels::applyUpdate(u.keep, f, u.k, xb.data(), u.c.data(), t + b, std::min(kChunk, n - b));
+            kernels::applyUpdate(u.keep, f, u.k, xb.data(), u.c.data(), t + b,
+                                 std::min(kChunk, n - b));
           }
         };
       }
@@ -1093,7 +1094,7 @@ struct Engine::Impl {
         };
       }
       case OpKind::OptimizerUpdate:
-        break;                   // lowered by compile()
+        break;                     // lowered by compile()
       case OpKind::ApplyUpdate: {  // windows: addends[, factor][, skip flag]
         const UpdateForm u = updateForm(op);
         return [=] {

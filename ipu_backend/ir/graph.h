@@ -117,7 +117,7 @@ enum class OpKind : std::uint8_t {
   Assign,
   Accumulate,
   // Mixed precision (appended so the kinds above keep their values).
-  Cast,             // x -> x converted to attribute `dtype` (RNE)
+  Cast,  // x -> x converted to attribute `dtype` (RNE)
   // The one in-place write of every optimizer: target = value unless skip != 0 (loss-scaling
   // overflow), rounded to the target's dtype (stochastically with stochastic_rounding).
   ApplyUpdate,

@@ -621,7 +621,7 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
           a.getFloat("weight_decay") < 0.0)
         fail(label,
              fmt::format("needs eta > 0, epsilon >= 0 and weight_decay >= 0, got {}, {}, {}",
-                                a.getFloat("eta"), a.getFloat("epsilon"), a.getFloat("weight_decay")));
+                         a.getFloat("eta"), a.getFloat("epsilon"), a.getFloat("weight_decay")));
       return {{in[2]->shape, DType::F32}};
     }
     case OpKind::ApplyUpdate: {

@@ -201,7 +201,7 @@ ReplicatedGraph replicate(const Graph& src, const ReplicationOptions& o) {
     const int chunk = g.addOp1(OpKind::CrossReplicaReduceScatter, {reduced[i]},
                                Attrs{{"replicas", R}, {"scale", scale}}, w.name + "/grad_chunk");
     std::vector<int> in = map(u.inputs);
-      Attrs a = u.attrs;
+    Attrs a = u.attrs;
     if (sharded) {  // the update reads this replica's gradient chunk and writes its state chunks
       a.set("replicas", R);
       in[1] = chunk;

@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "ipu_backend/compiler/autodiff.h"
-#include "ipu_backend/optimizers/optimizer.h"
 #include "ipu_backend/compiler/compiler.h"
 #include "ipu_backend/engine/engine.h"
 #include "ipu_backend/ir/builder.h"
+#include "ipu_backend/optimizers/optimizer.h"
 
 namespace ipu::testing {
 
