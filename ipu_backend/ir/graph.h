@@ -118,8 +118,9 @@ enum class OpKind : std::uint8_t {
   Accumulate,
   // Mixed precision (appended so the kinds above keep their values).
   Cast,  // x -> x converted to attribute `dtype` (RNE)
-  // The one in-place write of every optimizer: target = value unless skip != 0 (loss-scaling
-  // overflow), rounded to the target's dtype (stochastically with stochastic_rounding).
+  // The one in-place write of every optimizer: target = keep target + factor (c1 x1 + c2 x2 +
+  // c3 x3) unless skip != 0 (loss-scaling overflow), rounded to the target's dtype
+  // (stochastically with stochastic_rounding).
   ApplyUpdate,
   // Sum over each group of `group` consecutive replicas (batch-norm statistics that span
   // replicas, Graphcore's bn_span); its gradient is the same sum of the gradients.
