@@ -96,7 +96,7 @@ struct ComputeSetCost {
 struct StepCost {
   double computeCycles = 0, exchangeCycles = 0, syncCycles = 0;
   double deviceCycles = 0;      // sum of the three, one device iteration
-  double optimizerCycles = 0;   // part of deviceCycles in sgd_update sets (per step, not per
+  double optimizerCycles = 0;   // part of deviceCycles in lowered optimizer ops (per step, not per
                                 // micro-batch, under gradient accumulation)
   double collectiveCycles = 0;  // part of exchangeCycles: cross-replica reduce-scatter and
                                 // all-gather over IPU-Links / GW-Links (once per step)
