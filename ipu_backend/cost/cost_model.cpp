@@ -461,8 +461,8 @@ void addComputeSets(const Executable& exe, const CostOptions& o, StepCost& sc) {
     sc.exchangeCycles += c.exchangeCycles;
     sc.syncCycles += c.syncCycles;
     sc.macs += c.macs;
-    if (static_cast<size_t>(op.id) < exe.optimizerOp.size() && exe.optimizerOp[op.id])
-      sc.optimizerCycles += c.total();
+    c.optimizer = static_cast<size_t>(op.id) < exe.optimizerOp.size() && exe.optimizerOp[op.id];
+    if (c.optimizer) sc.optimizerCycles += c.total();
     sc.computeSets.push_back(std::move(c));
   }
 }

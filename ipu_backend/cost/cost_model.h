@@ -90,6 +90,7 @@ struct ComputeSetCost {
   double syncCycles = 0;
   double macs = 0;  // whole set
   int busiestTile = 0;
+  bool optimizer = false;  // a lowered optimizer op's set: runs once per step, not per micro-batch
   double total() const { return computeCycles + exchangeCycles + syncCycles; }
 };
 
