@@ -144,7 +144,7 @@ FullScaleProjection project(const PodPreset& p, const Priced& priced, FitVerdict
   // compute sets run once per step and are the update.
   double c = 0, x = 0, s = 0;
   for (const cost::ComputeSetCost& cs : step.computeSets) {
-    if (cs.kind == OpKind::SgdUpdate) continue;
+    if (cs.optimizer) continue;
     c += cs.computeCycles;
     x += cs.exchangeCycles;
     s += cs.syncCycles;

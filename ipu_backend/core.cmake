@@ -30,9 +30,16 @@ add_library(ipu_backend STATIC
   ${CMAKE_CURRENT_LIST_DIR}/compiler/op_shapes.cpp
   ${CMAKE_CURRENT_LIST_DIR}/compiler/compiler.cpp
   ${CMAKE_CURRENT_LIST_DIR}/compiler/first_fit.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/compiler/lars.cpp
   ${CMAKE_CURRENT_LIST_DIR}/compiler/mixed_precision.cpp
   ${CMAKE_CURRENT_LIST_DIR}/engine/engine.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/optimizers/lowering.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/optimizers/adam_moments.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/optimizers/sgd.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/optimizers/lars.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/optimizers/lamb.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/optimizers/rmsprop.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/optimizers/adam.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/optimizers/ema.cpp
   ${CMAKE_CURRENT_LIST_DIR}/engine/host_fusion.cpp
   ${CMAKE_CURRENT_LIST_DIR}/replication/replicate.cpp
   ${CMAKE_CURRENT_LIST_DIR}/replication/ring_collective.cpp

@@ -35,7 +35,9 @@ if [ "${FUZZ_SKIP_BUILD:-0}" != "1" ]; then
   export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$(dirname "$ROOT")}"
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER="$CXX_BIN" \
     -DIPU_FUZZ=ON -DIPU_BUILD_BENCHMARKS=OFF "${launcher[@]}" > /dev/null
-  cmake --build "$BUILD" -j "${JOBS:-$(nproc)}" --target fuzz_targets
+  build_targets=(fuzz_targets)
+  [ ${#TARGETS[@]} -gt 0 ] && build_targets=("${TARGETS[@]/#/fuzz_}")  # only those asked for
+  cmake --build "$BUILD" -j "${JOBS:-$(nproc)}" --target "${build_targets[@]}"
 fi
 
 # Every libFuzzer binary the build made (the BERT ones exist when datasets/bert does).

@@ -273,39 +273,20 @@ GradientResult appendBackwardSeeded(Graph& g, int loss, const std::vector<int>& 
   });
 }
 
-OptimizerState appendSgdUpdate(Graph& g, const std::map<int, int>& grads, int lr,
-                               const SgdOptions& opts) {
-  OptimizerState st;
-  for (const auto& [var, grad] : grads) {
-    const Tensor w = g.tensor(var);
-    int v = g.addVariable(w.name + "/momentum", w.shape, w.dtype);
-    st.stateVariables.push_back(v);
-    Attrs a{{"momentum", opts.momentum}, {"weight_decay", opts.decay(w) ? opts.weightDecay : 0.0}};
-    if (opts.nesterov) a.set("nesterov", true);
-    if (opts.larsEta > 0.0 && opts.decay(w)) {
-      a.set("lars_eta", opts.larsEta);
-      a.set("lars_epsilon", opts.larsEpsilon);
-    }
-    if (opts.stochasticRounding && w.dtype != DType::F32) a.set("stochastic_rounding", true);
-    if (opts.lossScaling.inverseScale >= 0)
-      g.addOp(OpKind::SgdUpdateScaled,
-              {var, v, grad, lr, opts.lossScaling.inverseScale, opts.lossScaling.overflow}, a);
-    else
-      g.addOp(OpKind::SgdUpdate, {var, v, grad, lr}, a);
-  }
-  return st;
-}
-
 std::vector<int> trainableVariables(const Graph& g) {
   std::set<int> state, read;
   for (const Op& op : g.ops()) {
+    if (op.kind == OpKind::OptimizerUpdate) {  // the weight is trainable, its state is not
+      const UpdateOperands u = updateOperands(op);
+      state.insert(u.state.begin(), u.state.end());
+      read.insert(u.weight);
+      continue;
+    }
     const OpDef& d = opDef(op.kind);
     for (size_t i = 0; i < op.inputs.size(); ++i) {
       bool written = std::find(d.writesInputs.begin(), d.writesInputs.end(), static_cast<int>(i)) !=
                      d.writesInputs.end();
-      // sgd_update writes the weight (input 0) but the weight is trainable; its momentum is state.
-      bool isSgd = op.kind == OpKind::SgdUpdate || op.kind == OpKind::SgdUpdateScaled;
-      if (written && !(isSgd && i == 0)) state.insert(op.inputs[i]);
+      if (written) state.insert(op.inputs[i]);
       if (!written) read.insert(op.inputs[i]);
     }
   }

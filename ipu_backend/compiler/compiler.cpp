@@ -1,7 +1,5 @@
 #include "ipu_backend/compiler/compiler.h"
 
-#include "ipu_backend/compiler/lars.h"
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -15,6 +13,7 @@
 #include "ipu_backend/compiler/op_shapes.h"
 #include "ipu_backend/ir/op_defs.h"
 #include "ipu_backend/ops/op_info.h"
+#include "ipu_backend/optimizers/optimizer.h"
 
 namespace ipu {
 namespace {
@@ -634,19 +633,15 @@ class Planner : public ops::PlanApi {
         }
         return;
       }
-      case OpKind::SgdUpdate: {
-        ComputeSet& cs = newComputeSet(op, 0, "");
-        for (const TileSlice& s : exe_.mapping[in(0)]) {
-          Range r{s.begin, s.end};
-          cs.vertices.push_back(vertexOn(s.tile, {{in(2), r.begin, r.end}, whole(in(3))},
-                                         {{in(0), r.begin, r.end}, {in(1), r.begin, r.end}}, r));
-        }
-        return;
-      }
+      case OpKind::OptimizerUpdate:
+        throw CompileError(
+            fmt::format("internal: optimizer_update of '{}' reached the planner unlowered",
+                        g_.tensor(in(0)).name),
+            -1, 0, 0);
       case OpKind::CrossReplicaReduceScatter:
       case OpKind::CrossReplicaAllGather:
       case OpKind::CrossReplicaSum:
-      case OpKind::ShardedSgdUpdate: {
+      case OpKind::ReplicaChunk: {
         // Runs off the tiles (IPU-Links / the replica index): these vertices only record which
         // tiles hold the operands, for liveness and vertex state; the engine moves the data.
         ComputeSet& cs = newComputeSet(op, 0, "");
@@ -658,13 +653,17 @@ class Planner : public ops::PlanApi {
             cs.vertices.push_back(vertexOn(s.tile, {}, {{t, s.begin, s.end}}, {s.begin, s.end}));
         return;
       }
-      case OpKind::SgdUpdateScaled: {
+      case OpKind::ApplyUpdate: {  // target slice = value slice unless the skip flag is set
         ComputeSet& cs = newComputeSet(op, 0, "");
         for (const TileSlice& s : exe_.mapping[in(0)]) {
           Range r{s.begin, s.end};
-          cs.vertices.push_back(
-              vertexOn(s.tile, {{in(2), r.begin, r.end}, whole(in(3)), whole(in(4)), whole(in(5))},
-                       {{in(0), r.begin, r.end}, {in(1), r.begin, r.end}}, r));
+          // The addends' slices, then the scalars (factor, skip) whole.
+          const int k = static_cast<int>(op.attrs.getInt("addends", 1));
+          std::vector<NeedWindow> need;
+          for (int i = 1; i <= k; ++i) need.push_back({in(i), r.begin, r.end});
+          for (size_t i = static_cast<size_t>(k) + 1; i < op.inputs.size(); ++i)
+            need.push_back(whole(op.inputs[i]));
+          cs.vertices.push_back(vertexOn(s.tile, need, {{in(0), r.begin, r.end}}, r));
         }
         return;
       }
@@ -938,10 +937,12 @@ class Planner : public ops::PlanApi {
   int phaseBase_ = 0;  // splitReduction for a registered op: its first phase
 };
 
-// Moves every in-place update (sgd_update, ema_update: ops that write their inputs) to just after
-// the last op it depends on: the producers of its inputs and the earlier readers of what it
+// Moves every in-place update (optimizer_update, ema_update: ops that write their inputs) to just
+// after the last op it depends on: the producers of its inputs and the earlier readers of what it
 // writes. A weight's gradient then dies as soon as the update has consumed it instead of living
-// until the end of the step (on an IPU that is the difference between fitting or not).
+// until the end of the step (on an IPU that is the difference between fitting or not). It runs
+// before the optimizers are lowered, so each update's ops move with it. An update clipped to the
+// global gradient norm stays: it waits for every gradient anyway.
 void scheduleUpdatesEarly(Graph& g) {
   const auto& ops = g.ops();
   const int n = static_cast<int>(ops.size());
@@ -949,13 +950,18 @@ void scheduleUpdatesEarly(Graph& g) {
   std::vector<std::tuple<int, int, int>> keys;  // (anchor, is update, original position)
   for (int i = 0; i < n; ++i) {
     const Op& op = ops[i];
-    const auto& writes = opDef(op.kind).writesInputs;
-    if (writes.empty()) {
+    std::vector<int> writes;
+    for (int w : opDef(op.kind).writesInputs) writes.push_back(op.inputs[w]);
+    if (op.kind == OpKind::OptimizerUpdate) {
+      const UpdateOperands u = updateOperands(op);
+      writes.insert(writes.end(), u.state.begin(), u.state.end());
+    }
+    if (writes.empty() || op.attrs.getFloat("max_grad_norm", 0.0) > 0.0) {
       keys.emplace_back(i, 0, i);
     } else {
       int anchor = -1;
       for (int t : op.inputs) anchor = std::max(anchor, g.tensor(t).producer);
-      for (int w : writes) anchor = std::max(anchor, lastReader[op.inputs[w]]);
+      for (int w : writes) anchor = std::max(anchor, lastReader[w]);
       keys.emplace_back(anchor, 1, i);
     }
     for (int t : op.inputs) lastReader[t] = i;
@@ -1062,14 +1068,10 @@ nlohmann::json Executable::report() const {
                   {"device_iterations", program.deviceIterations},
                   {"ops", graph.ops().size()},
                   {"tensors", graph.tensors().size()}};
-  // Optimizer state (momentum) per replica: replicated tensor sharding keeps 1/R of it.
-  i64 stateBytes = 0, replicas = 1;
-  for (const Op& op : graph.ops()) {
-    if (op.kind == OpKind::SgdUpdate || op.kind == OpKind::SgdUpdateScaled ||
-        op.kind == OpKind::ShardedSgdUpdate)
-      stateBytes += graph.tensor(op.inputs[1]).bytes();
+  // Optimizer state per replica: replicated tensor sharding keeps 1/R of it.
+  i64 stateBytes = optimizerStateBytes, replicas = 1;
+  for (const Op& op : graph.ops())
     if (isReplicaOp(op.kind)) replicas = std::max(replicas, replicasOf(op));
-  }
   r["replication"] = {
       {"replicas", replicas},
       {"optimizer_state_bytes", stateBytes},
@@ -1095,11 +1097,17 @@ Executable compile(Graph graph, const Target& target, const CompileOptions& opti
                        -1, 0, 0);
   // With a separate update part (replication, accumulation) the updates follow the
   // all-reduce anyway; moving them would take them out of that part.
-  // LARS updates become their norms, rate and plain update (inserted after updateFirstOp, the
-  // updates' part, so that index stays valid).
-  expandLars(graph);
   if (options.updateFirstOp < 0) scheduleUpdatesEarly(graph);
-  Executable exe{std::move(graph), target, options, {}, {}, {}, {}, {}, {}, {}, 0.0};
+  // Each optimizer_update becomes its ordinary ops and apply_updates, where it was (after
+  // updateFirstOp, the updates' part, so that index stays valid).
+  const ExpandedOptimizers lowered = expandOptimizers(graph);
+  Executable exe{std::move(graph), target, options, {}, {}, {}, {}, {}, {}, {}, 0.0, {}, 0};
+  exe.optimizerStateBytes = lowered.stateBytes;
+  std::vector<bool> produced(exe.graph.tensors().size(), false);
+  for (int t : lowered.producedTensors) produced[t] = true;
+  for (const Op& op : exe.graph.ops())
+    exe.optimizerOp.push_back(op.kind == OpKind::ApplyUpdate ||
+                              (!op.outputs.empty() && produced[op.outputs[0]]));
   Planner(exe).run();
   exe.compileSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return exe;

@@ -1,5 +1,5 @@
-// The compiler driver: verifies the graph, maps every buffer onto tiles, splits every op into
-// vertices, plans the exchanges and the per-tile arenas, checks tile memory, and emits the BSP
+// The compiler driver: lowers the optimizer updates, maps every buffer onto tiles, splits every
+// op into vertices, plans the exchanges and the per-tile arenas, checks tile memory, and emits the BSP
 // program. Throws CompileError (with the worst tile, its bytes, the capacity and the largest
 // occupants) when a tile overflows and options.checkMemory is set.
 #pragma once

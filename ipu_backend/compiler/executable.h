@@ -124,6 +124,8 @@ struct Executable {
   std::vector<i64> arenaBytes;                  // per tile: bytes the tile engine allocates
   Program program;
   double compileSeconds = 0;
+  std::vector<bool> optimizerOp;  // per IR op: part of a lowered optimizer update
+  i64 optimizerStateBytes = 0;    // per replica (sharded state: this replica's chunks)
 
   // JSON compile report: per-tile memory (max, mean, histogram), vertex and compute-set counts,
   // exchange bytes, the largest buffers.

@@ -14,12 +14,13 @@
 // each tensor's own dtype.
 //
 // appendTrainingStep() appends the backward pass and the update for the policy's loss scaling:
-//   none     appendBackward + sgd_update;
+//   none     appendBackward + appendOptimizer;
 //   static / dynamic: the seed of the backward pass is the host input `loss_scale` (S), every
 //            gradient is checked for Inf/NaN (0 * g is NaN exactly when g is, so the sum of
 //            0 * g over all gradients is 0 or NaN: the output `loss_scaling/overflow`), and
-//            sgd_update_scaled multiplies the gradients by the host input `loss_scale_inverse`
-//            (1/S) and skips the update (weights and momentum unchanged) on overflow.
+//            the optimizer's loss-scale wrapper multiplies the gradients by the host input
+//            `loss_scale_inverse` (1/S) and skips the update (weights and state unchanged) on
+//            overflow (ipu_backend/optimizers).
 // The host owns S (precision::LossScaler): it feeds S and 1/S every step and reads the overflow
 // flag after it, so dynamic scaling changes S without a recompile.
 #pragma once
@@ -29,6 +30,7 @@
 
 #include "ipu_backend/compiler/autodiff.h"
 #include "ipu_backend/ir/graph.h"
+#include "ipu_backend/optimizers/optimizer.h"
 #include "ipu_backend/precision/precision_policy.h"
 
 namespace ipu {

@@ -60,8 +60,10 @@ double instructionsPerVector(const Op& op, int phase) {
     }
     case OpKind::Binary:
       return binaryKindOf(op) == kernels::BinaryKind::Div ? kDivideInstructions : 1.0;
-    case OpKind::SgdUpdate:
-      return 4;  // v = m*v + g + wd*w; w -= lr*v
+    case OpKind::ApplyUpdate:  // keep * t + f * sum of c_i x_i: a multiply-add per term
+      return static_cast<double>(op.attrs.getInt("addends", 1)) + 1;
+    case OpKind::OptimizerUpdate:
+      throw std::logic_error("cost model: optimizer_update is lowered by compile()");
     case OpKind::EmaUpdate:
       return 2;
     case OpKind::BatchNormInference:
@@ -82,10 +84,9 @@ double instructionsPerVector(const Op& op, int phase) {
     case OpKind::AvgPoolGrad:
     case OpKind::CrossReplicaReduceScatter:
     case OpKind::CrossReplicaAllGather:
-    case OpKind::ShardedSgdUpdate:
     case OpKind::Cast:
-    case OpKind::SgdUpdateScaled:
     case OpKind::CrossReplicaSum:
+    case OpKind::ReplicaChunk:
     case OpKind::LarsLearningRate:
       return 1;
     default:  // registered kinds (ipu_backend/ops) priced above
@@ -225,8 +226,10 @@ VertexWork vertexWork(const Executable& exe, const ComputeSet& cs, const Op& op,
   } else if (op.kind == OpKind::SoftmaxCrossEntropy) {
     w.elements = inBytes / inBytes0;  // logits read per output sample
   }
-  // Optimizer and EMA updates read-modify-write their state in place.
-  if (op.kind == OpKind::SgdUpdate || op.kind == OpKind::EmaUpdate) inBytes += outBytes;
+  // EMA updates and apply_update with keep != 0 read-modify-write their target in place.
+  if (op.kind == OpKind::EmaUpdate ||
+      (op.kind == OpKind::ApplyUpdate && op.attrs.getFloat("keep", 0.0) != 0.0))
+    inBytes += outBytes;
   w.instrPerVector = instructionsPerVector(op, cs.phase);
   w.bytes = inBytes + outBytes;
   w.units = std::max(1.0, std::ceil(w.elements / w.vectorWidth));
@@ -296,7 +299,7 @@ double exchangeScale(const Executable& exe, const ComputeSet& cs, const CostOpti
 
 bool isElementwise(OpKind k) {
   return k == OpKind::Unary || k == OpKind::UnaryGrad || k == OpKind::Binary ||
-         k == OpKind::Reshape || k == OpKind::SgdUpdate || k == OpKind::EmaUpdate ||
+         k == OpKind::Reshape || k == OpKind::ApplyUpdate || k == OpKind::EmaUpdate ||
          k == OpKind::BatchNormInference || k == OpKind::BatchNormTrain ||
          k == OpKind::BatchNormBackward;
 }
@@ -408,7 +411,9 @@ void addComputeSets(const Executable& exe, const CostOptions& o, StepCost& sc) {
       ComputeSetCost c;
       c.name = cs.name;
       c.kind = op.kind;
-      if (op.kind != OpKind::ShardedSgdUpdate) {  // that one: 1/R of an sgd_update, not priced
+      // replica_chunk: this replica's slice of a weight it holds whole, no link traffic (the
+      // sharded update's math is priced as its ordinary ops).
+      if (op.kind != OpKind::ReplicaChunk) {
         // Each half of a ring all-reduce of the whole tensor: (R-1)/R of its bytes per replica.
         const int replicas = static_cast<int>(replicasOf(op));
         const int whole = op.kind == OpKind::CrossReplicaAllGather ? op.outputs[0] : op.inputs[0];
@@ -456,7 +461,8 @@ void addComputeSets(const Executable& exe, const CostOptions& o, StepCost& sc) {
     sc.exchangeCycles += c.exchangeCycles;
     sc.syncCycles += c.syncCycles;
     sc.macs += c.macs;
-    if (op.kind == OpKind::SgdUpdate) sc.optimizerCycles += c.total();
+    c.optimizer = static_cast<size_t>(op.id) < exe.optimizerOp.size() && exe.optimizerOp[op.id];
+    if (c.optimizer) sc.optimizerCycles += c.total();
     sc.computeSets.push_back(std::move(c));
   }
 }

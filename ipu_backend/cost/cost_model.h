@@ -90,13 +90,14 @@ struct ComputeSetCost {
   double syncCycles = 0;
   double macs = 0;  // whole set
   int busiestTile = 0;
+  bool optimizer = false;  // a lowered optimizer op's set: runs once per step, not per micro-batch
   double total() const { return computeCycles + exchangeCycles + syncCycles; }
 };
 
 struct StepCost {
   double computeCycles = 0, exchangeCycles = 0, syncCycles = 0;
   double deviceCycles = 0;      // sum of the three, one device iteration
-  double optimizerCycles = 0;   // part of deviceCycles in sgd_update sets (per step, not per
+  double optimizerCycles = 0;   // part of deviceCycles in lowered optimizer ops (per step, not per
                                 // micro-batch, under gradient accumulation)
   double collectiveCycles = 0;  // part of exchangeCycles: cross-replica reduce-scatter and
                                 // all-gather over IPU-Links / GW-Links (once per step)

@@ -1,6 +1,7 @@
 #include "ipu_backend/engine/engine.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -14,9 +15,9 @@
 #include "ipu_backend/compiler/op_shapes.h"
 #include "ipu_backend/engine/host_fusion.h"
 #include "ipu_backend/ir/op_defs.h"
+#include "ipu_backend/kernels/apply_update.h"
 #include "ipu_backend/kernels/fused.h"
 #include "ipu_backend/kernels/fused_bf16.h"
-#include "ipu_backend/kernels/mixed_precision.h"
 #include "ipu_backend/kernels/reference.h"
 #include "ipu_backend/ops/op_info.h"
 #include "ipu_backend/precision/half.h"
@@ -51,6 +52,25 @@ struct AlignedBytes {
 // widened into f32 scratch before it runs and its 16-bit results rounded back after (RNE, or
 // stochastic rounding where the op asks for it). Both engine modes apply exactly these rules
 // at op (fused) or vertex (tile) granularity, so they round identically.
+// apply_update's attributes and where its optional inputs sit (-1: absent).
+struct UpdateForm {
+  int k = 1;
+  float keep = 0;
+  std::array<float, 3> c{1, 1, 1};
+  int factorInput = -1, skipInput = -1;
+};
+UpdateForm updateForm(const Op& op) {
+  UpdateForm u;
+  u.k = static_cast<int>(op.attrs.getInt("addends", 1));
+  u.keep = static_cast<float>(op.attrs.getFloat("keep", 0.0));
+  static const char* const kCoefficient[] = {"c1", "c2", "c3"};
+  for (int i = 0; i < 3; ++i) u.c[i] = static_cast<float>(op.attrs.getFloat(kCoefficient[i], 1.0));
+  int next = 1 + u.k;
+  if (op.attrs.getBool("factor", false)) u.factorInput = next++;
+  if (next < static_cast<int>(op.inputs.size())) u.skipInput = next;
+  return u;
+}
+
 bool isHalf(DType t) {
   return t == DType::F16 || t == DType::BF16;
 }
@@ -222,20 +242,15 @@ struct Engine::Impl {
           body = [=] { coll->allGather(r, x, y, n, what); };
         break;
       }
-      case OpKind::ShardedSgdUpdate: {
-        const float* w = P(op.inputs[0]);
-        float *v = P(op.inputs[1]), *gr = P(op.inputs[2]), *lr = P(op.inputs[3]);
+      case OpKind::ReplicaChunk: {
+        const float* x = P(op.inputs[0]);
         float* y = P(op.outputs[0]);
         const i64 n = g.tensor(op.inputs[0]).elements(),
                   s = chunkElements(n, static_cast<int>(replicas));
         const i64 begin = std::min(n, r * s), len = std::min(n, begin + s) - begin;
-        const float m = static_cast<float>(op.attrs.getFloat("momentum"));
-        const float wd = static_cast<float>(op.attrs.getFloat("weight_decay"));
-        const bool nest = op.attrs.getBool("nesterov", false);
         body = [=] {
-          std::copy(w + begin, w + begin + len, y);
+          std::copy(x + begin, x + begin + len, y);
           std::fill(y + len, y + s, 0.0f);
-          fz::sgdMomentumUpdate(*lr, m, wd, nest, y, v, gr, len);
         };
         break;
       }
@@ -752,13 +767,28 @@ struct Engine::Impl {
         float *dy = F(in(0)), *dx = F(out);
         return [=] { k->run(dy, dx); };
       }
-      case OpKind::SgdUpdate: {
-        float *w = F(in(0)), *v = F(in(1)), *gr = F(in(2)), *lr = F(in(3));
-        float m = static_cast<float>(op.attrs.getFloat("momentum"));
-        float wd = static_cast<float>(op.attrs.getFloat("weight_decay"));
-        bool nest = op.attrs.getBool("nesterov", false);
-        i64 n = g.tensor(in(0)).elements();
-        return [=] { fz::sgdMomentumUpdate(*lr, m, wd, nest, w, v, gr, n); };
+      case OpKind::OptimizerUpdate:
+        break;  // lowered by compile()
+      case OpKind::ApplyUpdate: {
+        const UpdateForm u = updateForm(op);
+        float* t = F(in(0));
+        std::array<const float*, 3> x{};
+        for (int i = 0; i < u.k; ++i) x[i] = F(in(1 + i));
+        const float* factor = u.factorInput >= 0 ? F(in(u.factorInput)) : nullptr;
+        const float* skip = u.skipInput >= 0 ? F(in(u.skipInput)) : nullptr;
+        const i64 n = g.tensor(in(0)).elements();
+        return [=] {
+          if (skip && *skip != 0.0f) return;  // NaN (overflow) is unequal too
+          const float f = factor ? *factor : 1.0f;
+          constexpr i64 kChunk = 16384;
+#pragma omp parallel for schedule(static)
+          for (i64 b = 0; b < n; b += kChunk) {
+            std::array<const float*, 3> xb{};
+            for (int i = 0; i < u.k; ++i) xb[i] = x[i] + b;
+            kernels::applyUpdate(u.keep, f, u.k, xb.data(), u.c.data(), t + b,
+                                 std::min(kChunk, n - b));
+          }
+        };
       }
       case OpKind::LarsLearningRate: {
         const float *ws = F(in(0)), *gs = F(in(1)), *lr = F(in(2)), *inv = F(in(3));
@@ -771,7 +801,7 @@ struct Engine::Impl {
       case OpKind::CrossReplicaReduceScatter:
       case OpKind::CrossReplicaAllGather:
       case OpKind::CrossReplicaSum:
-      case OpKind::ShardedSgdUpdate:
+      case OpKind::ReplicaChunk:
         break;  // makeReplicaOp
       case OpKind::EmaUpdate: {
         float *r = F(in(0)), *v = F(in(1));
@@ -784,15 +814,6 @@ struct Engine::Impl {
         float *x = F(in(0)), *y = F(out);
         size_t n = static_cast<size_t>(g.tensor(out).elements());
         return [=] { std::memcpy(y, x, n * sizeof(float)); };
-      }
-      case OpKind::SgdUpdateScaled: {
-        float *w = F(in(0)), *v = F(in(1)), *gr = F(in(2)), *lr = F(in(3));
-        float *inv = F(in(4)), *ovf = F(in(5));
-        float m = static_cast<float>(op.attrs.getFloat("momentum"));
-        float wd = static_cast<float>(op.attrs.getFloat("weight_decay"));
-        bool nest = op.attrs.getBool("nesterov", false);
-        i64 n = g.tensor(in(0)).elements();
-        return [=] { kernels::scaledSgdMomentumUpdate(*lr, m, wd, nest, *inv, *ovf, w, v, gr, n); };
       }
       default:  // registered kinds (ipu_backend/ops) built above
         break;
@@ -997,12 +1018,17 @@ struct Engine::Impl {
                                      work);
         };
       }
-      case OpKind::SgdUpdate: {
-        float* vel = outPtr(t, v.outputs[1]);
-        float m = attrF("momentum", 0.0), wd = attrF("weight_decay", 0.0);
-        bool nest = op.attrs.getBool("nesterov", false);
-        return
-            [=] { ref::sgdMomentumUpdate(W[1][0], m, wd, nest, y, vel, W[0].data, work.size()); };
+      case OpKind::OptimizerUpdate:
+        break;                     // lowered by compile()
+      case OpKind::ApplyUpdate: {  // windows: addends[, factor][, skip flag]
+        const UpdateForm u = updateForm(op);
+        return [=] {
+          if (u.skipInput >= 0 && W[u.skipInput - 1][0] != 0.0f) return;
+          std::array<const float*, 3> x{};
+          for (int i = 0; i < u.k; ++i) x[i] = W[i].data;
+          const float f = u.factorInput >= 0 ? W[u.factorInput - 1][0] : 1.0f;
+          kernels::applyUpdate(u.keep, f, u.k, x.data(), u.c.data(), y, work.size());
+        };
       }
       case OpKind::EmaUpdate: {
         float m = attrF("momentum", 0.0), sc = attrF("scale", 1.0);
@@ -1011,21 +1037,12 @@ struct Engine::Impl {
       case OpKind::CrossReplicaReduceScatter:
       case OpKind::CrossReplicaAllGather:
       case OpKind::CrossReplicaSum:
-      case OpKind::ShardedSgdUpdate:
+      case OpKind::ReplicaChunk:
         break;            // makeReplicaOp
       case OpKind::Cast:  // the conversions around the vertex do the rounding
         return [=] {
           for (i64 i = work.begin; i < work.end; ++i) y[i - work.begin] = W[0][i];
         };
-      case OpKind::SgdUpdateScaled: {
-        float* vel = outPtr(t, v.outputs[1]);
-        float m = attrF("momentum", 0.0), wd = attrF("weight_decay", 0.0);
-        bool nest = op.attrs.getBool("nesterov", false);
-        return [=] {
-          kernels::scaledSgdMomentumUpdate(W[1][0], m, wd, nest, W[2][0], W[3][0], y, vel,
-                                           W[0].data, work.size());
-        };
-      }
       default:  // registered kinds (ipu_backend/ops) built above
         break;
     }

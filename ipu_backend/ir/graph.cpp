@@ -204,6 +204,24 @@ void Graph::reorderOps(const std::vector<int>& order) {
     if (t.producer >= 0) t.producer = newId[t.producer];
 }
 
+void Graph::removeOps(const std::function<bool(const Op&)>& drop) {
+  std::vector<int> newId(ops_.size(), -1);
+  std::vector<Op> kept;
+  for (Op& op : ops_) {
+    if (drop(op)) {
+      if (!op.outputs.empty())
+        throw GraphError(fmt::format("removeOps: op {} ({}) has outputs", op.id, opName(op.kind)));
+      continue;
+    }
+    newId[op.id] = static_cast<int>(kept.size());
+    op.id = newId[op.id];
+    kept.push_back(std::move(op));
+  }
+  ops_ = std::move(kept);
+  for (Tensor& t : tensors_)
+    if (t.producer >= 0) t.producer = newId[t.producer];
+}
+
 void Graph::rewriteOp(int opId, std::vector<int> inputs, Attrs attrs) {
   Op& op = ops_.at(static_cast<size_t>(opId));
   const std::string label = fmt::format("{} (op {}, rewritten)", opName(op.kind), opId);

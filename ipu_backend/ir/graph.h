@@ -3,10 +3,12 @@
 // A Graph is a static dataflow program, as PopART builds one: one training step (forward,
 // backward, optimizer update) is one graph. Tensors are SSA values except Variables (weights,
 // optimizer state, running statistics), which persist across steps and are written only by
-// side-effecting update ops (sgd_update, ema_update). Inputs are fed by host streams every step.
+// side-effecting update ops (optimizer_update, apply_update, ema_update). Inputs are fed by host
+// streams every step.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -102,24 +104,29 @@ enum class OpKind : std::uint8_t {
   SoftmaxCrossEntropy,
   SoftmaxCrossEntropyGrad,
   Constant,
-  SgdUpdate,
+  // One weight's optimizer step (SGD, LARS, LAMB, RMSProp, Adam; loss scaling, sharding and a
+  // weight EMA as attributes), as models and the replication pass see it; compile() lowers it
+  // to ordinary ops and apply_update (ipu_backend/optimizers), so no later stage sees it.
+  OptimizerUpdate,
   EmaUpdate,
   // Replication (ipu_backend/replication): cross-replica collectives and the update-side ops
-  // around them. The collectives and sharded_sgd_update depend on the replica index.
+  // around them. The collectives and replica_chunk depend on the replica index.
   CrossReplicaReduceScatter,
   CrossReplicaAllGather,
-  ShardedSgdUpdate,
+  ReplicaChunk,  // x -> this replica's chunk of x (replicated tensor sharding of an update)
   Assign,
   Accumulate,
   // Mixed precision (appended so the kinds above keep their values).
-  Cast,             // x -> x converted to attribute `dtype` (RNE)
-  SgdUpdateScaled,  // sgd_update on loss-scaled gradients: unscale, skip on overflow
+  Cast,  // x -> x converted to attribute `dtype` (RNE)
+  // The one in-place write of every optimizer: target = keep target + factor (c1 x1 + c2 x2 +
+  // c3 x3) unless skip != 0 (loss-scaling overflow), rounded to the target's dtype
+  // (stochastically with stochastic_rounding).
+  ApplyUpdate,
   // Sum over each group of `group` consecutive replicas (batch-norm statistics that span
   // replicas, Graphcore's bn_span); its gradient is the same sum of the gradients.
   CrossReplicaSum,
-  // LARS (layer-wise adaptive rate scaling): the learning rate of one weight from the sums of
-  // squares of the weight and its gradient (the compiler expands sgd_update's lars_* attributes
-  // into it, ipu_backend/compiler/lars.h).
+  // The learning rate times a trust ratio from the sums of squares of the weight and its update
+  // (LARS and LAMB, ipu_backend/optimizers).
   LarsLearningRate,  // keep last: tables indexed by kind size themselves by it
 };
 
@@ -167,6 +174,9 @@ class Graph {
   // Puts the ops in the given order (a permutation of op ids that keeps every producer before
   // its consumers; GraphError otherwise) and renumbers them; tensors keep their ids.
   void reorderOps(const std::vector<int>& order);
+  // Removes the ops `drop` selects, which must have no outputs (lowered side-effect ops), and
+  // renumbers the others in order; tensors keep their ids.
+  void removeOps(const std::function<bool(const Op&)>& drop);
   // Gives op `op` new inputs and attributes of the same kind (compiler lowering passes). They are
   // checked like addOp's and must infer the outputs the op already has (GraphError otherwise).
   void rewriteOp(int op, std::vector<int> inputs, Attrs attrs);

@@ -16,6 +16,7 @@ using A = AttrType;
 using ops::expectRank;
 using ops::expectSameShape;
 using ops::fail;
+constexpr int kVariadic = -1;
 
 // `partials`: accumulator type of conv / matmul partial sums ("f32" default, or "f16"), set by
 // the precision pass.
@@ -61,14 +62,26 @@ const std::vector<OpDef>& table() {
        with(kPoolAttrs, {{"count_include_pad", A::Bool, false}})},
       {OpKind::AvgPoolGrad, "avg_pool_grad", 1, 1, {},
        with(kPoolAttrs, {{"count_include_pad", A::Bool, false}, {"input_shape", A::Ints, true}})},
-      // lars_eta > 0: LARS, the learning rate scaled by the weight's trust ratio (compiler/lars.h).
-      {OpKind::SgdUpdate, "sgd_update", 4, 0, {0, 1},
-       {{"momentum", A::Float, true},
-        {"weight_decay", A::Float, true},
+      // (weight, gradient, lr, state..., [inverse loss scale, overflow]): see UpdateOperands.
+      // The attributes are those of the optimizers in ipu_backend/optimizers, which check them.
+      {OpKind::OptimizerUpdate, "optimizer_update", kVariadic, 0, {0},
+       {{"optimizer", A::String, true},
+        {"momentum", A::Float, false},
+        {"weight_decay", A::Float, false},
         {"nesterov", A::Bool, false},
         {"stochastic_rounding", A::Bool, false},
         {"lars_eta", A::Float, false},
-        {"lars_epsilon", A::Float, false}}},
+        {"lars_epsilon", A::Float, false},
+        {"beta1", A::Float, false},
+        {"beta2", A::Float, false},
+        {"epsilon", A::Float, false},
+        {"rho", A::Float, false},
+        {"bias_correction", A::Bool, false},
+        {"trust_ratio", A::Bool, false},
+        {"max_grad_norm", A::Float, false},
+        {"loss_scaled", A::Bool, false},
+        {"replicas", A::Int, false},
+        {"ema_decay", A::Float, false}}},
       {OpKind::EmaUpdate, "ema_update", 2, 0, {0},
        {{"momentum", A::Float, true}, {"scale", A::Float, false}}},
       // x (any shape, n elements) -> this replica's chunk [ceil(n/R)] of scale * sum over replicas.
@@ -81,23 +94,21 @@ const std::vector<OpDef>& table() {
       // `replicas` (R, a multiple of G) is set by the replication pass; before it, R = G.
       {OpKind::CrossReplicaSum, "cross_replica_sum", 1, 1, {},
        {{"group", A::Int, true}, {"replicas", A::Int, false}}},
-      // (weight, momentum chunk, gradient chunk, lr) -> updated weight chunk; updates the
-      // momentum chunk in place (replicated tensor sharding of the optimizer state).
-      {OpKind::ShardedSgdUpdate, "sharded_sgd_update", 4, 1, {1},
-       {{"replicas", A::Int, true},
-        {"momentum", A::Float, true},
-        {"weight_decay", A::Float, true},
-        {"nesterov", A::Bool, false}}},
+      // x (n elements) -> elements [r s, r s + s) of x, s = ceil(n/R), zero-padded, on replica r.
+      {OpKind::ReplicaChunk, "replica_chunk", 1, 1, {}, {{"replicas", A::Int, true}}},
       {OpKind::Cast, "cast", 1, 1, {}, {{"dtype", A::String, true}}},
-      // Inputs: weight, momentum, scaled gradient, lr, inverse loss scale [1], overflow [1]
-      // (0 when every gradient is finite, NaN otherwise: the step is skipped).
-      {OpKind::SgdUpdateScaled, "sgd_update_scaled", 6, 0, {0, 1},
-       {{"momentum", A::Float, true},
-        {"weight_decay", A::Float, true},
-        {"nesterov", A::Bool, false},
-        {"stochastic_rounding", A::Bool, false},
-        {"lars_eta", A::Float, false},
-        {"lars_epsilon", A::Float, false}}},
+      // (target variable, x1[, x2[, x3]][, factor][, skip]): target = keep target + factor
+      // (c1 x1 + c2 x2 + c3 x3), unless the skip flag (an f32 scalar) is nonzero (NaN: a
+      // loss-scaled step that overflowed). `addends` (default 1) x's of the target's shape;
+      // with `factor` an f32 scalar input after them multiplies the sum (a learning rate).
+      {OpKind::ApplyUpdate, "apply_update", kVariadic, 0, {0},
+       {{"addends", A::Int, false},
+        {"keep", A::Float, false},
+        {"c1", A::Float, false},
+        {"c2", A::Float, false},
+        {"c3", A::Float, false},
+        {"factor", A::Bool, false},
+        {"stochastic_rounding", A::Bool, false}}},
       // (sum of w^2, sum of g^2, lr, 1 / gradient scale) -> lr x trust ratio, every one a scalar:
       // trust = eta |w| / (|g| + weight_decay |w| + epsilon) where |w| > 0 and |g| > 0, else 1
       // (the MLPerf reference's LARS, TensorFlow's LARSOptimizer).
@@ -213,13 +224,31 @@ const OpDef* findOpDef(std::string_view name) {
 
 bool isReplicaOp(OpKind k) {
   return k == OpKind::CrossReplicaReduceScatter || k == OpKind::CrossReplicaAllGather ||
-         k == OpKind::ShardedSgdUpdate || k == OpKind::CrossReplicaSum;
+         k == OpKind::ReplicaChunk || k == OpKind::CrossReplicaSum;
 }
 
 i64 replicasOf(const Op& op) {
   if (op.kind == OpKind::CrossReplicaSum)
     return op.attrs.getInt("replicas", op.attrs.getInt("group"));
   return op.attrs.getInt("replicas");
+}
+
+UpdateOperands updateOperands(const Op& op) {
+  if (op.kind != OpKind::OptimizerUpdate)
+    throw GraphError(
+        fmt::format("internal: op {} ({}) is not an optimizer_update", op.id, opName(op.kind)));
+  UpdateOperands u;
+  u.weight = op.inputs[0];
+  u.grad = op.inputs[1];
+  u.lr = op.inputs[2];
+  size_t end = op.inputs.size();
+  if (op.attrs.getBool("loss_scaled", false)) {
+    u.inverseScale = op.inputs[end - 2];
+    u.overflow = op.inputs[end - 1];
+    end -= 2;
+  }
+  u.state.assign(op.inputs.begin() + 3, op.inputs.begin() + static_cast<long>(end));
+  return u;
 }
 
 bool hasSideEffects(OpKind k) {
@@ -258,7 +287,7 @@ Shape broadcastShapes(const Shape& a, const Shape& b, const std::string& label) 
 std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Tensor*>& in,
                                          const Attrs& a, const std::string& label) {
   const OpDef& def = opDef(kind);
-  if (static_cast<int>(in.size()) != def.numInputs)
+  if (def.numInputs != kVariadic && static_cast<int>(in.size()) != def.numInputs)
     fail(label, fmt::format("expects {} inputs, got {}", def.numInputs, in.size()));
   checkAttrs(def, a, label);
   if (const ops::OpInfo* info = ops::find(kind)) {
@@ -443,13 +472,33 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
                                 shapeStr(dy.shape), shapeStr(ys)));
       return {{xs, dy.dtype}};
     }
-    case OpKind::SgdUpdate: {
-      const Tensor &w = *in[0], &v = *in[1], &g = *in[2], &lr = *in[3];
-      expectSameShape(w, v, label);
-      expectSameShape(w, g, label);
-      if (!lr.shape.empty() && lr.shape != Shape{1})
-        fail(label, fmt::format("learning rate '{}' must be a scalar, got {}", lr.name,
-                                shapeStr(lr.shape)));
+    case OpKind::OptimizerUpdate: {
+      const bool scaled = a.getBool("loss_scaled", false);
+      const size_t fixed = scaled ? 5 : 3;
+      if (in.size() < fixed)
+        fail(label, fmt::format("expects weight, gradient, learning rate, state...{} ({} inputs "
+                                "at least), got {}",
+                                scaled ? ", inverse loss scale, overflow" : "", fixed, in.size()));
+      const Tensor &w = *in[0], &g = *in[1];
+      expectFloat(w, label, "weight");
+      expectFloat(g, label, "gradient");
+      const i64 r = a.getInt("replicas", 1);
+      if (r < 1) fail(label, fmt::format("replicas must be >= 1, got {}", r));
+      // Sharded (replicas > 1): the gradient and the state are this replica's chunk.
+      const Shape part = r > 1 ? Shape{(w.elements() + r - 1) / r} : w.shape;
+      for (size_t i = 1; i < in.size(); ++i) {
+        if (i == 2 || (scaled && i + 2 >= in.size())) {
+          if (in[i]->elements() != 1 || in[i]->dtype != DType::F32)
+            fail(label, fmt::format("'{}' {}{} must be an f32 scalar (learning rate, inverse loss "
+                                    "scale, overflow flag)",
+                                    in[i]->name, dtypeName(in[i]->dtype), shapeStr(in[i]->shape)));
+        } else if (in[i]->shape != part &&
+                   !(i >= 3 && in[i]->shape.empty())) {  // or a scalar state
+          fail(label, fmt::format("'{}' {} must have shape {} (weight '{}' {}{})", in[i]->name,
+                                  shapeStr(in[i]->shape), shapeStr(part), w.name, shapeStr(w.shape),
+                                  r > 1 ? fmt::format(", sharded over {} replicas", r) : ""));
+        }
+      }
       return {};
     }
     case OpKind::EmaUpdate:
@@ -479,20 +528,13 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
                                 dtypeName(in[0]->dtype)));
       return {{in[0]->shape, in[0]->dtype}};
     }
-    case OpKind::ShardedSgdUpdate: {
-      const Tensor &w = *in[0], &v = *in[1], &g = *in[2], &lr = *in[3];
+    case OpKind::ReplicaChunk: {
       const i64 r = a.getInt("replicas");
       if (r < 1) fail(label, fmt::format("replicas must be >= 1, got {}", r));
-      const Shape chunk{(w.elements() + r - 1) / r};
-      for (const Tensor* t : {&v, &g})
-        if (t->shape != chunk)
-          fail(label, fmt::format("'{}' {} must be the chunk {} of weight '{}' {} over {} replicas",
-                                  t->name, shapeStr(t->shape), shapeStr(chunk), w.name,
-                                  shapeStr(w.shape), r));
-      if (!lr.shape.empty() && lr.shape != Shape{1})
-        fail(label, fmt::format("learning rate '{}' must be a scalar, got {}", lr.name,
-                                shapeStr(lr.shape)));
-      return {{chunk, w.dtype}};
+      if (in[0]->dtype != DType::F32)
+        fail(label, fmt::format("'{}' is {}; replica chunks take f32", in[0]->name,
+                                dtypeName(in[0]->dtype)));
+      return {{{(in[0]->elements() + r - 1) / r}, in[0]->dtype}};
     }
     case OpKind::Cast: {
       auto dt = parseDType(a.getString("dtype"));
@@ -508,19 +550,29 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
           fail(label, fmt::format("'{}' {}{} must be an f32 scalar (sum of squares of the weight, "
                                   "of the gradient, learning rate, inverse gradient scale)",
                                   in[i]->name, dtypeName(in[i]->dtype), shapeStr(in[i]->shape)));
-      if (a.getFloat("eta") <= 0.0 || a.getFloat("epsilon") < 0.0 || a.getFloat("weight_decay") < 0.0)
-        fail(label, fmt::format("needs eta > 0, epsilon >= 0 and weight_decay >= 0, got {}, {}, {}",
-                                a.getFloat("eta"), a.getFloat("epsilon"), a.getFloat("weight_decay")));
+      if (a.getFloat("eta") <= 0.0 || a.getFloat("epsilon") < 0.0 ||
+          a.getFloat("weight_decay") < 0.0)
+        fail(label,
+             fmt::format("needs eta > 0, epsilon >= 0 and weight_decay >= 0, got {}, {}, {}",
+                         a.getFloat("eta"), a.getFloat("epsilon"), a.getFloat("weight_decay")));
       return {{in[2]->shape, DType::F32}};
     }
-    case OpKind::SgdUpdateScaled: {
-      const Tensor &w = *in[0], &v = *in[1], &g = *in[2];
-      expectSameShape(w, v, label);
-      expectSameShape(w, g, label);
-      for (int i = 3; i < 6; ++i)
+    case OpKind::ApplyUpdate: {
+      const i64 k = a.getInt("addends", 1);
+      const size_t fixed = 1 + static_cast<size_t>(k) + (a.getBool("factor", false) ? 1 : 0);
+      if (k < 1 || k > 3 || (in.size() != fixed && in.size() != fixed + 1))
+        fail(label, fmt::format("expects the target, {} addends{} and an optional skip flag ({} "
+                                "or {} inputs; addends 1 to 3), got {}",
+                                k, a.getBool("factor", false) ? ", the factor" : "", fixed,
+                                fixed + 1, in.size()));
+      expectFloat(*in[0], label, "target");
+      for (size_t i = 1; i <= static_cast<size_t>(k); ++i) {
+        expectSameShape(*in[0], *in[i], label);
+        expectFloat(*in[i], label, "addend");
+      }
+      for (size_t i = static_cast<size_t>(k) + 1; i < in.size(); ++i)
         if (in[i]->elements() != 1 || in[i]->dtype != DType::F32)
-          fail(label, fmt::format("'{}' {}{} must be an f32 scalar (learning rate, inverse loss "
-                                  "scale, overflow flag)",
+          fail(label, fmt::format("'{}' {}{} must be an f32 scalar (factor, skip flag)",
                                   in[i]->name, dtypeName(in[i]->dtype), shapeStr(in[i]->shape)));
       return {};
     }

@@ -24,7 +24,7 @@ struct AttrSpec {
 struct OpDef {
   OpKind kind;
   std::string_view name;          // text-form name, e.g. "conv2d"
-  int numInputs;                  // exact arity
+  int numInputs;                  // exact arity, or -1: any (optimizer_update)
   int numOutputs;                 // 0 for side-effect-only ops
   std::vector<int> writesInputs;  // inputs updated in place (must be Variables)
   std::vector<AttrSpec> attrs;
@@ -42,6 +42,16 @@ bool isReplicaOp(OpKind k);
 // R of a replica op: its `replicas` attribute (a cross_replica_sum not yet through the
 // replication pass: its group).
 i64 replicasOf(const Op& op);
+
+// The operands of an optimizer_update: weight, gradient, learning rate, the optimizer's state
+// variables (written in place, like the weight) and, with loss_scaled, the inverse loss scale and
+// the overflow flag. GraphError for another op.
+struct UpdateOperands {
+  int weight = -1, grad = -1, lr = -1;
+  std::vector<int> state;
+  int inverseScale = -1, overflow = -1;
+};
+UpdateOperands updateOperands(const Op& op);
 
 struct TensorType {
   Shape shape;

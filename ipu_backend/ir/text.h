@@ -5,7 +5,7 @@
 //     variable %conv0_weight: f32[16,3,3,1]
 //     %conv0: f32[8,28,28,16] = conv2d(%x, %conv0_weight) {dilation=[1,1], groups=1, ...}
 //     %bn0, %bn0/mean: f32[16], %bn0/var: f32[16] = batch_norm_train(...) {eps=1e-05}
-//     sgd_update(%conv0_weight, %conv0_weight/momentum, %conv0_weight/grad, %lr) {...}
+//     optimizer_update(%conv0_weight, %conv0_weight/grad, %lr, %conv0_weight/momentum) {...}
 //     output %loss
 //   }
 //

@@ -209,9 +209,7 @@ void softmaxCrossEntropyGrad(i64 n, i64 classes, float smoothing, const float* l
                              const std::int32_t* labels, const float* dloss, float* dlogits);
 void softmax(i64 rows, i64 cols, const float* x, float* y);
 void softmaxGrad(i64 rows, i64 cols, const float* y, const float* dy, float* dx);
-// Same semantics as ref::sgdMomentumUpdate / ref::emaUpdate, parallelised.
-void sgdMomentumUpdate(float lr, float momentum, float weightDecay, bool nesterov, float* w,
-                       float* v, const float* g, i64 count);
+// Same semantics as ref::emaUpdate, parallelised.
 void emaUpdate(float momentum, float scale, float* running, const float* value, i64 count);
 
 }  // namespace ipu::kernels::fused

@@ -627,30 +627,6 @@ void softmaxGrad(i64 rows, i64 cols, const float* y, const float* dy, float* dx)
   });
 }
 
-void sgdMomentumUpdate(float lr, float momentum, float weightDecay, bool nesterov, float* w,
-                       float* v, const float* g, i64 count) {
-  parallelChunks(count, [&](i64 b, i64 e) {
-    if (momentum == 0.0f) {
-#pragma omp simd
-      for (i64 i = b; i < e; ++i) w[i] -= lr * (g[i] + weightDecay * w[i]);
-    } else if (nesterov) {
-#pragma omp simd
-      for (i64 i = b; i < e; ++i) {
-        const float grad = g[i] + weightDecay * w[i];
-        v[i] = momentum * v[i] + grad;
-        w[i] -= lr * (grad + momentum * v[i]);
-      }
-    } else {
-#pragma omp simd
-      for (i64 i = b; i < e; ++i) {
-        const float grad = g[i] + weightDecay * w[i];
-        v[i] = momentum * v[i] + grad;
-        w[i] -= lr * v[i];
-      }
-    }
-  });
-}
-
 void emaUpdate(float momentum, float scale, float* running, const float* value, i64 count) {
   const float k = (1.0f - momentum) * scale;
   parallelChunks(count, [&](i64 b, i64 e) {

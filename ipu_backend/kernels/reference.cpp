@@ -447,19 +447,6 @@ void softmaxGrad(i64 cols, W y, W dy, float* dx, Range out) {
 
 // ---- optimizer and state updates ----------------------------------------------------------
 
-void sgdMomentumUpdate(float lr, float momentum, float weightDecay, bool nesterov, float* w,
-                       float* v, const float* g, i64 count) {
-  for (i64 i = 0; i < count; ++i) {
-    const float grad = g[i] + weightDecay * w[i];
-    if (momentum == 0.0f) {
-      w[i] -= lr * grad;
-      continue;
-    }
-    v[i] = momentum * v[i] + grad;
-    w[i] -= lr * (nesterov ? grad + momentum * v[i] : v[i]);
-  }
-}
-
 float larsLearningRate(float lr, float wSumSq, float gSumSq, float gradScaleInverse, float eta,
                        float weightDecay, float epsilon) {
   const double wNorm = std::sqrt(static_cast<double>(wSumSq));

@@ -91,18 +91,16 @@ void softmax(i64 cols, W x, float* y, Range out);
 // dx = y * (dy - sum_j dy_j * y_j) per row, from the softmax *output* y.
 void softmaxGrad(i64 cols, W y, W dy, float* dx, Range out);
 
-// ---- optimizer and state updates (in place, elementwise over `count` local elements) --------
-// PyTorch SGD semantics: g' = g + wd * w;  v = momentum * v + g';  w -= lr * (nesterov ?
-// g' + momentum * v : v). With momentum == 0, v is untouched and w -= lr * g'.
-void sgdMomentumUpdate(float lr, float momentum, float weightDecay, bool nesterov, float* w,
-                       float* v, const float* g, i64 count);
+// ---- optimizer and state updates (optimizers are lowered to ordinary ops, ipu_backend/optimizers)
 // LARS (You et al. 2017; TensorFlow's LARSOptimizer, used by the MLPerf ResNet-50 reference):
 // lr x trust, trust = eta |w| / (|g| + weightDecay |w| + epsilon) when |w| > 0 and |g| > 0, else
 // 1; |w| = sqrt(wSumSq), |g| = sqrt(gSumSq) x gradScaleInverse (gradients under loss scaling).
-// The update then applies sgdMomentumUpdate with this rate, as LARSOptimizer's apply_momentum.
+// The update then takes an SGD momentum step at this rate, as LARSOptimizer's apply_momentum;
+// LAMB's trust ratio is the same with eta 1, weightDecay 0, epsilon 0.
 float larsLearningRate(float lr, float wSumSq, float gSumSq, float gradScaleInverse, float eta,
                        float weightDecay, float epsilon);
 // running = momentum * running + (1 - momentum) * scale * value  (scale: e.g. n/(n-1)).
 void emaUpdate(float momentum, float scale, float* running, const float* value, i64 count);
+// apply_update: see kernels/apply_update.h.
 
 }  // namespace ipu::kernels::ref

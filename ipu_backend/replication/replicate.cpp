@@ -8,6 +8,7 @@
 
 #include "ipu_backend/ir/builder.h"
 #include "ipu_backend/ir/op_defs.h"
+#include "ipu_backend/optimizers/optimizer.h"
 #include "ipu_backend/replication/collective.h"
 
 namespace ipu::replication {
@@ -22,40 +23,51 @@ ReplicatedGraph replicate(const Graph& src, const ReplicationOptions& o) {
     throw GraphError(fmt::format("replicate '{}': replicas {} and accumulation {} must be >= 1",
                                  src.name(), o.replicas, o.accumulation));
   std::vector<const Op*> updates;
-  std::set<int> updated;  // weights and momentum written by sgd_update
+  std::vector<UpdateOperands> operands;  // per update
+  std::set<int> updated;                 // weights and state written by optimizer_update
   for (const Op& op : src.ops()) {
-    if (op.kind == OpKind::SgdUpdate || op.kind == OpKind::SgdUpdateScaled) {
+    if (op.kind == OpKind::OptimizerUpdate) {
       updates.push_back(&op);
+      operands.push_back(updateOperands(op));
       updated.insert(op.inputs[0]);
-      updated.insert(op.inputs[1]);
+      updated.insert(operands.back().state.begin(), operands.back().state.end());
       continue;
     }
     if (updates.empty()) continue;
     for (int t : op.inputs)
       if (updated.count(t))
         throw GraphError(fmt::format(
-            "replicate '{}': op {} ({}) reads '{}' after its sgd_update; the optimizer update "
+            "replicate '{}': op {} ({}) reads '{}' after its optimizer_update; the update "
             "must come after every other use of the weights",
             src.name(), op.id, opName(op.kind), src.tensor(t).name));
   }
 
-  // Loss-scaled updates (sgd_update_scaled) read an overflow flag that the source computes from
-  // one micro-batch of one replica. A replicated step must skip on every replica when any
-  // gradient of any micro-batch was not finite, so the pass drops the source's flag and
-  // recomputes it from the reduced mean gradient, which is Inf/NaN exactly then.
+  // Loss-scaled updates read an overflow flag that the source computes from one micro-batch of
+  // one replica. A replicated step must skip on every replica when any gradient of any
+  // micro-batch was not finite, so the pass drops the source's flag and recomputes it from the
+  // reduced mean gradient, which is Inf/NaN exactly then.
   int sourceFlag = -1;
-  for (const Op* u : updates)
-    if (u->kind == OpKind::SgdUpdateScaled) sourceFlag = u->inputs[5];
+  for (const UpdateOperands& u : operands)
+    if (u.overflow >= 0) sourceFlag = u.overflow;
   const bool replicated = o.replicas > 1 || o.accumulation > 1;
   const bool sharded = o.shardOptimizerState && o.replicas > 1;
   if (sharded)
-    for (const Op* u : updates)
-      if (src.tensor(u->inputs[0]).dtype != DType::F32 || u->kind == OpKind::SgdUpdateScaled)
+    for (size_t i = 0; i < updates.size(); ++i) {
+      const Tensor& w = src.tensor(operands[i].weight);
+      const std::string kind = updates[i]->attrs.getString("optimizer");
+      if (w.dtype != DType::F32 || operands[i].overflow >= 0)
         throw GraphError(fmt::format(
             "replicate '{}': '{}' is {}{}; sharding the optimizer state over replicas is "
             "implemented for f32 weights without loss scaling (turn sharding off)",
-            src.name(), src.tensor(u->inputs[0]).name, dtypeName(src.tensor(u->inputs[0]).dtype),
-            u->kind == OpKind::SgdUpdateScaled ? " with a loss-scaled update" : ""));
+            src.name(), w.name, dtypeName(w.dtype),
+            operands[i].overflow >= 0 ? " with a loss-scaled update" : ""));
+      if (!optimizerShardable(kind) || updates[i]->attrs.getFloat("ema_decay", 0.0) > 0.0)
+        throw GraphError(fmt::format(
+            "replicate '{}': '{}' uses {}{}, which needs the whole weight; sharding the optimizer "
+            "state over replicas is not supported with it (turn sharding off)",
+            src.name(), w.name, kind,
+            updates[i]->attrs.getFloat("ema_decay", 0.0) > 0.0 ? " with a weight EMA" : ""));
+    }
 
   // The source ops the replicated graph keeps: all of them, except (replicated, loss-scaled)
   // those that only compute the per-micro-batch flag.
@@ -65,12 +77,11 @@ ReplicatedGraph replicate(const Graph& src, const ReplicationOptions& o) {
     for (int t : src.outputs())
       if (t != sourceFlag) live[static_cast<size_t>(t)] = true;
     for (const Op* u : updates)
-      for (size_t i = 0; i < u->inputs.size(); ++i)
-        if (!(u->kind == OpKind::SgdUpdateScaled && i == 5))
-          live[static_cast<size_t>(u->inputs[i])] = true;
+      for (int t : u->inputs)
+        if (t != sourceFlag) live[static_cast<size_t>(t)] = true;
     for (size_t k = src.ops().size(); k-- > 0;) {
       const Op& op = src.ops()[k];
-      if (op.kind == OpKind::SgdUpdate || op.kind == OpKind::SgdUpdateScaled) continue;
+      if (op.kind == OpKind::OptimizerUpdate) continue;
       bool needed = hasSideEffects(op.kind);
       for (int t : op.outputs) needed = needed || live[static_cast<size_t>(t)];
       keep[k] = needed;
@@ -81,14 +92,17 @@ ReplicatedGraph replicate(const Graph& src, const ReplicationOptions& o) {
 
   ReplicatedGraph out{Graph(src.name()), -1, {}};
   Graph& g = out.graph;
-  std::set<int> momenta;
-  for (const Op* u : updates) momenta.insert(u->inputs[1]);
+  // Sharded: each state variable of a weight's shape keeps this replica's chunk.
+  std::set<int> shardedState;
+  for (const UpdateOperands& u : operands)
+    for (int t : u.state)
+      if (src.tensor(t).shape == src.tensor(u.weight).shape) shardedState.insert(t);
   std::map<int, int> id;  // source tensor -> new tensor
   for (const Tensor& t : src.tensors()) {
     if (t.kind == TensorKind::Input) id[t.id] = g.addInput(t.name, t.shape, t.dtype);
     if (t.kind == TensorKind::Variable) {
       Shape shape = t.shape;
-      if (sharded && momenta.count(t.id)) shape = {chunkElements(t.elements(), o.replicas)};
+      if (sharded && shardedState.count(t.id)) shape = {chunkElements(t.elements(), o.replicas)};
       id[t.id] = g.addVariable(t.name, shape, t.dtype);
     }
   }
@@ -99,7 +113,7 @@ ReplicatedGraph replicate(const Graph& src, const ReplicationOptions& o) {
   };
   for (size_t k = 0; k < src.ops().size(); ++k) {
     const Op& op = src.ops()[k];
-    if (op.kind == OpKind::SgdUpdate || op.kind == OpKind::SgdUpdateScaled || !keep[k]) continue;
+    if (op.kind == OpKind::OptimizerUpdate || !keep[k]) continue;
     std::vector<std::string> names;
     for (int t : op.outputs) names.push_back(src.tensor(t).name);
     Attrs attrs = op.attrs;
@@ -130,7 +144,7 @@ ReplicatedGraph replicate(const Graph& src, const ReplicationOptions& o) {
   std::vector<int> reduced;  // per update: what the reduction reads
   for (const Op* u : updates) {
     const Tensor& w = src.tensor(u->inputs[0]);
-    const int grad = b.cast(id.at(u->inputs[2]), DType::F32, w.name + "/grad_f32");
+    const int grad = b.cast(id.at(updateOperands(*u).grad), DType::F32, w.name + "/grad_f32");
     if (o.accumulation == 1) {
       reduced.push_back(grad);
       continue;
@@ -174,9 +188,8 @@ ReplicatedGraph replicate(const Graph& src, const ReplicationOptions& o) {
       const Op& u = *updates[i];
       const Tensor& w = src.tensor(u.inputs[0]);
       std::vector<int> in;
-      for (size_t k = 0; k < u.inputs.size(); ++k)
-        in.push_back(k == 5 && u.kind == OpKind::SgdUpdateScaled ? flag : id.at(u.inputs[k]));
-      in[2] = b.cast(means[i], w.dtype, w.name + "/grad_mean_" + std::string(dtypeName(w.dtype)));
+      for (int t : u.inputs) in.push_back(t == sourceFlag ? flag : id.at(t));
+      in[1] = b.cast(means[i], w.dtype, w.name + "/grad_mean_" + std::string(dtypeName(w.dtype)));
       g.addOp(u.kind, in, u.attrs);
       resetAccumulator(i, w);
     }
@@ -185,41 +198,22 @@ ReplicatedGraph replicate(const Graph& src, const ReplicationOptions& o) {
   for (size_t i = 0; i < updates.size(); ++i) {
     const Op& u = *updates[i];
     const Tensor& w = src.tensor(u.inputs[0]);
-    const int wId = id.at(u.inputs[0]), mId = id.at(u.inputs[1]), lr = id.at(u.inputs[3]);
     const int chunk = g.addOp1(OpKind::CrossReplicaReduceScatter, {reduced[i]},
                                Attrs{{"replicas", R}, {"scale", scale}}, w.name + "/grad_chunk");
-    if (sharded) {
-      if (u.attrs.getFloat("lars_eta", 0.0) > 0.0)
-        throw GraphError(fmt::format(
-            "replicate '{}': '{}' uses LARS, whose trust ratio needs the norm of the whole "
-            "weight and gradient; sharding the optimizer state over replicas is not supported "
-            "with LARS (turn sharding off)",
-            src.name(), w.name));
-      Attrs a = u.attrs;
+    std::vector<int> in = map(u.inputs);
+    Attrs a = u.attrs;
+    if (sharded) {  // the update reads this replica's gradient chunk and writes its state chunks
       a.set("replicas", R);
-      const int wChunk =
-          g.addOp1(OpKind::ShardedSgdUpdate, {wId, mId, chunk, lr}, a, w.name + "/updated_chunk");
-      const int full = g.addOp1(OpKind::CrossReplicaAllGather, {wChunk},
-                                Attrs{{"replicas", R}, {"shape", w.shape}}, w.name + "/updated");
-      g.addOp(OpKind::Assign, {wId, full}, {});
+      in[1] = chunk;
     } else {
       const int full = g.addOp1(OpKind::CrossReplicaAllGather, {chunk},
                                 Attrs{{"replicas", R}, {"shape", w.shape}}, w.name + "/grad_mean");
-      std::vector<int> in = map(u.inputs);
-      in[2] = b.cast(full, w.dtype, w.name + "/grad_mean_" + std::string(dtypeName(w.dtype)));
-      g.addOp(u.kind, in, u.attrs);
+      in[1] = b.cast(full, w.dtype, w.name + "/grad_mean_" + std::string(dtypeName(w.dtype)));
     }
+    g.addOp(u.kind, in, a);
     resetAccumulator(i, w);
   }
   return out;
-}
-
-std::int64_t optimizerStateBytes(const Graph& g) {
-  std::int64_t bytes = 0;
-  for (const Op& op : g.ops())
-    if (op.kind == OpKind::SgdUpdate || op.kind == OpKind::ShardedSgdUpdate)
-      bytes += g.tensor(op.inputs[1]).bytes();
-  return bytes;
 }
 
 }  // namespace ipu::replication

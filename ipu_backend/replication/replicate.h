@@ -1,17 +1,19 @@
-// The replication pass: turns a one-replica training graph (forward, backward, sgd_update ops)
-// into the graph every replica of a data-parallel run executes:
+// The replication pass: turns a one-replica training graph (forward, backward, one
+// optimizer_update per weight) into the graph every replica of a data-parallel run executes:
 //
 //   micro-batch part, run `accumulation` times per step:
-//     the original ops (sgd_update removed); with accumulation > 1, accumulate(<w>/grad_accum, g)
-//     (16-bit gradients are widened first: accumulators and the reduction are f32)
+//     the original ops (optimizer_update removed); with accumulation > 1,
+//     accumulate(<w>/grad_accum, g) (16-bit gradients are widened first: accumulators and the
+//     reduction are f32)
 //   update part, once per step:
 //     c = cross_replica_reduce_scatter(g or <w>/grad_accum, scale 1/(R A))   ring, chunk of the
-//     mean plain:   g' = cross_replica_all_gather(c); sgd_update(w, <w>/momentum, g', lr) sharded:
-//     w' = sharded_sgd_update(w, <w>/momentum [chunk], c, lr)  (replicated tensor
-//              sharding: each replica keeps 1/R of the momentum and updates 1/R of the weights)
-//              assign(w, cross_replica_all_gather(w'))
+//     mean
+//     plain:   optimizer_update(w, cross_replica_all_gather(c), lr, state...)
+//     sharded: optimizer_update(w, c, lr, state chunks...) with replicas = R (replicated tensor
+//              sharding, a property of the update: each replica keeps 1/R of the state and
+//              updates 1/R of the weight, which compile() all-gathers; optimizers/optimizer.h)
 //     with accumulation > 1: assign(<w>/grad_accum, 0)
-//   loss scaling (sgd_update_scaled): the source's overflow flag, which saw one micro-batch of
+//   loss scaling: the source's overflow flag, which saw one micro-batch of
 //     one replica, is dropped with the ops that only fed it; the flag (same name, a graph
 //     output) is recomputed from every mean gradient g' before the first update, so every
 //     replica skips the step when any gradient of any replica or micro-batch was Inf/NaN.
@@ -31,7 +33,7 @@ namespace ipu::replication {
 struct ReplicationOptions {
   int replicas = 1;                  // R, data-parallel replicas
   int accumulation = 1;              // A, micro-batches per weight update
-  bool shardOptimizerState = false;  // replicated tensor sharding of the momentum
+  bool shardOptimizerState = false;  // replicated tensor sharding of the optimizer state
 };
 
 struct ReplicatedGraph {
@@ -42,12 +44,8 @@ struct ReplicatedGraph {
   void configure(CompileOptions& co, int accumulation) const;
 };
 
-// Throws GraphError for options out of range or a graph whose sgd_update ops are followed by
+// Throws GraphError for options out of range or a graph whose optimizer_update ops are followed by
 // a reader of the weights they update (the update must come last).
 ReplicatedGraph replicate(const Graph& training, const ReplicationOptions& options);
-
-// Bytes of optimizer state (momentum) one replica keeps: the figure replicated tensor sharding
-// divides by R.
-std::int64_t optimizerStateBytes(const Graph& g);
 
 }  // namespace ipu::replication

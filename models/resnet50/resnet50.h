@@ -29,6 +29,7 @@
 
 #include "ipu_backend/compiler/autodiff.h"
 #include "ipu_backend/ir/graph.h"
+#include "ipu_backend/optimizers/optimizer.h"
 #include "ipu_backend/precision/precision_policy.h"
 
 namespace ipu::models {
@@ -96,7 +97,7 @@ std::vector<std::string> resnetParameterNames(const ResNetConfig& c);
 ResNetGraph buildForward(const ResNetConfig& c, i64 batch, BnMode mode);
 // Appends the backward pass of the mean loss; every parameter must get a gradient.
 void appendGradients(ResNetGraph& rg);
-// Adds the "lr" input (f32[]) and one sgd_update per parameter.
+// Adds the "lr" input (f32[]) and one optimizer_update (SGD or LARS) per parameter.
 void appendSgd(ResNetGraph& rg, const SgdOptions& opts);
 
 // One training step as one graph: forward (train BN) + backward + SGD momentum update.

@@ -13,6 +13,7 @@
 
 #include "ipu_backend/compiler/autodiff.h"
 #include "ipu_backend/ir/graph.h"
+#include "ipu_backend/optimizers/optimizer.h"
 #include "ipu_backend/precision/precision_policy.h"
 
 namespace models {

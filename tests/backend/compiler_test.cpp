@@ -5,6 +5,7 @@
 #include "ipu_backend/compiler/compiler.h"
 #include "ipu_backend/engine/engine.h"
 #include "ipu_backend/ir/builder.h"
+#include "ipu_backend/optimizers/optimizer.h"
 
 namespace ipu {
 namespace {
@@ -127,11 +128,11 @@ TEST(Compiler, InPlaceUpdatesRunRightAfterTheirLastDependency) {
   int lr = b.input("lr", {});
   appendSgdUpdate(g, grads, lr, SgdOptions{});
   Executable exe = compile(g, Target::small(16, 1 << 20));
-  // w2's update follows every op that reads w2 (the backward matmul for dh among them) but runs
-  // before the gradient of w1 is computed, not at the end of the step.
+  // w2's update (its write, apply_update) follows every op that reads w2 (the backward matmul
+  // for dh among them) but runs before the gradient of w1 is computed, not at the end of the step.
   int updW2 = -1;
   for (const Op& op : exe.graph.ops())
-    if (op.kind == OpKind::SgdUpdate && op.inputs[0] == w2) updW2 = op.id;
+    if (op.kind == OpKind::ApplyUpdate && op.inputs[0] == w2) updW2 = op.id;
   ASSERT_GE(updW2, 0);
   for (const Op& op : exe.graph.ops())
     for (int t : op.inputs) {

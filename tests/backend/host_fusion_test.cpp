@@ -15,6 +15,7 @@
 #include "ipu_backend/engine/host_fusion.h"
 #include "ipu_backend/ir/builder.h"
 #include "ipu_backend/kernels/fused.h"
+#include "ipu_backend/optimizers/optimizer.h"
 
 namespace ipu {
 namespace {

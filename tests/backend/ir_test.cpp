@@ -4,6 +4,7 @@
 #include "ipu_backend/compiler/autodiff.h"
 #include "ipu_backend/ir/builder.h"
 #include "ipu_backend/ir/text.h"
+#include "ipu_backend/optimizers/optimizer.h"
 
 namespace ipu {
 namespace {
@@ -41,7 +42,7 @@ TEST(TextIr, RoundTripIsIdentical) {
   EXPECT_EQ(t1, t2);
   EXPECT_EQ(g.ops().size(), g2.ops().size());
   EXPECT_NE(t1.find("conv2d_backward_filter"), std::string::npos);
-  EXPECT_NE(t1.find("sgd_update(%conv0_weight, %conv0_weight/momentum"), std::string::npos);
+  EXPECT_NE(t1.find("optimizer_update(%conv0_weight, %"), std::string::npos) << t1;
 }
 
 TEST(TextIr, FloatsKeepTheirType) {

@@ -1,6 +1,7 @@
-// LARS: sgd_update's lars_* attributes, expanded by the compiler into the norms of the weight and
-// its gradient and a per-weight learning rate, against a plain double-precision implementation of
-// TensorFlow's LARSOptimizer (the MLPerf ResNet-50 reference's optimizer), in both engine modes.
+// LARS: the optimizer_update "lars", lowered by the compiler into the norms of the weight and
+// its gradient, a per-weight learning rate and an SGD momentum step, against a plain
+// double-precision implementation of TensorFlow's LARSOptimizer (the MLPerf ResNet-50 reference's
+// optimizer), in both engine modes.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,10 +9,10 @@
 
 #include "ipu_backend/compiler/autodiff.h"
 #include "ipu_backend/compiler/compiler.h"
-#include "ipu_backend/compiler/lars.h"
 #include "ipu_backend/engine/engine.h"
 #include "ipu_backend/ir/builder.h"
 #include "ipu_backend/kernels/reference.h"
+#include "ipu_backend/optimizers/optimizer.h"
 #include "op_test_util.h"
 
 namespace ipu::testing {
@@ -111,38 +112,38 @@ TEST(Lars, MatchesTensorFlowsLarsOptimizerInBothModes) {
   }
 }
 
-TEST(Lars, ExpandsIntoNormsAndARateBeforeTheUpdate) {
+TEST(Lars, LowersToNormsARateAndApplyUpdates) {
   Graph g = larsGraph();
-  const size_t before = g.ops().size();
-  EXPECT_EQ(expandLars(g), 1);            // the bias is skip-listed
-  EXPECT_EQ(g.ops().size(), before + 6);  // 2 x (square, reduce), constant 1/S, rate
-  int rateOp = -1, updates = 0;
+  EXPECT_EQ(expandOptimizers(g).updates, 2);  // w (LARS) and the skip-listed bias (SGD)
+  int rateOp = -1, writes = 0;
   for (const Op& op : g.ops()) {
-    if (op.kind == OpKind::LarsLearningRate) rateOp = op.id;
-    if (op.kind != OpKind::SgdUpdate) continue;
-    ++updates;
-    EXPECT_FALSE(op.attrs.has("lars_eta"));  // expanded once: compiling again changes nothing
-    if (g.tensor(op.inputs[0]).name == "w") {
-      EXPECT_EQ(g.tensor(op.inputs[3]).name, "w/lars_lr");
-      EXPECT_LT(rateOp, op.id);
-    } else {
-      EXPECT_EQ(g.tensor(op.inputs[3]).name, "lr");
+    EXPECT_NE(op.kind, OpKind::OptimizerUpdate);
+    if (op.kind == OpKind::LarsLearningRate) {
+      rateOp = op.id;
+      EXPECT_EQ(g.tensor(op.outputs[0]).name, "w/lars_lr");
+      EXPECT_EQ(g.tensor(op.inputs[0]).name, "w/lars_weight_sumsq");
+      EXPECT_EQ(g.tensor(op.inputs[1]).name, "w/lars_grad_sumsq");
+    }
+    if (op.kind != OpKind::ApplyUpdate) continue;
+    ++writes;
+    const std::string target = g.tensor(op.inputs[0]).name;
+    if (target == "w" || target == "w/momentum") {
+      EXPECT_LT(rateOp, op.id) << target;
     }
   }
-  EXPECT_EQ(updates, 2);
-  EXPECT_EQ(expandLars(g), 0);
+  EXPECT_GE(rateOp, 0);
+  EXPECT_EQ(writes, 4);                       // w, w/momentum, b, b/momentum
+  EXPECT_EQ(expandOptimizers(g).updates, 0);  // lowered once: lowering again changes nothing
 }
 
 TEST(Lars, SixteenBitWeightsAreWidenedForTheirNorms) {
-  // f16 weights and gradients ("16.16" runs): each norm reads an f32 cast, named after the weight.
+  // f16 weights and gradients ("16.16" runs): the norms and the rate are f32.
   Graph g = larsGraph(DType::F16);
-  const size_t before = g.ops().size();
-  EXPECT_EQ(expandLars(g), 1);
-  EXPECT_EQ(g.ops().size(), before + 8);  // 2 x (cast, square, reduce), constant 1/S, rate
+  expandOptimizers(g);
   for (const std::string what : {"weight", "grad"}) {
-    const Tensor& f = g.tensor(g.get("w/lars_" + what + "_f32"));
-    EXPECT_EQ(f.dtype, DType::F32) << what;
-    EXPECT_EQ(f.shape, (Shape{kRows, kCols})) << what;
+    const Tensor& sq = g.tensor(g.get("w/lars_" + what + "_squared"));
+    EXPECT_EQ(sq.dtype, DType::F32) << what;
+    EXPECT_EQ(sq.shape, (Shape{kRows, kCols})) << what;
     EXPECT_EQ(g.tensor(g.get("w/lars_" + what + "_sumsq")).elements(), 1) << what;
   }
   auto exe = std::make_shared<Executable>(compile(larsGraph(DType::F16), Target::mk2(), {}));

@@ -13,6 +13,7 @@
 #include "ipu_backend/compiler/compiler.h"
 #include "ipu_backend/engine/engine.h"
 #include "ipu_backend/ir/builder.h"
+#include "ipu_backend/optimizers/optimizer.h"
 
 namespace ipu::testing {
 

@@ -756,13 +756,13 @@ TEST(OpRegistry, EveryOpKindHasEveryFacetAndACase) {
                                         OpKind::MaxPoolGrad,
                                         OpKind::AvgPool,
                                         OpKind::AvgPoolGrad,
-                                        OpKind::SgdUpdate,
+                                        OpKind::OptimizerUpdate,
+                                        OpKind::ApplyUpdate,
+                                        OpKind::ReplicaChunk,
                                         OpKind::EmaUpdate,
                                         OpKind::CrossReplicaReduceScatter,
                                         OpKind::CrossReplicaAllGather,
-                                        OpKind::ShardedSgdUpdate,
                                         OpKind::Cast,
-                                        OpKind::SgdUpdateScaled,
                                         OpKind::CrossReplicaSum,
                                         OpKind::LarsLearningRate};
   for (int k = 0; k < ops::kindCount(); ++k) {

@@ -1,5 +1,6 @@
 // Cost model, collectives and time-to-train checks against hand computations.
 #include <cmath>
+#include <map>
 
 #include <gtest/gtest.h>
 
@@ -10,6 +11,7 @@
 #include "ipu_backend/cost/cost_model.h"
 #include "ipu_backend/cost/time_to_train.h"
 #include "ipu_backend/ir/builder.h"
+#include "ipu_backend/optimizers/optimizer.h"
 #include "ipu_backend/replication/replicate.h"
 
 namespace ipu::cost {
@@ -192,6 +194,38 @@ TEST(CostModel, SegmentedCompileGivesTheWholeGraphEstimate) {
     EXPECT_DOUBLE_EQ(seg.hostBytes, whole.hostBytes);
     EXPECT_DOUBLE_EQ(seg.seconds, whole.seconds);
   }
+}
+
+// Optimizers are lowered to ordinary ops and apply_update before pricing, so every one of them
+// is priced by what it reads and writes: Adam and LAMB (two moments, a step count, more ops)
+// cost more than SGD with momentum, and every apply_update set is priced.
+TEST(CostModel, EveryOptimizerIsPricedAsTheOpsItLowersTo) {
+  std::map<std::string, double> cycles;
+  for (const char* kind : {"sgd", "rmsprop", "adam", "lamb"}) {
+    Graph g;
+    Builder b(g);
+    int x = b.input("x", {64, 256});
+    int w = b.variable("w", {256, 256}), bias = b.variable("bias", {256});
+    int loss = b.reduceMean(b.add(b.matmul(x, w), bias), {0, 1}, false, "loss");
+    g.markOutput(loss);
+    OptimizerOptions o;
+    o.kind = kind;
+    appendOptimizer(g, appendBackward(g, loss, {w, bias}).grads, b.input("lr", {}), o);
+    const Executable exe = compile(g, Target::small(kTiles, kBigTile), {.checkMemory = false});
+    const StepCost c = estimateStep(exe);
+    int writes = 0;
+    for (const ComputeSetCost& cs : c.computeSets)
+      if (cs.kind == OpKind::ApplyUpdate) {
+        ++writes;
+        EXPECT_GT(cs.computeCycles, 0) << kind << " " << cs.name;
+      }
+    EXPECT_GE(writes, 4) << kind;  // weight and state of both tensors
+    EXPECT_GT(c.optimizerCycles, 0) << kind;
+    EXPECT_LT(c.optimizerCycles, c.deviceCycles) << kind;
+    cycles[kind] = c.optimizerCycles;
+  }
+  EXPECT_GT(cycles["adam"], cycles["sgd"]);
+  EXPECT_GT(cycles["lamb"], cycles["adam"]);  // plus two norms and the trust ratio
 }
 
 // Every MAC of the graph is priced exactly once, however the compiler splits the work: whole

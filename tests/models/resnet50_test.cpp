@@ -77,11 +77,12 @@ TEST(ResNet50, TrainingGraph) {
   EXPECT_EQ(rg.optimizerState.size(), 161u);
   EXPECT_EQ(rg.runningStats.size(), 106u);
   EXPECT_EQ(g.tensor(rg.lr).shape, Shape{});
-  EXPECT_EQ(countOps(g, OpKind::SgdUpdate), 161);
+  EXPECT_EQ(countOps(g, OpKind::OptimizerUpdate), 161);
   EXPECT_EQ(countOps(g, OpKind::EmaUpdate), 106);
   int decayed = 0;
   for (const Op& op : g.ops()) {
-    if (op.kind == OpKind::SgdUpdate) {
+    if (op.kind == OpKind::OptimizerUpdate) {
+      EXPECT_EQ(op.attrs.getString("optimizer"), "sgd");
       const std::string& w = g.tensor(op.inputs[0]).name;
       const bool isWeight = w.ends_with("_weight");
       EXPECT_EQ(op.attrs.getFloat("weight_decay"), isWeight ? 5e-5 : 0.0) << w;
@@ -146,7 +147,7 @@ TEST(ResNet50, TextRoundTripOfTheTrainingGraph) {
   EXPECT_EQ(printGraph(parsed), text);
   EXPECT_EQ(parsed.ops().size(), rg.graph.ops().size());
   EXPECT_NE(text.find("ema_update(%stage1_unit1_bn1_running_var"), std::string::npos);
-  EXPECT_NE(text.find("sgd_update(%fc1_bias"), std::string::npos);
+  EXPECT_NE(text.find("optimizer_update(%fc1_bias"), std::string::npos);
 }
 
 TEST(ResNet50, BuildErrors) {

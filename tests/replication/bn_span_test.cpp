@@ -12,6 +12,7 @@
 #include "ipu_backend/compiler/compiler.h"
 #include "ipu_backend/cost/cost_model.h"
 #include "ipu_backend/ir/builder.h"
+#include "ipu_backend/optimizers/optimizer.h"
 #include "ipu_backend/replication/replica_group.h"
 #include "ipu_backend/replication/replicate.h"
 
