@@ -417,9 +417,9 @@ RunOutcome executeRun(const RunPlan& plan, const fs::path& logPath, int runIndex
       std::int64_t correct = 0, scored = data.evalCount;
       if (data.evalSource) {
         const std::string context = fmt::format("evaluation after epoch {}", epoch);
-        const ClassifierTrainer::Accuracy acc = trainer.evaluate(
-            data.evalSource, data.evalCount, plan.loader_threads,
-            onBatch, plan.corrupt_policy, context);
+        const ClassifierTrainer::Accuracy acc =
+            trainer.evaluate(data.evalSource, data.evalCount, plan.loader_threads, onBatch,
+                             plan.corrupt_policy, context);
         correct = acc.correct;
         scored = acc.samples;
         if (state.evalSamplesDeferred()) state.evalSamples(scored, epoch);
