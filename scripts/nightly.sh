@@ -48,7 +48,8 @@
 #   NIGHTLY_SMALL_CNN_TARGET  its test accuracy target (0.85)
 #   NIGHTLY_TTA_TIMEOUT  seconds per TTA run (3600)
 #   NIGHTLY_GIT_REV      revision recorded in run_manifest.json (GITHUB_SHA or git rev-parse)
-#   NIGHTLY_ASAN         1 (default): every test suite under ASan+UBSan; 0: skip
+#   NIGHTLY_ASAN         1: every test suite under ASan+UBSan (default, or 0 with
+#                        NIGHTLY_SKIP_BUILD=1); 0: skip
 #   NIGHTLY_INTERRUPTS   interrupts of scripts/interrupt_stress.py (50; 0: none)
 #   NIGHTLY_LONG_TESTS   1 (default): run the long tests CI leaves out; 0: skip them
 #   NIGHTLY_LONG_TESTS_REGEX  their ctest regex (^harness_cli\.real_resnet50$)
@@ -84,8 +85,10 @@ LONG_TESTS="${NIGHTLY_LONG_TESTS_REGEX:-^harness_cli\.real_resnet50\$}"
 # unless NIGHTLY_FUZZ_SECONDS asks for it: the fuzz targets need their own clang build.
 if [ "${NIGHTLY_SKIP_BUILD:-0}" = "1" ]; then
   FUZZ_SECONDS="${NIGHTLY_FUZZ_SECONDS:-0}"
+  ASAN_ALL="${NIGHTLY_ASAN:-0}"
 else
   FUZZ_SECONDS="${NIGHTLY_FUZZ_SECONDS:-900}"
+  ASAN_ALL="${NIGHTLY_ASAN:-1}"
 fi
 read -r -a BENCH_ARGS <<< "${NIGHTLY_BENCH_ARGS:-}"
 read -r -a COMPARE_ARGS <<< "${NIGHTLY_COMPARE_ARGS:-}"
@@ -325,7 +328,7 @@ if [ -x "$HARNESS" ] && [ "${NIGHTLY_INTERRUPTS:-50}" -gt 0 ]; then
 fi
 
 # 3d. Every test suite under ASan+UBSan (CI builds only the readers' suites under it, for time).
-if [ "${NIGHTLY_ASAN:-1}" = "1" ]; then
+if [ "$ASAN_ALL" = "1" ]; then
   start=$(date +%s)
   log "ASan+UBSan: every test executable (scripts/test.sh, CTEST_ARGS=-L .)"
   ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}" \
