@@ -50,7 +50,8 @@
 #   NIGHTLY_GIT_REV      revision recorded in run_manifest.json (GITHUB_SHA or git rev-parse)
 #   NIGHTLY_ASAN         1: every test suite under ASan+UBSan (default, or 0 with
 #                        NIGHTLY_SKIP_BUILD=1); 0: skip
-#   NIGHTLY_INTERRUPTS   interrupts of scripts/interrupt_stress.py (50; 0: none)
+#   NIGHTLY_INTERRUPTS   interrupts of scripts/interrupt_stress.py (50, or 0 with
+#                        NIGHTLY_SKIP_BUILD=1: a given build's harness may be a stand-in; 0: none)
 #   NIGHTLY_LONG_TESTS   1 (default): run the long tests CI leaves out; 0: skip them
 #   NIGHTLY_LONG_TESTS_REGEX  their ctest regex (^harness_cli\.real_resnet50$)
 #   NIGHTLY_FUZZ_SECONDS seconds per fuzz target (900, or 0 with NIGHTLY_SKIP_BUILD=1; 0: none)
@@ -81,14 +82,17 @@ SMALL_CNN_TARGET="${NIGHTLY_SMALL_CNN_TARGET:-0.85}"
 TTA_TIMEOUT="${NIGHTLY_TTA_TIMEOUT:-3600}"
 # The tests .ci/run leaves out (CI_NIGHTLY_ONLY there) and the long fuzz runs.
 LONG_TESTS="${NIGHTLY_LONG_TESTS_REGEX:-^harness_cli\.real_resnet50\$}"
-# With NIGHTLY_SKIP_BUILD=1 (a given build folder, e.g. the tests' fake one) nothing is fuzzed
-# unless NIGHTLY_FUZZ_SECONDS asks for it: the fuzz targets need their own clang build.
+# With NIGHTLY_SKIP_BUILD=1 (a given build folder, e.g. the tests' fake one) nothing is fuzzed,
+# built under ASan or interrupted unless NIGHTLY_FUZZ_SECONDS, NIGHTLY_ASAN or NIGHTLY_INTERRUPTS
+# ask for it: those need builds of their own, or the real harness.
 if [ "${NIGHTLY_SKIP_BUILD:-0}" = "1" ]; then
   FUZZ_SECONDS="${NIGHTLY_FUZZ_SECONDS:-0}"
   ASAN_ALL="${NIGHTLY_ASAN:-0}"
+  INTERRUPTS="${NIGHTLY_INTERRUPTS:-0}"
 else
   FUZZ_SECONDS="${NIGHTLY_FUZZ_SECONDS:-900}"
   ASAN_ALL="${NIGHTLY_ASAN:-1}"
+  INTERRUPTS="${NIGHTLY_INTERRUPTS:-50}"
 fi
 read -r -a BENCH_ARGS <<< "${NIGHTLY_BENCH_ARGS:-}"
 read -r -a COMPARE_ARGS <<< "${NIGHTLY_COMPARE_ARGS:-}"
@@ -313,10 +317,10 @@ fi
 
 # 3c. Interrupts: NIGHTLY_INTERRUPTS SIGINT/SIGTERM at varied moments of tiny runs, each of which
 # must end with exit 130/143 and complete, checker-readable logs (CI does a few of these).
-if [ -x "$HARNESS" ] && [ "${NIGHTLY_INTERRUPTS:-50}" -gt 0 ]; then
+if [ -x "$HARNESS" ] && [ "$INTERRUPTS" -gt 0 ]; then
   start=$(date +%s)
-  log "interrupt stress: ${NIGHTLY_INTERRUPTS:-50} interrupts"
-  "$PY" scripts/interrupt_stress.py --binary "$HARNESS" --count "${NIGHTLY_INTERRUPTS:-50}" \
+  log "interrupt stress: $INTERRUPTS interrupts"
+  "$PY" scripts/interrupt_stress.py --binary "$HARNESS" --count "$INTERRUPTS" \
       --seed "$(date -u +%j)" > "$OUT/interrupt_stress.log" 2>&1
   rc=$?
   durations+=("interrupt_stress=$(( $(date +%s) - start ))")
