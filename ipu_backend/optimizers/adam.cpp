@@ -8,11 +8,7 @@ namespace ipu::optimizers {
 namespace {
 
 void attrs(const OptimizerOptions& o, bool decays, Attrs& a) {
-  a.set("beta1", o.beta1);
-  a.set("beta2", o.beta2);
-  a.set("epsilon", o.epsilon);
-  a.set("bias_correction", o.biasCorrection);
-  a.set("weight_decay", decays ? o.weightDecay : 0.0);
+  setMomentAttrs(o, decays, a);
 }
 
 void lower(Step& s) {

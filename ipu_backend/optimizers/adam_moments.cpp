@@ -6,6 +6,14 @@
 
 namespace ipu::optimizers {
 
+void setMomentAttrs(const OptimizerOptions& o, bool decays, Attrs& a) {
+  a.set("beta1", o.beta1);
+  a.set("beta2", o.beta2);
+  a.set("epsilon", o.epsilon);
+  a.set("bias_correction", o.biasCorrection);
+  a.set("weight_decay", decays ? o.weightDecay : 0.0);
+}
+
 Moments adamMoments(Step& s) {
   const double b1 = s.attr("beta1", 0.9), b2 = s.attr("beta2", 0.999);
   if (!(b1 >= 0 && b1 < 1 && b2 >= 0 && b2 < 1))

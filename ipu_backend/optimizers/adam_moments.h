@@ -13,6 +13,9 @@ inline const std::vector<Slot> kMomentSlots = {
 struct Moments {
   int mHat = -1, vHat = -1;
 };
+// The attributes both set: betas, epsilon, bias correction and the weight decay (0 for tensors
+// that do not decay).
+void setMomentAttrs(const OptimizerOptions& o, bool decays, Attrs& a);
 // Updates state slots 0..2; the returned moments are bias-corrected when bias_correction is set.
 Moments adamMoments(Step& s);
 
