@@ -8,7 +8,7 @@
 #       batch 32 and 8 at 224x224, interleaved repetitions (REPS, default 3), medians; plus our
 #       f16 step (f16 via conversion: no f16 conv kernel on CPUs) next to our f32 step
 #       (BATCHES, F32_BATCHES select the batches)
-# Peer configuration per /work/shared/docs/PEER.md: Debian python3-torch, jemalloc preloaded,
+# Peer configuration per ../shared/docs/PEER.md (the team docs beside the checkout): Debian python3-torch, jemalloc preloaded,
 # channels_last, 2 threads, warm-up 3, median of 10.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"

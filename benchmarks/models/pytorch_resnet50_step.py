@@ -4,7 +4,7 @@ momentum), fp32, channels_last, 2 threads, warm-up 3 steps, median of >= 10 time
 --bf16: the same step under CPU bf16 autocast (torch.autocast("cpu", torch.bfloat16): convs and
 matmuls in bf16, f32 master weights and optimizer), the peer of models_bench's bf16 policy.
 
-Run it as compare_resnet50.sh does (jemalloc preloaded, see /work/shared/docs/PEER.md):
+Run it as compare_resnet50.sh does (jemalloc preloaded, see ../shared/docs/PEER.md (the team docs beside the checkout)):
     LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 \
     MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1 \
     /usr/bin/python3 benchmarks/models/pytorch_resnet50_step.py --hw 224 --batch 32
