@@ -77,6 +77,16 @@ def checker_complaints(log, cwd):
     return [f"{log}: {l}" for l in fails if "eval_accuracy" not in l and "0.7590" not in l]
 
 
+# The moments marked by the first run's log: the key that starts each, and the longest random
+# delay after it before the signal.
+LOG_MOMENTS = {
+    "compile": ("init_start", 2.0),
+    "step": ("run_start", 1.0),
+    "eval": ("eval_start", 0.3),
+    "between": ("run_stop", 0.5),
+}
+
+
 def wait_for(cond, proc, timeout):
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -127,18 +137,10 @@ def one_try(binary, index, moment, sig, rng, workdir, use_checker, timeout):
     elif moment == "package":
         reached = wait_for(fits.is_set, p, timeout)
         time.sleep(rng.uniform(0.0, 0.05))
-    elif moment == "compile":
-        reached = wait_for(log_has(log0, "init_start"), p, timeout)
-        time.sleep(rng.uniform(0.0, 2.0))
-    elif moment == "step":
-        reached = wait_for(log_has(log0, "run_start"), p, timeout)
-        time.sleep(rng.uniform(0.0, 1.0))
-    elif moment == "eval":
-        reached = wait_for(log_has(log0, "eval_start"), p, timeout)
-        time.sleep(rng.uniform(0.0, 0.3))
-    elif moment == "between":
-        reached = wait_for(log_has(log0, "run_stop"), p, timeout)
-        time.sleep(rng.uniform(0.0, 0.5))
+    elif moment in LOG_MOMENTS:
+        key, max_delay = LOG_MOMENTS[moment]
+        reached = wait_for(log_has(log0, key), p, timeout)
+        time.sleep(rng.uniform(0.0, max_delay))
     p.send_signal(sig)
     try:
         p.wait(timeout=timeout)
