@@ -837,7 +837,8 @@ class Planner : public ops::PlanApi {
 #pragma omp parallel for schedule(dynamic, 8)
     for (int tile = 0; tile < T; ++tile) placeTile(tile, items[tile], fixed[tile]);
     for (auto& [dup, owner] : sharedWindows) dup->gatherOffset = owner->gatherOffset;
-    checkMemory(items);
+    describeMemory(items, fixed);
+    checkMemory();
   }
 
   void placeTile(int tile, std::vector<Item>& items, i64 fixedBytes) {
@@ -866,46 +867,114 @@ class Planner : public ops::PlanApi {
     exe_.arenaBytes[tile] = alwaysLiveBytes + extent;
   }
 
-  void checkMemory(const std::vector<std::vector<Item>>& items) {
-    int worst = 0;
-    for (int t = 0; t < static_cast<int>(t_.numTiles); ++t)
-      if (exe_.tileMemory[t].total() > exe_.tileMemory[worst].total()) worst = t;
-    const TileMemory& m = exe_.tileMemory[worst];
+  // The fullest tiles' occupants at their peaks and the live bytes at every compute set: what
+  // the overflow error names and what reports draw. Linear in the items (difference arrays);
+  // labels are formatted only for the few tiles listed.
+  void describeMemory(const std::vector<std::vector<Item>>& items, const std::vector<i64>& fixed) {
+    constexpr size_t kTiles = 8, kOccupants = 8, kPeakTensors = 10;
+    const int T = static_cast<int>(t_.numTiles);
+    const int nCs = static_cast<int>(exe_.computeSets.size());
+    MemoryDetail& d = exe_.memoryDetail;
+    std::vector<int> order(T);
+    std::iota(order.begin(), order.end(), 0);
+    const size_t shown = std::min<size_t>(kTiles, order.size());
+    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(shown),
+                      order.end(), [&](int a, int b) {
+                        const i64 ta = exe_.tileMemory[a].total(), tb = exe_.tileMemory[b].total();
+                        return ta != tb ? ta > tb : a < b;
+                      });
+    // Live bytes per compute set: +bytes at an item's first set, -bytes after its last (sets -1
+    // and nCs, the stream copies, count as the first and the last set).
+    auto curve = [&](const std::vector<Item>& its, std::vector<i64>& diff) {
+      for (const Item& it : its) {
+        if (it.start == -2 || nCs == 0) continue;
+        const int a = std::clamp(it.start, 0, nCs - 1), b = std::clamp(it.end, 0, nCs - 1);
+        diff[a] += it.bytes;
+        diff[b + 1] -= it.bytes;
+      }
+    };
+    auto integrate = [](std::vector<i64>& v) {
+      for (size_t i = 1; i < v.size(); ++i) v[i] += v[i - 1];
+      if (!v.empty()) v.pop_back();
+    };
+    d.liveBytes.assign(nCs + 1, 0);
+    for (const auto& its : items) curve(its, d.liveBytes);
+    integrate(d.liveBytes);
+    d.worstTileLiveBytes.assign(nCs + 1, 0);
+    if (T > 0) curve(items[order[0]], d.worstTileLiveBytes);
+    integrate(d.worstTileLiveBytes);
+    d.peakComputeSet =
+        d.liveBytes.empty()
+            ? -1
+            : static_cast<int>(std::max_element(d.liveBytes.begin(), d.liveBytes.end()) -
+                               d.liveBytes.begin());
+    d.peakTensors.clear();
+    if (d.peakComputeSet >= 0) {
+      std::vector<i64> byBuffer(exe_.buffers.size(), 0);
+      const int c = d.peakComputeSet;
+      for (const auto& its : items)
+        for (const Item& it : its)
+          if (it.start != -2 && std::clamp(it.start, 0, nCs - 1) <= c &&
+              c <= std::clamp(it.end, 0, nCs - 1))
+            byBuffer[it.buffer] += it.bytes;
+      std::vector<std::pair<i64, int>> top;
+      for (size_t b = 0; b < byBuffer.size(); ++b)
+        if (byBuffer[b] > 0) top.emplace_back(byBuffer[b], static_cast<int>(b));
+      std::sort(top.rbegin(), top.rend());
+      for (size_t i = 0; i < std::min(kPeakTensors, top.size()); ++i)
+        d.peakTensors.emplace_back(exe_.buffers[top[i].second].name, top[i].first);
+    }
+    d.worstTiles.clear();
+    for (size_t k = 0; k < shown; ++k) {
+      const int tile = order[k];
+      const auto& its = items[tile];
+      TileDetail td;
+      td.tile = tile;
+      td.memory = exe_.tileMemory[tile];
+      std::map<int, i64> liveAt;
+      for (const Item& it : its)
+        if (it.start != -2)
+          for (int c = it.start; c <= it.end; ++c) liveAt[c] += it.bytes;
+      i64 peakBytes = -1;
+      for (const auto& [c, b] : liveAt)
+        if (b > peakBytes) peakBytes = b, td.peakComputeSet = c;
+      std::map<std::pair<std::string, bool>, i64> byLabel;
+      for (const Item& it : its)
+        if (it.start == -2 || (it.start <= td.peakComputeSet && td.peakComputeSet <= it.end))
+          byLabel[{label(it), it.start == -2}] += it.bytes;
+      td.codeAndVertexState = fixed[tile];
+      for (const auto& [key, b] : byLabel) td.occupants.push_back({key.first, b, key.second});
+      std::sort(td.occupants.begin(), td.occupants.end(),
+                [](const TileOccupant& a, const TileOccupant& b) {
+                  return a.bytes != b.bytes ? a.bytes > b.bytes : a.name < b.name;
+                });
+      if (td.occupants.size() > kOccupants) td.occupants.resize(kOccupants);
+      if (td.peakComputeSet >= nCs) td.peakComputeSet = -1;
+      d.worstTiles.push_back(std::move(td));
+    }
+  }
+
+  void checkMemory() {
+    const MemoryDetail& d = exe_.memoryDetail;
+    if (d.worstTiles.empty()) return;
+    const TileDetail& w = d.worstTiles.front();
+    const TileMemory& m = w.memory;
     if (m.total() <= t_.bytesPerTile || !exe_.options.checkMemory) return;
     int over = 0;
     for (const TileMemory& tm : exe_.tileMemory) over += tm.total() > t_.bytesPerTile;
-    // Largest occupants of the worst tile at its peak: always-live ones and those live then.
-    const auto& its = items[worst];
-    int peakAt = 0;
-    i64 peakBytes = -1;
-    std::map<int, i64> liveAt;
-    for (const Item& it : its)
-      if (it.start != -2)
-        for (int c = it.start; c <= it.end; ++c) liveAt[c] += it.bytes;
-    for (const auto& [c, b] : liveAt)
-      if (b > peakBytes) peakBytes = b, peakAt = c;
-    std::map<std::string, i64> byLabel;
-    for (const Item& it : its)
-      if (it.start == -2 || (it.start <= peakAt && peakAt <= it.end))
-        byLabel[label(it)] += it.bytes;
-    std::vector<std::pair<i64, std::string>> occ;
-    for (const auto& [l, b] : byLabel) occ.emplace_back(b, l);
-    std::sort(occ.rbegin(), occ.rend());
     std::string list;
-    for (size_t i = 0; i < std::min<size_t>(8, occ.size()); ++i)
-      list += fmt::format("\n    {} {} B", occ[i].second, occ[i].first);
-    const std::string peakSet = peakAt >= 0 && peakAt < static_cast<int>(exe_.computeSets.size())
-                                    ? exe_.computeSets[peakAt].name
-                                    : std::string("the host stream copies");
+    for (const TileOccupant& o : w.occupants) list += fmt::format("\n    {} {} B", o.name, o.bytes);
+    const std::string peakSet = w.peakComputeSet >= 0 ? exe_.computeSets[w.peakComputeSet].name
+                                                      : std::string("the host stream copies");
     throw CompileError(
         fmt::format("out of tile memory on {}: tile {} needs {} B ({} B always live + {} B peak "
                     "not always live) but has {} B; {} tile(s) overflow. Largest occupants of "
                     "tile {} (peak during {}):{}\n  hint: reduce the micro-batch, use a target "
                     "with more tiles, "
                     "or shard the model over more IPUs",
-                    t_.name, worst, m.total(), m.alwaysLive, m.peakNotAlwaysLive, t_.bytesPerTile,
-                    over, worst, peakSet, list),
-        worst, m.total(), t_.bytesPerTile);
+                    t_.name, w.tile, m.total(), m.alwaysLive, m.peakNotAlwaysLive, t_.bytesPerTile,
+                    over, w.tile, peakSet, list),
+        w.tile, m.total(), t_.bytesPerTile);
   }
 
   // -- exchange: copies into gather buffers --
@@ -1101,7 +1170,7 @@ Executable compile(Graph graph, const Target& target, const CompileOptions& opti
   // Each optimizer_update becomes its ordinary ops and apply_updates, where it was (after
   // updateFirstOp, the updates' part, so that index stays valid).
   const ExpandedOptimizers lowered = expandOptimizers(graph);
-  Executable exe{std::move(graph), target, options, {}, {}, {}, {}, {}, {}, {}, 0.0, {}, 0};
+  Executable exe{std::move(graph), target, options, {}, {}, {}, {}, {}, {}, {}, 0.0, {}, 0, {}};
   exe.optimizerStateBytes = lowered.stateBytes;
   std::vector<bool> produced(exe.graph.tensors().size(), false);
   for (int t : lowered.producedTensors) produced[t] = true;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -449,6 +450,9 @@ void addComputeSets(const Executable& exe, const CostOptions& o, StepCost& sc) {
     }
     auto busiest = std::max_element(tileCycles.begin(), tileCycles.end());
     c.computeCycles = *busiest;
+    for (double tc : tileCycles) c.tilesUsed += tc > 0;
+    c.meanTileComputeCycles =
+        std::accumulate(tileCycles.begin(), tileCycles.end(), 0.0) / t.numTiles;
     c.busiestTile = static_cast<int>(busiest - tileCycles.begin());
     if (o.exchange == ExchangeModel::AsCompiled)
       c.exchangeCycles = compiledExchangeCycles(cs, t, exchangeScale(exe, cs, o), o);
