@@ -931,13 +931,18 @@ class Planner : public ops::PlanApi {
       TileDetail td;
       td.tile = tile;
       td.memory = exe_.tileMemory[tile];
-      std::map<int, i64> liveAt;
+      // Live bytes at sets -1 (streams in) .. nCs (streams out), as a difference array.
+      std::vector<i64> live(static_cast<size_t>(nCs) + 3, 0);
       for (const Item& it : its)
-        if (it.start != -2)
-          for (int c = it.start; c <= it.end; ++c) liveAt[c] += it.bytes;
-      i64 peakBytes = -1;
-      for (const auto& [c, b] : liveAt)
-        if (b > peakBytes) peakBytes = b, td.peakComputeSet = c;
+        if (it.start != -2) {
+          live[static_cast<size_t>(it.start + 1)] += it.bytes;
+          live[static_cast<size_t>(it.end + 2)] -= it.bytes;
+        }
+      i64 peakBytes = -1, running = 0;
+      for (size_t k = 0; k + 1 < live.size(); ++k) {
+        running += live[k];
+        if (running > peakBytes) peakBytes = running, td.peakComputeSet = static_cast<int>(k) - 1;
+      }
       std::map<std::pair<std::string, bool>, i64> byLabel;
       for (const Item& it : its)
         if (it.start == -2 || (it.start <= td.peakComputeSet && td.peakComputeSet <= it.end))
