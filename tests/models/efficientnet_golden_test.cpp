@@ -259,5 +259,45 @@ TEST(EfficientNetGolden, StochasticDepthTileEqualsFusedAndVariesByStep) {
   EXPECT_NE(d.out(d.eg.loss)[0], loss[0][0]);
 }
 
+// Stochastic depth draws per sample: a block's branch is all zero for a sample with its rate,
+// otherwise it is the branch scaled by 1 / (1 - rate). 8 samples x 50 steps = 400 draws.
+TEST(EfficientNetGolden, StochasticDepthDropsWholeSamplesAtTheBlockRate) {
+  Config c = Config::small();
+  c.stochasticDepth = 0.5;
+  c.dropout = 0;
+  EfficientNetGraph eg = buildForward(c, 8, Mode::Train);
+  const std::string name = "features.3.1.stochastic_depth";  // global block 4 of 5: rate 0.4
+  const int dropped = eg.graph.get(name);
+  const int branch = eg.graph.op(eg.graph.tensor(dropped).producer).inputs[0];
+  eg.graph.markOutput(dropped);
+  eg.graph.markOutput(branch);
+  EngineRun r(std::move(eg), EngineMode::Fused);
+  const double rate = 0.5 * 4 / 5;
+  const i64 per = r.exe->graph.tensor(dropped).elements() / 8;
+  int drops = 0, draws = 0;
+  for (int step = 0; step < 50; ++step) {
+    r.key = {step, 0};
+    r.run();
+    const auto& y = r.out(dropped);
+    const auto& x = r.out(branch);
+    for (i64 n = 0; n < 8; ++n, ++draws) {
+      bool zero = true;
+      double err = 0;
+      for (i64 i = n * per; i < (n + 1) * per; ++i) {
+        zero = zero && y[i] == 0.0f;
+        err = std::max(err, std::abs(y[i] - x[i] / (1 - rate)));
+      }
+      if (zero) {
+        ++drops;
+      } else {
+        EXPECT_LT(err, 1e-5 * (1 + maxAbs(x))) << "step " << step << " sample " << n;
+      }
+    }
+  }
+  // Binomial(400, 0.4): mean 160, sd 9.8; 4 sd either side.
+  EXPECT_NEAR(drops, rate * draws, 4 * std::sqrt(draws * rate * (1 - rate)));
+  fmt::print("{}: {} of {} samples dropped (rate {})\n", name, drops, draws, rate);
+}
+
 }  // namespace
 }  // namespace ipu::models::efficientnet
