@@ -14,6 +14,8 @@ Cases (CPU, 2 threads, deterministic algorithms; dropout and stochastic depth of
   small_g16  the same with expansion 4 and every depthwise conv replaced by a group conv of 16
              channels per group (groups = max(1, C // 16)), as Graphcore's G16.
   small_gn   the same as small with GroupNorm(4 groups, eps 1e-5) in place of batch norm.
+  b4_train   torchvision.models.efficientnet_b4() in training mode at 64x64, batch 2: logits,
+             loss, summaries of a sample of gradients (B4_GRADS).  g16_train: the same as G16.
   b4_eval    torchvision.models.efficientnet_b4() in eval mode (golden running statistics) at
              64x64, batch 2: logits.  b4_eval_380: the same at 380x380, batch 1 (benchmark).
   g16_eval   b4 as G16 in eval mode at 64x64, batch 2: logits.
@@ -172,6 +174,19 @@ def train_case(cfg, n):
                                             for k, g in r["grads"].items())}}
 
 
+def b4_train_case(cfg, n, names):
+    """Train-mode B4 at a small resolution: loss, logits and a sample of gradients."""
+    r = train_step(cfg, n, torch.float64)
+    r32 = train_step(cfg, n, torch.float32)
+    return {"config": cfg, "batch": n, "reference": "torchvision efficientnet_b4, float64",
+            "logits": enc(r["logits"]), "loss": r["loss"],
+            "grads": {k: summary(r["grads"][k], r32["grads"][k]) for k in names},
+            "f32_dev": {"logits": rel_dev(r32["logits"], r["logits"]),
+                        "loss": abs(r32["loss"] / r["loss"] - 1),
+                        "grads_l2_max": max(l2_rel(r32["grads"][k], r["grads"][k])
+                                            for k in names)}}
+
+
 def eval_case(cfg, n):
     e = eval_logits(cfg, n, torch.float64)
     e32 = eval_logits(cfg, n, torch.float32)
@@ -183,6 +198,12 @@ SMALL = {"stages": "small", "width": 0.5, "depth": 1.0, "input": 32, "classes": 
          "norm": "batch", "g16": False, "label_smoothing": 0.1}
 B4 = {"stages": "b0", "width": 1.4, "depth": 1.8, "input": 64, "classes": 1000,
       "norm": "batch", "g16": False, "label_smoothing": 0.0}
+
+B4_GRADS = ["features.0.0.weight", "features.0.1.weight", "features.1.0.block.0.0.weight",
+            "features.1.0.block.1.fc1.weight", "features.2.0.block.1.0.weight",
+            "features.3.2.block.2.fc2.bias", "features.4.3.block.1.0.weight",
+            "features.6.7.block.0.0.weight", "features.7.1.block.3.1.weight",
+            "features.8.0.weight", "classifier.1.weight", "classifier.1.bias"]
 
 
 def main():
@@ -203,6 +224,8 @@ def main():
     c["small"] = train_case(SMALL, 4)
     c["small_g16"] = train_case(dict(SMALL, g16=True), 4)
     c["small_gn"] = train_case(dict(SMALL, norm="group"), 4)
+    c["b4_train"] = b4_train_case(B4, 2, B4_GRADS)
+    c["g16_train"] = b4_train_case(dict(B4, g16=True), 2, B4_GRADS)
     c["b4_eval"] = eval_case(B4, 2)
     c["g16_eval"] = eval_case(dict(B4, g16=True), 2)
     c["b4_eval_380"] = eval_case(dict(B4, input=380), 1)

@@ -169,6 +169,51 @@ TEST(EfficientNetGolden, SmallGroupNormTrainingStepMatchesTorchvision) {
   checkTrainingCase("small_gn");
 }
 
+// B4 itself (or G16) in training mode at 64x64, batch 2 (the last stage is 2x2: 8 rows per
+// batch-norm channel): loss, logits and a sample of gradients against float64. float32 is
+// itself only `f32_l2_rel` close to float64 on the deep gradients: allow 5x that, at least 1e-4.
+void checkB4TrainingCase(const std::string& caseName) {
+  const json& gc = goldens().at("cases").at(caseName);
+  Config c = configOf(gc.at("config"));
+  EfficientNetGraph eg = buildForward(c, gc.at("batch").get<i64>(), Mode::Train);
+  appendGradients(eg);
+  for (const auto& [name, _] : gc.at("grads").items())
+    eg.graph.markOutput(eg.grads.at(eg.graph.get(name)));
+  EngineRun r(std::move(eg), EngineMode::Fused);
+  r.run();
+  const json& dev = gc.at("f32_dev");
+  const double le = maxRelToScale(r.out(r.eg.logits), decodeF32(gc.at("logits")));
+  EXPECT_LT(le, std::max(1e-4, 5 * dev.at("logits").get<double>()));
+  EXPECT_LT(relErr(r.out(r.eg.loss)[0], gc.at("loss").get<double>()),
+            std::max(1e-5, 5 * dev.at("loss").get<double>()));
+  double worst = 0;
+  std::string worstName;
+  for (const auto& [name, s] : gc.at("grads").items()) {
+    const double tol = std::max(1e-4, 5 * s.at("f32_l2_rel").get<double>());
+    const auto& g = r.grad(name);
+    ASSERT_EQ(static_cast<i64>(g.size()), s.at("count").get<i64>()) << name;
+    double sum = 0, sumSq = 0;
+    for (float v : g) sum += v, sumSq += double(v) * v;
+    const double he = l2Rel(g, decodeF32(s.at("head")));
+    const double se = std::abs(sum - s.at("sum").get<double>()) / s.at("sum_abs").get<double>();
+    const double qe = relErr(std::sqrt(sumSq), std::sqrt(s.at("sum_sq").get<double>()));
+    EXPECT_LT(he, tol) << name;
+    EXPECT_LT(se, tol) << name;
+    EXPECT_LT(qe, tol) << name;
+    if (std::max({he, se, qe}) / tol > worst)
+      worst = std::max({he, se, qe}) / tol, worstName = name;
+  }
+  fmt::print("{}: logits {:.2e}, worst gradient at {:.2f} of its tolerance ({})\n", caseName, le,
+             worst, worstName);
+}
+
+TEST(EfficientNetGolden, B4TrainingStepMatchesTorchvision) {
+  checkB4TrainingCase("b4_train");
+}
+TEST(EfficientNetGolden, G16TrainingStepMatchesGroupConvTorchvision) {
+  checkB4TrainingCase("g16_train");
+}
+
 void checkEvalCase(const std::string& caseName) {
   const json& gc = goldens().at("cases").at(caseName);
   const auto t0 = std::chrono::steady_clock::now();
