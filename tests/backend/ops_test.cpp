@@ -595,6 +595,9 @@ std::vector<Case> allCases() {
   cs.push_back(reduceCase("mean", R::Mean, {2, 3, 4, 5}, {1, 2}, false));
   cs.push_back(reduceCase("sum", R::Sum, {3, 4, 5}, {2}, true));
   cs.push_back(reduceCase("mean", R::Mean, {6, 4}, {0, 1}, false));
+  // Squeeze-excite: the per-image channel mean [N,1,1,C] and the gate broadcast over H, W.
+  cs.push_back(reduceCase("mean", R::Mean, {2, 3, 3, 8}, {1, 2}, true));
+  cs.push_back(binaryCase("mul", B::Mul, {2, 3, 3, 8}, {2, 1, 1, 8}));
   cs.push_back(poolCase(true, {2, 7, 7, 3}, Pool2dOptions::make(3, 2, 1)));
   cs.push_back(poolCase(false, {2, 6, 6, 3}, Pool2dOptions::make(2, 2, 0)));
   {
