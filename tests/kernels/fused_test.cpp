@@ -123,7 +123,9 @@ TEST_F(Fused, Conv2dBf16AllPasses) {
   for (const auto& [name, s] :
        std::vector<ConvCase>{{"pointwise", conv(2, 14, 32, 64, 1, 1, 0)},
                              {"pointwiseS2", conv(2, 14, 64, 32, 1, 2, 0)},
-                             {"resnet3x3s1", conv(2, 14, 32, 32, 3, 1, 1)}}) {
+                             {"resnet3x3s1", conv(2, 14, 32, 32, 3, 1, 1)},
+                             {"depthwise5x5S2", conv(2, 13, 24, 24, 5, 2, 2, 24)},
+                             {"g16", conv(2, 10, 32, 32, 3, 1, 1, 2)}}) {
     SCOPED_TRACE(name);
     std::vector<bf16> xb, wb, dyb;
     const Vec x = rounded(randomVec(s.inputElems(), seed++), &xb);
