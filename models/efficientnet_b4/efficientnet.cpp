@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "ipu_backend/compiler/mixed_precision.h"
 #include "ipu_backend/ir/builder.h"
 #include "ipu_backend/ops/op_info.h"
 
@@ -276,6 +277,27 @@ void appendGradients(EfficientNetGraph& eg) {
       throw GraphError(
           fmt::format("efficientnet: parameter '{}' gets no gradient", eg.graph.tensor(p).name));
   eg.grads = std::move(r.grads);
+}
+
+EfficientNetGraph withPrecision(const EfficientNetGraph& fwd,
+                                const precision::PrecisionPolicy& policy) {
+  if (!fwd.grads.empty())
+    throw GraphError("efficientnet: withPrecision takes a forward graph (before appendGradients)");
+  PrecisionRewrite rw = applyPrecision(fwd.graph, policy);
+  EfficientNetGraph eg;
+  eg.config = fwd.config;
+  eg.batch = fwd.batch;
+  eg.mode = fwd.mode;
+  eg.images = rw.map(fwd.images);
+  eg.labels = rw.map(fwd.labels);
+  eg.dropoutKey = rw.map(fwd.dropoutKey);
+  eg.logits = rw.map(fwd.logits);
+  eg.sampleLoss = rw.map(fwd.sampleLoss);
+  eg.loss = rw.map(fwd.loss);
+  for (int p : fwd.params) eg.params.push_back(rw.map(p));
+  for (int s : fwd.runningStats) eg.runningStats.push_back(rw.map(s));
+  eg.graph = std::move(rw.graph);
+  return eg;
 }
 
 }  // namespace ipu::models::efficientnet

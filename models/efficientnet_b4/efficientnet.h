@@ -29,6 +29,7 @@
 
 #include "ipu_backend/compiler/autodiff.h"
 #include "ipu_backend/ir/graph.h"
+#include "ipu_backend/precision/precision_policy.h"
 
 namespace ipu::models::efficientnet {
 
@@ -111,5 +112,11 @@ struct EfficientNetGraph {
 EfficientNetGraph buildForward(const Config& c, i64 batch, Mode mode);
 // Appends the backward pass of the mean loss; every parameter must get a gradient.
 void appendGradients(EfficientNetGraph& g);
+
+// A forward graph rewritten for a precision policy (compiler/mixed_precision.h): the same
+// struct over the rewritten graph, tensor names unchanged. Call it before appendGradients (a
+// training step then comes from appendTrainingStep with the policy's loss scaling).
+EfficientNetGraph withPrecision(const EfficientNetGraph& forward,
+                                const precision::PrecisionPolicy& policy);
 
 }  // namespace ipu::models::efficientnet

@@ -304,6 +304,34 @@ TEST(EfficientNetGolden, StochasticDepthTileEqualsFusedAndVariesByStep) {
   EXPECT_NE(d.out(d.eg.loss)[0], loss[0][0]);
 }
 
+// The model under 16-bit policies (bf16 and Graphcore's 16.16: depthwise and G16 convs in
+// 16 bits): inference logits within 16-bit rounding of float32, tile mode equal to fused mode.
+TEST(EfficientNetGolden, SixteenBitPoliciesStayCloseToFloat32) {
+  for (bool g16 : {false, true}) {
+    Config c = configOf(goldens().at("cases").at("small").at("config"));
+    if (g16) c.groupSize = 16, c.expandRatioOverride = 4;
+    EngineRun f32(buildForward(c, 4, Mode::Inference), EngineMode::Fused);
+    f32.run();
+    for (const char* preset : {"bf16", "16.16"}) {
+      SCOPED_TRACE(fmt::format("{} {}", g16 ? "G16" : "B4-small", preset));
+      const auto policy = precision::PrecisionPolicy::parse(preset);
+      EngineRun fused(withPrecision(buildForward(c, 4, Mode::Inference), policy),
+                      EngineMode::Fused);
+      EngineRun tile(withPrecision(buildForward(c, 4, Mode::Inference), policy), EngineMode::Tile);
+      fused.run();
+      tile.run();
+      const double e = maxRelToScale(fused.out(fused.eg.logits), f32.out(f32.eg.logits));
+      // bf16 keeps 8 significant bits (2^-8 = 3.9e-3 per rounding), f16 11.
+      EXPECT_LT(e, std::string(preset) == "bf16" ? 2e-2 : 5e-3);
+      EXPECT_GT(e, 0.0) << "the policy changed nothing";
+      const double te = maxRelToScale(tile.out(tile.eg.logits), fused.out(fused.eg.logits));
+      EXPECT_LT(te, 1e-2);
+      fmt::print("{} {}: logits vs f32 {:.2e}, tile vs fused {:.2e}\n", g16 ? "G16" : "small",
+                 preset, e, te);
+    }
+  }
+}
+
 // Stochastic depth draws per sample: a block's branch is all zero for a sample with its rate,
 // otherwise it is the branch scaled by 1 / (1 - rate). 8 samples x 50 steps = 400 draws.
 TEST(EfficientNetGolden, StochasticDepthDropsWholeSamplesAtTheBlockRate) {
