@@ -237,7 +237,7 @@ TEST(EfficientNetGolden, G16EvalLogitsMatchGroupConvTorchvision) {
 }
 // 380x380, the benchmark resolution: ~4 s (3.5 s of it compiling); left to the nightly
 // (.ci/run CI_NIGHTLY_ONLY, scripts/nightly.sh NIGHTLY_LONG_TESTS_REGEX).
-TEST(EfficientNetGolden, B4EvalLogitsAt380MatchTorchvision) {
+TEST(EfficientNetNightly, B4EvalLogitsAt380MatchTorchvision) {
   checkEvalCase("b4_eval_380");
 }
 
