@@ -522,6 +522,22 @@ std::vector<Case> allCases() {
   cs.push_back(
       convCase("conv_depthwise", {2, 5, 5, 4}, {4, 3, 3, 1}, Conv2dOptions::make(1, 1, 4)));
   cs.push_back(convCase("conv_1x1_stride2", {2, 6, 6, 4}, {8, 1, 1, 4}, Conv2dOptions::make(2, 0)));
+  // EfficientNet's spatial convs: depthwise 5x5 stride 2, and G16's groups of 16 channels.
+  cs.push_back(convCase("conv_depthwise_5x5_stride2", {2, 9, 9, 8}, {8, 5, 5, 1},
+                        Conv2dOptions::make(2, 2, 8)));
+  cs.push_back(convCase("conv_g16", {2, 6, 6, 32}, {32, 3, 3, 16}, Conv2dOptions::make(1, 1, 2)));
+  cs.push_back(
+      convCase("conv_g16_stride2", {2, 7, 7, 48}, {48, 3, 3, 16}, Conv2dOptions::make(2, 1, 3)));
+  {  // 8 KiB tiles: channel-blocked outputs and backward-data split over k, within groups
+    Case c = convCase("conv_depthwise_large_weights", {2, 5, 5, 64}, {64, 3, 3, 1},
+                      Conv2dOptions::make(1, 1, 64));
+    c.op.tileBytes = 8192;
+    cs.push_back(c);
+    c = convCase("conv_g16_large_weights", {2, 5, 5, 32}, {32, 3, 3, 16},
+                 Conv2dOptions::make(1, 1, 2));
+    c.op.tileBytes = 8192;
+    cs.push_back(c);
+  }
   cs.push_back(matmulCase("matmul", {5, 7}, {7, 3}, false, false));
   cs.push_back(matmulCase("matmul_ta", {7, 5}, {7, 3}, true, false));
   cs.push_back(matmulCase("matmul_tb", {5, 7}, {3, 7}, false, true));
@@ -579,6 +595,9 @@ std::vector<Case> allCases() {
   cs.push_back(reduceCase("mean", R::Mean, {2, 3, 4, 5}, {1, 2}, false));
   cs.push_back(reduceCase("sum", R::Sum, {3, 4, 5}, {2}, true));
   cs.push_back(reduceCase("mean", R::Mean, {6, 4}, {0, 1}, false));
+  // Squeeze-excite: the per-image channel mean [N,1,1,C] and the gate broadcast over H, W.
+  cs.push_back(reduceCase("mean", R::Mean, {2, 3, 3, 8}, {1, 2}, true));
+  cs.push_back(binaryCase("mul", B::Mul, {2, 3, 3, 8}, {2, 1, 1, 8}));
   cs.push_back(poolCase(true, {2, 7, 7, 3}, Pool2dOptions::make(3, 2, 1)));
   cs.push_back(poolCase(false, {2, 6, 6, 3}, Pool2dOptions::make(2, 2, 0)));
   {
