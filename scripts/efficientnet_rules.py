@@ -1,0 +1,258 @@
+#!/usr/bin/env python3
+"""EfficientNet-B4 rules of this project (docs/rules/efficientnet_b4.md): load and check them.
+
+  efficientnet_rules.py check-rules            the JSON and every ruleset YAML parse and are
+                                               well formed (exit 1 naming file and line if not)
+  efficientnet_rules.py validate HP.json --division closed|open
+                                               a run's hyperparameters (MLPerf-named keys, as
+                                               the log will carry them) against the JSON rules
+  efficientnet_rules.py check-log LOG          check-rules, then the official mlperf_logging
+                                               checker with our ruleset (exit status its own)
+  efficientnet_rules.py update-names           rewrite the weights_initialization name list of
+                                               closed_efficientnet_b4.yaml from torchvision
+
+The official checker loads a ruleset with yaml.load and no handler: a syntax error is a Python
+traceback. check-rules (run by check-log first) turns it into one line naming the file.
+"""
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RULES_JSON = os.path.join(REPO, "harness", "rules", "efficientnet_b4.json")
+RULESET_DIR = os.path.join(REPO, "harness", "rules", "training_efficientnet")
+ENTRY = os.path.join(RULESET_DIR, "common.yaml")
+RULESET_FILES = ["common.yaml", "closed_common.yaml", "open_common.yaml",
+                 "closed_efficientnet_b4.yaml", "open_efficientnet_b4.yaml"]
+# The parser of the last round with an image-classification benchmark (ResNet-50).
+CHECKER_RULESET = "4.0.0"
+REQ_PATTERN = re.compile(r"^(EXACTLY_ONE|AT_LEAST_ONE|OPTIONAL|AT_LEAST\(\d+\)|"
+                         r"AT_LEAST_ONE_OR\([a-z0-9_, ]+\))$")
+KEY_FIELDS = {"NAME", "REQ", "PRE", "CHECK", "POST", "ATLEAST_ONE_CHECK", "FIRST_CHECK"}
+
+
+class RulesError(Exception):
+    """A rules file that cannot be used; the message names the file (and line)."""
+
+
+def load_json_rules(path=RULES_JSON):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except OSError as e:
+        raise RulesError(f"{path}: cannot read the rules: {e.strerror}") from e
+    except json.JSONDecodeError as e:
+        raise RulesError(f"{path}:{e.lineno}:{e.colno}: not valid JSON: {e.msg}") from e
+
+
+def _compile(path, where, code, mode):
+    try:
+        compile(code.strip(), f"{path} ({where})", mode)
+    except SyntaxError as e:
+        raise RulesError(f"{path}: {where}: not valid Python ({mode}): {e.msg}: "
+                         f"{code.strip()!r}") from e
+
+
+def load_ruleset_yaml(path):
+    """Parses one ruleset file as the checker does (BaseLoader) and checks its structure."""
+    import yaml  # Debian python3-yaml; the checker depends on PyYAML too
+    try:
+        with open(path) as f:
+            records = yaml.load(f, Loader=yaml.BaseLoader)
+    except OSError as e:
+        raise RulesError(f"{path}: cannot read the ruleset: {e.strerror}") from e
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e)
+        raise RulesError(f"{path}{where}: YAML syntax error: {problem} (the mlperf_logging "
+                         f"checker would stop with a traceback on this file)") from e
+    if records is None:
+        return []
+    if not isinstance(records, list):
+        raise RulesError(f"{path}: a ruleset is a YAML list of BEGIN/KEY/END records")
+    begins = ends = 0
+    for i, record in enumerate(records, 1):
+        if not isinstance(record, dict) or len(record) != 1:
+            raise RulesError(f"{path}: record {i} must be one of BEGIN:, KEY:, END:")
+        kind, body = next(iter(record.items()))
+        if kind == "BEGIN":
+            begins += 1
+            _compile(path, f"BEGIN record {i} CODE", body.get("CODE", ""), "exec")
+        elif kind == "END":
+            ends += 1
+            _compile(path, f"END record {i} PRE", body.get("PRE", ""), "exec")
+            for test in _as_list(body.get("CHECK", [])):
+                _compile(path, f"END record {i} CHECK", test, "eval")
+        elif kind == "KEY":
+            if not isinstance(body, dict) or "NAME" not in body:
+                raise RulesError(f"{path}: KEY record {i} has no NAME")
+            name = body["NAME"]
+            unknown = set(body) - KEY_FIELDS
+            if unknown:
+                raise RulesError(f"{path}: KEY {name}: unknown field(s) {sorted(unknown)}; "
+                                 f"the checker knows {sorted(KEY_FIELDS)}")
+            if "REQ" in body and not REQ_PATTERN.match(body["REQ"]):
+                raise RulesError(f"{path}: KEY {name}: REQ {body['REQ']!r} is not one of "
+                                 f"EXACTLY_ONE, AT_LEAST_ONE, AT_LEAST(n), AT_LEAST_ONE_OR(..), "
+                                 f"OPTIONAL")
+            for field in ("PRE", "POST"):
+                if field in body:
+                    _compile(path, f"KEY {name} {field}", body[field], "exec")
+            for field in ("CHECK", "ATLEAST_ONE_CHECK", "FIRST_CHECK"):
+                for test in _as_list(body.get(field, [])):
+                    _compile(path, f"KEY {name} {field}", test, "eval")
+        else:
+            raise RulesError(f"{path}: record {i} is {kind!r}; expected BEGIN, KEY or END")
+    if begins > 1 or ends > 1:
+        raise RulesError(f"{path}: at most one BEGIN and one END record (the checker asserts it)")
+    return records
+
+
+def _as_list(x):
+    return x if isinstance(x, list) else [x]
+
+
+def check_rules(ruleset_dir=RULESET_DIR, rules_json=RULES_JSON):
+    load_json_rules(rules_json)
+    for name in RULESET_FILES:
+        load_ruleset_yaml(os.path.join(ruleset_dir, name))
+
+
+def validate(hparams, division, rules=None):
+    """Violations of the division's rules by `hparams` (dict of MLPerf-named keys), as
+    messages naming the key, the value and the rule; [] when valid."""
+    rules = rules if rules is not None else load_json_rules()
+    rule = f"EfficientNet-B4 {division} rules ({os.path.relpath(RULES_JSON, REPO)})"
+    out = []
+    if division == "open":
+        opened = rules["open"]
+        for key in opened["required"]:
+            if key not in hparams:
+                out.append(f"{rule}: {key} must be present (got <missing>)")
+        for key in ("model_variant", "norm_type"):
+            if key in hparams and hparams[key] not in opened[key]:
+                out.append(f"{rule}: {key} must be one of {opened[key]} "
+                           f"(got {json.dumps(hparams[key])})")
+        return out
+    if division != "closed":
+        raise ValueError(f"division must be closed or open, got {division!r}")
+    closed = rules["closed"]
+    for key, want in closed["fixed"].items():
+        if key not in hparams:
+            out.append(f"{rule}: {key} must be {json.dumps(want)} (got <missing>)")
+        elif hparams[key] != want or isinstance(hparams[key], bool) != isinstance(want, bool):
+            hint = ""
+            if key == "model_variant":
+                hint = "; variants such as g16 are open-division entries (--division open)"
+            elif key == "norm_type":
+                hint = "; group norm and other norms are open-division entries"
+            out.append(f"{rule}: {key} must be {json.dumps(want)}, fixed in the closed division "
+                       f"(got {json.dumps(hparams[key])}){hint}")
+    for key in closed["tunable"]:
+        if key not in hparams:
+            out.append(f"{rule}: {key} must be present: {closed['tunable'][key]} (got <missing>)")
+
+    def number(key):
+        x = hparams.get(key)
+        return x if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+    def is_integer(x):
+        return abs(round(x) - x) < 1e-5
+
+    for key in ("global_batch_size", "gradient_accumulation_steps", "model_bn_span"):
+        x = number(key)
+        if key in hparams and (x is None or x <= 0 or not is_integer(x)):
+            out.append(f"{rule}: {key} must be an integer > 0 (got {json.dumps(hparams[key])})")
+    x = number("opt_learning_rate_warmup_epochs")
+    if "opt_learning_rate_warmup_epochs" in hparams and (x is None or x < 0 or not is_integer(x)):
+        out.append(f"{rule}: opt_learning_rate_warmup_epochs must be an integer >= 0 "
+                   f"(got {json.dumps(hparams['opt_learning_rate_warmup_epochs'])})")
+    lr, gbs = number("opt_base_learning_rate"), number("global_batch_size")
+    step = closed["learning_rate_per_256_multiple_of"]
+    if lr is not None and gbs:
+        k = lr * 256 / gbs
+        if lr <= 0 or not is_integer(k / step):
+            nearest = max(1, round(k / step)) * step * gbs / 256
+            out.append(f"{rule}: opt_base_learning_rate must be k x global_batch_size / 256 with "
+                       f"k a multiple of {step} (got {lr}: k = {k:.6g}; nearest allowed "
+                       f"{nearest:.6g})")
+    return out
+
+
+def names_from_torchvision():
+    import torchvision  # Debian python3-torchvision; random weights, nothing downloaded
+    model = torchvision.models.efficientnet_b4()
+    return [name for name, _ in model.named_parameters()]
+
+
+def update_names(path=os.path.join(RULESET_DIR, "closed_efficientnet_b4.yaml")):
+    names = names_from_torchvision()
+    with open(path) as f:
+        text = f.read()
+    begin = re.search(r"^( *)# BEGIN torchvision efficientnet_b4 parameter names.*\n", text, re.M)
+    end = re.search(r"^ *# END torchvision efficientnet_b4 parameter names", text, re.M)
+    if not begin or not end:
+        raise RulesError(f"{path}: the BEGIN/END markers of the name list are missing")
+    indent = begin.group(1)
+    body = indent + "expected_tensors = [\n" + "".join(
+        f"{indent}    {json.dumps(n)},\n" for n in names) + indent + "]\n"
+    with open(path, "w") as f:
+        f.write(text[:begin.end()] + body + text[end.start():])
+    print(f"{path}: {len(names)} names")
+
+
+def run_checker(log, python=None):
+    python = python or os.path.join(REPO, ".venv", "bin", "python")
+    cmd = [python, "-m", "mlperf_logging.compliance_checker", "--usage", "training",
+           "--ruleset", CHECKER_RULESET, "--config", ENTRY, "--log_output", os.devnull,
+           os.path.abspath(log)]
+    return subprocess.run(cmd, capture_output=True, text=True)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("check-rules")
+    v = sub.add_parser("validate")
+    v.add_argument("hparams")
+    v.add_argument("--division", choices=["closed", "open"], required=True)
+    c = sub.add_parser("check-log")
+    c.add_argument("log")
+    sub.add_parser("update-names")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "check-rules":
+            check_rules()
+            print(f"rules OK: {os.path.relpath(RULES_JSON, REPO)}, "
+                  f"{len(RULESET_FILES)} files in {os.path.relpath(RULESET_DIR, REPO)}")
+        elif args.command == "validate":
+            try:
+                with open(args.hparams) as f:
+                    hparams = json.load(f)
+            except (OSError, json.JSONDecodeError) as e:
+                raise RulesError(f"{args.hparams}: cannot read the hyperparameters: {e}") from e
+            problems = validate(hparams, args.division)
+            for p in problems:
+                print(p, file=sys.stderr)
+            return 1 if problems else 0
+        elif args.command == "check-log":
+            check_rules()
+            r = run_checker(args.log)
+            sys.stdout.write(r.stdout)
+            sys.stderr.write(r.stderr)
+            return r.returncode
+        elif args.command == "update-names":
+            update_names()
+    except RulesError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
