@@ -6,7 +6,8 @@
   efficientnet_rules.py validate HP.json --division closed|open
                                                a run's hyperparameters (MLPerf-named keys, as
                                                the log will carry them) against the JSON rules
-  efficientnet_rules.py check-log LOG          check-rules, then the official mlperf_logging
+  efficientnet_rules.py check-log LOG [--rules-dir D]
+                                               check-rules, then the official mlperf_logging
                                                checker with our ruleset (exit status its own)
   efficientnet_rules.py update-names           rewrite the weights_initialization name list of
                                                closed_efficientnet_b4.yaml from torchvision
@@ -25,7 +26,6 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RULES_JSON = os.path.join(REPO, "harness", "rules", "efficientnet_b4.json")
 RULESET_DIR = os.path.join(REPO, "harness", "rules", "training_efficientnet")
-ENTRY = os.path.join(RULESET_DIR, "common.yaml")
 RULESET_FILES = ["common.yaml", "closed_common.yaml", "open_common.yaml",
                  "closed_efficientnet_b4.yaml", "open_efficientnet_b4.yaml"]
 # The parser of the last round with an image-classification benchmark (ResNet-50).
@@ -206,10 +206,12 @@ def update_names(path=os.path.join(RULESET_DIR, "closed_efficientnet_b4.yaml")):
     print(f"{path}: {len(names)} names")
 
 
-def run_checker(log, python=None):
+def run_checker(log, python=None, ruleset_dir=RULESET_DIR):
     python = python or os.path.join(REPO, ".venv", "bin", "python")
+    # --config must be absolute: the checker joins a relative one to its package folder.
+    entry = os.path.join(os.path.abspath(ruleset_dir), "common.yaml")
     cmd = [python, "-m", "mlperf_logging.compliance_checker", "--usage", "training",
-           "--ruleset", CHECKER_RULESET, "--config", ENTRY, "--log_output", os.devnull,
+           "--ruleset", CHECKER_RULESET, "--config", entry, "--log_output", os.devnull,
            os.path.abspath(log)]
     return subprocess.run(cmd, capture_output=True, text=True)
 
@@ -223,6 +225,7 @@ def main(argv=None):
     v.add_argument("--division", choices=["closed", "open"], required=True)
     c = sub.add_parser("check-log")
     c.add_argument("log")
+    c.add_argument("--rules-dir", default=RULESET_DIR, help="the ruleset folder (default: ours)")
     sub.add_parser("update-names")
     args = parser.parse_args(argv)
     try:
@@ -241,8 +244,8 @@ def main(argv=None):
                 print(p, file=sys.stderr)
             return 1 if problems else 0
         elif args.command == "check-log":
-            check_rules()
-            r = run_checker(args.log)
+            check_rules(args.rules_dir)
+            r = run_checker(args.log, ruleset_dir=args.rules_dir)
             sys.stdout.write(r.stdout)
             sys.stderr.write(r.stderr)
             return r.returncode

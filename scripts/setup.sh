@@ -17,7 +17,7 @@ PACKAGES=(
   dataset-fashion-mnist
   libicu-dev wordnet-base
   python3 python3-pip python3-venv python3-numpy python3-pandas python3-matplotlib
-  python3-scipy python3-pytest python3-pil
+  python3-scipy python3-pytest python3-pil python3-yaml
   python3-torch python3-torchvision libopenblas0-openmp libjemalloc2
   clang-16 libclang-rt-16-dev libomp-16-dev
   chromium fonts-dejavu-core
