@@ -3,9 +3,6 @@
 
   efficientnet_rules.py check-rules            the JSON and every ruleset YAML parse and are
                                                well formed (exit 1 naming file and line if not)
-  efficientnet_rules.py validate HP.json --division closed|open
-                                               a run's hyperparameters (MLPerf-named keys, as
-                                               the log will carry them) against the JSON rules
   efficientnet_rules.py check-log LOG [--rules-dir D]
                                                check-rules, then the official mlperf_logging
                                                checker with our ruleset (exit status its own)
@@ -14,6 +11,7 @@
 
 The official checker loads a ruleset with yaml.load and no handler: a syntax error is a Python
 traceback. check-rules (run by check-log first) turns it into one line naming the file.
+The harness enforces the JSON form before a run in C++ (harness/rules/efficientnet_rules.h).
 """
 
 import argparse
@@ -123,67 +121,6 @@ def check_rules(ruleset_dir=RULESET_DIR, rules_json=RULES_JSON):
         load_ruleset_yaml(os.path.join(ruleset_dir, name))
 
 
-def validate(hparams, division, rules=None):
-    """Violations of the division's rules by `hparams` (dict of MLPerf-named keys), as
-    messages naming the key, the value and the rule; [] when valid."""
-    rules = rules if rules is not None else load_json_rules()
-    rule = f"EfficientNet-B4 {division} rules ({os.path.relpath(RULES_JSON, REPO)})"
-    out = []
-    if division == "open":
-        opened = rules["open"]
-        for key in opened["required"]:
-            if key not in hparams:
-                out.append(f"{rule}: {key} must be present (got <missing>)")
-        for key in ("model_variant", "norm_type"):
-            if key in hparams and hparams[key] not in opened[key]:
-                out.append(f"{rule}: {key} must be one of {opened[key]} "
-                           f"(got {json.dumps(hparams[key])})")
-        return out
-    if division != "closed":
-        raise ValueError(f"division must be closed or open, got {division!r}")
-    closed = rules["closed"]
-    for key, want in closed["fixed"].items():
-        if key not in hparams:
-            out.append(f"{rule}: {key} must be {json.dumps(want)} (got <missing>)")
-        elif hparams[key] != want or isinstance(hparams[key], bool) != isinstance(want, bool):
-            hint = ""
-            if key == "model_variant":
-                hint = "; variants such as g16 are open-division entries (--division open)"
-            elif key == "norm_type":
-                hint = "; group norm and other norms are open-division entries"
-            out.append(f"{rule}: {key} must be {json.dumps(want)}, fixed in the closed division "
-                       f"(got {json.dumps(hparams[key])}){hint}")
-    for key in closed["tunable"]:
-        if key not in hparams:
-            out.append(f"{rule}: {key} must be present: {closed['tunable'][key]} (got <missing>)")
-
-    def number(key):
-        x = hparams.get(key)
-        return x if isinstance(x, (int, float)) and not isinstance(x, bool) else None
-
-    def is_integer(x):
-        return abs(round(x) - x) < 1e-5
-
-    for key in ("global_batch_size", "gradient_accumulation_steps", "model_bn_span"):
-        x = number(key)
-        if key in hparams and (x is None or x <= 0 or not is_integer(x)):
-            out.append(f"{rule}: {key} must be an integer > 0 (got {json.dumps(hparams[key])})")
-    x = number("opt_learning_rate_warmup_epochs")
-    if "opt_learning_rate_warmup_epochs" in hparams and (x is None or x < 0 or not is_integer(x)):
-        out.append(f"{rule}: opt_learning_rate_warmup_epochs must be an integer >= 0 "
-                   f"(got {json.dumps(hparams['opt_learning_rate_warmup_epochs'])})")
-    lr, gbs = number("opt_base_learning_rate"), number("global_batch_size")
-    step = closed["learning_rate_per_256_multiple_of"]
-    if lr is not None and gbs:
-        k = lr * 256 / gbs
-        if lr <= 0 or not is_integer(k / step):
-            nearest = max(1, round(k / step)) * step * gbs / 256
-            out.append(f"{rule}: opt_base_learning_rate must be k x global_batch_size / 256 with "
-                       f"k a multiple of {step} (got {lr}: k = {k:.6g}; nearest allowed "
-                       f"{nearest:.6g})")
-    return out
-
-
 def names_from_torchvision():
     import torchvision  # Debian python3-torchvision; random weights, nothing downloaded
     model = torchvision.models.efficientnet_b4()
@@ -220,9 +157,6 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("check-rules")
-    v = sub.add_parser("validate")
-    v.add_argument("hparams")
-    v.add_argument("--division", choices=["closed", "open"], required=True)
     c = sub.add_parser("check-log")
     c.add_argument("log")
     c.add_argument("--rules-dir", default=RULESET_DIR, help="the ruleset folder (default: ours)")
@@ -233,16 +167,6 @@ def main(argv=None):
             check_rules()
             print(f"rules OK: {os.path.relpath(RULES_JSON, REPO)}, "
                   f"{len(RULESET_FILES)} files in {os.path.relpath(RULESET_DIR, REPO)}")
-        elif args.command == "validate":
-            try:
-                with open(args.hparams) as f:
-                    hparams = json.load(f)
-            except (OSError, json.JSONDecodeError) as e:
-                raise RulesError(f"{args.hparams}: cannot read the hyperparameters: {e}") from e
-            problems = validate(hparams, args.division)
-            for p in problems:
-                print(p, file=sys.stderr)
-            return 1 if problems else 0
         elif args.command == "check-log":
             check_rules(args.rules_dir)
             r = run_checker(args.log, ruleset_dir=args.rules_dir)

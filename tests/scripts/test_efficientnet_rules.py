@@ -1,6 +1,7 @@
 """EfficientNet-B4 rules of our own (docs/rules/efficientnet_b4.md): the official mlperf_logging
 checker with our ruleset (harness/rules/training_efficientnet/) on logs in the harness's format,
-the JSON form of the rules against the YAML, the pre-run validator, and broken rule files."""
+the JSON form of the rules against the YAML, and broken rule files. The harness's pre-run check
+of the JSON form is tests/harness/efficientnet_rules_test.cpp."""
 
 import json
 import os
@@ -146,43 +147,6 @@ def test_bad_json_names_the_file_and_line(tmp_path):
     p.write_text('{\n  "benchmark": "efficientnet_b4",\n  "quality": {"target": 0.82,}\n}\n')
     with pytest.raises(R.RulesError, match=rf"{p}:3:"):
         R.load_json_rules(str(p))
-
-
-# ---------------------------------------------------------------- the pre-run validator
-
-def test_validator_accepts_the_reference_and_refuses_g16_in_closed():
-    assert R.validate(L.CLOSED_HPARAMS, "closed") == []
-    assert R.validate(L.OPEN_G16_HPARAMS, "open") == []
-    problems = R.validate(L.OPEN_G16_HPARAMS, "closed")
-    text = "\n".join(problems)
-    assert 'model_variant must be "b4", fixed in the closed division (got "g16"); variants ' \
-           'such as g16 are open-division entries' in text, text
-    assert 'norm_type must be "batch_norm"' in text and "opt_rmsprop_decay must be 0.9" in text
-    assert "model_bn_span must be present" in text
-    assert "opt_base_learning_rate must be k x global_batch_size / 256" in text
-
-
-def test_validator_names_each_bad_value():
-    hp = dict(L.CLOSED_HPARAMS, opt_weight_decay_skip_norm=1, opt_learning_rate_warmup_epochs=2.5,
-              opt_base_learning_rate=0.05)
-    del hp["label_smoothing"]
-    text = "\n".join(R.validate(hp, "closed"))
-    assert "opt_weight_decay_skip_norm must be true" in text, text
-    assert "opt_learning_rate_warmup_epochs must be an integer >= 0 (got 2.5)" in text
-    assert "label_smoothing must be 0.1 (got <missing>)" in text
-    assert "(got 0.05: k = 0.0166667; nearest allowed 0.051)" in text
-    assert R.validate({"norm_type": "group_norm"}, "open") == [
-        "EfficientNet-B4 open rules (harness/rules/efficientnet_b4.json): model_variant must be "
-        "present (got <missing>)"]
-
-
-def test_validator_cli(tmp_path):
-    hp = tmp_path / "hp.json"
-    hp.write_text(json.dumps(dict(L.CLOSED_HPARAMS, model_variant="g16")))
-    r = subprocess.run(["/usr/bin/python3", "-B", os.path.join(REPO, "scripts",
-                        "efficientnet_rules.py"), "validate", str(hp), "--division", "closed"],
-                       capture_output=True, text=True)
-    assert r.returncode == 1 and "model_variant" in r.stderr, r.stderr
 
 
 # ---------------------------------------------------------------- the official checker
