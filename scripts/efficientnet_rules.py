@@ -169,6 +169,8 @@ def main(argv=None):
                   f"{len(RULESET_FILES)} files in {os.path.relpath(RULESET_DIR, REPO)}")
         elif args.command == "check-log":
             check_rules(args.rules_dir)
+            if not os.path.isfile(args.log):
+                raise RulesError(f"{args.log}: no such log file (a run_benchmark result_<i>.txt)")
             r = run_checker(args.log, ruleset_dir=args.rules_dir)
             sys.stdout.write(r.stdout)
             sys.stderr.write(r.stderr)
