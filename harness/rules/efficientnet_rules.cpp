@@ -1,6 +1,7 @@
 #include "harness/rules/efficientnet_rules.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -227,6 +228,28 @@ std::vector<Violation> validateEfficientNet(const EfficientNetRules& rules, Divi
                       "nearest allowed is {:.6g})",
                       step, k, nearest));
     }
+  }
+  return out;
+}
+
+std::vector<Violation> validateEfficientNetEvaluation(const EfficientNetRules& rules,
+                                                      Division division, int periodEpochs,
+                                                      int offset) {
+  std::vector<Violation> out;
+  if (division == Division::kOpen) return out;
+  const std::string rule = fmt::format(
+      "EfficientNet-B4 closed rules ({}; docs/rules/efficientnet_b4.md, evaluation cadence)",
+      rules.source);
+  if (periodEpochs != rules.eval_period_epochs) {
+    out.push_back({"eval_period", std::to_string(periodEpochs),
+                   fmt::format("{} (evaluate every {} epochs)", rules.eval_period_epochs,
+                               rules.eval_period_epochs),
+                   rule});
+  }
+  if (std::find(rules.eval_offsets.begin(), rules.eval_offsets.end(), offset) ==
+      rules.eval_offsets.end()) {
+    out.push_back({"eval_offset", std::to_string(offset),
+                   fmt::format("one of {}", fmt::join(rules.eval_offsets, ", ")), rule});
   }
   return out;
 }

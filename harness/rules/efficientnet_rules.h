@@ -50,4 +50,11 @@ const EfficientNetRules& builtinEfficientNetRules();
 std::vector<Violation> validateEfficientNet(const EfficientNetRules& rules, Division division,
                                             const Json& hyperparameters);
 
+// The evaluation schedule the run will use (the harness's eval_period / eval_offset): closed
+// must evaluate every rules.eval_period_epochs epochs with an offset in rules.eval_offsets; open
+// is free. Empty = valid.
+std::vector<Violation> validateEfficientNetEvaluation(const EfficientNetRules& rules,
+                                                      Division division, int periodEpochs,
+                                                      int offset);
+
 }  // namespace ipu::harness

@@ -137,6 +137,18 @@ TEST(EfficientNetRules, OpenNeedsTheVariantAndKnownNames) {
   EXPECT_EQ(unknown[0].allowed, "one of \"b4\", \"g16\"");
 }
 
+TEST(EfficientNetRules, ClosedEvaluatesEvery4EpochsWithAnOffsetOf0To3) {
+  for (int offset = 0; offset < 4; ++offset) {
+    EXPECT_TRUE(validateEfficientNetEvaluation(rules(), Division::kClosed, 4, offset).empty());
+  }
+  const auto v = validateEfficientNetEvaluation(rules(), Division::kClosed, 2, 4);
+  ASSERT_EQ(v.size(), 2u) << formatViolations(v);
+  EXPECT_EQ(v[0].key, "eval_period");
+  EXPECT_EQ(v[1].key, "eval_offset");
+  EXPECT_EQ(v[1].allowed, "one of 0, 1, 2, 3");
+  EXPECT_TRUE(validateEfficientNetEvaluation(rules(), Division::kOpen, 1, 0).empty());
+}
+
 class EfficientNetRulesFile : public ::testing::Test {
  protected:
   fs::path write(const std::string& text) {
