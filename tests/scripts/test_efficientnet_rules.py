@@ -233,6 +233,14 @@ def test_success_below_target_fails(checker):
                  "CHECK for 'run_stop' failed", "Failed checks for eval_accuracy")
 
 
+def test_non_numeric_accuracy_fails_without_a_traceback(checker):
+    lines = [line.replace('"value": 0.83,', '"value": "0.83",')
+             for line in closed_log(accuracies={4: 0.5, 8: 0.83}, status="success")]
+    rc, out = checker(lines)
+    assert_fails((rc, out), "CHECK for 'eval_accuracy' failed", "isinstance(v['value']")
+    assert "Traceback" not in out, out
+
+
 def test_learning_rate_off_the_scaling_rule_fails(checker):
     hp = dict(L.CLOSED_HPARAMS, opt_base_learning_rate=0.05)  # k = 0.01667 per 256
     assert_fails(checker(L.make_log(hp, expected_tensor_names())), "opt_base_learning_rate_per_256")
