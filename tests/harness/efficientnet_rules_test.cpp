@@ -29,7 +29,7 @@ Json closedReference() {
               {"label_smoothing", 0.1},
               {"opt_weight_decay", 1e-05},
               {"opt_weight_decay_skip_norm", true},
-              {"model_ema_decay", 0.9999},
+              {"model_eval_ema_factor", 0.9999},
               {"dropout_rate", 0.4},
               {"stochastic_depth_rate", 0.2},
               {"model_variant", "b4"},
