@@ -131,8 +131,8 @@ TEST(EfficientNetRules, OpenNeedsTheVariantAndKnownNames) {
       validateEfficientNet(rules(), Division::kOpen, Json{{"norm_type", "group_norm"}});
   ASSERT_EQ(missing.size(), 1u);
   EXPECT_EQ(missing[0].key, "model_variant");
-  const auto unknown =
-      validateEfficientNet(rules(), Division::kOpen, Json{{"model_variant", "b7"}});
+  const auto unknown = validateEfficientNet(
+      rules(), Division::kOpen, Json{{"model_variant", "b7"}, {"norm_type", "group_norm"}});
   ASSERT_EQ(unknown.size(), 1u);
   EXPECT_EQ(unknown[0].allowed, "one of \"b4\", \"g16\"");
 }

@@ -89,6 +89,10 @@ def test_target_cadence_and_lr_rule_agree():
     assert closed["eval_period_epochs"] == rules["evaluation"]["period_epochs"]
     assert closed["lr_per_256_multiple_of"] == rules["closed"]["learning_rate_per_256_multiple_of"]
     opened = key_records(OPEN_YAML)
+    for key in rules["open"]["required"]:
+        assert opened[key]["REQ"] == "EXACTLY_ONE", key
+    assert {k for k, r in opened.items() if r.get("REQ") == "EXACTLY_ONE"} == \
+        set(rules["open"]["required"])
     for key in ("model_variant", "norm_type"):
         for value in rules["open"][key]:
             assert check_eval(opened[key]["CHECK"], value), (key, value)
