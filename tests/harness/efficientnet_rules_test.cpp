@@ -1,7 +1,8 @@
 // EfficientNet-B4's rules of our own (harness/rules/efficientnet_b4.json) as the harness reads and
 // enforces them before a run: the reference recipe passes closed, every tuned fixed value and
 // G16 in closed are refused naming the key, bad rule files name the file. The checker's side
-// (the YAML, on logs) is tests/scripts/test_efficientnet_rules.py.
+// (the YAML, on logs) is tests/scripts/test_efficientnet_rules.py and
+// efficientnet_compliance_test.cpp.
 #include "harness/rules/efficientnet_rules.h"
 
 #include <gtest/gtest.h>
@@ -14,8 +15,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
+}  // namespace
+
 // The reference recipe at Graphcore's G1 POD16 batch (3 x 64 x 4), k = 0.016 per 256 images.
-Json closedReference() {
+Json efficientNetClosedReference() {
   return Json{{"global_batch_size", 768},
               {"gradient_accumulation_steps", 64},
               {"opt_name", "rmsprop"},
@@ -35,6 +38,12 @@ Json closedReference() {
               {"model_variant", "b4"},
               {"norm_type", "batch_norm"},
               {"model_bn_span", 3}};
+}
+
+namespace {
+
+Json closedReference() {
+  return efficientNetClosedReference();
 }
 
 const EfficientNetRules& rules() {
