@@ -1,5 +1,5 @@
 // The official checker with our EfficientNet-B4 ruleset on logs written by the harness's own
-// MlLogger and event helpers: what the pre-run check (validateEfficientNet) accepts the checker
+// MlLogger and event functions: what the pre-run check (validateEfficientNet) accepts the checker
 // accepts, and what it refuses the checker refuses, naming the same keys.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -37,7 +37,7 @@ std::vector<std::string> rulesetTensorNames() {
   return names;
 }
 
-// A complete run written with the harness's MlLogger and event helpers: 8 evaluations every 4
+// A complete run written with the harness's MlLogger and event functions: 8 evaluations every 4
 // epochs (offset 1), the last at `finalAccuracy`.
 void writeEfficientNetLog(const fs::path& path, const std::string& division, const Json& hp,
                           double finalAccuracy) {
