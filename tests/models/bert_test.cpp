@@ -1,0 +1,147 @@
+// BERT pretraining graph (models/bert_large): names, parameter count, shapes, input checks.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+
+#include "models/bert_large/bert.h"
+
+namespace ipu::models {
+namespace {
+
+TEST(Bert, FullConfigHasTheReferenceNamesAndCount) {
+  const BertConfig c = BertConfig::large();
+  const std::vector<std::string> names = bertParameterNames(c);
+  EXPECT_EQ(names.size(), 398u);
+  EXPECT_EQ(std::set<std::string>(names.begin(), names.end()).size(), 398u);
+  for (const char* n :
+       {"bert/embeddings/word_embeddings", "bert/embeddings/position_embeddings",
+        "bert/embeddings/token_type_embeddings", "bert/embeddings/LayerNorm/gamma",
+        "bert/encoder/layer_0/attention/self/query/kernel",
+        "bert/encoder/layer_0/attention/self/key/bias",
+        "bert/encoder/layer_11/attention/output/dense/kernel",
+        "bert/encoder/layer_17/attention/output/LayerNorm/beta",
+        "bert/encoder/layer_23/intermediate/dense/kernel",
+        "bert/encoder/layer_23/output/dense/bias", "bert/encoder/layer_23/output/LayerNorm/gamma",
+        "bert/pooler/dense/kernel", "cls/predictions/output_bias",
+        "cls/predictions/transform/dense/kernel", "cls/predictions/transform/LayerNorm/beta",
+        "cls/seq_relationship/output_weights", "cls/seq_relationship/output_bias"})
+    EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n;
+  // The tied decoder has no variable of its own (mlcommons/logging#204).
+  EXPECT_EQ(std::find(names.begin(), names.end(), "cls/predictions/decoder/kernel"), names.end());
+  EXPECT_EQ(bertParameterCount(c), 336'226'108);
+
+  // The graph declares exactly these variables, in this order, with these sizes (building the
+  // IR allocates no tensor data).
+  const BertGraph bg = buildBertForward(c, {1, 128, 20, 1});
+  EXPECT_EQ(bg.paramNames(), names);
+  EXPECT_EQ(bg.parameterCount(), 336'226'108);
+  EXPECT_EQ(bg.graph.tensor(bg.graph.get("bert/encoder/layer_5/intermediate/dense/kernel")).shape,
+            (Shape{1024, 4096}));
+  EXPECT_EQ(bg.graph.tensor(bg.graph.get("cls/seq_relationship/output_weights")).shape,
+            (Shape{2, 1024}));
+}
+
+TEST(Bert, SmallConfigIsTheSameCode) {
+  const BertConfig c = BertConfig::small();
+  BertGraph bg = buildBertForward(c, {2, 32, 8, 3});
+  EXPECT_EQ(bg.paramNames(), bertParameterNames(c));
+  EXPECT_EQ(bg.params.size(), 5u + 16u * 2u + 9u);
+  EXPECT_EQ(bg.parameterCount(), bertParameterCount(c));
+  EXPECT_EQ(bg.graph.tensor(bg.mlmLogits).shape, (Shape{16, 64}));
+  EXPECT_EQ(bg.graph.tensor(bg.nspLogits).shape, (Shape{6, 2}));
+  appendBertGradients(bg);
+  EXPECT_EQ(bg.grads.size(), bg.params.size());
+}
+
+TEST(Bert, SequenceLongerThanThePositionsIsRefused) {
+  try {
+    buildBertForward(BertConfig::small(), {1, 64, 8, 1});
+    FAIL() << "no error";
+  } catch (const GraphError& e) {
+    EXPECT_NE(std::string(e.what()).find("sequence length 64 exceeds the model's 32 positions"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// One row of 32 tokens: sequence 1 at tokens 0..9, sequence 2 at 10..19, padding after.
+BertHostBatch twoSequenceRow() {
+  BertHostBatch b;
+  b.inputIds.assign(32, 5);
+  b.segmentIds.assign(32, 0);
+  b.positions.assign(32, 0);
+  b.sequenceIndex.assign(32, 0);
+  for (int t = 0; t < 20; ++t) {
+    b.positions[t] = t % 10;
+    b.sequenceIndex[t] = t < 10 ? 1 : 2;
+  }
+  b.inputIds[0] = b.inputIds[10] = 2;
+  b.maskedPositions = {3, 12, 0, 0};
+  b.maskedIds = {7, 8, 0, 0};
+  b.maskedSequence = {1, 2, 0, 0};
+  b.clsPositions = {0, 10, 0};
+  b.nspLabels = {0, 1, 0};
+  b.nspWeights = {1, 1, 0};
+  return b;
+}
+
+std::string feedError(const BertGraph& bg, const BertHostBatch& b) {
+  try {
+    makeBertFeeds(bg, b);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Bert, FeedsDeriveRowsWeightsAndLabelIndex) {
+  const BertGraph bg = buildBertForward(BertConfig::small(), {1, 32, 4, 3});
+  const BertFeeds f = makeBertFeeds(bg, twoSequenceRow());
+  EXPECT_EQ(f.maskedRows, (std::vector<std::int32_t>{3, 12, 0, 0}));
+  EXPECT_EQ(f.maskedWeights, (std::vector<float>{1, 1, 0, 0}));
+  EXPECT_EQ(f.maskedLabelIndex, (std::vector<std::int32_t>{7, 64 + 8, 128, 192}));
+  EXPECT_EQ(f.clsRows, (std::vector<std::int32_t>{0, 10, 0}));
+  EXPECT_EQ(f.nspWeights, (std::vector<float>{1, 1, 0}));
+}
+
+TEST(Bert, BadBatchesAreNamed) {
+  const BertGraph bg = buildBertForward(BertConfig::small(), {1, 32, 4, 3});
+  BertHostBatch b = twoSequenceRow();
+  b.inputIds[4] = 64;
+  EXPECT_NE(feedError(bg, b).find("input_ids of row 0 slot 4: token id 64 outside [0, 64)"),
+            std::string::npos)
+      << feedError(bg, b);
+  b = twoSequenceRow();
+  b.positions[5] = 40;
+  EXPECT_NE(feedError(bg, b).find("max_position_embeddings"), std::string::npos);
+  b = twoSequenceRow();
+  b.maskedPositions[0] = 12;  // a token of sequence 2 for a slot of sequence 1
+  EXPECT_NE(feedError(bg, b).find("position 12 belongs to sequence 2, the slot says 1"),
+            std::string::npos)
+      << feedError(bg, b);
+  b = twoSequenceRow();
+  b.inputIds.resize(64);  // data made for sequence length 64
+  EXPECT_NE(feedError(bg, b).find("input_ids has 64 values, the graph takes 32"), std::string::npos)
+      << feedError(bg, b);
+  b = twoSequenceRow();
+  b.sequenceIndex[25] = 4;
+  EXPECT_NE(feedError(bg, b).find("sequence index 4 outside [0, 3]"), std::string::npos);
+  b = twoSequenceRow();
+  b.clsPositions[1] = 5;  // a token of sequence 1 for sequence 2's [CLS]
+  EXPECT_NE(feedError(bg, b).find(
+                "cls_positions of row 0 slot 1: position 5 belongs to sequence 1, expected 2"),
+            std::string::npos);
+}
+
+TEST(Bert, PerSequenceAccuracyAveragesEachSequence) {
+  // Row 0: sequence 1 has 2 slots (1 correct), sequence 2 one slot (correct); row 1: one
+  // sequence, 1 slot wrong. Per sequence: (0.5 + 1 + 0) / 3.
+  const BertShape s{2, 32, 3, 2};
+  const PerSequenceAccuracy a = perSequenceAccuracy(s, {1, 0, 1, 0, 0, 0}, {1, 1, 2, 1, 0, 0});
+  EXPECT_EQ(a.sequences, 3);
+  EXPECT_DOUBLE_EQ(a.sum, 1.5);
+}
+
+}  // namespace
+}  // namespace ipu::models
