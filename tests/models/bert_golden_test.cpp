@@ -14,69 +14,20 @@
 #include "ipu_backend/engine/engine.h"
 #include "models/bert_large/bert.h"
 #include "models/resnet50/golden_weights.h"
+#include "tests/models/bert_golden.h"
 #include "tests/models/golden_io.h"
 
 namespace ipu::models {
 namespace {
 
 using nlohmann::json;
+using testing::bertBatchOf;
+using testing::bertConfigOf;
+using testing::bertGoldens;
+using testing::BertRun;
+using testing::bertShapeOf;
 using testing::decodeF32;
 using testing::maxRelToScale;
-
-const json& goldens() {
-  static const json j = [] {
-    const std::string path = std::string(IPU_SOURCE_DIR) + "/tests/fixtures/bert/bert_goldens.json";
-    std::ifstream f(path);
-    if (!f) throw std::runtime_error("cannot open " + path);
-    return json::parse(f);
-  }();
-  return j;
-}
-
-// golden_spec of make_bert_goldens.py.
-GoldenSpec bertGoldenSpec(const std::string& name, const Shape& shape) {
-  auto ends = [&](std::string_view s) { return name.ends_with(s); };
-  if (ends("/kernel")) return {0.0, 2.0 * std::sqrt(3.0 / static_cast<double>(shape[0]))};
-  if (ends("output_weights")) return {0.0, 2.0 * std::sqrt(3.0 / static_cast<double>(shape[1]))};
-  if (ends("_embeddings")) return {0.0, 1.0};
-  if (ends("gamma")) return {1.0, 0.5};
-  if (ends("beta") || ends("bias")) return {0.0, 0.2};
-  throw std::invalid_argument("no golden spec for " + name);
-}
-
-BertConfig configOf(const json& c) {
-  BertConfig r;
-  r.layers = c.at("layers").get<int>();
-  r.hidden = c.at("hidden").get<int>();
-  r.heads = c.at("heads").get<int>();
-  r.ffn = c.at("ffn").get<int>();
-  r.vocab = c.at("vocab").get<int>();
-  r.maxPositions = c.at("max_positions").get<int>();
-  r.typeVocab = c.at("type_vocab").get<int>();
-  return r;
-}
-
-BertShape shapeOf(const json& gc) {
-  return {gc.at("rows").get<i64>(), gc.at("seq_length").get<i64>(),
-          gc.at("masked_slots").get<i64>(), gc.at("max_per_pack").get<i64>()};
-}
-
-BertHostBatch batchOf(const json& gc) {
-  const json& b = gc.at("batch");
-  auto v = [&](const char* k) { return b.at(k).get<std::vector<std::int32_t>>(); };
-  BertHostBatch h;
-  h.inputIds = v("input_ids");
-  h.segmentIds = v("segment_ids");
-  h.positions = v("positions");
-  h.sequenceIndex = v("sequence_index");
-  h.maskedPositions = v("masked_positions");
-  h.maskedIds = v("masked_ids");
-  h.maskedSequence = v("masked_sequence");
-  h.clsPositions = v("cls_positions");
-  h.nspLabels = v("nsp_labels");
-  h.nspWeights = v("nsp_weights");
-  return h;
-}
 
 // Forward + backward with every gradient marked as an output.
 BertGraph withGrads(const BertConfig& c, const BertShape& s) {
@@ -85,50 +36,6 @@ BertGraph withGrads(const BertConfig& c, const BertShape& s) {
   for (auto [p, g] : bg.grads) bg.graph.markOutput(g);
   return bg;
 }
-
-// A compiled BERT graph on an engine: golden weights written by name, a batch's feeds
-// connected, every output captured.
-struct BertRun {
-  BertRun(BertGraph g, EngineMode mode, const BertHostBatch& batch)
-      : bg(std::move(g)), feeds(makeBertFeeds(bg, batch)) {
-    CompileOptions opts;
-    opts.checkMemory = false;
-    exe = std::make_shared<const Executable>(compile(bg.graph, Target::mk2(), opts));
-    engine = std::make_unique<Engine>(exe, mode);
-    for (int p : bg.params) {
-      const Tensor& t = exe->graph.tensor(p);
-      engine->writeTensor(t.name,
-                          goldenTensor(t.name, t.elements(), bertGoldenSpec(t.name, t.shape)));
-    }
-    engine->connectInput(bg.inputIds, feeds.inputIds.data());
-    engine->connectInput(bg.segmentIds, feeds.segmentIds.data());
-    engine->connectInput(bg.positionIds, feeds.positionIds.data());
-    engine->connectInput(bg.sequenceIndex, feeds.sequenceIndex.data());
-    engine->connectInput(bg.maskedRows, feeds.maskedRows.data());
-    engine->connectInput(bg.maskedLabels, feeds.maskedLabels.data());
-    engine->connectInput(bg.maskedWeights, feeds.maskedWeights.data());
-    engine->connectInput(bg.maskedLabelIndex, feeds.maskedLabelIndex.data());
-    engine->connectInput(bg.clsRows, feeds.clsRows.data());
-    engine->connectInput(bg.nspLabels, feeds.nspLabels.data());
-    engine->connectInput(bg.nspWeights, feeds.nspWeights.data());
-    for (int t : exe->graph.outputs()) {
-      outputs[t].assign(exe->graph.tensor(t).elements(), 0.0f);
-      engine->connectOutput(t, outputs[t].data());
-    }
-  }
-  void run() { engine->run(); }
-  double scalar(int t) const { return outputs.at(t)[0]; }
-  const std::vector<float>& out(int t) const { return outputs.at(t); }
-  const std::vector<float>& grad(const std::string& name) const {
-    return outputs.at(bg.grads.at(bg.graph.get(name)));
-  }
-
-  BertGraph bg;
-  BertFeeds feeds;
-  std::shared_ptr<const Executable> exe;
-  std::unique_ptr<Engine> engine;
-  std::map<int, std::vector<float>> outputs;
-};
 
 double relErr(double a, double b) {
   return std::abs(a - b) / std::max(std::abs(b), 1e-30);
@@ -172,25 +79,25 @@ void expectMatchesGolden(const BertRun& r, const json& gc, const char* what) {
 }
 
 TEST(BertGolden, SmallPackedMatchesPyTorch) {
-  const json& gc = goldens().at("cases").at("packed");
-  BertRun r(withGrads(configOf(goldens().at("config")), shapeOf(gc)), EngineMode::Fused,
-            batchOf(gc));
+  const json& gc = bertGoldens().at("cases").at("packed");
+  BertRun r(withGrads(bertConfigOf(bertGoldens().at("config")), bertShapeOf(gc)), EngineMode::Fused,
+            bertBatchOf(gc));
   r.run();
   expectMatchesGolden(r, gc, "packed fused");
 }
 
 TEST(BertGolden, SmallUnpackedMatchesPyTorch) {
-  const json& gc = goldens().at("cases").at("unpacked");
-  BertRun r(withGrads(configOf(goldens().at("config")), shapeOf(gc)), EngineMode::Fused,
-            batchOf(gc));
+  const json& gc = bertGoldens().at("cases").at("unpacked");
+  BertRun r(withGrads(bertConfigOf(bertGoldens().at("config")), bertShapeOf(gc)), EngineMode::Fused,
+            bertBatchOf(gc));
   r.run();
   expectMatchesGolden(r, gc, "unpacked fused");
 }
 
 TEST(BertGolden, SmallPackedTileModeMatchesPyTorch) {
-  const json& gc = goldens().at("cases").at("packed");
-  BertRun r(withGrads(configOf(goldens().at("config")), shapeOf(gc)), EngineMode::Tile,
-            batchOf(gc));
+  const json& gc = bertGoldens().at("cases").at("packed");
+  BertRun r(withGrads(bertConfigOf(bertGoldens().at("config")), bertShapeOf(gc)), EngineMode::Tile,
+            bertBatchOf(gc));
   r.run();
   expectMatchesGolden(r, gc, "packed tile");
 }
@@ -207,11 +114,11 @@ std::vector<float> usedRows(const std::vector<float>& v, const std::vector<float
 // The same five sequences packed (3 + 2 per row) and unpacked (one per row): the packed rows
 // list the sequences in the unpacked order, so the used masked-LM and NSP slots line up.
 TEST(BertPacking, PackedEqualsUnpackedPerSequence) {
-  const BertConfig c = configOf(goldens().at("config"));
-  const json& pc = goldens().at("cases").at("packed");
-  const json& uc = goldens().at("cases").at("unpacked");
-  BertRun packed(withGrads(c, shapeOf(pc)), EngineMode::Fused, batchOf(pc));
-  BertRun unpacked(withGrads(c, shapeOf(uc)), EngineMode::Fused, batchOf(uc));
+  const BertConfig c = bertConfigOf(bertGoldens().at("config"));
+  const json& pc = bertGoldens().at("cases").at("packed");
+  const json& uc = bertGoldens().at("cases").at("unpacked");
+  BertRun packed(withGrads(c, bertShapeOf(pc)), EngineMode::Fused, bertBatchOf(pc));
+  BertRun unpacked(withGrads(c, bertShapeOf(uc)), EngineMode::Fused, bertBatchOf(uc));
   packed.run();
   unpacked.run();
   const std::vector<float> pm =
@@ -236,7 +143,7 @@ TEST(BertPacking, PackedEqualsUnpackedPerSequence) {
 
   // The check can fail: one sequence index for the whole row (attention across the packed
   // sequences, positions still restarting) moves the logits far beyond the tolerance above.
-  BertRun leaky(withGrads(c, shapeOf(pc)), EngineMode::Fused, batchOf(pc));
+  BertRun leaky(withGrads(c, bertShapeOf(pc)), EngineMode::Fused, bertBatchOf(pc));
   for (float& s : leaky.feeds.sequenceIndex) s = s > 0 ? 1.0f : 0.0f;
   leaky.run();
   const std::vector<float> lm = usedRows(leaky.out(leaky.bg.mlmLogits), leaky.feeds.maskedWeights);
