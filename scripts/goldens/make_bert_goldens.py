@@ -18,7 +18,8 @@ Cases (computed in float64; `noise` = how far a float32 run of the same code is 
   packed    BertConfig::small(), 2 rows x 32 tokens holding 5 sequences (3 + 2), 8 masked slots
             and 3 [CLS] slots per row: losses, MLM / NSP logits, correct count, every gradient.
   unpacked  the same 5 sequences one per row (5 rows, 4 masked slots, 1 [CLS] slot): the same.
-  full      (--full) BERT-Large on one 16-token sequence: losses and MLM / NSP logits.
+  full      (--full) BERT-Large on one 16-token sequence: losses, NSP logits, the first 1024
+            MLM logits of each slot and each slot's sum and sum of squares over the vocabulary.
 """
 import argparse
 import base64
@@ -240,10 +241,17 @@ def run_case(c, batch, with_grads):
             "nsp_loss": float(o64["nsp_loss"]),
             "mlm_correct_count": float(o64["mlm_correct_count"]),
             "mlm_weight_sum": float(o64["mlm_weight_sum"]),
-            "mlm_logits": b64(o64["mlm_logits"]), "nsp_logits": b64(o64["nsp_logits"]),
+            "nsp_logits": b64(o64["nsp_logits"]),
             "noise": {"loss": abs(float(o32["loss"]) - float(o64["loss"])) / float(o64["loss"]),
                       "mlm_logits": rel(o32["mlm_logits"], o64["mlm_logits"]),
                       "nsp_logits": rel(o32["nsp_logits"], o64["nsp_logits"])}}
+    logits = o64["mlm_logits"]
+    if logits.shape[1] <= 1024:
+        case["mlm_logits"] = b64(logits)
+    else:  # the full vocabulary: the first 1024 logits of each slot and per-slot sums (KBs)
+        case["mlm_logits_head"] = b64(logits[:, :1024])
+        case["mlm_logits_sum"] = logits.sum(axis=1).tolist()
+        case["mlm_logits_sumsq"] = (logits ** 2).sum(axis=1).tolist()
     if with_grads:
         case["grads"] = {n: b64(g) for n, g in g64.items()}
         # The key biases' gradients are zero (softmax is invariant to a per-query shift);
