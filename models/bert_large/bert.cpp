@@ -368,6 +368,7 @@ BertGraph buildBertTraining(const BertConfig& c, const BertShape& s, const Optim
           fmt::format("bert: parameter '{}' gets no gradient", bg.graph.tensor(p).name));
   bg.grads = std::move(step.grads);
   bg.optimizerState = step.optimizer.stateVariables;
+  bg.optimizerInit = step.optimizer.init;
   bg.lossScale = step.lossScale;
   bg.lossScaleInverse = step.lossScaleInverse;
   bg.overflow = step.overflow;

@@ -79,17 +79,18 @@ struct BertGraph {
   int nspWeights = -1;        // f32 [B*K], 1 = a sequence is there
   int lr = -1;                // f32 [] (training graphs only)
   // Outputs.
-  int mlmLogits = -1;        // [B*P, V]
-  int nspLogits = -1;        // [B*K, 2]
-  int mlmLoss = -1;          // []
-  int nspLoss = -1;          // []
-  int loss = -1;             // [] = mlmLoss + nspLoss
-  int mlmCorrect = -1;       // [B*P]: 1 where argmax(logits) == label (ties count), else 0
-  int mlmCorrectCount = -1;  // [] sum of weight * correct (per-token accuracy's numerator)
-  int mlmWeightSum = -1;     // [] sum of weights (its denominator)
-  std::vector<int> params;   // trainable variables, canonical (TF checkpoint) order
-  std::map<int, int> grads;  // param -> gradient (after appendBertGradients / training)
-  std::vector<int> optimizerState;
+  int mlmLogits = -1;               // [B*P, V]
+  int nspLogits = -1;               // [B*K, 2]
+  int mlmLoss = -1;                 // []
+  int nspLoss = -1;                 // []
+  int loss = -1;                    // [] = mlmLoss + nspLoss
+  int mlmCorrect = -1;              // [B*P]: 1 where argmax(logits) == label (ties count), else 0
+  int mlmCorrectCount = -1;         // [] sum of weight * correct (per-token accuracy's numerator)
+  int mlmWeightSum = -1;            // [] sum of weights (its denominator)
+  std::vector<int> params;          // trainable variables, canonical (TF checkpoint) order
+  std::map<int, int> grads;         // param -> gradient (after appendBertGradients / training)
+  std::vector<int> optimizerState;  // after buildBertTraining
+  std::vector<StateInit> optimizerInit;  // per state variable: its value before step 1
   int lossScale = -1, lossScaleInverse = -1, overflow = -1;
 
   std::vector<std::string> paramNames() const;

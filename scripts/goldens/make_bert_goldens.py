@@ -18,6 +18,9 @@ Cases (computed in float64; `noise` = how far a float32 run of the same code is 
   packed    BertConfig::small(), 2 rows x 32 tokens holding 5 sequences (3 + 2), 8 masked slots
             and 3 [CLS] slots per row: losses, MLM / NSP logits, correct count, every gradient.
   unpacked  the same 5 sequences one per row (5 rows, 4 masked slots, 1 [CLS] slot): the same.
+  lamb      the packed batch, 3 LAMB steps (clip to global norm 1, bias correction, decay and
+            trust ratio but for LayerNorm / bias tensors): each step's loss, the norm of every
+            parameter's total update, the final values of a few tensors.
   full      (--full) BERT-Large on one 16-token sequence: losses, NSP logits, the first 1024
             MLM logits of each slot and each slot's sum and sum of squares over the vocabulary.
 """
@@ -159,6 +162,71 @@ def bert_pretraining(w, c, b):
                 loss=mlm + nsp, mlm_correct_count=correct, mlm_weight_sum=weights.sum())
 
 
+# ---- LAMB (the MLPerf reference form, BERT_FACTS section 1) --------------------------------
+LAMB = dict(lrs=[2e-2, 1.5e-2, 1e-2], beta1=0.9, beta2=0.999, weight_decay=0.01, epsilon=1e-6,
+            max_grad_norm=1.0)
+TRACKED = ["bert/encoder/layer_0/attention/self/query/kernel",
+           "bert/encoder/layer_1/output/LayerNorm/gamma", "cls/predictions/output_bias",
+           "bert/embeddings/word_embeddings"]
+
+
+def decays(name):
+    return not any(k in name for k in ("LayerNorm", "layer_norm", "bias"))
+
+
+def lamb_steps(c, batch, dtype):
+    """Losses of each step and the weights after the last: clip_by_global_norm(g, 1.0), then
+    m, v, bias correction, u = m^ / (sqrt(v^) + eps) + wd w, trust |w| / |u| (1 if either is
+    0; 1 and no decay for LayerNorm and bias tensors), w -= lr trust u."""
+    tb = {k: torch.tensor(v) for k, v in batch.items()}
+    w = golden_weights(c, dtype)
+    h = LAMB
+    m = {n: torch.zeros_like(t) for n, t in w.items()}
+    v = {n: torch.zeros_like(t) for n, t in w.items()}
+    losses = []
+    for step, lr in enumerate(h["lrs"], start=1):
+        for t in w.values():
+            t.grad = None
+        loss = bert_pretraining(w, c, tb)["loss"]
+        loss.backward()
+        losses.append(float(loss))
+        with torch.no_grad():
+            norm = torch.sqrt(sum((t.grad ** 2).sum() for t in w.values()))
+            clip = h["max_grad_norm"] / torch.clamp(norm, min=h["max_grad_norm"])
+            for n, t in w.items():
+                g = t.grad * clip
+                m[n] = h["beta1"] * m[n] + (1 - h["beta1"]) * g
+                v[n] = h["beta2"] * v[n] + (1 - h["beta2"]) * g * g
+                mh = m[n] / (1 - h["beta1"] ** step)
+                vh = v[n] / (1 - h["beta2"] ** step)
+                u = mh / (torch.sqrt(vh) + h["epsilon"])
+                ratio = 1.0
+                if decays(n):
+                    u = u + h["weight_decay"] * t
+                    wn, un = torch.linalg.norm(t), torch.linalg.norm(u)
+                    ratio = float(wn / un) if wn > 0 and un > 0 else 1.0
+                t -= lr * ratio * u
+    return losses, {n: t.detach().numpy().copy() for n, t in w.items()}
+
+
+def lamb_case(c, batch):
+    l64, w64 = lamb_steps(c, batch, torch.float64)
+    l32, w32 = lamb_steps(c, batch, torch.float32)
+    w0 = {n: t.detach().numpy() for n, t in golden_weights(c, torch.float64).items()}
+    delta = {n: float(np.linalg.norm(w64[n] - w0[n])) for n in w64}
+    delta32 = {n: float(np.linalg.norm(w32[n].astype(np.float64) - w0[n])) for n in w64}
+    # The key biases' gradients are zero in exact arithmetic; in float32 their rounding noise
+    # (~1e-8) meets LAMB's normalisation, m / (sqrt(v) + 1e-6), and moves them visibly.
+    zero = sorted(n for n in delta if delta[n] < 1e-9)
+    return {"hyper": LAMB, "step_losses": l64,
+            "update_norms": delta, "zero_updates": zero,
+            "tracked": {n: b64(w64[n]) for n in TRACKED},
+            "noise": {"step_losses": max(abs(a - b) / b for a, b in zip(l32, l64)),
+                      "update_norms": max(abs(delta32[n] - delta[n]) / delta[n]
+                                          for n in delta if n not in zero),
+                      "zero_updates_f32": max([delta32[n] for n in zero] + [0.0])}}
+
+
 # ---- batches -----------------------------------------------------------------------------------
 def make_sequences(c, rng, lengths):
     """Sequences [CLS] A [SEP] B [SEP] with ~15% masked tokens (positions within the sequence)."""
@@ -277,7 +345,8 @@ def main():
     unpacked = pack(seqs, [[0], [1], [2], [3], [4]], S=32, P=4, K=1)
     out = {"generator": "scripts/goldens/make_bert_goldens.py", "torch": torch.__version__,
            "config": c, "cases": {"packed": run_case(c, packed, True),
-                                  "unpacked": run_case(c, unpacked, True)}}
+                                  "unpacked": run_case(c, unpacked, True)},
+           "lamb": lamb_case(c, packed)}
     if args.full:
         frng = np.random.RandomState(1024)
         fs = make_sequences(LARGE, frng, [16])
@@ -295,6 +364,7 @@ def main():
         f.write("\n")
     for name, case in out["cases"].items():
         print(f"{name}: loss {case['loss']:.6f} noise {case['noise']}")
+    print(f"lamb: losses {out['lamb']['step_losses']} noise {out['lamb']['noise']}")
 
 
 if __name__ == "__main__":

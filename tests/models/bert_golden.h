@@ -102,6 +102,15 @@ struct BertRun {
     engine->connectInput(bg.clsRows, feeds.clsRows.data());
     engine->connectInput(bg.nspLabels, feeds.nspLabels.data());
     engine->connectInput(bg.nspWeights, feeds.nspWeights.data());
+    // Optimizer state as the optimizer asks (LAMB: m = v = 0, step count 0).
+    for (size_t i = 0; i < bg.optimizerState.size(); ++i) {
+      const Tensor& t = exe->graph.tensor(bg.optimizerState[i]);
+      if (bg.optimizerInit[i] == StateInit::Weight)
+        throw std::invalid_argument("BertRun: no weight-copy state expected, got " + t.name);
+      const float v = bg.optimizerInit[i] == StateInit::One ? 1.0f : 0.0f;
+      engine->writeTensor(t.name, std::vector<float>(t.elements(), v));
+    }
+    if (bg.lr >= 0) engine->connectInput(bg.lr, &lr);
     for (int t : exe->graph.outputs()) {
       outputs[t].assign(exe->graph.tensor(t).elements(), 0.0f);
       engine->connectOutput(t, outputs[t].data());
@@ -119,6 +128,7 @@ struct BertRun {
   std::shared_ptr<const Executable> exe;
   std::unique_ptr<Engine> engine;
   std::map<int, std::vector<float>> outputs;
+  float lr = 0.0f;
 };
 
 }  // namespace ipu::testing
