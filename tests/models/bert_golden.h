@@ -111,6 +111,10 @@ struct BertRun {
       engine->writeTensor(t.name, std::vector<float>(t.elements(), v));
     }
     if (bg.lr >= 0) engine->connectInput(bg.lr, &lr);
+    if (bg.lossScale >= 0) {
+      engine->connectInput(bg.lossScale, &lossScale);
+      engine->connectInput(bg.lossScaleInverse, &lossScaleInverse);
+    }
     for (int t : exe->graph.outputs()) {
       outputs[t].assign(exe->graph.tensor(t).elements(), 0.0f);
       engine->connectOutput(t, outputs[t].data());
@@ -129,6 +133,7 @@ struct BertRun {
   std::unique_ptr<Engine> engine;
   std::map<int, std::vector<float>> outputs;
   float lr = 0.0f;
+  float lossScale = 128.0f, lossScaleInverse = 1.0f / 128.0f;  // 16.16's static scale
 };
 
 }  // namespace ipu::testing
