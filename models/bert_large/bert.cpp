@@ -9,6 +9,7 @@
 #include "ipu_backend/compiler/mixed_precision.h"
 #include "ipu_backend/ir/builder.h"
 #include "ipu_backend/ops/op_info.h"
+#include "models/common/init_random.h"
 
 namespace ipu::models {
 
@@ -369,10 +370,48 @@ BertGraph buildBertTraining(const BertConfig& c, const BertShape& s, const Optim
   bg.grads = std::move(step.grads);
   bg.optimizerState = step.optimizer.stateVariables;
   bg.optimizerInit = step.optimizer.init;
+  bg.optimizerWeightOf = step.optimizer.weightOf;
   bg.lossScale = step.lossScale;
   bg.lossScaleInverse = step.lossScaleInverse;
   bg.overflow = step.overflow;
   return bg;
+}
+
+std::map<std::string, std::vector<float>> initBertWeights(const BertGraph& bg, std::uint64_t seed,
+                                                          double stddev) {
+  std::map<std::string, std::vector<float>> out;
+  for (int p : bg.params) {
+    const Tensor& t = bg.graph.tensor(p);
+    const std::string& n = t.name;
+    std::vector<float> v;
+    if (n.ends_with("/gamma")) {
+      v.assign(t.elements(), 1.0f);
+    } else if (n.ends_with("/beta") || n.ends_with("bias")) {
+      v.assign(t.elements(), 0.0f);
+    } else {  // embeddings, kernels, output_weights
+      std::mt19937_64 rng = tensorRng(seed, n);
+      v = truncatedNormal(rng, t.elements(), stddev);
+    }
+    out.emplace(n, std::move(v));
+  }
+  for (size_t i = 0; i < bg.optimizerState.size(); ++i) {
+    const Tensor& t = bg.graph.tensor(bg.optimizerState[i]);
+    switch (bg.optimizerInit[i]) {
+      case StateInit::Zero:
+        out.emplace(t.name, std::vector<float>(t.elements(), 0.0f));
+        break;
+      case StateInit::One:
+        out.emplace(t.name, std::vector<float>(t.elements(), 1.0f));
+        break;
+      case StateInit::Weight:
+        out.emplace(t.name, out.at(bg.graph.tensor(bg.optimizerWeightOf[i]).name));
+        break;
+    }
+  }
+  for (const Tensor& t : bg.graph.tensors())
+    if (t.kind == TensorKind::Variable && !out.count(t.name))
+      throw GraphError(fmt::format("bert: no initial value for variable '{}'", t.name));
+  return out;
 }
 
 namespace {

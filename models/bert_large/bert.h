@@ -91,6 +91,7 @@ struct BertGraph {
   std::map<int, int> grads;         // param -> gradient (after appendBertGradients / training)
   std::vector<int> optimizerState;  // after buildBertTraining
   std::vector<StateInit> optimizerInit;  // per state variable: its value before step 1
+  std::vector<int> optimizerWeightOf;    // per state variable: its weight
   int lossScale = -1, lossScaleInverse = -1, overflow = -1;
 
   std::vector<std::string> paramNames() const;
@@ -114,6 +115,14 @@ OptimizerOptions bertLambOptions(double beta1 = 0.9, double beta2 = 0.999,
 // One training step (forward + backward + optimizer, "lr" input) under a precision policy.
 BertGraph buildBertTraining(const BertConfig& c, const BertShape& s, const OptimizerOptions& opts,
                             const precision::PrecisionPolicy& policy = {});
+
+// The MLPerf reference's initialisation of every variable of the graph, by name: embeddings,
+// kernels and cls/seq_relationship/output_weights truncated normal (stddev 0.02, redrawn
+// beyond 2 stddev, TF's truncated_normal_initializer); biases and LayerNorm beta 0, gamma 1;
+// optimizer state as the optimizer asks. Deterministic for a seed on every platform
+// (models/common/init_random.h).
+std::map<std::string, std::vector<float>> initBertWeights(const BertGraph& bg, std::uint64_t seed,
+                                                          double stddev = 0.02);
 
 // Host view of a batch in the packed layout of datasets/bert (PackedRecord's fields, widened
 // to i32), row-major [rows][...]. Unpacked data is one sequence per row with sequence index 1.

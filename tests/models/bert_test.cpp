@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "models/bert_large/bert.h"
@@ -52,6 +53,38 @@ TEST(Bert, SmallConfigIsTheSameCode) {
   EXPECT_EQ(bg.graph.tensor(bg.nspLogits).shape, (Shape{6, 2}));
   appendBertGradients(bg);
   EXPECT_EQ(bg.grads.size(), bg.params.size());
+}
+
+TEST(Bert, InitWeightsIsTheReferenceInitialisation) {
+  const BertGraph bg = buildBertTraining(BertConfig::small(), {2, 32, 8, 3}, bertLambOptions());
+  const auto w = initBertWeights(bg, 7);
+  EXPECT_EQ(w, initBertWeights(bg, 7));
+  EXPECT_NE(w.at("bert/embeddings/word_embeddings"),
+            initBertWeights(bg, 8).at("bert/embeddings/word_embeddings"));
+  for (const Tensor& t : bg.graph.tensors())
+    if (t.kind == TensorKind::Variable) {
+      ASSERT_TRUE(w.count(t.name)) << t.name;
+      EXPECT_EQ(static_cast<i64>(w.at(t.name).size()), t.elements()) << t.name;
+    }
+  EXPECT_EQ(w.at("bert/encoder/layer_1/output/LayerNorm/gamma"), std::vector<float>(32, 1.0f));
+  EXPECT_EQ(w.at("bert/encoder/layer_1/output/LayerNorm/beta"), std::vector<float>(32, 0.0f));
+  EXPECT_EQ(w.at("cls/predictions/output_bias"), std::vector<float>(64, 0.0f));
+  // Truncated normal, stddev 0.02 cut at 2 stddev: the truncated distribution's stddev is
+  // 0.02 x 0.8796.
+  std::vector<float> all;
+  for (const char* n : {"bert/encoder/layer_0/intermediate/dense/kernel",
+                        "bert/encoder/layer_1/intermediate/dense/kernel",
+                        "bert/encoder/layer_0/output/dense/kernel"}) {
+    const auto& v = w.at(n);
+    all.insert(all.end(), v.begin(), v.end());
+  }
+  double s = 0, s2 = 0, mx = 0;
+  for (float x : all) s += x, s2 += double(x) * x, mx = std::max(mx, double(std::abs(x)));
+  const double mean = s / all.size(), sd = std::sqrt(s2 / all.size() - mean * mean);
+  EXPECT_NEAR(mean, 0.0, 5e-4);
+  EXPECT_NEAR(sd, 0.02 * 0.8796, 5e-4);
+  EXPECT_LE(mx, 0.04 + 1e-7);
+  EXPECT_GT(mx, 0.039);
 }
 
 TEST(Bert, SequenceLongerThanThePositionsIsRefused) {
