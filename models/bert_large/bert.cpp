@@ -81,6 +81,10 @@ void checkConfig(const BertConfig& c, const BertShape& s) {
   if (c.layers < 1 || c.hidden < 1 || c.heads < 1 || c.ffn < 1 || c.vocab < 1 ||
       c.maxPositions < 1 || c.typeVocab < 1)
     bad("every config size must be >= 1");
+  if (c.hiddenDropout < 0 || c.hiddenDropout >= 1 || c.attentionDropout < 0 ||
+      c.attentionDropout >= 1)
+    bad(fmt::format("dropout rates must be in [0, 1), got hidden {} and attention {}",
+                    c.hiddenDropout, c.attentionDropout));
   if (c.hidden % c.heads != 0)
     bad(fmt::format("hidden {} is not a multiple of heads {}", c.hidden, c.heads));
   if (s.batch < 1 || s.seqLength < 1 || s.maskedSlots < 1 || s.maxPerPack < 1)
@@ -117,6 +121,8 @@ class BertBuilder {
     bg_.clsRows = b_.input("cls_rows", {B * K}, DType::I32);
     bg_.nspLabels = b_.input("next_sentence_labels", {B * K}, DType::I32);
     bg_.nspWeights = b_.input("next_sentence_weights", {B * K});
+    if (c_.hiddenDropout > 0 || c_.attentionDropout > 0)
+      bg_.dropoutKey = b_.input("dropout_key", {2}, DType::I32);
 
     for (const auto& [name, shape] : parameterSpecs(c_)) {
       const int t = b_.variable(name, shape);
@@ -132,6 +138,7 @@ class BertBuilder {
                "bert/embeddings/sum");
     x = b_.reshape(x, {B * S, H}, "bert/embeddings/flat");
     x = layerNorm(x, "bert/embeddings/LayerNorm");
+    x = dropout(x, c_.hiddenDropout, "bert/embeddings/dropout");
 
     const int mask = attentionMask();
     for (int l = 0; l < c_.layers; ++l) x = encoderLayer(x, mask, layerPrefix(l));
@@ -172,6 +179,21 @@ class BertBuilder {
     return ops::add(g_, "layer_norm", {x, p(scope + "/gamma"), p(scope + "/beta")},
                     Attrs{{"eps", c_.layerNormEps}},
                     {scope + "/y", scope + "/mean", scope + "/rstd"})[0];
+  }
+
+  // x with a leading row (pack) dimension, so that the key's offset counts packs whatever
+  // the tensor's layout: [B*S, H] goes through [B, S, H].
+  int dropout(int x, double rate, const std::string& name) {
+    if (rate <= 0) return x;
+    const Shape shape = g_.tensor(x).shape;
+    const i64 B = bg_.shape.batch;
+    int rows = shape[0] == B ? x : b_.reshape(x, {B, numElements(shape) / B}, name + "/rows");
+    rows = ops::add(g_, "dropout", {rows, bg_.dropoutKey},
+                    Attrs{{"rate", rate},
+                          {"seed", c_.dropoutSeed + dropoutSites_++},
+                          {"mode", std::string("element")}},
+                    {name})[0];
+    return shape[0] == B ? rows : b_.reshape(rows, shape, name + "/flat");
   }
 
   int gelu(int x, const std::string& name) {
@@ -215,6 +237,7 @@ class BertBuilder {
     scores = b_.scale(scores, 1.0 / std::sqrt(static_cast<double>(d)), a + "scaled");
     scores = b_.reshape(scores, {B, nh, S, S}, a + "scores4");
     int probs = ops::add(g_, "masked_softmax", {scores, mask}, {}, {a + "probs"})[0];
+    probs = dropout(probs, c_.attentionDropout, a + "dropout");
     probs = b_.reshape(probs, {B * nh, S, S}, a + "probs3");
     int ctx = b_.matmul(probs, v, false, false, a + "context");
     ctx = b_.reshape(ctx, {B, nh, S, d}, a + "context4");
@@ -222,11 +245,11 @@ class BertBuilder {
     ctx = b_.reshape(ctx, {B * S, H}, a + "context_flat");
 
     const std::string ao = pre + "attention/output/";
-    int y = dense(ctx, ao + "dense");
+    int y = dropout(dense(ctx, ao + "dense"), c_.hiddenDropout, ao + "dropout");
     y = layerNorm(b_.add(y, x, ao + "residual"), ao + "LayerNorm");
 
     int f = gelu(dense(y, pre + "intermediate/dense"), pre + "intermediate/gelu");
-    f = dense(f, pre + "output/dense");
+    f = dropout(dense(f, pre + "output/dense"), c_.hiddenDropout, pre + "output/dropout");
     return layerNorm(b_.add(f, y, pre + "output/residual"), pre + "output/LayerNorm");
   }
 
@@ -269,6 +292,7 @@ class BertBuilder {
   Graph& g_;
   Builder b_;
   std::map<std::string, int> p_;
+  std::int64_t dropoutSites_ = 0;
 };
 
 }  // namespace
@@ -350,6 +374,7 @@ BertGraph buildBertTraining(const BertConfig& c, const BertShape& s, const Optim
                           {&bg.clsRows, fwd.clsRows},
                           {&bg.nspLabels, fwd.nspLabels},
                           {&bg.nspWeights, fwd.nspWeights},
+                          {&bg.dropoutKey, fwd.dropoutKey},
                           {&bg.mlmLogits, fwd.mlmLogits},
                           {&bg.nspLogits, fwd.nspLogits},
                           {&bg.mlmLoss, fwd.mlmLoss},

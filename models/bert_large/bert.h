@@ -21,8 +21,7 @@
 //
 // Layouts: activations [B*S, H] (row = pack * S + token); kernels [in, out] as TensorFlow's, so
 // every variable has its TF checkpoint name and layout (`bert/encoder/layer_0/attention/self/
-// query/kernel`, ...: the 398 names of the MLPerf checker). No dropout (the MLPerf reference's
-// 0.1 hidden dropout is not in this graph yet).
+// query/kernel`, ...: the 398 names of the MLPerf checker). Dropout as BertConfig sets it.
 #pragma once
 
 #include <cstdint>
@@ -45,6 +44,13 @@ struct BertConfig {
   int maxPositions = 512;
   int typeVocab = 2;
   double layerNormEps = 1e-12;
+  // Dropout rates (the MLPerf reference trains with 0.1 and 0.1; 0 builds no dropout op):
+  // after the embeddings' LayerNorm and on each sublayer's output before its residual add
+  // (hidden), and on the attention probabilities (attention). Each site draws its own mask
+  // (seed attribute dropoutSeed + site) from the graph input `dropout_key`.
+  double hiddenDropout = 0.0;
+  double attentionDropout = 0.0;
+  std::int64_t dropoutSeed = 0;
 
   static BertConfig large();  // BERT-Large: 336,226,108 parameters
   // Tests: 2 layers x 32 hidden, 4 heads, FFN 128, vocab 64, 32 positions (the same code).
@@ -74,10 +80,13 @@ struct BertGraph {
   int maskedLabels = -1;      // i32 [B*P], original token id
   int maskedWeights = -1;     // f32 [B*P], 1 = a masked token, 0 = unused slot
   int maskedLabelIndex = -1;  // i32 [B*P], slot * V + label: the label's logit (metrics)
-  int clsRows = -1;           // i32 [B*K], token row of each sequence's [CLS]
-  int nspLabels = -1;         // i32 [B*K], 0 = real next sentence, 1 = random
-  int nspWeights = -1;        // f32 [B*K], 1 = a sequence is there
-  int lr = -1;                // f32 [] (training graphs only)
+  // i32 [2] = (step, global index of this replica's first row), only when a dropout rate is
+  // > 0: the masks depend on the step and on the global row, not on the replica split.
+  int dropoutKey = -1;
+  int clsRows = -1;     // i32 [B*K], token row of each sequence's [CLS]
+  int nspLabels = -1;   // i32 [B*K], 0 = real next sentence, 1 = random
+  int nspWeights = -1;  // f32 [B*K], 1 = a sequence is there
+  int lr = -1;          // f32 [] (training graphs only)
   // Outputs.
   int mlmLogits = -1;               // [B*P, V]
   int nspLogits = -1;               // [B*K, 2]

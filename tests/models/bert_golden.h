@@ -3,7 +3,9 @@
 // weights written by their TensorFlow names.
 #pragma once
 
+#include <array>
 #include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -111,6 +113,7 @@ struct BertRun {
       engine->writeTensor(t.name, std::vector<float>(t.elements(), v));
     }
     if (bg.lr >= 0) engine->connectInput(bg.lr, &lr);
+    if (bg.dropoutKey >= 0) engine->connectInput(bg.dropoutKey, dropoutKey.data());
     if (bg.lossScale >= 0) {
       engine->connectInput(bg.lossScale, &lossScale);
       engine->connectInput(bg.lossScaleInverse, &lossScaleInverse);
@@ -133,6 +136,7 @@ struct BertRun {
   std::unique_ptr<Engine> engine;
   std::map<int, std::vector<float>> outputs;
   float lr = 0.0f;
+  std::array<std::int32_t, 2> dropoutKey{0, 0};                // (step, first row)
   float lossScale = 128.0f, lossScaleInverse = 1.0f / 128.0f;  // 16.16's static scale
 };
 

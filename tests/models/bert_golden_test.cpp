@@ -13,6 +13,7 @@
 
 #include "ipu_backend/compiler/compiler.h"
 #include "ipu_backend/engine/engine.h"
+#include "ipu_backend/ir/op_defs.h"
 #include "models/bert_large/bert.h"
 #include "models/resnet50/golden_weights.h"
 #include "tests/models/bert_golden.h"
@@ -180,6 +181,36 @@ TEST(BertGolden, SmallPackedTrainsUnder1616) {
   EXPECT_LT(r.scalar(r.bg.loss), first);
   fmt::print("16.16: loss {:.5f} (torch f64 {:.5f}), after one LAMB step {:.5f}\n", first,
              gc.at("loss").get<double>(), r.scalar(r.bg.loss));
+}
+
+// The reference's dropout (0.1 hidden, 0.1 attention): masks drawn per step from the
+// `dropout_key` input, identically in tile and fused mode; rate 0 builds no dropout op.
+TEST(BertGolden, DropoutDrawsPerStepAndIsOffByDefault) {
+  const json& gc = bertGoldens().at("cases").at("packed");
+  BertConfig c = bertConfigOf(bertGoldens().at("config"));
+  const BertGraph plain = buildBertForward(c, bertShapeOf(gc));
+  EXPECT_EQ(plain.dropoutKey, -1);
+  for (const Op& op : plain.graph.ops()) EXPECT_NE(opName(op.kind), "dropout");
+  c.hiddenDropout = c.attentionDropout = 0.1;
+  BertRun fused(withGrads(c, bertShapeOf(gc)), EngineMode::Fused, bertBatchOf(gc));
+  int sites = 0;
+  for (const Op& op : fused.bg.graph.ops()) sites += opName(op.kind) == "dropout";
+  EXPECT_EQ(sites, 2 * (1 + 3 * c.layers));  // forward and backward: embeddings, 3 per layer
+  fused.run();
+  const double step0 = fused.scalar(fused.bg.loss);
+  fused.run();
+  EXPECT_EQ(fused.scalar(fused.bg.loss), step0) << "same key, same masks";
+  EXPECT_GT(relErr(step0, gc.at("loss").get<double>()), 1e-3) << "dropout changes the loss";
+  fused.dropoutKey = {1, 0};
+  fused.run();
+  EXPECT_GT(relErr(fused.scalar(fused.bg.loss), step0), 1e-4) << "another step, other masks";
+  BertRun tile(withGrads(c, bertShapeOf(gc)), EngineMode::Tile, bertBatchOf(gc));
+  tile.dropoutKey = {1, 0};
+  tile.run();
+  EXPECT_LT(relErr(tile.scalar(tile.bg.loss), fused.scalar(fused.bg.loss)), 1e-5);
+  EXPECT_LT(maxRelToScale(tile.grad("bert/encoder/layer_0/intermediate/dense/kernel"),
+                          fused.grad("bert/encoder/layer_0/intermediate/dense/kernel")),
+            1e-4);
 }
 
 // Values of the used slots (weight != 0) in slot order.
