@@ -457,7 +457,7 @@ void checkSize(const std::string& field, size_t got, i64 want, const std::string
 
 }  // namespace
 
-BertFeeds makeBertFeeds(const BertGraph& bg, const BertHostBatch& in) {
+BertFeeds makeBertFeeds(const BertGraph& bg, const BertHostBatch& in, MlmAveraging averaging) {
   const BertShape& s = bg.shape;
   const BertConfig& c = bg.config;
   const i64 B = s.batch, S = s.seqLength, P = s.maskedSlots, K = s.maxPerPack;
@@ -528,6 +528,13 @@ BertFeeds makeBertFeeds(const BertGraph& bg, const BertHostBatch& in) {
       f.maskedRows[i] = static_cast<std::int32_t>(r * S + pos);
       f.maskedWeights[i] = sq > 0 ? 1.0f : 0.0f;
       f.maskedLabelIndex[i] = static_cast<std::int32_t>(i * c.vocab + id);
+    }
+    if (averaging == MlmAveraging::PerSequence) {
+      std::vector<float> count(K + 1, 0.0f);
+      for (i64 p = 0; p < P; ++p) count[in.maskedSequence[r * P + p]] += 1.0f;
+      for (i64 p = 0; p < P; ++p)
+        if (const std::int32_t sq = in.maskedSequence[r * P + p]; sq > 0)
+          f.maskedWeights[r * P + p] = 1.0f / count[sq];
     }
   }
   f.clsRows.resize(B * K);

@@ -153,11 +153,19 @@ struct BertFeeds {
   std::vector<float> nspWeights;
 };
 
+// How the masked-LM loss and accuracy average: over the batch's masked tokens (the closed
+// division, the reference) or per sequence (the open division as Graphcore ran it: each
+// sequence's mean, averaged over the sequences). Per sequence is the same graph with slot
+// weights 1 / (masked tokens of the slot's sequence): sum w nll / sum w is then the mean over
+// sequences of each sequence's mean, and mlmCorrectCount / mlmWeightSum its accuracy.
+enum class MlmAveraging { PerToken, PerSequence };
+
 // Checks a host batch against the graph's shape and config (sizes, token / segment / position
 // ids in range, masked and [CLS] positions inside the row and on a token of the sequence they
-// name) and derives the feeds. DatasetError-like std::invalid_argument naming the field, row
-// and slot, what was expected and a hint.
-BertFeeds makeBertFeeds(const BertGraph& bg, const BertHostBatch& batch);
+// name) and derives the feeds. std::invalid_argument naming the field, row and slot, what was
+// expected and a hint.
+BertFeeds makeBertFeeds(const BertGraph& bg, const BertHostBatch& batch,
+                        MlmAveraging averaging = MlmAveraging::PerToken);
 
 // The open division's per-sequence masked-LM accuracy: each sequence's correct / masked
 // tokens, summed over the sequences of the batch that have masked tokens (divide the sum over

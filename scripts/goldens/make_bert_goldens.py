@@ -16,7 +16,8 @@ slots and [CLS] positions index the row's tokens.
 
 Cases (computed in float64; `noise` = how far a float32 run of the same code is from it):
   packed    BertConfig::small(), 2 rows x 32 tokens holding 5 sequences (3 + 2), 8 masked slots
-            and 3 [CLS] slots per row: losses, MLM / NSP logits, correct count, every gradient.
+            and 3 [CLS] slots per row: losses, MLM / NSP logits, correct count, the MLM loss and
+            accuracy averaged per sequence (the open division's), every gradient.
   unpacked  the same 5 sequences one per row (5 rows, 4 masked slots, 1 [CLS] slot): the same.
   lamb      the packed batch, 3 LAMB steps (clip to global norm 1, bias correction, decay and
             trust ratio but for LayerNorm / bias tensors): each step's loss, the norm of every
@@ -157,9 +158,20 @@ def bert_pretraining(w, c, b):
     nw = b["nsp_weights"].reshape(-1).to(x.dtype)
     ce = F.cross_entropy(nsp_logits, b["nsp_labels"].reshape(-1), reduction="none")
     nsp = (nw * ce).sum() / nw.sum()
-    correct = ((mlm_logits.argmax(-1) == labels).to(x.dtype) * weights).sum()
+    hit = (mlm_logits.argmax(-1) == labels).to(x.dtype)
+    correct = (hit * weights).sum()
+    # The open division's averaging: each sequence's mean over its masked tokens, averaged over
+    # the sequences (row, sequence index) that have any.
+    seq_id = (torch.arange(rows)[:, None] * 1000 + b["masked_sequence"]).reshape(-1)
+    per_seq_nll, per_seq_acc = [], []
+    for s in sorted(set(seq_id[weights > 0].tolist())):
+        sel = seq_id == s
+        per_seq_nll.append(nll[sel].mean())
+        per_seq_acc.append(hit[sel].mean())
     return dict(mlm_logits=mlm_logits, nsp_logits=nsp_logits, mlm_loss=mlm, nsp_loss=nsp,
-                loss=mlm + nsp, mlm_correct_count=correct, mlm_weight_sum=weights.sum())
+                loss=mlm + nsp, mlm_correct_count=correct, mlm_weight_sum=weights.sum(),
+                mlm_loss_per_sequence=torch.stack(per_seq_nll).mean(),
+                mlm_accuracy_per_sequence=torch.stack(per_seq_acc).mean())
 
 
 # ---- LAMB (the MLPerf reference form, BERT_FACTS section 1) --------------------------------
@@ -309,6 +321,8 @@ def run_case(c, batch, with_grads):
             "nsp_loss": float(o64["nsp_loss"]),
             "mlm_correct_count": float(o64["mlm_correct_count"]),
             "mlm_weight_sum": float(o64["mlm_weight_sum"]),
+            "mlm_loss_per_sequence": float(o64["mlm_loss_per_sequence"]),
+            "mlm_accuracy_per_sequence": float(o64["mlm_accuracy_per_sequence"]),
             "nsp_logits": b64(o64["nsp_logits"]),
             "noise": {"loss": abs(float(o32["loss"]) - float(o64["loss"])) / float(o64["loss"]),
                       "mlm_logits": rel(o32["mlm_logits"], o64["mlm_logits"]),

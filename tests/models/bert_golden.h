@@ -82,8 +82,9 @@ inline models::BertHostBatch bertBatchOf(const json& gc) {
 // A compiled BERT graph on an engine: golden weights written by name, a batch's feeds
 // connected, every output captured.
 struct BertRun {
-  BertRun(models::BertGraph g, EngineMode mode, const models::BertHostBatch& batch)
-      : bg(std::move(g)), feeds(models::makeBertFeeds(bg, batch)) {
+  BertRun(models::BertGraph g, EngineMode mode, const models::BertHostBatch& batch,
+          models::MlmAveraging averaging = models::MlmAveraging::PerToken)
+      : bg(std::move(g)), feeds(models::makeBertFeeds(bg, batch, averaging)) {
     CompileOptions opts;
     opts.checkMemory = false;
     exe = std::make_shared<const Executable>(compile(bg.graph, Target::mk2(), opts));

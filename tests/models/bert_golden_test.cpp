@@ -213,6 +213,29 @@ TEST(BertGolden, DropoutDrawsPerStepAndIsOffByDefault) {
             1e-4);
 }
 
+// The open division's averaging (per sequence) is the same graph with other slot weights:
+// the MLM loss and accuracy equal PyTorch's mean over sequences of each sequence's mean,
+// packed and unpacked, and the host's perSequenceAccuracy agrees.
+TEST(BertGolden, PerSequenceAveragingIsTheOpenDivisions) {
+  const BertConfig c = bertConfigOf(bertGoldens().at("config"));
+  for (const char* name : {"packed", "unpacked"}) {
+    const json& gc = bertGoldens().at("cases").at(name);
+    const BertHostBatch batch = bertBatchOf(gc);
+    BertRun r(buildBertForward(c, bertShapeOf(gc)), EngineMode::Fused, batch,
+              MlmAveraging::PerSequence);
+    r.run();
+    EXPECT_LT(relErr(r.scalar(r.bg.mlmLoss), gc.at("mlm_loss_per_sequence").get<double>()), 1e-5)
+        << name;
+    EXPECT_NE(gc.at("mlm_loss_per_sequence").get<double>(), gc.at("mlm_loss").get<double>());
+    const double acc = r.scalar(r.bg.mlmCorrectCount) / r.scalar(r.bg.mlmWeightSum);
+    EXPECT_NEAR(acc, gc.at("mlm_accuracy_per_sequence").get<double>(), 1e-6) << name;
+    const PerSequenceAccuracy host =
+        perSequenceAccuracy(r.bg.shape, r.out(r.bg.mlmCorrect), batch.maskedSequence);
+    EXPECT_EQ(host.sequences, 5) << name;
+    EXPECT_NEAR(host.sum / host.sequences, acc, 1e-6) << name;
+  }
+}
+
 // Values of the used slots (weight != 0) in slot order.
 std::vector<float> usedRows(const std::vector<float>& v, const std::vector<float>& weights) {
   const size_t width = v.size() / weights.size();
