@@ -177,6 +177,10 @@ TEST(BertGolden, SmallPackedTrainsUnder1616) {
   const double first = r.scalar(r.bg.loss);
   EXPECT_LT(relErr(first, gc.at("loss").get<double>()), 1e-2);
   EXPECT_EQ(r.scalar(r.bg.overflow), 0.0);
+  // The accuracy (the label's logit equal to its row's maximum) from f16 logits: the golden
+  // batch's one correct slot stays correct and no other becomes so.
+  EXPECT_EQ(r.scalar(r.bg.mlmCorrectCount), gc.at("mlm_correct_count").get<double>());
+  EXPECT_EQ(r.scalar(r.bg.mlmWeightSum), gc.at("mlm_weight_sum").get<double>());
   r.run();
   EXPECT_LT(r.scalar(r.bg.loss), first);
   fmt::print("16.16: loss {:.5f} (torch f64 {:.5f}), after one LAMB step {:.5f}\n", first,
