@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <set>
 
 #include "models/bert_large/bert.h"
@@ -41,6 +43,40 @@ TEST(Bert, FullConfigHasTheReferenceNamesAndCount) {
             (Shape{1024, 4096}));
   EXPECT_EQ(bg.graph.tensor(bg.graph.get("cls/seq_relationship/output_weights")).shape,
             (Shape{2, 1024}));
+}
+
+// The names against the official checker's own list (mlperf-logging's training_1.1.0
+// closed_bert.yaml, whose END check wants exactly these weights_initialization tensors), read
+// from the checker that scripts/setup.sh installs (CI has it).
+TEST(Bert, NamesAreTheCheckersList) {
+  // <repo>/.venv/lib/python3.X/site-packages/mlperf_logging (scripts/setup.sh installs it).
+  namespace fs = std::filesystem;
+  fs::path yaml;
+  const fs::path lib = fs::path(IPU_SOURCE_DIR) / ".venv" / "lib";
+  if (fs::is_directory(lib))
+    for (const auto& py : fs::directory_iterator(lib)) {
+      const fs::path y = py.path() / "site-packages" / "mlperf_logging" / "compliance_checker" /
+                         "training_1.1.0" / "closed_bert.yaml";
+      if (fs::exists(y)) yaml = y;
+    }
+  if (yaml.empty())
+    GTEST_SKIP() << "the MLPerf checker is not installed: run `bash scripts/setup.sh` to create "
+                    ".venv with mlperf-logging";
+  std::ifstream f(yaml);
+  ASSERT_TRUE(f) << "cannot open " << yaml;
+  // Every double-quoted string that starts with bert/ or cls/.
+  std::set<std::string> listed;
+  std::string line;
+  while (std::getline(f, line)) {
+    const size_t open = line.find('"');
+    const size_t close = open == std::string::npos ? open : line.find('"', open + 1);
+    if (close == std::string::npos) continue;
+    std::string name = line.substr(open + 1, close - open - 1);
+    if (name.starts_with("bert/") || name.starts_with("cls/")) listed.insert(std::move(name));
+  }
+  const std::vector<std::string> ours = bertParameterNames(BertConfig::large());
+  EXPECT_EQ(listed.size(), 398u);
+  EXPECT_EQ(listed, std::set<std::string>(ours.begin(), ours.end()));
 }
 
 // Multiply-accumulates of the forward graph's matmuls against the closed form: per layer
