@@ -266,8 +266,9 @@ class BertBuilder {
   }
 
   // correct_p = 1 exactly when the label's logit equals the row maximum (x - y == 0 iff
-  // x == y in IEEE arithmetic); the difference goes to f32 and is scaled past 1 for any
-  // non-zero f32 value (the smallest subnormal, 1.4e-45, times 1e60).
+  // x == y in IEEE arithmetic): the difference, scaled twice by 1e30, is >= 1 for any non-zero
+  // f32 value (the smallest subnormal, 1.4e-45, times 1e60) and inf for any non-zero f16 one
+  // (under a 16-bit policy), 0 for equal logits; 1 - min(that, 1) is the 0/1 flag.
   void metrics() {
     const i64 rows = bg_.shape.batch * bg_.shape.maskedSlots;
     const i64 V = c_.vocab;
@@ -277,11 +278,11 @@ class BertBuilder {
         ops::add(g_, "gather", {flat, bg_.maskedLabelIndex}, {}, {n + "label_logit"})[0];
     labelLogit = b_.reshape(labelLogit, {rows}, n + "label_logit1");
     const int mx = b_.reduce("max", bg_.mlmLogits, {1}, false, n + "max_logit");
-    int gap = b_.cast(b_.sub(mx, labelLogit, n + "gap"), DType::F32, n + "gap_f32");
+    int gap = b_.sub(mx, labelLogit, n + "gap");
     gap = b_.scale(b_.scale(gap, 1e30, n + "gap_big"), 1e30, n + "gap_huge");
     const int one = b_.constant({}, 1.0, DType::F32, n + "one");
     bg_.mlmCorrect = b_.sub(one, b_.binary("min", gap, one, n + "wrong"), n + "mlm_correct");
-    const int w = b_.cast(bg_.maskedWeights, DType::F32, n + "weights_f32");
+    const int w = bg_.maskedWeights;
     bg_.mlmCorrectCount = b_.reduceSum(b_.mul(bg_.mlmCorrect, w, n + "weighted_correct"), {0},
                                        false, n + "mlm_correct_count");
     bg_.mlmWeightSum = b_.reduceSum(w, {0}, false, n + "mlm_weight_sum");
