@@ -53,7 +53,7 @@
 #   NIGHTLY_INTERRUPTS   interrupts of scripts/interrupt_stress.py (50, or 0 with
 #                        NIGHTLY_SKIP_BUILD=1: a given build's harness may be a stand-in; 0: none)
 #   NIGHTLY_LONG_TESTS   1 (default): run the long tests CI leaves out; 0: skip them
-#   NIGHTLY_LONG_TESTS_REGEX  their ctest regex (^(harness_cli\.real_resnet50|EfficientNetNightly\..*)$)
+#   NIGHTLY_LONG_TESTS_REGEX  their ctest regex (^(harness_cli\.real_resnet50|EfficientNetNightly\..*|BertNightly\..*)$)
 #   NIGHTLY_FUZZ_SECONDS seconds per fuzz target (900, or 0 with NIGHTLY_SKIP_BUILD=1; 0: none)
 set -uo pipefail
 
@@ -81,7 +81,7 @@ SMALL_CNN_ARGS="${NIGHTLY_SMALL_CNN_ARGS:---epochs 2 --train-subset 20000 --thre
 SMALL_CNN_TARGET="${NIGHTLY_SMALL_CNN_TARGET:-0.85}"
 TTA_TIMEOUT="${NIGHTLY_TTA_TIMEOUT:-3600}"
 # The tests .ci/run leaves out (CI_NIGHTLY_ONLY there) and the long fuzz runs.
-LONG_TESTS="${NIGHTLY_LONG_TESTS_REGEX:-^(harness_cli\.real_resnet50|EfficientNetNightly\..*)\$}"
+LONG_TESTS="${NIGHTLY_LONG_TESTS_REGEX:-^(harness_cli\.real_resnet50|EfficientNetNightly\..*|BertNightly\..*)\$}"
 # With NIGHTLY_SKIP_BUILD=1 (a given build folder, e.g. the tests' fake one) nothing is fuzzed,
 # built under ASan or interrupted unless NIGHTLY_FUZZ_SECONDS, NIGHTLY_ASAN or NIGHTLY_INTERRUPTS
 # ask for it: those need builds of their own, or the real harness.
@@ -334,10 +334,12 @@ fi
 # 3d. Every test suite under ASan+UBSan (CI builds only the readers' suites under it, for time).
 if [ "$ASAN_ALL" = "1" ]; then
   start=$(date +%s)
-  log "ASan+UBSan: every test executable (scripts/test.sh, CTEST_ARGS=-L .)"
+  # Less the BertNightly suite: the full-size BERT-Large takes 3-4.5 GB and minutes without
+  # ASan's shadow memory and slowdown; it runs in the long tests above.
+  log "ASan+UBSan: every test executable (scripts/test.sh, CTEST_ARGS=-L . -E ^BertNightly\\.)"
   ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}" \
   UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}" \
-  IPU_SANITIZE=address,undefined BUILD_TARGETS=unit_tests CTEST_ARGS="-L ." \
+  IPU_SANITIZE=address,undefined BUILD_TARGETS=unit_tests CTEST_ARGS="-L . -E ^BertNightly\\." \
       bash scripts/test.sh > "$OUT/asan.log" 2>&1
   rc=$?
   durations+=("asan=$(( $(date +%s) - start ))")
