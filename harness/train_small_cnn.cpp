@@ -8,8 +8,9 @@
 #include <fstream>
 
 #include "datasets/fashion_mnist.h"
-#include "harness/classifier_trainer.h"
+#include "harness/image_task.h"
 #include "ipu_backend/kernels/fused.h"
+#include "models/small_cnn/small_cnn.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Train a small CNN on Fashion-MNIST through the emulated IPU backend"};
@@ -42,8 +43,8 @@ int main(int argc, char** argv) {
     opts.batch = batch;
     opts.mode = ipu::parseEngineMode(engine);
     opts.seed = seed;
-    ipu::harness::ClassifierTrainer trainer(models::buildSmallCnnTraining(cfg, batch, sgd),
-                                            models::buildSmallCnnInference(cfg, batch), opts);
+    ipu::harness::Trainer trainer(models::buildSmallCnnTraining(cfg, batch, sgd),
+                                  models::buildSmallCnnInference(cfg, batch), opts);
     const auto& rep = trainer.trainExecutable().report();
     fmt::print(
         "compiled for {}: {} compute sets, {} vertices, max tile memory {} B of {} B, "
@@ -66,9 +67,9 @@ int main(int argc, char** argv) {
     auto norm = datasets::Normalization::fashionMnist();
     double seconds = 0;
     for (int e = 1; e <= epochs; ++e) {
-      auto st = trainer.trainEpoch(train, norm, e, schedule, trainSubset);
+      auto st = trainImageEpoch(trainer, train, norm, e, schedule, trainSubset);
       seconds += st.seconds;
-      double acc = trainer.evaluate(test, norm);
+      double acc = evaluateImageTopOne(trainer, test, norm);
       fmt::print("epoch {}: loss {:.4f}  test accuracy {:.4f}  {:.1f} s ({:.0f} images/s)\n", e,
                  st.meanLoss, acc, st.seconds, static_cast<double>(st.samples) / st.seconds);
       if (!st.finite) {
