@@ -249,6 +249,7 @@ class Trainer {
   std::shared_ptr<const Executable> evalExecutablePtr() const { return evalExe_; }
   // The first local replica's engine (every replica holds the same weights).
   Engine& trainEngine() { return group_ ? group_->engine(0) : *trainEngine_; }
+  Engine& evalEngine() { return *evalEngine_; }
   std::int64_t stepsDone() const { return steps_; }
   std::int64_t evalRunsDone() const { return evalRuns_; }  // inference program runs
   // Samples one step trains over every replica: replicas x accumulation x micro-batch.
