@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
     ipu::kernels::fused::setNumThreads(threads);
     auto train = datasets::loadFashionMnist(dataDir, datasets::Split::kTrain);
     auto test = datasets::loadFashionMnist(dataDir, datasets::Split::kTest);
-    models::SmallCnnConfig cfg;
+    ipu::models::SmallCnnConfig cfg;
     ipu::SgdOptions sgd;
     sgd.momentum = 0.9;
     sgd.weightDecay = 5e-4;
@@ -43,8 +43,8 @@ int main(int argc, char** argv) {
     opts.batch = batch;
     opts.mode = ipu::parseEngineMode(engine);
     opts.seed = seed;
-    ipu::harness::Trainer trainer(models::buildSmallCnnTraining(cfg, batch, sgd),
-                                  models::buildSmallCnnInference(cfg, batch), opts);
+    ipu::harness::Trainer trainer(ipu::models::buildSmallCnnTraining(cfg, batch, sgd),
+                                  ipu::models::buildSmallCnnInference(cfg, batch), opts);
     const auto& rep = trainer.trainExecutable().report();
     fmt::print(
         "compiled for {}: {} compute sets, {} vertices, max tile memory {} B of {} B, "
@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
       std::ofstream(reportPath) << rep.dump(2) << "\n";
       fmt::print("compile report written to {}\n", reportPath);
     }
-    trainer.initialise(models::initSmallCnn(trainer.trainExecutable().graph, seed));
+    trainer.initialise(ipu::models::initSmallCnn(trainer.trainExecutable().graph, seed));
     std::int64_t perEpoch =
         (trainSubset > 0 ? std::min<std::int64_t>(trainSubset, train.count) : train.count) / batch;
     std::int64_t total = perEpoch * epochs;

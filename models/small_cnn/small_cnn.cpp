@@ -6,7 +6,7 @@
 #include "ipu_backend/compiler/mixed_precision.h"
 #include "ipu_backend/ir/builder.h"
 
-namespace models {
+namespace ipu::models {
 namespace {
 
 using ipu::Builder;
@@ -172,4 +172,4 @@ std::map<std::string, std::vector<float>> initSmallCnn(const Graph& g, std::uint
   return out;
 }
 
-}  // namespace models
+}  // namespace ipu::models

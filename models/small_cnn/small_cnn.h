@@ -17,7 +17,7 @@
 #include "ipu_backend/precision/precision_policy.h"
 #include "models/task_graph.h"
 
-namespace models {
+namespace ipu::models {
 
 struct SmallCnnConfig {
   std::int64_t height = 28, width = 28, channels = 1;
@@ -31,7 +31,6 @@ struct SmallCnnConfig {
 
 // The graphs are models/task_graph.h's: data inputs "images" f32[N,H,W,C] and "labels" i32[N],
 // evaluation output "logits" [N, classes].
-using ipu::models::TaskGraph;
 
 // One training step as one graph: forward, mean loss, backward, SGD momentum update, BN running
 // statistics update. Variable names match buildSmallCnnInference.
@@ -52,4 +51,4 @@ TaskGraph buildSmallCnnInference(const SmallCnnConfig& c, std::int64_t batch,
 // variance 1, everything else 0. Deterministic for a seed.
 std::map<std::string, std::vector<float>> initSmallCnn(const ipu::Graph& g, std::uint64_t seed);
 
-}  // namespace models
+}  // namespace ipu::models
