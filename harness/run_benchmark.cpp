@@ -210,16 +210,12 @@ void printSummary(const BenchmarkPlan& plan, const std::vector<RunOutcome>& runs
         plan.modeled_eval_seconds * 1e3, plan.fit_check.target.name);
   }
   fmt::print("system description: {}\n", systemJson.string());
-  if (plan.stand_in) {
-    fmt::print("WARNING: these runs used the TEMPORARY small-CNN stand-in, not ResNet-50\n");
-  }
 }
 
 std::string swNotes(const BenchmarkPlan& plan) {
   std::string notes = fmt::format("run_benchmark: {} engine, {} threads; model: {}.",
                                   plan.cli.engine, plan.cli.threads, plan.model_description);
   if (plan.cli.skip_memory_check) notes += " Tile-memory check SKIPPED (--skip-memory-check).";
-  if (plan.stand_in) notes += " TEMPORARY small-CNN stand-in for ResNet-50 (--model-stand-in).";
   return notes;
 }
 
@@ -231,9 +227,9 @@ int projectOnly(const CLI::App& app, const CliOptions& o) {
       throw Refusal("--json and --all-pod-sizes apply to --project-only (add it)");
     for (const char* name :
          {"--runs", "--config", "--precision", "--loss-scaling", "--max-epochs", "--data-dir",
-          "--division", "--seed", "--engine", "--shard-optimizer-state", "--model-stand-in",
-          "--skip-memory-check", "--project-full-scale", "--results-dir", "--org", "--system-name",
-          "--on-corrupt-image", "--loader-threads"}) {
+          "--division", "--seed", "--engine", "--shard-optimizer-state", "--skip-memory-check",
+          "--project-full-scale", "--results-dir", "--org", "--system-name", "--on-corrupt-image",
+          "--loader-threads"}) {
       if (app.count(name) > 0)
         throw Refusal(fmt::format(
             "{} does not apply to --project-only, which projects the published full-scale "
@@ -342,10 +338,6 @@ int main(int argc, char** argv) {
   app.add_flag("--skip-memory-check", o.skip_memory_check,
                "run even when the model does not fit in tile memory (backend development; "
                "noted in the system description)");
-  app.add_flag("--model-stand-in", o.model_stand_in,
-               "TEMPORARY: run the small CNN in ResNet-50's place (resnet50 mini) until "
-               "models/resnet50 trains at a usable speed; marked in the output and the system "
-               "description");
   app.add_option("--precision", o.precision,
                  "numeric precision: fp32, fp16 (f16 compute, f32 masters, dynamic loss "
                  "scaling), bf16 (emulator extension), 16.16 (IPU: f16 weights and partials, "
@@ -396,11 +388,6 @@ int main(int argc, char** argv) {
     plan.run.trainer.link = plan.fit_check.link = mpi.get();
     plan.run.rank = rank;
     ipu::kernels::fused::setNumThreads(o.threads);
-    if (plan.stand_in && rank == 0) {
-      fmt::print(stderr,
-                 "WARNING: --model-stand-in: the small CNN runs in place of ResNet-50; these "
-                 "results are NOT ResNet-50 results\n");
-    }
     if (rank == 0)
       fmt::print(stderr, "compiling {} (micro-batch {}) to check that it fits...\n",
                  plan.run.preset.name(), plan.run.trainer.batch);

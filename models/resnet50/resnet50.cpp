@@ -209,7 +209,8 @@ void appendGradients(ResNetGraph& rg) {
 
 void appendSgd(ResNetGraph& rg, const SgdOptions& opts) {
   rg.lr = rg.graph.addInput("lr", {}, DType::F32);
-  rg.optimizerState = appendSgdUpdate(rg.graph, rg.grads, rg.lr, opts).stateVariables;
+  rg.optimizer = appendOptimizer(rg.graph, rg.grads, rg.lr, opts);
+  rg.optimizerState = rg.optimizer.stateVariables;
 }
 
 ResNetGraph buildTraining(const ResNetConfig& c, i64 batch, const SgdOptions& opts) {
@@ -255,7 +256,8 @@ ResNetGraph buildTraining(const ResNetConfig& c, i64 batch, const SgdOptions& op
       throw GraphError(
           fmt::format("resnet: parameter '{}' gets no gradient", rg.graph.tensor(p).name));
   rg.grads = std::move(step.grads);
-  rg.optimizerState = step.optimizer.stateVariables;
+  rg.optimizer = step.optimizer;
+  rg.optimizerState = rg.optimizer.stateVariables;
   rg.lossScale = step.lossScale;
   rg.lossScaleInverse = step.lossScaleInverse;
   rg.overflow = step.overflow;
