@@ -971,7 +971,8 @@ class Planner : public ops::PlanApi {
     for (const TileOccupant& o : w.occupants) list += fmt::format("\n    {} {} B", o.name, o.bytes);
     const std::string peakSet = w.peakComputeSet >= 0 ? exe_.computeSets[w.peakComputeSet].name
                                                       : std::string("the host stream copies");
-    throw CompileError(
+    // The planner ends here: the program planned so far goes with the verdict.
+    CompileError error(
         fmt::format("out of tile memory on {}: tile {} needs {} B ({} B always live + {} B peak "
                     "not always live) but has {} B; {} tile(s) overflow. Largest occupants of "
                     "tile {} (peak during {}):{}\n  hint: reduce the micro-batch, use a target "
@@ -980,6 +981,7 @@ class Planner : public ops::PlanApi {
                     t_.name, w.tile, m.total(), m.alwaysLive, m.peakNotAlwaysLive, t_.bytesPerTile,
                     over, w.tile, peakSet, list),
         w.tile, m.total(), t_.bytesPerTile);
+    throw error.withPartial(std::make_shared<const Executable>(std::move(exe_)));
   }
 
   // -- exchange: copies into gather buffers --
