@@ -468,15 +468,15 @@ struct Engine::Impl {
     void *a = P(op.inputs[0]), *b = P(op.inputs[1]), *c = P(op.outputs[0]);
     switch (op.kind) {
       case OpKind::Conv2d: {
-        auto* k = keep<fz::Conv2dForwardBf16>(convShapeOf(g, op));
+        auto* k = keep<fz::Conv2dForward>(convShapeOf(g, op), kernels::ElementType::BF16);
         return [=] { k->run(a, b, c); };
       }
       case OpKind::Conv2dBackwardData: {
-        auto* k = keep<fz::Conv2dBackwardDataBf16>(convShapeOf(g, op));
+        auto* k = keep<fz::Conv2dBackwardData>(convShapeOf(g, op), kernels::ElementType::BF16);
         return [=] { k->run(a, b, c); };
       }
       case OpKind::Conv2dBackwardFilter: {
-        auto* k = keep<fz::Conv2dBackwardFilterBf16>(convShapeOf(g, op));
+        auto* k = keep<fz::Conv2dBackwardFilter>(convShapeOf(g, op), kernels::ElementType::BF16);
         return [=] { k->run(a, b, c); };
       }
       case OpKind::MatMul: {
