@@ -480,7 +480,7 @@ struct Engine::Impl {
         return [=] { k->run(a, b, c); };
       }
       case OpKind::MatMul: {
-        auto* k = keep<fz::MatMulBf16>(matMulShapeOf(g, op));
+        auto* k = keep<fz::MatMul>(matMulShapeOf(g, op), kernels::ElementType::BF16);
         return [=] { k->run(a, b, c); };
       }
       default:

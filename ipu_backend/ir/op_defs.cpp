@@ -37,7 +37,7 @@ std::vector<AttrSpec> with(std::vector<AttrSpec> base, std::vector<AttrSpec> ext
 // clang-format off
 const std::vector<OpDef>& table() {
   static const std::vector<OpDef> defs = {
-      {OpKind::Conv2d, "conv2d", 2, 1, {}, kConvAttrs},
+      {OpKind::Conv2d, "conv2d", 2, 1, {}, kConvAttrs, PrecisionRule::Compute, /*usesPartials=*/true},
       {OpKind::Conv2dBackwardData, "conv2d_backward_data", 2, 1, {},
        with(kConvAttrs, {{"input_shape", A::Ints, true}})},
       {OpKind::Conv2dBackwardFilter, "conv2d_backward_filter", 2, 1, {},
@@ -45,9 +45,12 @@ const std::vector<OpDef>& table() {
       {OpKind::MatMul, "matmul", 2, 1, {},
        {{"trans_a", A::Bool, false},
         {"trans_b", A::Bool, false},
-        {"partials", A::String, false}}},
-      {OpKind::BatchNormTrain, "batch_norm_train", 3, 3, {}, {{"eps", A::Float, true}}},
-      {OpKind::BatchNormInference, "batch_norm_inference", 5, 1, {}, {{"eps", A::Float, true}}},
+        {"partials", A::String, false}},
+       PrecisionRule::Compute, /*usesPartials=*/true},
+      {OpKind::BatchNormTrain, "batch_norm_train", 3, 3, {}, {{"eps", A::Float, true}},
+       PrecisionRule::DataInCompute},
+      {OpKind::BatchNormInference, "batch_norm_inference", 5, 1, {}, {{"eps", A::Float, true}},
+       PrecisionRule::DataInCompute},
       {OpKind::BatchNormBackward, "batch_norm_backward", 5, 3, {}, {{"eps", A::Float, true}}},
       {OpKind::Unary, "unary", 1, 1, {}, {{"fn", A::String, true}, {"alpha", A::Float, false}}},
       {OpKind::UnaryGrad, "unary_grad", 2, 1, {},
@@ -83,7 +86,8 @@ const std::vector<OpDef>& table() {
         {"replicas", A::Int, false},
         {"ema_decay", A::Float, false}}},
       {OpKind::EmaUpdate, "ema_update", 2, 0, {0},
-       {{"momentum", A::Float, true}, {"scale", A::Float, false}}},
+       {{"momentum", A::Float, true}, {"scale", A::Float, false}},
+       PrecisionRule::FollowState},
       // x (any shape, n elements) -> this replica's chunk [ceil(n/R)] of scale * sum over replicas.
       {OpKind::CrossReplicaReduceScatter, "cross_replica_reduce_scatter", 1, 1, {},
        {{"replicas", A::Int, true}, {"scale", A::Float, false}}},

@@ -71,11 +71,12 @@ class Conv2dBackwardFilter {
   std::unique_ptr<Impl> impl_;
 };
 
+// C = op(A) x op(B), every operand stored as `t` (bf16: accumulated in f32, rounded once).
 class MatMul {
  public:
-  explicit MatMul(const MatMulShape& s);
+  explicit MatMul(const MatMulShape& s, ElementType t = ElementType::F32);
   ~MatMul();
-  void run(const float* a, const float* b, float* c);
+  void run(const void* a, const void* b, void* c);
 
  private:
   struct Impl;

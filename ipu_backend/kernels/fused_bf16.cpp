@@ -1,7 +1,7 @@
-// The bf16 side of the fused kernels: the probes, the bf16 matmul and the oneDNN batch norm
-// for bf16 activations. The convolutions and the matmul are the f32 kernels with bf16 as their
-// element type (fused_onednn.cpp, onednn_common.cpp); the batch-norm forward is the oneDNN
-// kernel the f32 inference uses, in training mode.
+// The bf16 side of the fused kernels: the probes and the oneDNN batch norm for bf16
+// activations. The convolutions and the matmul are the f32 kernels with bf16 as their element
+// type (fused_onednn.cpp); the batch-norm forward is the oneDNN kernel the f32 inference uses
+// (onednn_common.cpp), in training mode.
 #include "ipu_backend/kernels/fused_bf16.h"
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -36,7 +36,7 @@ bool bf16PrimitivesAvailable() {
       Conv2dBackwardFilter backwardFilter(s, ElementType::BF16);
       MatMulShape m;
       m.m = 4, m.k = 8, m.n = 4;
-      MatMulBf16 matmul(m);
+      MatMul matmul(m, ElementType::BF16);
       BatchNormForwardTrainingBf16 bnForward(16, 8, 1e-5f);
       BatchNormBackwardBf16 bnBackward(16, 8, 1e-5f);
       return true;
@@ -45,18 +45,6 @@ bool bf16PrimitivesAvailable() {
     }
   }();
   return available;
-}
-
-struct MatMulBf16::Impl : detail::MatMulPrimitive {
-  using MatMulPrimitive::MatMulPrimitive;
-};
-
-MatMulBf16::MatMulBf16(const MatMulShape& s) : impl_(std::make_unique<Impl>(s, Dt::bf16)) {}
-
-MatMulBf16::~MatMulBf16() = default;
-
-void MatMulBf16::run(const void* a, const void* b, void* c) {
-  impl_->run(a, b, c);
 }
 
 // ---- batch norm ----------------------------------------------------------------------------

@@ -474,11 +474,12 @@ struct MatMul::Impl : detail::MatMulPrimitive {
   using MatMulPrimitive::MatMulPrimitive;
 };
 
-MatMul::MatMul(const MatMulShape& s) : impl_(std::make_unique<Impl>(s, Dt::f32)) {}
+MatMul::MatMul(const MatMulShape& s, ElementType t)
+    : impl_(std::make_unique<Impl>(s, dataType(t))) {}
 
 MatMul::~MatMul() = default;
 
-void MatMul::run(const float* a, const float* b, float* c) {
+void MatMul::run(const void* a, const void* b, void* c) {
   impl_->run(a, b, c);
 }
 

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "ipu_backend/compiler/mixed_precision.h"
+#include "ipu_backend/ir/op_defs.h"
 #include "ipu_backend/kernels/fused_bf16.h"
 #include "ipu_backend/precision/half.h"
 #include "op_test_util.h"
@@ -134,6 +135,18 @@ TEST(PrecisionPass, StoresWeightsAndActivationsPerPolicyAndKeepsTheLossInF32) {
 
   auto f32 = applyPrecision(net.graph, PrecisionPolicy::parse("fp32"));
   EXPECT_EQ(f32.graph.ops().size(), net.graph.ops().size()) << "fp32 adds no casts";
+}
+
+// What stays f32 is a fact of the op kind (OpDef::precision), for built-in and registered kinds.
+TEST(PrecisionPass, ReadsEachOpKindsPrecisionRule) {
+  EXPECT_EQ(opDef(OpKind::SoftmaxCrossEntropy).precision, PrecisionRule::KeepF32);
+  EXPECT_EQ(opDef(OpKind::BatchNormTrain).precision, PrecisionRule::DataInCompute);
+  EXPECT_EQ(opDef(OpKind::BatchNormInference).precision, PrecisionRule::DataInCompute);
+  EXPECT_EQ(opDef(OpKind::EmaUpdate).precision, PrecisionRule::FollowState);
+  EXPECT_EQ(opDef(OpKind::Conv2d).precision, PrecisionRule::Compute);
+  EXPECT_TRUE(opDef(OpKind::Conv2d).usesPartials);
+  EXPECT_TRUE(opDef(OpKind::MatMul).usesPartials);
+  EXPECT_FALSE(opDef(OpKind::Binary).usesPartials);
 }
 
 TEST(PrecisionPass, RefusesAGraphWithUpdates) {
