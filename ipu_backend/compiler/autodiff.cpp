@@ -11,9 +11,7 @@
 #include "ipu_backend/ops/op_info.h"
 
 namespace ipu {
-namespace {
 
-// Sums dy over the dimensions along which `target` was broadcast to dy's shape.
 int reduceToShape(Builder& b, int dy, const Shape& target) {
   const Shape s = b.graph().tensor(dy).shape;  // copy: adding ops may reallocate tensors
   if (s == target) return dy;
@@ -24,6 +22,8 @@ int reduceToShape(Builder& b, int dy, const Shape& target) {
   int r = b.reduceSum(dy, axes, /*keep=*/true);
   return b.reshape(r, target.empty() ? Shape{} : target);
 }
+
+namespace {
 
 class GradBuilder {
  public:
@@ -172,9 +172,6 @@ class GradBuilder {
         accumulate(in(0), b_.broadcast(d, x.shape));
         return;
       }
-      case OpKind::Broadcast:
-        accumulate(in(0), reduceToShape(b_, dy, T(in(0)).shape));
-        return;
       case OpKind::MaxPool:
         accumulate(in(0), g_.addOp1(OpKind::MaxPoolGrad, {in(0), dy}, op.attrs));
         return;

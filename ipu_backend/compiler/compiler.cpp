@@ -102,25 +102,6 @@ Range outputRowsForInputRows(Range iRows, i64 oh, i64 h, i64 stride, i64 padTop,
   return {n0 * oh + lo, n1 * oh + hi + 1};
 }
 
-// Bounding range of input flat indices read by a broadcast (stride-0) map over an output range.
-Range broadcastBounds(const kernels::BroadcastShape& s, const i64* strides, Range out,
-                      i64 inElems) {
-  if (inElems == s.outElems()) return out;  // same shape: the operand maps element for element
-  if (inElems == 1) return {0, 1};
-  if (out.size() > 8192) return {0, inElems};
-  i64 lo = inElems, hi = 0;
-  for (i64 o = out.begin; o < out.end; ++o) {
-    i64 rem = o, idx = 0;
-    for (int d = s.rank - 1; d >= 0; --d) {
-      idx += (rem % s.outDims[d]) * strides[d];
-      rem /= s.outDims[d];
-    }
-    lo = std::min(lo, idx);
-    hi = std::max(hi, idx + 1);
-  }
-  return {lo, hi};
-}
-
 // Input flat-index bounds of a reduction restricted to an output range and a reduced range.
 Range reduceBounds(const kernels::ReduceShape& s, Range out, Range red) {
   size_t r = s.inDims.size();
@@ -427,26 +408,15 @@ class Planner : public ops::PlanApi {
           return std::vector<NeedWindow>{{in(0), r.begin, r.end}, {in(1), r.begin, r.end}};
         });
         return;
-      case OpKind::Binary:
-      case OpKind::Broadcast: {
+      case OpKind::Binary: {
         auto bs = binaryShapeOf(g_, op);
         perOutputSlice(op, out, [&, bs](Range r) {
-          std::vector<NeedWindow> w;
           Range a = broadcastBounds(bs, bs.aStrides, r, elems(in(0)));
-          w.push_back({in(0), a.begin, a.end});
-          if (op.kind == OpKind::Binary) {
-            Range b = broadcastBounds(bs, bs.bStrides, r, elems(in(1)));
-            w.push_back({in(1), b.begin, b.end});
-          }
-          return w;
+          Range b = broadcastBounds(bs, bs.bStrides, r, elems(in(1)));
+          return std::vector<NeedWindow>{{in(0), a.begin, a.end}, {in(1), b.begin, b.end}};
         });
         return;
       }
-      case OpKind::LarsLearningRate:  // four scalars in, one out: one vertex
-        perOutputSlice(op, out, [&](Range) {
-          return std::vector<NeedWindow>{whole(in(0)), whole(in(1)), whole(in(2)), whole(in(3))};
-        });
-        return;
       case OpKind::Conv2d: {
         // Output slices are channel-blocked when the weights are large (see
         // createTensorBuffers): a vertex reads its input rows and its channels' weight rows.

@@ -20,7 +20,8 @@ kernels::Conv2dShape convShapeOf(const Graph& g, const Op& op) {
       x = g.tensor(op.inputs[0]).shape;
       w = g.tensor(op.outputs[0]).shape;
       break;
-    default: throw GraphError("convShapeOf: not a convolution op");
+    default:
+      throw GraphError("convShapeOf: not a convolution op");
   }
   s.n = x[0], s.h = x[1], s.w = x[2], s.c = x[3];
   s.k = w[0], s.r = w[1], s.s = w[2];
@@ -77,10 +78,9 @@ kernels::UnaryKind unaryKindOf(const Op& op) {
   using U = kernels::UnaryKind;
   const std::string& f = op.attrs.getString("fn");
   static const std::pair<const char*, U> table[] = {
-      {"identity", U::Identity}, {"relu", U::Relu},       {"neg", U::Neg},
-      {"exp", U::Exp},           {"log", U::Log},         {"sqrt", U::Sqrt},
-      {"rsqrt", U::Rsqrt},       {"square", U::Square},   {"sigmoid", U::Sigmoid},
-      {"tanh", U::Tanh},         {"gelu", U::Gelu},       {"swish", U::Swish},
+      {"identity", U::Identity}, {"relu", U::Relu}, {"neg", U::Neg},     {"exp", U::Exp},
+      {"log", U::Log},           {"sqrt", U::Sqrt}, {"rsqrt", U::Rsqrt}, {"square", U::Square},
+      {"sigmoid", U::Sigmoid},   {"tanh", U::Tanh}, {"gelu", U::Gelu},   {"swish", U::Swish},
       {"scale", U::Scale}};
   for (const auto& [n, k] : table)
     if (f == n) return k;
@@ -107,15 +107,26 @@ kernels::ReduceKind reduceKindOf(const Op& op) {
 }
 
 kernels::BroadcastShape binaryShapeOf(const Graph& g, const Op& op) {
-  if (op.kind == OpKind::Broadcast) {
-    // y = x broadcast to the output shape: a binary add of an implicit zero (b strides 0).
-    auto s = kernels::BroadcastShape::make(g.tensor(op.inputs[0]).shape,
-                                           g.tensor(op.outputs[0]).shape);
-    for (int d = 0; d < s.rank; ++d) s.bStrides[d] = 0;
-    return s;
+  return kernels::BroadcastShape::make(g.tensor(op.inputs[0]).shape, g.tensor(op.inputs[1]).shape);
+}
+
+// Bounding range of input flat indices read by a broadcast (stride-0) map over an output range.
+kernels::Range broadcastBounds(const kernels::BroadcastShape& s, const i64* strides,
+                               kernels::Range out, i64 inElems) {
+  if (inElems == s.outElems()) return out;  // same shape: the operand maps element for element
+  if (inElems == 1) return {0, 1};
+  if (out.size() > 8192) return {0, inElems};
+  i64 lo = inElems, hi = 0;
+  for (i64 o = out.begin; o < out.end; ++o) {
+    i64 rem = o, idx = 0;
+    for (int d = s.rank - 1; d >= 0; --d) {
+      idx += (rem % s.outDims[d]) * strides[d];
+      rem /= s.outDims[d];
+    }
+    lo = std::min(lo, idx);
+    hi = std::max(hi, idx + 1);
   }
-  return kernels::BroadcastShape::make(g.tensor(op.inputs[0]).shape,
-                                       g.tensor(op.inputs[1]).shape);
+  return {lo, hi};
 }
 
 RowsC rowsChannelsOf(const Graph& g, int tensor) {

@@ -14,8 +14,12 @@ kernels::ReduceShape reduceShapeOf(const Graph& g, const Op& op);
 kernels::UnaryKind unaryKindOf(const Op& op);
 kernels::BinaryKind binaryKindOf(const Op& op);
 kernels::ReduceKind reduceKindOf(const Op& op);
-// Broadcast of a binary op's operands (or a broadcast op's input) to the op's output shape.
+// Broadcast of a binary op's operands to the op's output shape.
 kernels::BroadcastShape binaryShapeOf(const Graph& g, const Op& op);
+// Bounding range of the input flat indices that a broadcast operand (`strides`: s.aStrides or
+// s.bStrides) contributes to the outputs `out`; the whole operand for long ranges.
+kernels::Range broadcastBounds(const kernels::BroadcastShape& s, const i64* strides,
+                               kernels::Range out, i64 inElems);
 // Rows and channels of a batch-norm input viewed as [rows, C].
 struct RowsC {
   i64 rows, c;

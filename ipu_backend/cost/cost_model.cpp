@@ -77,7 +77,6 @@ double instructionsPerVector(const Op& op, int phase) {
     case OpKind::BatchNormTrain:
     case OpKind::BatchNormBackward:
     case OpKind::Reduce:
-    case OpKind::Broadcast:
     case OpKind::MaxPool:
     case OpKind::MaxPoolGrad:
     case OpKind::AvgPool:
@@ -87,7 +86,6 @@ double instructionsPerVector(const Op& op, int phase) {
     case OpKind::Cast:
     case OpKind::CrossReplicaSum:
     case OpKind::ReplicaChunk:
-    case OpKind::LarsLearningRate:
       return 1;
     default:  // registered kinds (ipu_backend/ops) priced above
       break;

@@ -144,7 +144,6 @@ struct Engine::Impl {
   std::vector<std::shared_ptr<void>> kernelObjects;           // keeps fused kernels alive
   std::vector<const void*> inputs;
   std::vector<void*> outputs;
-  float zero = 0.0f;
   ReplicaContext replica;
   // Tile mode: replica ops run off the tiles on host copies of their operands (per tensor).
   std::vector<std::function<void()>> replicaFns;  // per compute set (empty: tile vertices)
@@ -735,12 +734,6 @@ struct Engine::Impl {
         float *a = F(in(0)), *b = F(in(1)), *y = F(out);
         return [=] { fz::binary(kind, bs, a, b, y); };
       }
-      case OpKind::Broadcast: {
-        // x broadcast to the output shape: x + 0 with the zero broadcast everywhere.
-        auto bs = binaryShapeOf(g, op);
-        float *x = F(in(0)), *y = F(out), *z = &zero;
-        return [=] { fz::binary(kernels::BinaryKind::Add, bs, x, z, y); };
-      }
       case OpKind::Reduce: {
         auto kind = reduceKindOf(op);
         auto s = reduceShapeOf(g, op);
@@ -789,14 +782,6 @@ struct Engine::Impl {
                                  std::min(kChunk, n - b));
           }
         };
-      }
-      case OpKind::LarsLearningRate: {
-        const float *ws = F(in(0)), *gs = F(in(1)), *lr = F(in(2)), *inv = F(in(3));
-        float* y = F(out);
-        const float eta = static_cast<float>(op.attrs.getFloat("eta"));
-        const float wd = static_cast<float>(op.attrs.getFloat("weight_decay"));
-        const float eps = static_cast<float>(op.attrs.getFloat("epsilon"));
-        return [=] { *y = ref::larsLearningRate(*lr, *ws, *gs, *inv, eta, wd, eps); };
       }
       case OpKind::CrossReplicaReduceScatter:
       case OpKind::CrossReplicaAllGather:
@@ -913,17 +898,6 @@ struct Engine::Impl {
         auto k = binaryKindOf(op);
         auto bs = binaryShapeOf(g, op);
         return [=] { ref::binary(k, bs, W[0], W[1], y, work); };
-      }
-      case OpKind::Broadcast: {
-        auto bs = binaryShapeOf(g, op);
-        FW z{&zero, 0, 1};
-        return [=] { ref::binary(kernels::BinaryKind::Add, bs, W[0], z, y, work); };
-      }
-      case OpKind::LarsLearningRate: {
-        const float eta = attrF("eta", 0.0), wd = attrF("weight_decay", 0.0);
-        const float eps = attrF("epsilon", 0.0);
-        return
-            [=] { *y = ref::larsLearningRate(W[2][0], W[0][0], W[1][0], W[3][0], eta, wd, eps); };
       }
       case OpKind::Conv2d: {
         auto s = convShapeOf(g, op);

@@ -37,7 +37,8 @@ std::vector<AttrSpec> with(std::vector<AttrSpec> base, std::vector<AttrSpec> ext
 // clang-format off
 const std::vector<OpDef>& table() {
   static const std::vector<OpDef> defs = {
-      {OpKind::Conv2d, "conv2d", 2, 1, {}, kConvAttrs, PrecisionRule::Compute, /*usesPartials=*/true},
+      {OpKind::Conv2d, "conv2d", 2, 1, {}, kConvAttrs,
+       PrecisionRule::Compute, /*usesPartials=*/true},
       {OpKind::Conv2dBackwardData, "conv2d_backward_data", 2, 1, {},
        with(kConvAttrs, {{"input_shape", A::Ints, true}})},
       {OpKind::Conv2dBackwardFilter, "conv2d_backward_filter", 2, 1, {},
@@ -58,7 +59,6 @@ const std::vector<OpDef>& table() {
       {OpKind::Binary, "binary", 2, 1, {}, {{"fn", A::String, true}}},
       {OpKind::Reduce, "reduce", 1, 1, {},
        {{"fn", A::String, true}, {"axes", A::Ints, true}, {"keep_dims", A::Bool, false}}},
-      {OpKind::Broadcast, "broadcast", 1, 1, {}, {{"shape", A::Ints, true}}},
       {OpKind::MaxPool, "max_pool", 1, 1, {}, kPoolAttrs},
       {OpKind::MaxPoolGrad, "max_pool_grad", 2, 1, {}, kPoolAttrs},
       {OpKind::AvgPool, "avg_pool", 1, 1, {},
@@ -113,13 +113,6 @@ const std::vector<OpDef>& table() {
         {"c3", A::Float, false},
         {"factor", A::Bool, false},
         {"stochastic_rounding", A::Bool, false}}},
-      // (sum of w^2, sum of g^2, lr, 1 / gradient scale) -> lr x trust ratio, every one a scalar:
-      // trust = eta |w| / (|g| + weight_decay |w| + epsilon) where |w| > 0 and |g| > 0, else 1
-      // (the MLPerf reference's LARS, TensorFlow's LARSOptimizer).
-      {OpKind::LarsLearningRate, "lars_learning_rate", 4, 1, {},
-       {{"eta", A::Float, true},
-        {"weight_decay", A::Float, true},
-        {"epsilon", A::Float, true}}},
   };
   return defs;
 }
@@ -452,13 +445,6 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
           out.push_back(1);
       return {{out, x.dtype}};
     }
-    case OpKind::Broadcast: {
-      const Shape& target = a.getInts("shape");
-      if (broadcastShapes(in[0]->shape, target, label) != target)
-        fail(label, fmt::format("'{}' {} does not broadcast to {}", in[0]->name,
-                                shapeStr(in[0]->shape), shapeStr(target)));
-      return {{target, in[0]->dtype}};
-    }
     case OpKind::MaxPool:
     case OpKind::AvgPool:
     case OpKind::MaxPoolGrad:
@@ -547,19 +533,6 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
                                 "f16, bf16)",
                                 in[0]->name, a.getString("dtype")));
       return {{in[0]->shape, *dt}};
-    }
-    case OpKind::LarsLearningRate: {
-      for (int i = 0; i < 4; ++i)
-        if (in[i]->elements() != 1 || in[i]->dtype != DType::F32)
-          fail(label, fmt::format("'{}' {}{} must be an f32 scalar (sum of squares of the weight, "
-                                  "of the gradient, learning rate, inverse gradient scale)",
-                                  in[i]->name, dtypeName(in[i]->dtype), shapeStr(in[i]->shape)));
-      if (a.getFloat("eta") <= 0.0 || a.getFloat("epsilon") < 0.0 ||
-          a.getFloat("weight_decay") < 0.0)
-        fail(label,
-             fmt::format("needs eta > 0, epsilon >= 0 and weight_decay >= 0, got {}, {}, {}",
-                         a.getFloat("eta"), a.getFloat("epsilon"), a.getFloat("weight_decay")));
-      return {{in[2]->shape, DType::F32}};
     }
     case OpKind::ApplyUpdate: {
       const i64 k = a.getInt("addends", 1);
