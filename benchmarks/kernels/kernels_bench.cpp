@@ -11,6 +11,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -312,20 +313,45 @@ void BM_OursMaxPoolBackward(benchmark::State& state) {
   setTensorBytes(state, s.inputElems());
 }
 
-struct OursBatchNormRelu {
+std::vector<std::uint16_t> randomBf16(i64 n, unsigned seed) {
+  const auto f = randomVec(n, seed);
+  std::vector<std::uint16_t> v(static_cast<size_t>(n));
+  for (size_t i = 0; i < v.size(); ++i) {
+    std::uint32_t u;
+    std::memcpy(&u, &f[i], sizeof u);
+    v[i] = static_cast<std::uint16_t>(u >> 16);  // truncation: any bf16 values will do
+  }
+  return v;
+}
+
+template <class T>
+std::vector<T> randomOf(i64 n, unsigned seed) {
+  if constexpr (std::is_same_v<T, float>)
+    return randomVec(n, seed);
+  else
+    return randomBf16(n, seed);
+}
+
+namespace fz = ipu::kernels::fused;
+
+// Our batch norm + ReLU over activations of type T (f32: our loops; bf16 bits: oneDNN), f32
+// parameters and statistics.
+template <class Forward, class Backward, class T>
+struct OursBatchNormReluOf {
   i64 rows, c;
-  std::vector<float> x, y, dy, dx, gamma, beta, mean, var, dgamma, dbeta;
-  ipu::kernels::fused::BatchNormForwardTraining fwd;
-  ipu::kernels::fused::BatchNormBackward bwd;
+  std::vector<T> x, y, dy, dx;
+  std::vector<float> gamma, beta, mean, var, dgamma, dbeta;
+  Forward fwd;
+  Backward bwd;
   std::vector<unsigned char> ws;
 
-  explicit OursBatchNormRelu(const benchmark::State& state)
+  explicit OursBatchNormReluOf(const benchmark::State& state)
       : rows(32 * state.range(0) * state.range(0)),
         c(state.range(1)),
         fwd(rows, c, 1e-5f, ipu::kernels::BatchNormRelu::kFused),
         bwd(rows, c, 1e-5f, ipu::kernels::BatchNormRelu::kFused),
         ws(fwd.workspaceBytes()) {
-    x = randomVec(rows * c, 1), dy = randomVec(rows * c, 2);
+    x = randomOf<T>(rows * c, 1), dy = randomOf<T>(rows * c, 2);
     y.resize(rows * c), dx.resize(rows * c);
     gamma.assign(c, 1.0f), beta.assign(c, 0.1f), mean.resize(c), var.resize(c);
     dgamma.resize(c), dbeta.resize(c);
@@ -338,6 +364,10 @@ struct OursBatchNormRelu {
             dbeta.data(), ws.data());
   }
 };
+using OursBatchNormRelu =
+    OursBatchNormReluOf<fz::BatchNormForwardTraining, fz::BatchNormBackward, float>;
+using OursBatchNormReluBf16 =
+    OursBatchNormReluOf<fz::BatchNormForwardTrainingBf16, fz::BatchNormBackwardBf16, std::uint16_t>;
 
 void BM_OursBatchNormReluForward(benchmark::State& state) {
   batchNormReluForward<OursBatchNormRelu>(state);
@@ -382,17 +412,6 @@ void BM_OursMatMul(benchmark::State& state) {
 
 // ---- bf16: the same kernels on bf16 storage (what the fused engine runs for bf16 models) ---
 
-std::vector<std::uint16_t> randomBf16(i64 n, unsigned seed) {
-  const auto f = randomVec(n, seed);
-  std::vector<std::uint16_t> v(static_cast<size_t>(n));
-  for (size_t i = 0; i < v.size(); ++i) {
-    std::uint32_t u;
-    std::memcpy(&u, &f[i], sizeof u);
-    v[i] = static_cast<std::uint16_t>(u >> 16);  // truncation: any bf16 values will do
-  }
-  return v;
-}
-
 // in0, in1 -> out element counts of the pass; make(s) builds the kernel.
 template <class Make>
 void oursConvBf16(benchmark::State& state, const Conv2dShape& s, i64 in0, i64 in1, i64 out,
@@ -404,7 +423,6 @@ void oursConvBf16(benchmark::State& state, const Conv2dShape& s, i64 in0, i64 in
   setFlops(state, 2.0 * double(s.macs()));
 }
 
-namespace fz = ipu::kernels::fused;
 auto makeForwardBf16 = [](const Conv2dShape& s) {
   return std::make_unique<fz::Conv2dForward>(s, ipu::kernels::ElementType::BF16);
 };
@@ -439,35 +457,6 @@ void BM_OursShortcutBackwardFilterBf16(benchmark::State& state) {
   const auto s = shortcutFromArgs(state);
   oursConvBf16(state, s, s.inputElems(), s.outputElems(), s.weightElems(), makeBackwardFilterBf16);
 }
-
-// oneDNN's bf16 batch norm with the ReLU fused (f32 parameters and statistics).
-struct OursBatchNormReluBf16 {
-  i64 rows, c;
-  std::vector<std::uint16_t> x, y, dy, dx;
-  std::vector<float> gamma, beta, mean, var, dgamma, dbeta;
-  fz::BatchNormForwardTrainingBf16 fwd;
-  fz::BatchNormBackwardBf16 bwd;
-  std::vector<unsigned char> ws;
-
-  explicit OursBatchNormReluBf16(const benchmark::State& state)
-      : rows(32 * state.range(0) * state.range(0)),
-        c(state.range(1)),
-        fwd(rows, c, 1e-5f, ipu::kernels::BatchNormRelu::kFused),
-        bwd(rows, c, 1e-5f, ipu::kernels::BatchNormRelu::kFused),
-        ws(fwd.workspaceBytes()) {
-    x = randomBf16(rows * c, 1), dy = randomBf16(rows * c, 2);
-    y.resize(rows * c), dx.resize(rows * c);
-    gamma.assign(c, 1.0f), beta.assign(c, 0.1f), mean.resize(c), var.resize(c);
-    dgamma.resize(c), dbeta.resize(c);
-  }
-  void forward() {
-    fwd.run(x.data(), gamma.data(), beta.data(), y.data(), mean.data(), var.data(), ws.data());
-  }
-  void backward() {
-    bwd.run(x.data(), dy.data(), gamma.data(), mean.data(), var.data(), dx.data(), dgamma.data(),
-            dbeta.data(), ws.data());
-  }
-};
 
 void BM_OursBatchNormReluForwardBf16(benchmark::State& state) {
   batchNormReluForward<OursBatchNormReluBf16>(state);

@@ -637,15 +637,6 @@ class Planner : public ops::PlanApi {
         }
         return;
       }
-      case OpKind::EmaUpdate: {
-        ComputeSet& cs = newComputeSet(op, 0, "");
-        for (const TileSlice& s : exe_.mapping[in(0)]) {
-          Range r{s.begin, s.end};
-          cs.vertices.push_back(
-              vertexOn(s.tile, {{in(1), r.begin, r.end}}, {{in(0), r.begin, r.end}}, r));
-        }
-        return;
-      }
       default:  // registered kinds (ipu_backend/ops) planned above
         break;
     }

@@ -64,8 +64,6 @@ double instructionsPerVector(const Op& op, int phase) {
       return static_cast<double>(op.attrs.getInt("addends", 1)) + 1;
     case OpKind::OptimizerUpdate:
       throw std::logic_error("cost model: optimizer_update is lowered by compile()");
-    case OpKind::EmaUpdate:
-      return 2;
     case OpKind::BatchNormInference:
       return 2;  // x * scale + shift with per-channel scale/shift
     // One instruction per vector: copies, data movement, and the ops whose vertices the
@@ -224,8 +222,10 @@ VertexWork vertexWork(const Executable& exe, const ComputeSet& cs, const Op& op,
   } else if (op.kind == OpKind::SoftmaxCrossEntropy) {
     w.elements = inBytes / inBytes0;  // logits read per output sample
   }
-  // EMA updates and apply_update with keep != 0 read-modify-write their target in place.
-  if (op.kind == OpKind::EmaUpdate ||
+  // Registered read-modify-write kinds (ema_update) and apply_update with keep != 0 read their
+  // in-place target too.
+  const ops::OpInfo* registered = ops::find(op.kind);
+  if ((registered && registered->costTraits.readModifyWrite) ||
       (op.kind == OpKind::ApplyUpdate && op.attrs.getFloat("keep", 0.0) != 0.0))
     inBytes += outBytes;
   w.instrPerVector = instructionsPerVector(op, cs.phase);
@@ -296,10 +296,10 @@ double exchangeScale(const Executable& exe, const ComputeSet& cs, const CostOpti
 }
 
 bool isElementwise(OpKind k) {
+  if (const ops::OpInfo* info = ops::find(k)) return info->costTraits.elementwise;
   return k == OpKind::Unary || k == OpKind::UnaryGrad || k == OpKind::Binary ||
-         k == OpKind::Reshape || k == OpKind::ApplyUpdate || k == OpKind::EmaUpdate ||
-         k == OpKind::BatchNormInference || k == OpKind::BatchNormTrain ||
-         k == OpKind::BatchNormBackward;
+         k == OpKind::ApplyUpdate || k == OpKind::BatchNormInference ||
+         k == OpKind::BatchNormTrain || k == OpKind::BatchNormBackward;
 }
 
 // Exchange of a non-MAC compute set under ExchangeModel::Planned: the compiled windows, except

@@ -787,14 +787,7 @@ struct Engine::Impl {
       case OpKind::CrossReplicaAllGather:
       case OpKind::CrossReplicaSum:
       case OpKind::ReplicaChunk:
-        break;  // makeReplicaOp
-      case OpKind::EmaUpdate: {
-        float *r = F(in(0)), *v = F(in(1));
-        float m = static_cast<float>(op.attrs.getFloat("momentum"));
-        float sc = static_cast<float>(op.attrs.getFloat("scale", 1.0));
-        i64 n = g.tensor(in(0)).elements();
-        return [=] { fz::emaUpdate(m, sc, r, v, n); };
-      }
+        break;              // makeReplicaOp
       case OpKind::Cast: {  // the conversions around the op do the rounding
         float *x = F(in(0)), *y = F(out);
         size_t n = static_cast<size_t>(g.tensor(out).elements());
@@ -1003,10 +996,6 @@ struct Engine::Impl {
           const float f = u.factorInput >= 0 ? W[u.factorInput - 1][0] : 1.0f;
           kernels::applyUpdate(u.keep, f, u.k, x.data(), u.c.data(), y, work.size());
         };
-      }
-      case OpKind::EmaUpdate: {
-        float m = attrF("momentum", 0.0), sc = attrF("scale", 1.0);
-        return [=] { ref::emaUpdate(m, sc, y, W[0].data, work.size()); };
       }
       case OpKind::CrossReplicaReduceScatter:
       case OpKind::CrossReplicaAllGather:

@@ -85,9 +85,6 @@ const std::vector<OpDef>& table() {
         {"loss_scaled", A::Bool, false},
         {"replicas", A::Int, false},
         {"ema_decay", A::Float, false}}},
-      {OpKind::EmaUpdate, "ema_update", 2, 0, {0},
-       {{"momentum", A::Float, true}, {"scale", A::Float, false}},
-       PrecisionRule::FollowState},
       // x (any shape, n elements) -> this replica's chunk [ceil(n/R)] of scale * sum over replicas.
       {OpKind::CrossReplicaReduceScatter, "cross_replica_reduce_scatter", 1, 1, {},
        {{"replicas", A::Int, true}, {"scale", A::Float, false}}},
@@ -491,9 +488,6 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
       }
       return {};
     }
-    case OpKind::EmaUpdate:
-      expectSameShape(*in[0], *in[1], label);
-      return {};
     case OpKind::CrossReplicaReduceScatter: {
       const i64 r = a.getInt("replicas");
       if (r < 1) fail(label, fmt::format("replicas must be >= 1, got {}", r));

@@ -129,6 +129,13 @@ FusedKernel elementwiseFused(std::function<ElementFn(const Op&)> make);
 // Vector instructions per output vector of a vertex in `phase` (the cost model prices the rest:
 // worker split, bytes, exchange).
 using CostRule = std::function<double(const Op&, int phase)>;
+// What the cost model needs to know beyond the instructions.
+struct CostTraits {
+  bool readModifyWrite = false;  // the in-place target is read as well as written (its bytes)
+  // Vertices read same-sized operands element for element: the planned exchange moves only the
+  // elements matching a vertex's outputs (cost_model.cpp, ExchangeModel::Planned).
+  bool elementwise = false;
+};
 
 // ---- tests -----------------------------------------------------------------------------------
 // Tolerances of the op tests, relative to the largest magnitude of the expected values.
@@ -159,6 +166,7 @@ struct OpInfo {
   VertexKernel vertex;  // reference kernel (tile mode)
   FusedKernel fused;    // fast kernel (fused mode)
   CostRule cost;
+  CostTraits costTraits;
   Tolerances tolerances;
   std::string doc;  // one line: what it computes, shapes
 };

@@ -739,7 +739,8 @@ TEST(OpRegistry, EveryOpKindHasEveryFacetAndACase) {
     const std::map<std::string, std::string> coveredByTests = {
         {"assign", "InPlaceOps.AssignAndAccumulateInBothModes"},
         {"accumulate", "InPlaceOps.AssignAndAccumulateInBothModes"},
-        {"lars_learning_rate", "Lars.MatchesTensorFlowsLarsOptimizerInBothModes"}};
+        {"lars_learning_rate", "Lars.MatchesTensorFlowsLarsOptimizerInBothModes"},
+        {"ema_update", "InPlaceOps.EmaUpdateInBothModes"}};
     covered = covered || coveredByTests.count(n) != 0;
     EXPECT_TRUE(covered) << n << ": no case in ops_test's table exercises it";
   }
@@ -761,7 +762,6 @@ TEST(OpRegistry, EveryOpKindHasEveryFacetAndACase) {
                                         OpKind::OptimizerUpdate,
                                         OpKind::ApplyUpdate,
                                         OpKind::ReplicaChunk,
-                                        OpKind::EmaUpdate,
                                         OpKind::CrossReplicaReduceScatter,
                                         OpKind::CrossReplicaAllGather,
                                         OpKind::Cast,
@@ -1042,6 +1042,30 @@ TEST(InPlaceOps, AssignAndAccumulateInBothModes) {
     for (int i = 0; i < 40; ++i) {
       EXPECT_FLOAT_EQ(acc1[i], a0[i] + xs[i] + xs[i]) << engineModeName(mode) << " " << i;
       EXPECT_EQ(w1[i], xs[i]) << engineModeName(mode) << " " << i;
+    }
+  }
+}
+
+// running = m running + (1 - m) scale value, against a plain loop in double.
+TEST(InPlaceOps, EmaUpdateInBothModes) {
+  Graph g("ema");
+  Builder b(g);
+  int running = b.variable("running", {300});
+  int x = b.input("x", {300});
+  g.addOp(OpKind::EmaUpdate, {running, x}, Attrs{{"momentum", 0.9}, {"scale", 1.25}});
+  auto exe = std::make_shared<Executable>(compile(std::move(g), Target::small(16, 8192)));
+  const std::vector<float> r0 = randomVec(300, 4), xs = randomVec(300, 5);
+  for (EngineMode mode : {EngineMode::Fused, EngineMode::Tile}) {
+    Engine e(exe, mode);
+    e.writeTensor("running", r0);
+    e.connectInput(exe->graph.get("x"), xs.data());
+    e.run();
+    e.run();
+    auto r = e.readFloats("running");
+    for (int i = 0; i < 300; ++i) {
+      double want = r0[i];
+      for (int step = 0; step < 2; ++step) want = 0.9 * want + 0.1 * 1.25 * double(xs[i]);
+      EXPECT_NEAR(r[i], want, 1e-6) << engineModeName(mode) << " " << i;
     }
   }
 }
