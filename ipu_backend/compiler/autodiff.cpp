@@ -157,21 +157,6 @@ class GradBuilder {
         }
         return;
       }
-      case OpKind::Reduce: {
-        const std::string& fn = op.attrs.getString("fn");
-        if (fn == "max") noRule("reduce max");
-        const Tensor x = T(in(0));
-        Shape kept = x.shape;
-        i64 count = 1;
-        for (i64 ax : op.attrs.getInts("axes")) {
-          count *= kept[ax];
-          kept[ax] = 1;
-        }
-        int d = b_.reshape(dy, kept);
-        if (fn == "mean") d = b_.scale(d, 1.0 / static_cast<double>(count));
-        accumulate(in(0), b_.broadcast(d, x.shape));
-        return;
-      }
       case OpKind::MaxPool:
         accumulate(in(0), g_.addOp1(OpKind::MaxPoolGrad, {in(0), dy}, op.attrs));
         return;

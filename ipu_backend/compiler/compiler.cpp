@@ -102,40 +102,6 @@ Range outputRowsForInputRows(Range iRows, i64 oh, i64 h, i64 stride, i64 padTop,
   return {n0 * oh + lo, n1 * oh + hi + 1};
 }
 
-// Input flat-index bounds of a reduction restricted to an output range and a reduced range.
-Range reduceBounds(const kernels::ReduceShape& s, Range out, Range red) {
-  size_t r = s.inDims.size();
-  if (r == 0) return {0, 1};  // a scalar reduced over no axes
-  std::vector<i64> stride(r, 1);
-  for (size_t d = r - 1; d-- > 0;) stride[d] = stride[d + 1] * s.inDims[d + 1];
-  auto part = [&](i64 flat, bool reducedDims) {
-    i64 idx = 0;
-    for (size_t d = r; d-- > 0;) {
-      if (s.reduced[d] != reducedDims) continue;
-      idx += (flat % s.inDims[d]) * stride[d];
-      flat /= s.inDims[d];
-    }
-    return idx;
-  };
-  auto bounds = [&](Range rg, bool reducedDims) -> std::pair<i64, i64> {
-    // The map is row-major over the selected dims; scanning is exact, cap it for huge ranges
-    // where the first/last index are then used with the whole extent in between.
-    i64 lo = part(rg.begin, reducedDims), hi = part(rg.end - 1, reducedDims);
-    if (rg.size() <= 65536)
-      for (i64 i = rg.begin; i < rg.end; ++i) {
-        i64 v = part(i, reducedDims);
-        lo = std::min(lo, v);
-        hi = std::max(hi, v);
-      }
-    else
-      lo = 0, hi = s.inElems() - 1;
-    return {lo, hi};
-  };
-  auto [olo, ohi] = bounds(out, false);
-  auto [rlo, rhi] = bounds(red, true);
-  return {std::max<i64>(0, olo + rlo), std::min(s.inElems(), ohi + rhi + 1)};
-}
-
 // ---- the planner ----------------------------------------------------------------------------
 
 // Implements PlanApi: what registered op kinds' plan rules may ask of it (ops/op_info.h).
@@ -165,9 +131,10 @@ class Planner : public ops::PlanApi {
       }
   }
   void splitReduction(const Op& op, int firstPhase, int out, i64 redExtent, i64 bytesPerRedUnit,
-                      const std::function<ops::Windows(Range, Range)>& windows) override {
+                      const std::function<ops::Windows(Range, Range)>& windows,
+                      bool combineMax) override {
     phaseBase_ = firstPhase;
-    splitReduction(op, out, redExtent, bytesPerRedUnit, windows, false);
+    splitReduction(op, out, redExtent, bytesPerRedUnit, windows, combineMax);
     phaseBase_ = 0;
   }
   NeedWindow whole(int buf) const override { return {buf, 0, exe_.buffers[buf].elements}; }
@@ -508,19 +475,6 @@ class Planner : public ops::PlanApi {
                                             (bb.end - 1) * s.k * s.n + ks.end * s.n}};
           });
         }
-        return;
-      }
-      case OpKind::Reduce: {
-        auto s = reduceShapeOf(g_, op);
-        i64 outE = s.outElems();
-        bool isMax = reduceKindOf(op) == kernels::ReduceKind::Max;
-        splitReduction(
-            op, out, s.reducedCount(), 4 * outE,
-            [&, s](Range r, Range red) {
-              Range b = reduceBounds(s, r, red);
-              return std::vector<NeedWindow>{{in(0), b.begin, b.end}};
-            },
-            isMax);
         return;
       }
       case OpKind::MaxPool:

@@ -129,6 +129,40 @@ kernels::Range broadcastBounds(const kernels::BroadcastShape& s, const i64* stri
   return {lo, hi};
 }
 
+// Input flat-index bounds of a reduction restricted to an output range and a reduced range.
+kernels::Range reduceBounds(const kernels::ReduceShape& s, kernels::Range out, kernels::Range red) {
+  size_t r = s.inDims.size();
+  if (r == 0) return {0, 1};  // a scalar reduced over no axes
+  std::vector<i64> stride(r, 1);
+  for (size_t d = r - 1; d-- > 0;) stride[d] = stride[d + 1] * s.inDims[d + 1];
+  auto part = [&](i64 flat, bool reducedDims) {
+    i64 idx = 0;
+    for (size_t d = r; d-- > 0;) {
+      if (s.reduced[d] != reducedDims) continue;
+      idx += (flat % s.inDims[d]) * stride[d];
+      flat /= s.inDims[d];
+    }
+    return idx;
+  };
+  auto bounds = [&](kernels::Range rg, bool reducedDims) -> std::pair<i64, i64> {
+    // The map is row-major over the selected dims; scanning is exact, cap it for huge ranges
+    // where the first/last index are then used with the whole extent in between.
+    i64 lo = part(rg.begin, reducedDims), hi = part(rg.end - 1, reducedDims);
+    if (rg.size() <= 65536)
+      for (i64 i = rg.begin; i < rg.end; ++i) {
+        i64 v = part(i, reducedDims);
+        lo = std::min(lo, v);
+        hi = std::max(hi, v);
+      }
+    else
+      lo = 0, hi = s.inElems() - 1;
+    return {lo, hi};
+  };
+  auto [olo, ohi] = bounds(out, false);
+  auto [rlo, rhi] = bounds(red, true);
+  return {std::max<i64>(0, olo + rlo), std::min(s.inElems(), ohi + rhi + 1)};
+}
+
 RowsC rowsChannelsOf(const Graph& g, int tensor) {
   const Shape& s = g.tensor(tensor).shape;
   return {numElements(s) / s.back(), s.back()};

@@ -20,6 +20,9 @@ kernels::BroadcastShape binaryShapeOf(const Graph& g, const Op& op);
 // s.bStrides) contributes to the outputs `out`; the whole operand for long ranges.
 kernels::Range broadcastBounds(const kernels::BroadcastShape& s, const i64* strides,
                                kernels::Range out, i64 inElems);
+// Bounding range of the input flat indices of a reduction restricted to the outputs `out` and
+// the reduced units `red`.
+kernels::Range reduceBounds(const kernels::ReduceShape& s, kernels::Range out, kernels::Range red);
 // Rows and channels of a batch-norm input viewed as [rows, C].
 struct RowsC {
   i64 rows, c;

@@ -74,7 +74,6 @@ double instructionsPerVector(const Op& op, int phase) {
     case OpKind::MatMul:
     case OpKind::BatchNormTrain:
     case OpKind::BatchNormBackward:
-    case OpKind::Reduce:
     case OpKind::MaxPool:
     case OpKind::MaxPoolGrad:
     case OpKind::AvgPool:
@@ -183,8 +182,10 @@ VertexWork vertexWork(const Executable& exe, const ComputeSet& cs, const Op& op,
   }
   // Combining partials (phase 1 of a split reduction) and reductions: elements read = outputs x
   // reduced extent of this vertex.
-  const bool combine =
-      (op.kind == OpKind::Reduce || op.kind == OpKind::Conv2dBackwardFilter) && !v.red.empty();
+  const ops::OpInfo* registered = ops::find(op.kind);
+  const bool combine = ((registered && registered->costTraits.reduction) ||
+                        op.kind == OpKind::Conv2dBackwardFilter) &&
+                       !v.red.empty();
   const bool channelSums =
       (op.kind == OpKind::BatchNormTrain || op.kind == OpKind::BatchNormBackward) && cs.phase < 2;
   if (combine || channelSums) {
@@ -224,7 +225,6 @@ VertexWork vertexWork(const Executable& exe, const ComputeSet& cs, const Op& op,
   }
   // Registered read-modify-write kinds (ema_update) and apply_update with keep != 0 read their
   // in-place target too.
-  const ops::OpInfo* registered = ops::find(op.kind);
   if ((registered && registered->costTraits.readModifyWrite) ||
       (op.kind == OpKind::ApplyUpdate && op.attrs.getFloat("keep", 0.0) != 0.0))
     inBytes += outBytes;

@@ -734,12 +734,6 @@ struct Engine::Impl {
         float *a = F(in(0)), *b = F(in(1)), *y = F(out);
         return [=] { fz::binary(kind, bs, a, b, y); };
       }
-      case OpKind::Reduce: {
-        auto kind = reduceKindOf(op);
-        auto s = reduceShapeOf(g, op);
-        float *x = F(in(0)), *y = F(out);
-        return [=] { fz::reduce(kind, s, x, y); };
-      }
       case OpKind::MaxPool: {
         auto* k = keep<fz::MaxPoolForward>(poolShapeOf(g, op));
         float *x = F(in(0)), *y = F(out);
@@ -912,12 +906,6 @@ struct Engine::Impl {
         auto s = matMulShapeOf(g, op);
         const Range ks = red.size() > 0 ? red : Range{0, s.k};  // split over k: partials
         return [=] { ref::matMul(s, W[0], W[1], y, work, ks); };
-      }
-      case OpKind::Reduce: {
-        auto k = reduceKindOf(op);
-        if (cs.phase == 1) return combine(k == kernels::ReduceKind::Max);
-        auto s = reduceShapeOf(g, op);
-        return [=] { ref::reduce(k, s, W[0], y, work, red); };
       }
       case OpKind::MaxPool: {
         auto s = poolShapeOf(g, op);

@@ -57,8 +57,6 @@ const std::vector<OpDef>& table() {
       {OpKind::UnaryGrad, "unary_grad", 2, 1, {},
        {{"fn", A::String, true}, {"alpha", A::Float, false}}},
       {OpKind::Binary, "binary", 2, 1, {}, {{"fn", A::String, true}}},
-      {OpKind::Reduce, "reduce", 1, 1, {},
-       {{"fn", A::String, true}, {"axes", A::Ints, true}, {"keep_dims", A::Bool, false}}},
       {OpKind::MaxPool, "max_pool", 1, 1, {}, kPoolAttrs},
       {OpKind::MaxPoolGrad, "max_pool_grad", 2, 1, {}, kPoolAttrs},
       {OpKind::AvgPool, "avg_pool", 1, 1, {},
@@ -423,25 +421,6 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
                                 dtypeName(in[0]->dtype), in[1]->name, dtypeName(in[1]->dtype)));
       if (in[0]->shape.size() > 6 || in[1]->shape.size() > 6) fail(label, "rank must be <= 6");
       return {{broadcastShapes(in[0]->shape, in[1]->shape, label), in[0]->dtype}};
-    case OpKind::Reduce: {
-      fnCheck(reduceFunctionNames());
-      const Tensor& x = *in[0];
-      std::vector<bool> red(x.shape.size(), false);
-      for (i64 ax : a.getInts("axes")) {
-        if (ax < 0 || ax >= static_cast<i64>(x.shape.size()) || red[ax])
-          fail(label, fmt::format("invalid or repeated axis {} for '{}' {}", ax, x.name,
-                                  shapeStr(x.shape)));
-        red[ax] = true;
-      }
-      bool keep = a.getBool("keep_dims", false);
-      Shape out;
-      for (size_t d = 0; d < x.shape.size(); ++d)
-        if (!red[d])
-          out.push_back(x.shape[d]);
-        else if (keep)
-          out.push_back(1);
-      return {{out, x.dtype}};
-    }
     case OpKind::MaxPool:
     case OpKind::AvgPool:
     case OpKind::MaxPoolGrad:

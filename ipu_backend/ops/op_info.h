@@ -79,11 +79,12 @@ class PlanApi {
                         const std::function<Windows(Range)>& windows, i64 cutAt = 0) = 0;
   // A sum over `redExtent` units split into parts whose windows fit a vertex's budget: phase
   // firstPhase writes one partial row per part (vertex work r, red the part's units), phase
-  // firstPhase + 1 sums them (sumPartials); one phase writing `out` directly when one part
-  // suffices.
+  // firstPhase + 1 sums them (sumPartials; combineMax: takes their maximum, maxPartials, and
+  // the partials stay f32); one phase writing `out` directly when one part suffices.
   virtual void splitReduction(const Op& op, int firstPhase, int out, i64 redExtent,
                               i64 bytesPerRedUnit,
-                              const std::function<Windows(Range out, Range red)>& windows) = 0;
+                              const std::function<Windows(Range out, Range red)>& windows,
+                              bool combineMax = false) = 0;
   // The whole of a tensor (small operands: scalars, indices, per-channel parameters).
   virtual NeedWindow whole(int tensor) const = 0;
 };
@@ -114,8 +115,10 @@ struct FusedArgs {
 };
 using FusedKernel = std::function<std::function<void()>(const FusedArgs&)>;
 
-// Phase 1 of a splitReduction: the sum of the partial rows (the windows, in order).
+// Phase 1 of a splitReduction: the sum (maxPartials: the maximum) of the partial rows (the
+// windows, in order).
 std::function<void()> sumPartials(const VertexArgs& a);
+std::function<void()> maxPartials(const VertexArgs& a);
 
 // Elementwise ops (every input the output's shape): a vertex per slice of the output reading the
 // same range of every input, and the two kernels from one element function
@@ -135,6 +138,9 @@ struct CostTraits {
   // Vertices read same-sized operands element for element: the planned exchange moves only the
   // elements matching a vertex's outputs (cost_model.cpp, ExchangeModel::Planned).
   bool elementwise = false;
+  // Vertices with a reduced range read (outputs x its extent) elements at one instruction per
+  // vector: reductions and the combining of their partials (reduce).
+  bool reduction = false;
 };
 
 // ---- tests -----------------------------------------------------------------------------------
