@@ -157,15 +157,6 @@ class GradBuilder {
         }
         return;
       }
-      case OpKind::MaxPool:
-        accumulate(in(0), g_.addOp1(OpKind::MaxPoolGrad, {in(0), dy}, op.attrs));
-        return;
-      case OpKind::AvgPool: {
-        Attrs a = op.attrs;
-        a.set("input_shape", T(in(0)).shape);
-        accumulate(in(0), g_.addOp1(OpKind::AvgPoolGrad, {dy}, a));
-        return;
-      }
       case OpKind::Cast:
         accumulate(in(0), b_.cast(dy, T(in(0)).dtype));
         return;

@@ -70,36 +70,11 @@ std::vector<TileSlice> channelBlockedMapping(i64 pixels, i64 k, i64 kg, const Ta
 
 using ops::NeedWindow;
 
-Range rowsOf(Range elems, i64 rowLen) {
-  return {elems.begin / rowLen, (elems.end - 1) / rowLen + 1};
-}
-
 // The innermost-dimension indices (channels) that flat range `elems` of a [..., k] tensor
 // touches: their exact span within one row, all k when it spans rows.
 Range channelsOf(Range elems, i64 k) {
   if (elems.begin / k != (elems.end - 1) / k) return {0, k};
   return {elems.begin % k, (elems.end - 1) % k + 1};
-}
-
-// The contiguous range of NHWC rows (n*H + h) of an [N,H,W,C] tensor that output rows
-// [oRows.begin, oRows.end) of an [N,OH,OW,K] tensor read through a window of `taps` rows with
-// the given stride/offset; clamped to valid rows.
-Range inputRowsForOutputRows(Range oRows, i64 oh, i64 h, i64 stride, i64 padTop, i64 span) {
-  i64 n0 = oRows.begin / oh, y0 = oRows.begin % oh;
-  i64 n1 = (oRows.end - 1) / oh, y1 = (oRows.end - 1) % oh;
-  i64 lo = std::clamp<i64>(y0 * stride - padTop, 0, h - 1);
-  i64 hi = std::clamp<i64>(y1 * stride - padTop + span - 1, 0, h - 1);
-  return {n0 * h + lo, n1 * h + hi + 1};
-}
-
-// Output rows (n*OH + oh) that read input rows [iRows) (the transpose of the map above).
-Range outputRowsForInputRows(Range iRows, i64 oh, i64 h, i64 stride, i64 padTop, i64 span) {
-  i64 n0 = iRows.begin / h, y0 = iRows.begin % h;
-  i64 n1 = (iRows.end - 1) / h, y1 = (iRows.end - 1) % h;
-  // oh reads rows [oh*stride - padTop, oh*stride - padTop + span)
-  i64 lo = std::clamp<i64>(ceilDiv(std::max<i64>(0, y0 + padTop - span + 1), stride), 0, oh - 1);
-  i64 hi = std::clamp<i64>((y1 + padTop) / stride, 0, oh - 1);
-  return {n0 * oh + lo, n1 * oh + hi + 1};
 }
 
 // ---- the planner ----------------------------------------------------------------------------
@@ -475,33 +450,6 @@ class Planner : public ops::PlanApi {
                                             (bb.end - 1) * s.k * s.n + ks.end * s.n}};
           });
         }
-        return;
-      }
-      case OpKind::MaxPool:
-      case OpKind::AvgPool: {
-        auto s = poolShapeOf(g_, op);
-        i64 oRowLen = s.outW() * s.c, iRowLen = s.w * s.c;
-        perOutputSlice(op, out, [&, s, oRowLen, iRowLen](Range r) {
-          Range rows =
-              inputRowsForOutputRows(rowsOf(r, oRowLen), s.outH(), s.h, s.strideH, s.padTop, s.kh);
-          return std::vector<NeedWindow>{{in(0), rows.begin * iRowLen, rows.end * iRowLen}};
-        });
-        return;
-      }
-      case OpKind::MaxPoolGrad:
-      case OpKind::AvgPoolGrad: {
-        auto s = poolShapeOf(g_, op);
-        i64 oRowLen = s.outW() * s.c, iRowLen = s.w * s.c;
-        bool isMax = op.kind == OpKind::MaxPoolGrad;
-        perOutputSlice(op, out, [&, s, oRowLen, iRowLen, isMax](Range r) {
-          Range oRows =
-              outputRowsForInputRows(rowsOf(r, iRowLen), s.outH(), s.h, s.strideH, s.padTop, s.kh);
-          NeedWindow dy{in(isMax ? 1 : 0), oRows.begin * oRowLen, oRows.end * oRowLen};
-          if (!isMax) return std::vector<NeedWindow>{dy};
-          // The argmax of each window is recomputed from x: read every input row they cover.
-          Range xRows = inputRowsForOutputRows(oRows, s.outH(), s.h, s.strideH, s.padTop, s.kh);
-          return std::vector<NeedWindow>{{in(0), xRows.begin * iRowLen, xRows.end * iRowLen}, dy};
-        });
         return;
       }
       case OpKind::BatchNormInference:

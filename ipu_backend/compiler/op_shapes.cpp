@@ -1,5 +1,7 @@
 #include "ipu_backend/compiler/op_shapes.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 namespace ipu {
@@ -161,6 +163,35 @@ kernels::Range reduceBounds(const kernels::ReduceShape& s, kernels::Range out, k
   auto [olo, ohi] = bounds(out, false);
   auto [rlo, rhi] = bounds(red, true);
   return {std::max<i64>(0, olo + rlo), std::min(s.inElems(), ohi + rhi + 1)};
+}
+
+// The rows of length rowLen that flat range `elems` touches.
+kernels::Range rowsOf(kernels::Range elems, i64 rowLen) {
+  return {elems.begin / rowLen, (elems.end - 1) / rowLen + 1};
+}
+
+// The contiguous range of NHWC rows (n*H + h) of an [N,H,W,C] tensor that output rows
+// [oRows.begin, oRows.end) of an [N,OH,OW,K] tensor read through a window of `taps` rows with
+// the given stride/offset; clamped to valid rows.
+kernels::Range inputRowsForOutputRows(kernels::Range oRows, i64 oh, i64 h, i64 stride, i64 padTop,
+                                      i64 span) {
+  i64 n0 = oRows.begin / oh, y0 = oRows.begin % oh;
+  i64 n1 = (oRows.end - 1) / oh, y1 = (oRows.end - 1) % oh;
+  i64 lo = std::clamp<i64>(y0 * stride - padTop, 0, h - 1);
+  i64 hi = std::clamp<i64>(y1 * stride - padTop + span - 1, 0, h - 1);
+  return {n0 * h + lo, n1 * h + hi + 1};
+}
+
+// Output rows (n*OH + oh) that read input rows [iRows) (the transpose of the map above).
+kernels::Range outputRowsForInputRows(kernels::Range iRows, i64 oh, i64 h, i64 stride, i64 padTop,
+                                      i64 span) {
+  i64 n0 = iRows.begin / h, y0 = iRows.begin % h;
+  i64 n1 = (iRows.end - 1) / h, y1 = (iRows.end - 1) % h;
+  // oh reads rows [oh*stride - padTop, oh*stride - padTop + span)
+  i64 lo =
+      std::clamp<i64>((std::max<i64>(0, y0 + padTop - span + 1) + stride - 1) / stride, 0, oh - 1);
+  i64 hi = std::clamp<i64>((y1 + padTop) / stride, 0, oh - 1);
+  return {n0 * oh + lo, n1 * oh + hi + 1};
 }
 
 RowsC rowsChannelsOf(const Graph& g, int tensor) {

@@ -23,6 +23,16 @@ kernels::Range broadcastBounds(const kernels::BroadcastShape& s, const i64* stri
 // Bounding range of the input flat indices of a reduction restricted to the outputs `out` and
 // the reduced units `red`.
 kernels::Range reduceBounds(const kernels::ReduceShape& s, kernels::Range out, kernels::Range red);
+// Window rows of convolutions and pools over NHWC tensors (tile plans): the rows of length rowLen
+// that flat range `elems` touches; the input rows (n*H + h) that output rows [oRows) read through
+// a window of `span` rows with the given stride and top padding (clamped); and its transpose,
+// the output rows (n*OH + oh) that read input rows [iRows).
+kernels::Range rowsOf(kernels::Range elems, i64 rowLen);
+kernels::Range inputRowsForOutputRows(kernels::Range oRows, i64 oh, i64 h, i64 stride, i64 padTop,
+                                      i64 span);
+kernels::Range outputRowsForInputRows(kernels::Range iRows, i64 oh, i64 h, i64 stride, i64 padTop,
+                                      i64 span);
+
 // Rows and channels of a batch-norm input viewed as [rows, C].
 struct RowsC {
   i64 rows, c;

@@ -74,10 +74,6 @@ double instructionsPerVector(const Op& op, int phase) {
     case OpKind::MatMul:
     case OpKind::BatchNormTrain:
     case OpKind::BatchNormBackward:
-    case OpKind::MaxPool:
-    case OpKind::MaxPoolGrad:
-    case OpKind::AvgPool:
-    case OpKind::AvgPoolGrad:
     case OpKind::CrossReplicaReduceScatter:
     case OpKind::CrossReplicaAllGather:
     case OpKind::Cast:
@@ -105,7 +101,6 @@ struct OpInfo {
   double macs = 0, outElems = 1, redExtent = 1;
   double ampEfficiency = 1;
   double planA = 0, planW = 0;  // Planned exchange operands (bytes)
-  kernels::Pool2dShape pool;
 };
 
 double ampEfficiency(double contraction, Precision p) {
@@ -152,12 +147,6 @@ OpInfo opInfo(const Executable& exe, const Op& op, const CostOptions& o) {
       in.planW = bytesOf(op.inputs[1]);
       break;
     }
-    case OpKind::MaxPool:
-    case OpKind::AvgPool:
-    case OpKind::MaxPoolGrad:
-    case OpKind::AvgPoolGrad:
-      in.pool = poolShapeOf(g, op);
-      break;
     default:
       break;
   }
@@ -205,21 +194,13 @@ VertexWork vertexWork(const Executable& exe, const ComputeSet& cs, const Op& op,
   double inBytes = 0;
   for (const Window& win : v.inputs) {
     double n = static_cast<double>(win.end - win.begin);
-    bool windowed = op.kind == OpKind::MaxPool || op.kind == OpKind::AvgPool ||
-                    op.kind == OpKind::MaxPoolGrad || op.kind == OpKind::AvgPoolGrad ||
-                    op.kind == OpKind::SoftmaxCrossEntropy;
+    const bool windowed = registered && registered->costTraits.readsWindows;
     if (!windowed) n = std::min(n, outElems);
     inBytes += n * elemBytes(exe, win.buffer, o);
   }
   w.elements = outElems;
-  if (op.kind == OpKind::MaxPool || op.kind == OpKind::AvgPool) {
-    w.elements = outElems * static_cast<double>(info.pool.kh * info.pool.kw);
-  } else if (op.kind == OpKind::MaxPoolGrad || op.kind == OpKind::AvgPoolGrad) {
-    // Each input-gradient element gathers the dy of the windows covering it (and for max pool
-    // recomputes the argmax of those windows from x).
-    double cover = static_cast<double>(info.pool.kh * info.pool.kw) /
-                   static_cast<double>(info.pool.strideH * info.pool.strideW);
-    w.elements = outElems * std::max(1.0, cover) * (op.kind == OpKind::MaxPoolGrad ? 2 : 1);
+  if (registered && registered->costTraits.elementsPerOutput) {
+    w.elements = outElems * registered->costTraits.elementsPerOutput(exe.graph, op);
   } else if (op.kind == OpKind::SoftmaxCrossEntropy) {
     w.elements = inBytes / inBytes0;  // logits read per output sample
   }

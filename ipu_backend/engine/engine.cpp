@@ -734,26 +734,6 @@ struct Engine::Impl {
         float *a = F(in(0)), *b = F(in(1)), *y = F(out);
         return [=] { fz::binary(kind, bs, a, b, y); };
       }
-      case OpKind::MaxPool: {
-        auto* k = keep<fz::MaxPoolForward>(poolShapeOf(g, op));
-        float *x = F(in(0)), *y = F(out);
-        return [=] { k->run(x, y); };
-      }
-      case OpKind::MaxPoolGrad: {
-        auto* k = keep<fz::MaxPoolBackward>(poolShapeOf(g, op));
-        float *x = F(in(0)), *dy = F(in(1)), *dx = F(out);
-        return [=] { k->run(x, dy, dx); };
-      }
-      case OpKind::AvgPool: {
-        auto* k = keep<fz::AvgPoolForward>(poolShapeOf(g, op));
-        float *x = F(in(0)), *y = F(out);
-        return [=] { k->run(x, y); };
-      }
-      case OpKind::AvgPoolGrad: {
-        auto* k = keep<fz::AvgPoolBackward>(poolShapeOf(g, op));
-        float *dy = F(in(0)), *dx = F(out);
-        return [=] { k->run(dy, dx); };
-      }
       case OpKind::OptimizerUpdate:
         break;  // lowered by compile()
       case OpKind::ApplyUpdate: {
@@ -906,22 +886,6 @@ struct Engine::Impl {
         auto s = matMulShapeOf(g, op);
         const Range ks = red.size() > 0 ? red : Range{0, s.k};  // split over k: partials
         return [=] { ref::matMul(s, W[0], W[1], y, work, ks); };
-      }
-      case OpKind::MaxPool: {
-        auto s = poolShapeOf(g, op);
-        return [=] { ref::maxPoolForward(s, W[0], y, work); };
-      }
-      case OpKind::AvgPool: {
-        auto s = poolShapeOf(g, op);
-        return [=] { ref::avgPoolForward(s, W[0], y, work); };
-      }
-      case OpKind::MaxPoolGrad: {
-        auto s = poolShapeOf(g, op);
-        return [=] { ref::maxPoolBackward(s, W[0], W[1], y, work); };
-      }
-      case OpKind::AvgPoolGrad: {
-        auto s = poolShapeOf(g, op);
-        return [=] { ref::avgPoolBackward(s, W[0], y, work); };
       }
       case OpKind::BatchNormInference: {
         auto [rows, c] = rowsChannelsOf(g, op.inputs[0]);

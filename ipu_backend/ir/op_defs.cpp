@@ -25,8 +25,6 @@ const std::vector<AttrSpec> kConvAttrs = {{"stride", A::Ints, true},
                                           {"dilation", A::Ints, true},
                                           {"groups", A::Int, true},
                                           {"partials", A::String, false}};
-const std::vector<AttrSpec> kPoolAttrs = {
-    {"kernel", A::Ints, true}, {"stride", A::Ints, true}, {"pad", A::Ints, true}};
 
 std::vector<AttrSpec> with(std::vector<AttrSpec> base, std::vector<AttrSpec> extra) {
   base.insert(base.end(), extra.begin(), extra.end());
@@ -57,12 +55,6 @@ const std::vector<OpDef>& table() {
       {OpKind::UnaryGrad, "unary_grad", 2, 1, {},
        {{"fn", A::String, true}, {"alpha", A::Float, false}}},
       {OpKind::Binary, "binary", 2, 1, {}, {{"fn", A::String, true}}},
-      {OpKind::MaxPool, "max_pool", 1, 1, {}, kPoolAttrs},
-      {OpKind::MaxPoolGrad, "max_pool_grad", 2, 1, {}, kPoolAttrs},
-      {OpKind::AvgPool, "avg_pool", 1, 1, {},
-       with(kPoolAttrs, {{"count_include_pad", A::Bool, false}})},
-      {OpKind::AvgPoolGrad, "avg_pool_grad", 1, 1, {},
-       with(kPoolAttrs, {{"count_include_pad", A::Bool, false}, {"input_shape", A::Ints, true}})},
       // (weight, gradient, lr, state..., [inverse loss scale, overflow]): see UpdateOperands.
       // The attributes are those of the optimizers in ipu_backend/optimizers, which check them.
       {OpKind::OptimizerUpdate, "optimizer_update", kVariadic, 0, {0},
@@ -174,11 +166,10 @@ void expectFloat(const Tensor& t, const std::string& label, const char* role) {
                             dtypeName(t.dtype)));
 }
 
-struct ConvGeom {
-  i64 oh, ow;
-};
+}  // namespace
 
-ConvGeom convGeometry(const Shape& x, i64 r, i64 s, const Attrs& a, const std::string& label) {
+WindowGeometry windowGeometry(const Shape& x, i64 r, i64 s, const Attrs& a,
+                              const std::string& label) {
   expectIntsLen(a, "stride", 2, label);
   expectIntsLen(a, "pad", 4, label);
   const auto& st = a.getInts("stride");
@@ -197,7 +188,6 @@ ConvGeom convGeometry(const Shape& x, i64 r, i64 s, const Attrs& a, const std::s
   return {(hp - effR) / st[0] + 1, (wp - effS) / st[1] + 1};
 }
 
-}  // namespace
 
 const OpDef& opDef(OpKind kind) {
   if (const ops::OpInfo* info = ops::find(kind)) return info->def;
@@ -328,7 +318,7 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
                                 "{} has {} channels for {} groups",
                                 w.name, shapeStr(w.shape), w.shape[3], x.name, shapeStr(x.shape),
                                 x.shape[3], g));
-      auto geo = convGeometry(x.shape, w.shape[1], w.shape[2], a, label);
+      auto geo = windowGeometry(x.shape, w.shape[1], w.shape[2], a, label);
       return {{{x.shape[0], geo.oh, geo.ow, w.shape[0]}, x.dtype}};
     }
     case OpKind::Conv2dBackwardData: {
@@ -337,7 +327,7 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
       expectRank(w, 4, label, "weight [K,R,S,C/G]");
       const auto& xs = a.getInts("input_shape");
       if (xs.size() != 4) fail(label, "attribute 'input_shape' must have 4 values");
-      auto geo = convGeometry(xs, w.shape[1], w.shape[2], a, label);
+      auto geo = windowGeometry(xs, w.shape[1], w.shape[2], a, label);
       if (dy.shape != Shape{xs[0], geo.oh, geo.ow, w.shape[0]})
         fail(label, fmt::format("gradient '{}' {} does not match the output {} of input {}",
                                 dy.name, shapeStr(dy.shape),
@@ -353,7 +343,7 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
       i64 g = a.getInt("groups");
       if (g < 1 || x.shape[3] % g != 0 || dy.shape[3] % g != 0)
         fail(label, "groups must divide input and output channels");
-      auto geo = convGeometry(x.shape, ks[0], ks[1], a, label);
+      auto geo = windowGeometry(x.shape, ks[0], ks[1], a, label);
       if (dy.shape != Shape{x.shape[0], geo.oh, geo.ow, dy.shape[3]})
         fail(label, fmt::format("gradient '{}' {} does not match input '{}' {}", dy.name,
                                 shapeStr(dy.shape), x.name, shapeStr(x.shape)));
@@ -421,23 +411,6 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
                                 dtypeName(in[0]->dtype), in[1]->name, dtypeName(in[1]->dtype)));
       if (in[0]->shape.size() > 6 || in[1]->shape.size() > 6) fail(label, "rank must be <= 6");
       return {{broadcastShapes(in[0]->shape, in[1]->shape, label), in[0]->dtype}};
-    case OpKind::MaxPool:
-    case OpKind::AvgPool:
-    case OpKind::MaxPoolGrad:
-    case OpKind::AvgPoolGrad: {
-      const auto& k = a.getInts("kernel");
-      if (k.size() != 2) fail(label, "attribute 'kernel' must have 2 values");
-      Shape xs = kind == OpKind::AvgPoolGrad ? a.getInts("input_shape") : in[0]->shape;
-      if (xs.size() != 4) fail(label, fmt::format("input must be [N,H,W,C], got {}", shapeStr(xs)));
-      auto geo = convGeometry(xs, k[0], k[1], a, label);
-      Shape ys = {xs[0], geo.oh, geo.ow, xs[3]};
-      if (kind == OpKind::MaxPool || kind == OpKind::AvgPool) return {{ys, in[0]->dtype}};
-      const Tensor& dy = kind == OpKind::MaxPoolGrad ? *in[1] : *in[0];
-      if (dy.shape != ys)
-        fail(label, fmt::format("gradient '{}' {} must have the pooled shape {}", dy.name,
-                                shapeStr(dy.shape), shapeStr(ys)));
-      return {{xs, dy.dtype}};
-    }
     case OpKind::OptimizerUpdate: {
       const bool scaled = a.getBool("loss_scaled", false);
       const size_t fixed = scaled ? 5 : 3;

@@ -79,6 +79,15 @@ const std::vector<std::string_view>& unaryFunctionNames();
 const std::vector<std::string_view>& binaryFunctionNames();
 const std::vector<std::string_view>& reduceFunctionNames();
 
+// Output height and width of an r x s window (a convolution's kernel, a pool) over x [N,H,W,C]
+// with the attributes stride, pad and (optional) dilation; GraphError naming the op (`label`) for
+// bad attributes or a window larger than the padded input.
+struct WindowGeometry {
+  i64 oh, ow;
+};
+WindowGeometry windowGeometry(const Shape& x, i64 r, i64 s, const Attrs& a,
+                              const std::string& label);
+
 // Numpy broadcasting of two shapes; throws GraphError naming the op and both shapes.
 Shape broadcastShapes(const Shape& a, const Shape& b, const std::string& opLabel);
 

@@ -141,6 +141,10 @@ struct CostTraits {
   // Vertices with a reduced range read (outputs x its extent) elements at one instruction per
   // vector: reductions and the combining of their partials (reduce).
   bool reduction = false;
+  // Vertices read their whole input windows, not one element per output (pools, softmax rows).
+  bool readsWindows = false;
+  // Elements a vertex reads per output element (pools: the window), when not 1.
+  std::function<double(const Graph&, const Op&)> elementsPerOutput;
 };
 
 // ---- tests -----------------------------------------------------------------------------------

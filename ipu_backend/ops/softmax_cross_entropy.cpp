@@ -74,6 +74,7 @@ IPU_REGISTER_OPS(softmax_cross_entropy) {
             y = a.out[0]] { fz::softmaxCrossEntropy(n, k, eps, lg, lb, y); };
   };
   f.cost = [](const Op&, int) { return 11.0; };  // max, subtract, exp (8), sum, scale
+  f.costTraits.readsWindows = true;              // a row of logits per sample
   registerOp(std::move(f));
 
   OpInfo b;
