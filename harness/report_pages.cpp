@@ -14,8 +14,7 @@ ProgramReportSink reportWriter(const std::filesystem::path& dir, const std::stri
   return [dir, stem, files](const std::string& program, const Executable& exe, bool partial,
                             const std::string& title, const cost::CostOptions& cost) {
     const std::string t =
-        partial ? title + " (does not fit: planned up to the memory verdict, no exchanges)"
-                : title;
+        partial ? title + " (does not fit: planned up to the memory verdict, no exchanges)" : title;
     const nlohmann::json view = report::compileView(exe, cost::estimateStep(exe, cost), t);
     std::string name = stem + "_" + program;
     for (char& c : name)
@@ -34,8 +33,8 @@ ProgramReportSink reportWriter(const std::filesystem::path& dir, const std::stri
 }
 
 std::filesystem::path writeRunReport(const std::filesystem::path& file, nlohmann::json trainView,
-                                     const RunOutcome& run, double stepSeconds,
-                                     double evalSeconds, const std::string& metric) {
+                                     const RunOutcome& run, double stepSeconds, double evalSeconds,
+                                     const std::string& metric) {
   nlohmann::json losses = nlohmann::json::array();
   const size_t n = run.curve.losses.size(), every = n > 2000 ? (n + 1999) / 2000 : 1;
   for (size_t i = 0; i < n; i += every) {
@@ -58,8 +57,8 @@ std::filesystem::path writeRunReport(const std::filesystem::path& file, nlohmann
                            "batches run so far",
                            run.seed, toString(run.status), run.message,
                            every > 1 ? fmt::format(" (every {}th drawn)", every) : "")}};
-  const std::string title = trainView.value("title", std::string("run")) +
-                            fmt::format(", run with seed {}", run.seed);
+  const std::string title =
+      trainView.value("title", std::string("run")) + fmt::format(", run with seed {}", run.seed);
   trainView["title"] = title;
   report::writeHtmlPage(file, {trainView}, title);
   return file;

@@ -35,7 +35,7 @@ ProgramReportSink reportWriter(const std::filesystem::path& dir, const std::stri
 // time and the modeled IPU time of the program runs done (`stepSeconds` per training step,
 // `evalSeconds` per evaluation batch: the cost model's). Returns the page written.
 std::filesystem::path writeRunReport(const std::filesystem::path& file, nlohmann::json trainView,
-                                     const RunOutcome& run, double stepSeconds,
-                                     double evalSeconds, const std::string& metric);
+                                     const RunOutcome& run, double stepSeconds, double evalSeconds,
+                                     const std::string& metric);
 
 }  // namespace ipu::harness

@@ -256,9 +256,8 @@ int projectOnly(const CLI::App& app, const CliOptions& o) {
     std::vector<fs::path> pages;
     const std::vector<FullScaleProjection> ps = projectFullScale(
         benchmark, sizes,
-        o.report_dir.empty()
-            ? ProgramReportSink{}
-            : reportWriter(o.report_dir, toString(benchmark) + "_full", &pages));
+        o.report_dir.empty() ? ProgramReportSink{}
+                             : reportWriter(o.report_dir, toString(benchmark) + "_full", &pages));
     for (const fs::path& page : pages) fmt::print(stderr, "report: {}\n", page.string());
     Json all = Json::array();
     for (const FullScaleProjection& p : ps) {
@@ -406,7 +405,8 @@ int main(int argc, char** argv) {
     const double seconds = preflightCompile(plan);
     if (rank == 0) fmt::print(stderr, "fits: compiled in {:.1f} s\n", seconds);
     if (rank == 0)
-      for (const fs::path& page : plan.report_pages) fmt::print(stderr, "report: {}\n", page.string());
+      for (const fs::path& page : plan.report_pages)
+        fmt::print(stderr, "report: {}\n", page.string());
   } catch (const Refusal& e) {
     fmt::print(stderr, "run_benchmark: {}\n", e.what());
     return e.exitCode();

@@ -559,8 +559,8 @@ BenchmarkPlan makePlan(const CliOptions& cli) {
 
 // The report pages of this plan's programs: <dir>/<benchmark>_<scale>_pod<N>_<program>.html.
 static ProgramReportSink reportSinkOf(BenchmarkPlan& plan) {
-  const std::string stem = fmt::format("{}_{}_pod{}", toString(plan.benchmark),
-                                       plan.cli.scale, plan.cli.pod_size);
+  const std::string stem =
+      fmt::format("{}_{}_pod{}", toString(plan.benchmark), plan.cli.scale, plan.cli.pod_size);
   return reportWriter(plan.cli.report_dir, stem, &plan.report_pages);
 }
 

@@ -5,8 +5,8 @@
 #include <fstream>
 #include <string>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "ipu_backend/report/report.h"
@@ -49,7 +49,8 @@ int main(int argc, char** argv) {
   try {
     const nlohmann::json va = readView(a), vb = readView(b);
     if (title.empty())
-      title = fmt::format("{} vs {}", va["title"].get<std::string>(), vb["title"].get<std::string>());
+      title =
+          fmt::format("{} vs {}", va["title"].get<std::string>(), vb["title"].get<std::string>());
     ipu::report::writeHtmlPage(out, {va, vb}, title);
     std::printf("%s\n", out.c_str());
     return 0;

@@ -11,6 +11,7 @@ five-run package is five short open runs (five closed runs to 0.759 take about 4
 """
 import csv
 import json
+import math
 import os
 import pathlib
 import re
@@ -318,9 +319,32 @@ def package(tmp_path_factory):
     t0 = time.time()
     r = run(["--division", "open", "--results-dir", str(results), "--runs", "5", "--seed", "11",
              "--max-epochs", "3", "--config", write_config(root / "short.json", OPEN_SHORT),
-             *THREADS], timeout=1500)
+             "--report", str(root / "reports"), *THREADS], timeout=1500)
     print(f"5-run package: {time.time() - t0:.1f} s", file=sys.stderr)
     return results, r
+
+
+def test_package_report_pages_of_the_programs_and_each_run(package):
+    """--report: the fit check's two programs and each run's curves; the run page's evaluations
+    are the log's eval_accuracy values."""
+    results, r = package
+    reports = results.parent / "reports"
+    out = r.stdout + r.stderr
+    for program in ("training", "evaluation"):
+        stem = reports / f"resnet50_mini_pod1_{program}"
+        assert f"report: {stem}.html" in out, out
+        assert json.loads(stem.with_suffix(".json").read_text())["memory"]["fits"]
+    for i in range(5):
+        page = reports / f"resnet50_mini_pod1_run{i}.html"
+        assert f"report: {page}" in out
+        text = page.read_text()
+        data = json.loads(text.split("const REPORT = ", 1)[1].split(";\nwindow.onerror", 1)[0])
+        run_view = data["views"][0]["run"]
+        logged = [e["value"] for e in events(result_dir(results) / f"result_{i}.txt")
+                  if e["key"] == "eval_accuracy"]
+        assert [e["accuracy"] for e in run_view["evals"]] == pytest.approx(logged, abs=1e-4)
+        assert run_view["loss"] and all(math.isfinite(p["loss"]) for p in run_view["loss"])
+        assert all(e["ipu_seconds"] > 0 for e in run_view["evals"])
 
 
 def test_package_runs_and_summary(package):
