@@ -345,7 +345,8 @@ if [ "$ASAN_ALL" = "1" ]; then
   env "${asan_isa[@]}" \
   ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}" \
   UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}" \
-  IPU_SANITIZE=address,undefined IPU_MARCH="$asan_march" BUILD_TARGETS=unit_tests CTEST_ARGS="-L ." \
+  IPU_SANITIZE=address,undefined IPU_MARCH="$asan_march" BUILD_TARGETS=unit_tests \
+  CTEST_ARGS="-L ." \
       bash scripts/test.sh > "$OUT/asan.log" 2>&1
   rc=$?
   durations+=("asan=$(( $(date +%s) - start ))")

@@ -5,8 +5,8 @@
 #        IPU_SANITIZE=thread bash scripts/test.sh              (build-tsan)
 # Environment: IPU_MARCH (the -march= of the build, native by default; x86-64-v3 builds the AVX2
 # code paths an AVX2-only host runs), BUILD_TARGETS (build only these, e.g. unit_tests: the test
-# executables), CTEST_ARGS (e.g. "-L ." for the labelled tests only), IPU_TEST_STEPS ("build test": either
-# alone skips the other), JOBS, CTEST_JOBS. ccache is used when it is installed.
+# executables), CTEST_ARGS (e.g. "-L ." for the labelled tests only), IPU_TEST_STEPS ("build
+# test": either alone skips the other), JOBS, CTEST_JOBS. ccache is used when it is installed.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
