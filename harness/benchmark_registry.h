@@ -1,55 +1,49 @@
-// The benchmarks run_benchmark knows, one entry each: whether it runs yet, and how to build its
-// model as the two graphs the ClassifierTrainer runs (training step, inference). A pending model
-// (BERT-Large, EfficientNet-B4) has an entry that says why it is refused, so it plugs in by
-// filling `build` and setting `implemented`.
+// The benchmarks run_benchmark knows, one entry each: whether it runs yet, how to build its
+// model as the two graphs the Trainer runs (training step, inference; models/task_graph.h), and
+// its data and metric (harness/task.h). A pending model (BERT-Large, EfficientNet-B4) has an
+// entry that says why it is refused, so it plugs in by filling `build` and `data` and setting
+// `implemented`.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "harness/benchmark.h"
 #include "harness/mllog.h"  // Json
+#include "harness/task.h"
 #include "ipu_backend/ir/graph.h"
+#include "ipu_backend/optimizers/optimizer.h"
 #include "ipu_backend/precision/precision_policy.h"
-#include "models/small_cnn/small_cnn.h"  // ::models::ClassifierGraph
+#include "models/task_graph.h"
 
 namespace ipu::harness {
-
-// Which implementation fills the resnet50 slot at mini scale.
-enum class ModelChoice {
-  kReference,  // the real model (ResNet-50 [3,4,6,3] on 28x28x1 for resnet50 mini)
-  // TEMPORARY: the small CNN stands in for ResNet-50 while models/resnet50 does not train at a
-  // usable speed on the backend (see harness/README.md). Opt-in only (--model-stand-in).
-  kSmallCnnStandIn,
-};
 
 struct ModelRequest {
   Scale scale = Scale::kMini;
   std::int64_t micro_batch = 1;
-  double momentum = 0.9;
-  double weight_decay = 0.0;
-  // LARS (opt_name "lars"): trust coefficient and epsilon; eta 0 is plain SGD with momentum.
-  double lars_eta = 0.0;
-  double lars_epsilon = 0.0;
-  ModelChoice choice = ModelChoice::kReference;
+  // The optimizer, as ipu_backend/optimizers takes it: kind (sgd, lars, lamb, rmsprop, adam),
+  // its constants, and a weight EMA (emaDecay > 0). The model sets which tensors take weight
+  // decay and trust ratio (OptimizerOptions::decay); the precision policy adds loss scaling and
+  // stochastic rounding.
+  OptimizerOptions optimizer;
   precision::PrecisionPolicy precision;  // fp32 by default
   int bn_span_replicas = 1;  // batch-norm statistics over this many replicas (model_bn_span / b)
 };
 
-// A built model: both graphs (same variable names), host initial values, and what the MLPerf
-// log says about it.
+// A built model: both graphs (same variable names, same data inputs), host initial values, and
+// what the MLPerf log says about it.
 struct ModelInstance {
-  ::models::ClassifierGraph train;
-  ::models::ClassifierGraph eval;
-  // Initial value of every variable of `train.graph` (weights, running stats, momentum).
+  models::TaskGraph train;
+  models::TaskGraph eval;
+  // Initial value of every variable of `train.graph` (weights, running stats, optimizer state).
   std::function<std::map<std::string, std::vector<float>>(std::uint64_t seed)> init;
   std::vector<std::string> weight_tensor_names;  // trainable parameters, for weights_initialization
   std::string variant;      // model variant for the division rules ("resnet50")
   std::string description;  // one line for the console and the system description
-  bool stand_in = false;    // true for a TEMPORARY stand-in model
 };
 
 struct BenchmarkEntry {
@@ -60,6 +54,9 @@ struct BenchmarkEntry {
   bool full_scale = false;      // the full-scale data pipeline is wired
   std::string full_scale_missing;
   std::function<ModelInstance(const ModelRequest&)> build;  // empty when !implemented
+  // The run's data, input pipelines and quality metric (loaded when called: inside the timed
+  // run); empty when !implemented.
+  std::function<std::unique_ptr<TaskData>(const DataRequest&)> data;
 };
 
 const std::vector<BenchmarkEntry>& benchmarkRegistry();

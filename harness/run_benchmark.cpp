@@ -210,16 +210,12 @@ void printSummary(const BenchmarkPlan& plan, const std::vector<RunOutcome>& runs
         plan.modeled_eval_seconds * 1e3, plan.fit_check.target.name);
   }
   fmt::print("system description: {}\n", systemJson.string());
-  if (plan.stand_in) {
-    fmt::print("WARNING: these runs used the TEMPORARY small-CNN stand-in, not ResNet-50\n");
-  }
 }
 
 std::string swNotes(const BenchmarkPlan& plan) {
   std::string notes = fmt::format("run_benchmark: {} engine, {} threads; model: {}.",
                                   plan.cli.engine, plan.cli.threads, plan.model_description);
   if (plan.cli.skip_memory_check) notes += " Tile-memory check SKIPPED (--skip-memory-check).";
-  if (plan.stand_in) notes += " TEMPORARY small-CNN stand-in for ResNet-50 (--model-stand-in).";
   return notes;
 }
 
@@ -231,9 +227,9 @@ int projectOnly(const CLI::App& app, const CliOptions& o) {
       throw Refusal("--json and --all-pod-sizes apply to --project-only (add it)");
     for (const char* name :
          {"--runs", "--config", "--precision", "--loss-scaling", "--max-epochs", "--data-dir",
-          "--division", "--seed", "--engine", "--shard-optimizer-state", "--model-stand-in",
-          "--skip-memory-check", "--project-full-scale", "--results-dir", "--org", "--system-name",
-          "--on-corrupt-image", "--loader-threads"}) {
+          "--division", "--seed", "--engine", "--shard-optimizer-state", "--skip-memory-check",
+          "--project-full-scale", "--results-dir", "--org", "--system-name", "--on-corrupt-image",
+          "--loader-threads"}) {
       if (app.count(name) > 0)
         throw Refusal(fmt::format(
             "{} does not apply to --project-only, which projects the published full-scale "
@@ -257,7 +253,13 @@ int projectOnly(const CLI::App& app, const CliOptions& o) {
     std::FILE* text = o.json ? stderr : stdout;
     fmt::print(stderr, "projecting {} at full scale on {} pod size(s): compiling for IPU-Mk2...\n",
                o.benchmark, sizes.size());
-    const std::vector<FullScaleProjection> ps = projectFullScale(benchmark, sizes);
+    std::vector<fs::path> pages;
+    const std::vector<FullScaleProjection> ps = projectFullScale(
+        benchmark, sizes,
+        o.report_dir.empty()
+            ? ProgramReportSink{}
+            : reportWriter(o.report_dir, toString(benchmark) + "_full", &pages));
+    for (const fs::path& page : pages) fmt::print(stderr, "report: {}\n", page.string());
     Json all = Json::array();
     for (const FullScaleProjection& p : ps) {
       fmt::print(text, "{}", p.describe());
@@ -342,10 +344,6 @@ int main(int argc, char** argv) {
   app.add_flag("--skip-memory-check", o.skip_memory_check,
                "run even when the model does not fit in tile memory (backend development; "
                "noted in the system description)");
-  app.add_flag("--model-stand-in", o.model_stand_in,
-               "TEMPORARY: run the small CNN in ResNet-50's place (resnet50 mini) until "
-               "models/resnet50 trains at a usable speed; marked in the output and the system "
-               "description");
   app.add_option("--precision", o.precision,
                  "numeric precision: fp32, fp16 (f16 compute, f32 masters, dynamic loss "
                  "scaling), bf16 (emulator extension), 16.16 (IPU: f16 weights and partials, "
@@ -358,6 +356,12 @@ int main(int argc, char** argv) {
                "after the runs, also print the modeled time-to-train at full scale on this pod "
                "size: the published configuration (full-scale preset), full ResNet-50 compiled "
                "for IPU-Mk2 and priced by the cost model (about 30 s more)");
+  app.add_option("--report", o.report_dir,
+                 "write a report page (HTML: per-tile memory, the fullest tiles' occupants, memory "
+                 "over the program, the cost model's BSP timeline) of every program the fit check "
+                 "compiles into DIR, with its view as JSON for `ipu_report compare`; also with "
+                 "--project-only, and for a program that does not fit")
+      ->type_name("DIR");
   app.add_flag("--project-only", o.project_only,
                "only the full-scale projection, no runs and no results package: the published "
                "configuration for --pod-size, one replica's programs compiled for IPU-Mk2, the "
@@ -396,16 +400,13 @@ int main(int argc, char** argv) {
     plan.run.trainer.link = plan.fit_check.link = mpi.get();
     plan.run.rank = rank;
     ipu::kernels::fused::setNumThreads(o.threads);
-    if (plan.stand_in && rank == 0) {
-      fmt::print(stderr,
-                 "WARNING: --model-stand-in: the small CNN runs in place of ResNet-50; these "
-                 "results are NOT ResNet-50 results\n");
-    }
     if (rank == 0)
       fmt::print(stderr, "compiling {} (micro-batch {}) to check that it fits...\n",
                  plan.run.preset.name(), plan.run.trainer.batch);
     const double seconds = preflightCompile(plan);
     if (rank == 0) fmt::print(stderr, "fits: compiled in {:.1f} s\n", seconds);
+    if (rank == 0)
+      for (const fs::path& page : plan.report_pages) fmt::print(stderr, "report: {}\n", page.string());
   } catch (const Refusal& e) {
     fmt::print(stderr, "run_benchmark: {}\n", e.what());
     return e.exitCode();
@@ -463,6 +464,16 @@ int main(int argc, char** argv) {
       fmt::print(stderr, "run {}: {}, accuracy {}, {:.1f} s -> {}\n", i, toString(r.status),
                  r.accuracy ? fmt::format("{:.4f}", *r.accuracy) : std::string("none"),
                  r.minutes() * 60.0, log.string());
+    if (rank == 0 && !o.report_dir.empty() && !plan.report_train_view.is_null()) try {
+        const fs::path page = writeRunReport(
+            fs::path(o.report_dir) / fmt::format("{}_{}_pod{}_run{}.html", toString(plan.benchmark),
+                                                 o.scale, o.pod_size, i),
+            plan.report_train_view, r, plan.modeled_step_seconds, plan.modeled_eval_seconds,
+            "eval_accuracy");
+        fmt::print(stderr, "report: {}\n", page.string());
+      } catch (const std::exception& e) {
+        fmt::print(stderr, "run_benchmark: no report page of run {}: {}\n", i, e.what());
+      }
     const bool logLost = !r.log_complete;
     outcomes.push_back(std::move(r));
     if (logLost) {

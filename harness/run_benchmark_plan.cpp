@@ -9,6 +9,7 @@
 #include "harness/config.h"
 #include "harness/division_rules.h"
 #include "harness/exit_codes.h"
+#include "harness/report_pages.h"
 #include "ipu_backend/cost/cost_model.h"
 #include "ipu_backend/replication/replica_group.h"
 
@@ -32,6 +33,11 @@ constexpr double kClosedResnetTarget = 0.759;  // the checker's closed_resnet.ya
 // LARS trust coefficient (eeta): TensorFlow LARSOptimizer's default, which the MLPerf ResNet-50
 // reference uses; the rules do not log it.
 constexpr double kLarsTrustCoefficient = 0.001;
+// LAMB: the MLPerf BERT reference clips the gradients to global norm 1.0 before the update.
+constexpr double kLambMaxGradNorm = 1.0;
+// Our key (not MLPerf's): the decay of an exponential moving average of the weights, which
+// evaluation then reads (EfficientNet); absent or 0: none.
+constexpr char kWeightEmaKey[] = "ipu_weight_ema_decay";
 
 std::string joinViolations(const std::vector<Violation>& v) {
   std::string out;
@@ -152,18 +158,47 @@ ImageNetIndex scanImageNet(const fs::path& dataDir, datasets::CorruptPolicy poli
   return index;
 }
 
+OptimizerOptions optimizerOf(const Json& hp) {
+  const std::string name = hp.value(keys::kOptName, "");
+  const std::vector<std::string> known = optimizerNames();
+  if (std::find(known.begin(), known.end(), name) == known.end())
+    throw Refusal(fmt::format("opt_name \"{}\": the backend has no such optimizer (it has: {})",
+                              name, fmt::join(known, ", ")));
+  OptimizerOptions o;
+  o.kind = name;
+  if (name == "sgd") {
+    o.momentum = hp.value(keys::kSgdOptMomentum, 0.9);
+    o.weightDecay = hp.value(keys::kSgdOptWeightDecay, 0.0);
+  } else if (name == "lars") {
+    o.momentum = hp.value(keys::kLarsOptMomentum, 0.9);
+    o.weightDecay = hp.value(keys::kLarsOptWeightDecay, 0.0);
+    o.larsEta = kLarsTrustCoefficient;
+    o.larsEpsilon = hp.value(keys::kLarsEpsilon, 0.0);
+  } else if (name == "lamb") {
+    o.beta1 = hp.value(keys::kOptLambBeta1, 0.9);
+    o.beta2 = hp.value(keys::kOptLambBeta2, 0.999);
+    o.epsilon = hp.value(keys::kOptLambEpsilon, 1e-6);
+    o.weightDecay = hp.value(keys::kOptLambWeightDecayRate, 0.0);
+    o.maxGradNorm = kLambMaxGradNorm;
+  } else if (name == "rmsprop") {
+    o.rho = hp.value(keys::kOptRmspropDecay, 0.9);
+    o.momentum = hp.value(keys::kOptRmspropMomentum, 0.9);
+    o.epsilon = hp.value(keys::kOptRmspropEpsilon, 1e-3);
+    o.weightDecay = hp.value(keys::kOptWeightDecay, 0.0);
+  } else if (name == "adam") {
+    o.epsilon = hp.value(keys::kOptEpsilon, 1e-8);
+    o.weightDecay = hp.value(keys::kOptWeightDecay, 0.0);
+  }
+  o.emaDecay = hp.value(kWeightEmaKey, 0.0);
+  return o;
+}
+
 ModelRequest modelRequestOf(const PodPreset& preset, const Json& hp, Scale scale,
                             const precision::PrecisionPolicy& policy) {
   ModelRequest m;
   m.scale = scale;
   m.micro_batch = preset.micro_batch;
-  const bool lars = hp.value(keys::kOptName, "") == "lars";
-  m.momentum = hp.value(lars ? keys::kLarsOptMomentum : keys::kSgdOptMomentum, 0.9);
-  m.weight_decay = hp.value(lars ? keys::kLarsOptWeightDecay : keys::kSgdOptWeightDecay, 0.0);
-  if (lars) {
-    m.lars_eta = kLarsTrustCoefficient;
-    m.lars_epsilon = hp.value(keys::kLarsEpsilon, 0.0);
-  }
+  m.optimizer = optimizerOf(hp);
   m.precision = policy;
   if (hp.contains(keys::kModelBnSpan)) {
     const std::int64_t span = hp[keys::kModelBnSpan].get<std::int64_t>();
@@ -184,32 +219,26 @@ Json runSettingKeys(const PodPreset& preset) {
               {kMaxCorruptEvalKey, RunSettings{}.max_corrupt_eval_fraction}};
 }
 
-BenchmarkPlan makePlan(const CliOptions& cli) {
-  BenchmarkPlan plan;
-  plan.cli = cli;
+CliChoice validateCli(const CliOptions& cli) {
+  CliChoice c;
   try {
-    plan.benchmark = parseBenchmark(cli.benchmark);
-    plan.division = parseDivision(cli.division);
-    plan.scale = parseScale(cli.scale);
+    c.benchmark = parseBenchmark(cli.benchmark);
+    c.division = parseDivision(cli.division);
+    c.scale = parseScale(cli.scale);
   } catch (const std::invalid_argument& e) {
     throw Refusal(e.what());
   }
-  const BenchmarkEntry& entry = findBenchmarkEntry(plan.benchmark);
+  const BenchmarkEntry& entry = findBenchmarkEntry(c.benchmark);
   if (!entry.implemented) {
     throw Refusal(fmt::format("--benchmark {}: not implemented yet ({}). Available now: resnet50.",
                               cli.benchmark, entry.not_implemented));
   }
-  if (plan.scale == Scale::kFull && !entry.full_scale) {
+  if (c.scale == Scale::kFull && !entry.full_scale) {
     throw Refusal(fmt::format("--scale full is not implemented yet for {}: {}. Use --scale mini.",
                               cli.benchmark, entry.full_scale_missing));
   }
-  if (cli.model_stand_in &&
-      (plan.benchmark != Benchmark::kResNet50 || plan.scale != Scale::kMini)) {
-    throw Refusal("--model-stand-in only applies to --benchmark resnet50 --scale mini");
-  }
-  datasets::CorruptPolicy corruptPolicy = datasets::CorruptPolicy::kFail;
   if (cli.on_corrupt_image == "skip") {
-    corruptPolicy = datasets::CorruptPolicy::kSkip;
+    c.corrupt_policy = datasets::CorruptPolicy::kSkip;
   } else if (cli.on_corrupt_image != "fail") {
     throw Refusal(
         fmt::format("--on-corrupt-image {}: unknown (valid: fail, skip)", cli.on_corrupt_image));
@@ -222,11 +251,19 @@ BenchmarkPlan makePlan(const CliOptions& cli) {
     throw Refusal(
         fmt::format("--max-epochs must be >= 1 (0: the preset's), got {}", cli.max_epochs));
   }
+  try {
+    c.engine = parseEngineMode(cli.engine);
+  } catch (const std::exception& e) {
+    throw Refusal(fmt::format("--engine {}: {}", cli.engine, e.what()));
+  }
+  return c;
+}
 
+ResolvedPreset resolvePreset(const CliOptions& cli, const CliChoice& choice) {
   // The preset, and the pod it describes.
   const PodPreset* base = nullptr;
   try {
-    base = &findPreset(plan.benchmark, cli.pod_size, plan.scale);
+    base = &findPreset(choice.benchmark, cli.pod_size, choice.scale);
   } catch (const std::invalid_argument& e) {
     throw Refusal(e.what());
   }
@@ -239,12 +276,13 @@ BenchmarkPlan makePlan(const CliOptions& cli) {
   }
 
   // --config: the preset's keys and the run settings, unknown keys refused by name.
-  PodPreset preset = *base;
-  Json settingsJson = runSettingKeys(preset);
+  ResolvedPreset r;
+  r.preset = *base;
+  Json settingsJson = runSettingKeys(r.preset);
   if (!cli.config.empty()) {
     try {
       const Json user = loadJsonFile(cli.config);
-      Json defaults = presetConfigJson(preset);
+      Json defaults = presetConfigJson(r.preset);
       for (const auto& [k, v] : settingsJson.items()) defaults[k] = v;
       const Json merged = mergeConfig(defaults, user, cli.config);  // validates every key
       Json presetPart = Json::object();
@@ -255,11 +293,11 @@ BenchmarkPlan makePlan(const CliOptions& cli) {
           presetPart[k] = v;
         }
       }
-      preset = applyConfig(preset, presetPart, cli.config);
+      r.preset = applyConfig(r.preset, presetPart, cli.config);
     } catch (const ConfigError& e) {
       throw Refusal(e.what());
     }
-    if (plan.scale != Scale::kMini) {
+    if (choice.scale != Scale::kMini) {
       for (const char* k :
            {kTrainSamplesKey, kEvalSamplesKey, kTargetKey, kAugmentFlipKey, kAugmentPaddingKey}) {
         if (settingsJson[k] != runSettingKeys(*base)[k]) {
@@ -268,7 +306,7 @@ BenchmarkPlan makePlan(const CliOptions& cli) {
       }
     }
   }
-  RunSettings& s = plan.run.settings;
+  RunSettings& s = r.settings;
   s.train_samples = settingsJson[kTrainSamplesKey].get<std::int64_t>();
   s.eval_samples = settingsJson[kEvalSamplesKey].get<std::int64_t>();
   s.target_accuracy = settingsJson[kTargetKey].get<double>();
@@ -277,10 +315,18 @@ BenchmarkPlan makePlan(const CliOptions& cli) {
   s.eval_period = settingsJson[kEvalPeriodKey].get<int>();
   s.eval_offset = settingsJson[kEvalOffsetKey].get<int>();
   s.max_corrupt_eval_fraction = settingsJson[kMaxCorruptEvalKey].get<double>();
+  r.precision = resolvePrecision(cli, r.preset);
+  return r;
+}
 
+precision::PrecisionPolicy resolvePrecision(const CliOptions& cli, PodPreset& preset) {
   // --precision / --loss-scaling override the preset's (closed presets carry the published
   // settings: ResNet-50 FP16.16 with static loss scale 128). --precision alone brings its
   // policy's own loss scaling (16.16: static 128, fp16: dynamic, fp32/bf16: none).
+  using M = precision::LossScalingMode;
+  const auto modeName = [](M m) {
+    return m == M::None ? "none" : m == M::Static ? "static" : "dynamic";
+  };
   if (!cli.precision.empty()) {
     auto it = std::find_if(kPrecisionNames.begin(), kPrecisionNames.end(),
                            [&](const auto& n) { return n.second == cli.precision; });
@@ -290,11 +336,7 @@ BenchmarkPlan makePlan(const CliOptions& cli) {
     preset.precision = it->first;
     if (cli.loss_scaling.empty()) {
       const auto& d = precision::PrecisionPolicy::parse(cli.precision).lossScaling;
-      using M = precision::LossScalingMode;
-      preset.loss_scaling = {d.mode == M::None     ? "none"
-                             : d.mode == M::Static ? "static"
-                                                   : "dynamic",
-                             d.scale};
+      preset.loss_scaling = {modeName(d.mode), d.scale};
     }
   }
   if (!cli.loss_scaling.empty()) {
@@ -304,85 +346,83 @@ BenchmarkPlan makePlan(const CliOptions& cli) {
     } catch (const std::invalid_argument& e) {
       throw Refusal(fmt::format("--loss-scaling: {}", e.what()));
     }
-    using M = precision::LossScalingMode;
-    preset.loss_scaling = {c.mode == M::None     ? "none"
-                           : c.mode == M::Static ? "static"
-                                                 : "dynamic",
-                           c.scale};
+    preset.loss_scaling = {modeName(c.mode), c.scale};
   }
-  plan.precision = precisionPolicyOf(preset);
-  if (!plan.precision.isMixed() &&
-      plan.precision.lossScaling.mode != precision::LossScalingMode::None &&
-      plan.precision.preset == "fp32")
+  precision::PrecisionPolicy p = precisionPolicyOf(preset);
+  if (!p.isMixed() && p.lossScaling.mode != M::None && p.preset == "fp32")
     throw Refusal(
         fmt::format("--loss-scaling {}: loss scaling is for 16-bit compute; with "
                     "precision FP32 use none (or pick --precision fp16 / 16.16 / 16.32)",
                     cli.loss_scaling));
+  return p;
+}
 
-  // The data set (at full scale, the folders are scanned now: the logged sample counts are the
-  // folders' own, and a broken layout is refused before anything is written).
-  const fs::path dataDir = !cli.data_dir.empty() ? fs::path(cli.data_dir)
-                           : plan.scale == Scale::kMini
-                               ? fs::path(datasets::kDefaultFashionMnistDir)
-                               : fs::path();
-  if (plan.scale == Scale::kFull) {
-    if (dataDir.empty())
+ResolvedData resolveData(const CliOptions& cli, Scale scale, datasets::CorruptPolicy policy) {
+  // At full scale the folders are scanned now: the logged sample counts are the folders' own,
+  // and a broken layout is refused before anything is written.
+  ResolvedData d;
+  d.dir = !cli.data_dir.empty()   ? fs::path(cli.data_dir)
+          : scale == Scale::kMini ? fs::path(datasets::kDefaultFashionMnistDir)
+                                  : fs::path();
+  if (scale == Scale::kFull) {
+    if (d.dir.empty())
       throw Refusal(
           "--scale full needs --data-dir: the ImageNet folder with train/<synset>/*.JPEG and "
           "val/<synset>/*.JPEG (the standard layout; val sorted into synset folders)");
-    const ImageNetIndex index = scanImageNet(dataDir, corruptPolicy, 1000);
-    plan.run.imagenet_train = index.train;
-    plan.run.imagenet_val = index.val;
+    const ImageNetIndex index = scanImageNet(d.dir, policy, 1000);
+    d.imagenet_train = index.train;
+    d.imagenet_val = index.val;
   } else {
     std::string missing;
-    if (fashionMnistFiles(dataDir, &missing).empty()) {
+    if (fashionMnistFiles(d.dir, &missing).empty()) {
       throw Refusal(fmt::format(
           "--data-dir {}: Fashion-MNIST not found ({} is missing, nor its uncompressed form); "
           "install Debian's dataset-fashion-mnist package (files under {}) or pass --data-dir",
-          dataDir.string(), missing, datasets::kDefaultFashionMnistDir));
+          d.dir.string(), missing, datasets::kDefaultFashionMnistDir));
     }
   }
-  plan.run.data_dir = dataDir;
-  plan.run.corrupt_policy = corruptPolicy;
-  plan.run.loader_threads = cli.loader_threads > 0 ? cli.loader_threads : cli.threads;
+  return d;
+}
 
+Json resolveHyperparameters(const CliChoice& choice, const ResolvedPreset& r,
+                            const ResolvedData& data) {
   // What the log will say, checked against the division's rules.
-  Json hp = mlperfHyperparameters(preset);
+  const RunSettings& s = r.settings;
+  Json hp = mlperfHyperparameters(r.preset);
   if (s.train_samples > 0) {
-    hp[keys::kTrainSamples] = std::min<std::int64_t>(s.train_samples, preset.train_samples);
+    hp[keys::kTrainSamples] = std::min<std::int64_t>(s.train_samples, r.preset.train_samples);
   }
   if (s.eval_samples > 0) {
-    hp[keys::kEvalSamples] = std::min<std::int64_t>(s.eval_samples, preset.eval_samples);
+    hp[keys::kEvalSamples] = std::min<std::int64_t>(s.eval_samples, r.preset.eval_samples);
   }
-  if (plan.run.imagenet_train) {  // what this data set holds (ImageNet: 1,281,167 and 50,000)
-    hp[keys::kTrainSamples] = static_cast<std::int64_t>(plan.run.imagenet_train->samples.size());
-    hp[keys::kEvalSamples] = static_cast<std::int64_t>(plan.run.imagenet_val->samples.size());
+  if (data.imagenet_train) {  // what this data set holds (ImageNet: 1,281,167 and 50,000)
+    hp[keys::kTrainSamples] = static_cast<std::int64_t>(data.imagenet_train->samples.size());
+    hp[keys::kEvalSamples] = static_cast<std::int64_t>(data.imagenet_val->samples.size());
   }
-  std::vector<Violation> violations = validate(plan.division, plan.benchmark, hp, entry.variant);
-  for (Violation& v : validateSettings(plan.division, s)) violations.push_back(std::move(v));
+  std::vector<Violation> violations =
+      validate(choice.division, choice.benchmark, hp, findBenchmarkEntry(choice.benchmark).variant);
+  for (Violation& v : validateSettings(choice.division, s)) violations.push_back(std::move(v));
   if (!violations.empty()) {
     throw Refusal(fmt::format("refused: the {} division does not allow this configuration{}",
-                              toString(plan.division), joinViolations(violations)));
+                              toString(choice.division), joinViolations(violations)));
   }
+  return hp;
+}
 
-  // What the training loop implements today.
-  const std::string opt = hp.value(keys::kOptName, "");
-  if (opt != "sgd" && opt != "lars") {
-    throw Refusal(
-        fmt::format("opt_name \"{}\": only SGD with momentum and LARS are implemented (the "
-                    "backend has no {} update yet)",
-                    opt, opt));
-  }
-  if (opt == "lars" && cli.shard_optimizer_state) {
-    throw Refusal(
-        "--shard-optimizer-state with opt_name \"lars\": the LARS trust ratio needs the norm of "
-        "every whole weight and gradient, which a replica holding 1/R of them does not have; "
-        "drop --shard-optimizer-state");
+ModelRequest resolveModel(const CliOptions& cli, Scale scale, const ResolvedPreset& r,
+                          const Json& hp) {
+  const PodPreset& preset = r.preset;
+  ModelRequest m = modelRequestOf(preset, hp, scale, r.precision);
+  if (cli.shard_optimizer_state && !optimizerShardable(m.optimizer.kind)) {
+    throw Refusal(fmt::format(
+        "--shard-optimizer-state with opt_name \"{}\": its trust ratio needs the norm of every "
+        "whole weight and gradient, which a replica holding 1/R of them does not have; drop "
+        "--shard-optimizer-state",
+        m.optimizer.kind));
   }
   // Batch norm over model_bn_span samples: one replica's micro-batch, or a group of
   // model_bn_span / micro-batch consecutive replicas (Graphcore's bn_span), whose statistics
   // are summed across the group (ipu::Builder::batchNormTrainAcrossReplicas).
-  int bnSpanReplicas = 1;
   if (hp.contains(keys::kModelBnSpan)) {
     const std::int64_t span = hp[keys::kModelBnSpan].get<std::int64_t>();
     if (span < preset.micro_batch || span % preset.micro_batch != 0 ||
@@ -394,8 +434,83 @@ BenchmarkPlan makePlan(const CliOptions& cli) {
           span, preset.micro_batch, preset.replicas, preset.micro_batch,
           preset.micro_batch * preset.replicas));
     }
-    bnSpanReplicas = static_cast<int>(span / preset.micro_batch);
   }
+  return m;
+}
+
+ResolvedSchedule resolveSchedule(Benchmark benchmark, const CliOptions& cli,
+                                 const PodPreset& preset, const Json& hp,
+                                 const RunSettings& settings) {
+  ResolvedSchedule r;
+  const std::string opt = hp.value(keys::kOptName, "");
+  const int epochs = std::max(1, preset.epochs);
+  LrSchedule& lr = r.lr;
+  if (opt == "lars") {
+    lr.base = hp.value(keys::kLarsOptBaseLearningRate, 0.1);
+    lr.end = hp.value(keys::kLarsOptEndLearningRate, 0.0001);
+    lr.power = hp.value(keys::kLarsOptLrDecayPolyPower, 2.0);
+    lr.warmup = hp.value(keys::kLarsOptLrWarmupEpochs, 0.0);
+    lr.decay = hp.value(keys::kLarsOptLrDecaySteps, static_cast<double>(epochs));
+  } else if (opt == "sgd") {
+    lr.base = hp.value(keys::kSgdOptBaseLearningRate, 0.1);
+    lr.end = hp.value(keys::kSgdOptEndLearningRate, 0.0001);
+    lr.power = hp.value(keys::kSgdOptLrDecayPolyPower, 2.0);
+    lr.warmup = hp.value(keys::kOptLrWarmupEpochs, 0.0);
+    lr.decay = hp.value(keys::kSgdOptLrDecaySteps, static_cast<double>(epochs));
+  } else if (opt == "lamb") {
+    // BERT: warm-up and decay in steps of the global batch, counted here in samples; decay to
+    // 0 over the training steps, from step 0 (the reference's form).
+    const double gbs = static_cast<double>(preset.global_batch);
+    lr.unit = ProgressUnit::kSamples;
+    lr.decay_from_start = true;
+    lr.base = hp.value(keys::kOptBaseLearningRate, 0.0);
+    lr.end = 0;
+    lr.power = hp.value(keys::kOptLambLrDecayPolyPower, 1.0);
+    lr.warmup = hp.value(keys::kOptLrWarmupSteps, 0.0) * gbs;
+    lr.decay = hp.value(keys::kOptLrTrainingSteps, 1.0) * gbs;
+  } else {
+    // RMSProp / Adam: warm-up in epochs, then exponential decay by opt_learning_rate_decay_factor
+    // every opt_learning_rate_decay_epochs (EfficientNet's recipe); constant without them.
+    lr.base = hp.value(keys::kOptBaseLearningRate, 0.0);
+    lr.warmup = hp.value(keys::kOptLrWarmupEpochs, 0.0);
+    lr.decay_factor = hp.value(keys::kOptLrDecayFactor, 1.0);
+    lr.decay_every = hp.value(keys::kOptLrDecayEpochs, 1.0);
+  }
+  r.cadence = evalCadenceOf(benchmark, settings, preset.global_batch);
+  r.max_epochs = cli.max_epochs > 0 ? cli.max_epochs : epochs;
+  // A samples cadence's budget: the preset's epochs of its training samples.
+  r.max_samples = static_cast<std::int64_t>(r.max_epochs) * preset.train_samples;
+  return r;
+}
+
+EvalCadence evalCadenceOf(Benchmark benchmark, const RunSettings& settings,
+                          std::int64_t globalBatch) {
+  EvalCadence c;
+  if (benchmark == Benchmark::kBertLarge) {
+    c.unit = ProgressUnit::kSamples;
+    c.every_samples = bertEvalIntervalSamples(globalBatch);
+    return c;
+  }
+  c.period = settings.eval_period;
+  c.offset = settings.eval_offset;
+  return c;
+}
+
+BenchmarkPlan makePlan(const CliOptions& cli) {
+  BenchmarkPlan plan;
+  plan.cli = cli;
+  const CliChoice choice = validateCli(cli);
+  plan.benchmark = choice.benchmark;
+  plan.division = choice.division;
+  plan.scale = choice.scale;
+  ResolvedPreset preset = resolvePreset(cli, choice);
+  plan.precision = preset.precision;
+  const ResolvedData data = resolveData(cli, choice.scale, choice.corrupt_policy);
+  const Json hp = resolveHyperparameters(choice, preset, data);
+  RunPlan& r = plan.run;
+  r.model = resolveModel(cli, choice.scale, preset, hp);
+  const ResolvedSchedule schedule =
+      resolveSchedule(choice.benchmark, cli, preset.preset, hp, preset.settings);
 
   // The results package: names checked now, folders created only after every check.
   plan.layout = {cli.results_dir, cli.org,
@@ -407,43 +522,30 @@ BenchmarkPlan makePlan(const CliOptions& cli) {
     throw Refusal(e.what());
   }
 
-  RunPlan& r = plan.run;
-  r.entry = &entry;
-  r.preset = preset;
+  r.entry = &findBenchmarkEntry(choice.benchmark);
+  r.preset = preset.preset;
+  r.settings = preset.settings;
   r.hyperparameters = hp;
   r.submission = {cli.org, plan.layout.system, toString(plan.division), "research",
                   mlperfBenchmarkName(plan.benchmark)};
-  r.model = modelRequestOf(preset, hp, plan.scale, plan.precision);
-  const bool lars = opt == "lars";
-  r.model.choice = cli.model_stand_in ? ModelChoice::kSmallCnnStandIn : ModelChoice::kReference;
-  r.model.bn_span_replicas = bnSpanReplicas;
-  r.trainer.batch = preset.micro_batch;
-  try {
-    r.trainer.mode = parseEngineMode(cli.engine);
-  } catch (const std::exception& e) {
-    throw Refusal(fmt::format("--engine {}: {}", cli.engine, e.what()));
-  }
+  r.data_dir = data.dir;
+  r.imagenet_train = data.imagenet_train;
+  r.imagenet_val = data.imagenet_val;
+  r.corrupt_policy = choice.corrupt_policy;
+  r.loader_threads = cli.loader_threads > 0 ? cli.loader_threads : cli.threads;
+  r.trainer.batch = preset.preset.micro_batch;
+  r.trainer.mode = choice.engine;
   r.trainer.checkMemory = !cli.skip_memory_check;
   r.trainer.augment.flip = r.settings.augment_flip;
   r.trainer.augment.padding = r.settings.augment_padding;
-  r.trainer.replicas = preset.replicas;
-  r.trainer.accumulation = preset.gradient_accumulation;
+  r.trainer.replicas = preset.preset.replicas;
+  r.trainer.accumulation = preset.preset.gradient_accumulation;
   r.trainer.shardOptimizerState = cli.shard_optimizer_state;
   r.trainer.threadsPerReplica = cli.threads;
-  if (lars) {
-    r.lr.base = hp.value(keys::kLarsOptBaseLearningRate, 0.1);
-    r.lr.end = hp.value(keys::kLarsOptEndLearningRate, 0.0001);
-    r.lr.power = hp.value(keys::kLarsOptLrDecayPolyPower, 2.0);
-    r.lr.warmup_epochs = hp.value(keys::kLarsOptLrWarmupEpochs, 0);
-    r.lr.decay_epochs = hp.value(keys::kLarsOptLrDecaySteps, std::max(1, preset.epochs));
-  } else {
-    r.lr.base = hp.value(keys::kSgdOptBaseLearningRate, 0.1);
-    r.lr.end = hp.value(keys::kSgdOptEndLearningRate, 0.0001);
-    r.lr.power = hp.value(keys::kSgdOptLrDecayPolyPower, 2.0);
-    r.lr.warmup_epochs = hp.value(keys::kOptLrWarmupEpochs, 0);
-    r.lr.decay_epochs = hp.value(keys::kSgdOptLrDecaySteps, std::max(1, preset.epochs));
-  }
-  r.max_epochs = cli.max_epochs > 0 ? cli.max_epochs : std::max(1, preset.epochs);
+  r.lr = schedule.lr;
+  r.cadence = schedule.cadence;
+  r.max_epochs = schedule.max_epochs;
+  r.max_samples = schedule.max_samples;
   plan.fit_check = r.trainer;
   if (plan.scale == Scale::kFull && r.trainer.mode == EngineMode::Fused) {
     r.trainer.target = Target::small(16, std::int64_t{1} << 36);
@@ -452,8 +554,14 @@ BenchmarkPlan makePlan(const CliOptions& cli) {
 
   // Distinct integer seeds, one per run (the seed checker wants them distinct in a package).
   for (int i = 0; i < cli.runs; ++i) plan.seeds.push_back(cli.seed + static_cast<std::uint64_t>(i));
-  plan.stand_in = cli.model_stand_in;
   return plan;
+}
+
+// The report pages of this plan's programs: <dir>/<benchmark>_<scale>_pod<N>_<program>.html.
+static ProgramReportSink reportSinkOf(BenchmarkPlan& plan) {
+  const std::string stem = fmt::format("{}_{}_pod{}", toString(plan.benchmark),
+                                       plan.cli.scale, plan.cli.pod_size);
+  return reportWriter(plan.cli.report_dir, stem, &plan.report_pages);
 }
 
 double preflightCompile(BenchmarkPlan& plan) {
@@ -477,13 +585,26 @@ double preflightCompile(BenchmarkPlan& plan) {
     // The programs exactly as compiled (cost::ExchangeModel::AsCompiled, the default).
     plan.modeled_step_seconds = cost::estimateStep(*train).seconds;
     plan.modeled_eval_seconds = cost::estimateStep(*eval).seconds;
+    if (!plan.cli.report_dir.empty() && plan.run.rank == 0) {  // one writer under mpirun
+      const ProgramReportSink write = reportSinkOf(plan);
+      // Priced as plan.modeled_step_seconds is (default options: the programs as compiled).
+      plan.report_train_view =
+          write("training", *train, false, plan.run.preset.name() + ": training step", {});
+      write("evaluation", *eval, false, plan.run.preset.name() + ": evaluation batch", {});
+    }
   } catch (const CompileError& e) {
+    std::string report;
+    if (!plan.cli.report_dir.empty() && plan.run.rank == 0 && e.partial()) {
+      reportSinkOf(plan)("not_fitting", *e.partial(), true,
+                         plan.run.preset.name() + ": the program that does not fit", {});
+      report = fmt::format("\nreport: {}", plan.report_pages.back().string());
+    }
     throw Refusal(
         fmt::format(
             "the configuration does not fit in IPU tile memory (micro-batch {}), so it was not "
             "run:\n"
-            "{}\n(--skip-memory-check runs it anyway on the emulator, for backend development)",
-            plan.run.trainer.batch, e.what()),
+            "{}\n(--skip-memory-check runs it anyway on the emulator, for backend development){}",
+            plan.run.trainer.batch, e.what(), report),
         kExitDoesNotFit);
   }
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -31,7 +31,6 @@ struct CliOptions {
   std::string engine = "fused";
   int threads = 2;
   bool skip_memory_check = false;
-  bool model_stand_in = false;
   bool shard_optimizer_state = false;  // replicated tensor sharding of the momentum
   std::string precision;               // fp32 | fp16 | bf16 | 16.16 | 16.32; empty: the preset's
   std::string loss_scaling;         // none | static:S | dynamic[:S[:interval]]; empty: see makePlan
@@ -41,6 +40,7 @@ struct CliOptions {
   bool json = false;                // --project-only: JSON on stdout, the text on stderr
   std::string on_corrupt_image = "fail";  // full scale: fail | skip (reported by file name)
   int loader_threads = 0;                 // full scale: JPEG decoding threads (0: --threads)
+  std::string report_dir;  // --report: the fit check's programs as report pages (empty: none)
 };
 
 // The ImageNet folders of `dataDir` for --scale full: train/ and val/ scanned (val labelled by
@@ -76,7 +76,6 @@ struct BenchmarkPlan {
   RunPlan run;
   PackageLayout layout;
   std::string model_description;
-  bool stand_in = false;
   std::vector<std::uint64_t> seeds;  // one per run, distinct
   precision::PrecisionPolicy precision;
   // What preflightCompile compiles: the run's trainer options for the target IPU with the
@@ -86,18 +85,81 @@ struct BenchmarkPlan {
   // Set by preflightCompile: the cost model's price of one run of the compiled training program
   // (one weight update of one replica, collectives included) and of one evaluation batch.
   double modeled_step_seconds = 0, modeled_eval_seconds = 0;
+  // Set by preflightCompile under --report: the report pages written, and the training
+  // program's view (the runs' pages add their curves to it).
+  std::vector<std::filesystem::path> report_pages;
+  nlohmann::json report_train_view;
 };
 
-// The model request of a preset: the optimizer constants from its MLPerf hyperparameters `hp`
-// (LARS: TensorFlow's trust coefficient), `policy`, and batch norm over model_bn_span /
-// micro-batch replicas (makePlan refuses a span that is not whole replicas).
+// makePlan in its steps, each testable alone; each throws Refusal naming what it refuses.
+
+// 1. The command line alone: names parsed, ranges checked, the benchmark implemented.
+struct CliChoice {
+  Benchmark benchmark = Benchmark::kResNet50;
+  Division division = Division::kClosed;
+  Scale scale = Scale::kMini;
+  datasets::CorruptPolicy corrupt_policy = datasets::CorruptPolicy::kFail;
+  EngineMode engine = EngineMode::Fused;
+};
+CliChoice validateCli(const CliOptions& cli);
+
+// 2. The pod preset with the user's --config applied, the run settings, and the precision
+// policy (the preset's, or --precision / --loss-scaling, which resolvePrecision writes back
+// into the preset so that the logs and the system description say what runs).
+struct ResolvedPreset {
+  PodPreset preset;
+  RunSettings settings;
+  precision::PrecisionPolicy precision;
+};
+ResolvedPreset resolvePreset(const CliOptions& cli, const CliChoice& choice);
+precision::PrecisionPolicy resolvePrecision(const CliOptions& cli, PodPreset& preset);
+
+// 3. The data set: Fashion-MNIST's files at mini scale; the ImageNet folders scanned at full.
+struct ResolvedData {
+  std::filesystem::path dir;
+  std::shared_ptr<const datasets::ImageFolderIndex> imagenet_train, imagenet_val;
+};
+ResolvedData resolveData(const CliOptions& cli, Scale scale, datasets::CorruptPolicy policy);
+
+// 4. The MLPerf hyperparameters the log will carry, checked against the division's rules and
+// the harness's rules on the run settings.
+Json resolveHyperparameters(const CliChoice& choice, const ResolvedPreset& preset,
+                            const ResolvedData& data);
+
+// 5. The model request: the optimizer of the hyperparameters (optimizerOf), the precision, batch
+// norm over model_bn_span / micro-batch replicas (refused unless whole replicas dividing the
+// pod's), and --shard-optimizer-state only for optimizers that can be sharded.
+// optimizerOf: opt_name onto ipu_backend/optimizers (sgd_opt_*, lars_opt_* with TensorFlow's
+// trust coefficient, opt_lamb_* with the reference's clipping to global norm 1, opt_rmsprop_*,
+// adam), plus a weight EMA from "ipu_weight_ema_decay" (our key).
+OptimizerOptions optimizerOf(const Json& hp);
 ModelRequest modelRequestOf(const PodPreset& preset, const Json& hp, Scale scale,
                             const precision::PrecisionPolicy& policy);
+ModelRequest resolveModel(const CliOptions& cli, Scale scale, const ResolvedPreset& preset,
+                          const Json& hp);
+
+// 6. The learning-rate schedule of the optimizer's keys (sgd / lars: polynomial decay in
+// epochs; lamb: polynomial decay in samples, warm-up and decay given in steps of the global
+// batch; rmsprop / adam: warm-up in epochs then exponential decay), the benchmark's evaluation
+// cadence (evalCadenceOf: ResNet every eval_period epochs; BERT every
+// bertEvalIntervalSamples), and the budget (--max-epochs or the preset's epochs).
+struct ResolvedSchedule {
+  LrSchedule lr;
+  EvalCadence cadence;
+  int max_epochs = 1;
+  std::int64_t max_samples = 0;
+};
+ResolvedSchedule resolveSchedule(Benchmark benchmark, const CliOptions& cli,
+                                 const PodPreset& preset, const Json& hp,
+                                 const RunSettings& settings);
+EvalCadence evalCadenceOf(Benchmark benchmark, const RunSettings& settings,
+                          std::int64_t globalBatch);
 
 // The keys --config accepts besides the preset's (run settings, see RunSettings).
 Json runSettingKeys(const PodPreset& preset);
 
-// Throws Refusal for every request that cannot run; writes nothing.
+// All of the above, then the results layout and the trainer options. Throws Refusal for every
+// request that cannot run; writes nothing.
 BenchmarkPlan makePlan(const CliOptions& cli);
 
 // Builds and compiles the model once: a CompileError (the configuration does not fit in tile

@@ -10,9 +10,8 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <limits>
 #include <memory>
-
-#include "datasets/fashion_mnist.h"
 
 namespace ipu::harness {
 namespace {
@@ -43,42 +42,16 @@ void dropFileCaches(const std::vector<fs::path>& files) {
   }
 }
 
-// A run's data, loaded after run_start. Mini: Fashion-MNIST in memory. Full: the ImageNet
-// folders, decoded and augmented on the fly (train: random-resized crop + flip; val: resize
-// 256, center crop 224).
-struct RunData {
-  datasets::ImageDataset train, eval;
-  datasets::Normalization norm;
-  std::shared_ptr<const datasets::Source> trainSource, evalSource;
-  std::int64_t trainCount = 0, evalCount = 0;
-};
-
-RunData loadRunData(const RunPlan& plan) {
-  RunData d;
-  if (plan.imagenet_train) {
-    datasets::ImageFolderOptions train;
-    train.transform = datasets::ImageTransform::kTrain;
-    datasets::ImageFolderOptions eval;
-    eval.transform = datasets::ImageTransform::kEval;
-    d.trainSource = std::make_shared<datasets::ImageFolderSource>(*plan.imagenet_train, train);
-    d.evalSource = std::make_shared<datasets::ImageFolderSource>(*plan.imagenet_val, eval);
-    d.trainCount = d.trainSource->size();
-    d.evalCount = d.evalSource->size();
-    return d;
-  }
-  d.train = datasets::loadFashionMnist(plan.data_dir, datasets::Split::kTrain);
-  d.eval = datasets::loadFashionMnist(plan.data_dir, datasets::Split::kTest);
-  d.norm = datasets::Normalization::fashionMnist();
-  d.trainCount = plan.settings.train_samples > 0
-                     ? std::min(plan.settings.train_samples, d.train.count)
-                     : d.train.count;
-  d.evalCount = plan.settings.eval_samples > 0 ? std::min(plan.settings.eval_samples, d.eval.count)
-                                               : d.eval.count;
-  return d;
+// MLPerf's epoch_num fields are ints; a samples cadence counts samples in them.
+int epochNum(std::int64_t n) {
+  if (n < 0 || n > std::numeric_limits<int>::max())
+    throw std::out_of_range(fmt::format("epoch_num {} does not fit the log's int field", n));
+  return static_cast<int>(n);
 }
 
 // Tracks which intervals are open so that any exit closes them in order and ends the log with
-// run_stop (the checker requires init_stop, run_start and run_stop exactly once).
+// run_stop (the checker requires init_stop, run_start and run_stop exactly once). Numbers are
+// epochs, or samples under a samples cadence.
 class LogState {
  public:
   explicit LogState(MlLogger& log) : log_(log) {}
@@ -92,15 +65,15 @@ class LogState {
   }
   // The run's first block: an abort before it started (during the compile, the weight init or
   // the data load) still opens and closes it, as the checker requires at least one block.
-  void setFirstBlock(const EpochBlock& b) { first_block_ = b; }
-  void blockStart(const EpochBlock& b) {
-    logBlockStart(log_, b.first_epoch, b.epoch_count);
-    block_ = b.first_epoch;
-    any_block_ = true;
+  void setFirstBlock(const TrainBlock& b) { first_block_ = b; }
+  void blockStart(const TrainBlock& b) {
+    logBlockStart(log_, epochNum(b.first), epochNum(b.count));
+    block_ = epochNum(b.first);
+    block_open_ = any_block_ = true;
   }
   void blockStop() {
     logBlockStop(log_, block_);
-    block_ = 0;
+    block_open_ = false;
   }
   void epochStart(int e) {
     logEpochStart(log_, e);
@@ -111,15 +84,17 @@ class LogState {
     logEpochStop(log_, epoch_);
     epoch_ = 0;
   }
+  // Samples cadence: the samples trained so far (run_stop's epoch_num).
+  void samplesTrained(std::int64_t n) { last_epoch_ = epochNum(n); }
   // `reason` (aborted runs): logged under kAbortReasonKey just before run_stop. The checker
   // skips keys it does not know, so the log says why without breaking compliance.
   void runStop(bool success, const std::string& reason = "") {
     if (!init_stopped_) initStop();
     if (!run_started_) runStart();
     if (!any_block_) blockStart(first_block_);
-    if (eval_ != 0) evalStop();
+    if (eval_open_) evalStop();
     if (epoch_ != 0) epochStop();
-    if (block_ != 0) blockStop();
+    if (block_open_) blockStop();
     if (pending_eval_samples_ >= 0) evalSamples(pending_eval_samples_, last_epoch_);
     if (!success && !reason.empty()) log_.event(kAbortReasonKey, reason);
     logRunStop(log_, success, last_epoch_);
@@ -145,48 +120,36 @@ class LogState {
   void evalStart(int epoch) {
     logEvalStart(log_, epoch);
     eval_ = epoch;
+    eval_open_ = true;
   }
   void evalStop() {
     logEvalStop(log_, eval_);
-    eval_ = 0;
+    eval_open_ = false;
   }
 
  private:
   MlLogger& log_;
   bool init_stopped_ = false, run_started_ = false, any_block_ = false;
-  EpochBlock first_block_;
+  bool block_open_ = false, eval_open_ = false;
+  TrainBlock first_block_;
   int block_ = 0, epoch_ = 0, last_epoch_ = 0, eval_ = 0;
   std::int64_t pending_eval_samples_ = -1, eval_samples_ = -1;
 };
 
 }  // namespace
 
-double LrSchedule::at(std::int64_t step, std::int64_t stepsPerEpoch) const {
-  const double warmup = static_cast<double>(warmup_epochs) * static_cast<double>(stepsPerEpoch);
-  const double decay = static_cast<double>(decay_epochs) * static_cast<double>(stepsPerEpoch);
-  const double s = static_cast<double>(step);
-  if (s < warmup) return base * (s + 1) / warmup;
-  const double span = std::max(1.0, decay - warmup);
-  const double p = std::clamp((s - warmup) / span, 0.0, 1.0);
-  return (base - end) * std::pow(1.0 - p, power) + end;
-}
-
-std::vector<EpochBlock> evalBlocks(int totalEpochs, int period, int offset) {
-  if (period == 4) return resnetEvalBlocks(totalEpochs, offset);
-  if (totalEpochs < 1 || period < 1 || offset < 0) {
-    throw std::invalid_argument(
-        fmt::format("evalBlocks: need totalEpochs >= 1, period >= 1, offset >= 0, got {}, {}, {}",
-                    totalEpochs, period, offset));
-  }
-  std::vector<EpochBlock> blocks;
-  int first = 1;
-  for (int e = 1; e <= totalEpochs; ++e) {
-    if (e % period == offset % period || e == totalEpochs) {
-      blocks.push_back({first, e - first + 1});
-      first = e + 1;
-    }
-  }
-  return blocks;
+DataRequest dataRequestOf(const RunPlan& plan, std::uint64_t seed) {
+  DataRequest r;
+  r.data_dir = plan.data_dir;
+  r.imagenet_train = plan.imagenet_train;
+  r.imagenet_val = plan.imagenet_val;
+  r.train_samples = plan.settings.train_samples;
+  r.eval_samples = plan.settings.eval_samples;
+  r.seed = seed;
+  r.loader_threads = plan.loader_threads;
+  r.corrupt_policy = plan.corrupt_policy;
+  r.augment = plan.trainer.augment;
+  return r;
 }
 
 std::vector<fs::path> fashionMnistFiles(const fs::path& dir, std::string* missing) {
@@ -287,8 +250,9 @@ RunOutcome executeRun(const RunPlan& plan, const fs::path& logPath, int runIndex
 
   const auto initT0 = std::chrono::steady_clock::now();
   try {
-    const std::vector<EpochBlock> blocks =
-        evalBlocks(plan.max_epochs, plan.settings.eval_period, plan.settings.eval_offset);
+    const bool bySamples = plan.cadence.unit == ProgressUnit::kSamples;
+    const std::vector<TrainBlock> blocks =
+        plan.cadence.blocks(bySamples ? plan.max_samples : plan.max_epochs);
     state.setFirstBlock(blocks.front());
     if (plan.imagenet_train) {
       std::vector<fs::path> files;
@@ -328,7 +292,7 @@ RunOutcome executeRun(const RunPlan& plan, const fs::path& logPath, int runIndex
     const ModelInstance model = plan.entry->build(plan.model);
     TrainerOptions to = plan.trainer;
     to.seed = seed;
-    ClassifierTrainer trainer(model.train, model.eval, to);
+    Trainer trainer(model.train, model.eval, to);
     if (stopSignal.load() != 0) throw Interrupted{};
     trainer.initialise(model.init(seed));
     logWeightsInitialization(log, model.weight_tensor_names);
@@ -339,74 +303,100 @@ RunOutcome executeRun(const RunPlan& plan, const fs::path& logPath, int runIndex
 
     state.runStart();
     out.run_start_ms = *lastMs;
+    const auto runT0 = std::chrono::steady_clock::now();
+    const auto sinceRunStart = [&] {
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - runT0).count();
+    };
     // The clock runs from here: reading the data set is part of the time to train.
-    RunData data = loadRunData(plan);
+    const std::unique_ptr<TaskData> data = plan.entry->data(dataRequestOf(plan, seed));
+    const std::unique_ptr<Metric> metric = data->metric();
     if (stopSignal.load() != 0) throw Interrupted{};
     // Samples per step over every replica (and process): R x A x micro-batch.
     const std::int64_t batch = trainer.globalBatch();
-    const std::int64_t stepsPerEpoch = data.trainCount / batch;
+    const BatchGeometry geometry = trainer.geometry();
+    const std::int64_t stepsPerEpoch = data->trainSamples() / batch;
     if (stepsPerEpoch < 1) {
       throw std::invalid_argument(
           fmt::format("{} training samples per epoch is less than one global batch of {}",
-                      data.trainCount, batch));
+                      data->trainSamples(), batch));
     }
     ps.steps_per_epoch = stepsPerEpoch;
-    const std::int64_t totalSteps = stepsPerEpoch * plan.max_epochs;
+    const StepClock clock{stepsPerEpoch, batch};
+    const std::int64_t totalSteps =
+        bySamples ? (plan.max_samples + batch - 1) / batch : stepsPerEpoch * plan.max_epochs;
+    const auto lr = [&](std::int64_t step) { return static_cast<float>(plan.lr.at(step, clock)); };
 
-    const auto lr = [&](std::int64_t step) {
-      return static_cast<float>(plan.lr.at(step, stepsPerEpoch));
+    // Trains from `source` (`steps` steps, 0: until it runs dry), with the progress line and
+    // the divergence and SIGINT checks after every step; then logs what the epoch (or block)
+    // reported: corrupt images replaced, the loss scale.
+    const auto trainFrom = [&](BatchSource& source, std::int64_t steps, int epochNumber) {
+      const std::int64_t firstStep = trainer.stepsDone();
+      const auto t0 = std::chrono::steady_clock::now();
+      const auto onStep = [&](std::int64_t step, float loss) {
+        out.train_steps = trainer.stepsDone();
+        if (!std::isfinite(loss)) throw Diverged{step, loss};
+        if (stopSignal.load() != 0) throw Interrupted{};
+        const double secs =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const std::int64_t done = step - firstStep;
+        ps.step = bySamples ? step : done;
+        ps.loss = loss;
+        out.curve.losses.push_back({trainer.stepsDone() * batch, sinceRunStart(), loss});
+        ps.images_per_second = secs > 0 ? static_cast<double>(done * batch) / secs : 0;
+        ps.eta_seconds =
+            ps.images_per_second > 0
+                ? static_cast<double>((totalSteps - step) * batch) / ps.images_per_second
+                : -1;
+        progress.update(ps);
+      };
+      const EpochStats st = trainer.train(source, steps, lr, onStep);
+      if (!st.corruptFiles.empty()) {
+        // --on-corrupt-image skip: each replaced by the next image of the epoch, and named.
+        log.event("ipu_corrupt_images_skipped", static_cast<std::int64_t>(st.corruptFiles.size()),
+                  Json{{"epoch_num", epochNumber}, {"files", st.corruptFiles}});
+        if (plan.rank == 0)
+          fmt::print(stderr, "epoch {}: {} corrupt image(s) skipped, first: {}\n", epochNumber,
+                     st.corruptFiles.size(), st.corruptFiles.front());
+      }
+      if (trainer.lossScaler().config().mode != precision::LossScalingMode::None) {
+        // Per epoch: the scale now in use, and the steps skipped / overflows so far.
+        const precision::LossScaler& ls = trainer.lossScaler();
+        Json md{{"epoch_num", epochNumber}};
+        log.event("ipu_loss_scale", ls.scale(), md);
+        log.event("ipu_skipped_steps", ls.skippedSteps(), md);
+        log.event("ipu_overflow_events", ls.overflowEvents(), md);
+      }
     };
+    // A samples cadence trains the task's epochs as one stream (epoch k + 1 after k runs dry).
+    ConcatenatedSource stream([&](int k) {
+      out.epochs = k + 1;
+      ps.epoch = k + 1;
+      return data->trainEpoch(k + 1, geometry);
+    });
+
     bool reached = false;
-    for (const EpochBlock& block : blocks) {
+    for (const TrainBlock& block : blocks) {
       state.blockStart(block);
-      for (int e = block.first_epoch; e <= block.last_epoch(); ++e) {
-        state.epochStart(e);
-        out.epochs = e;
-        ps.epoch = e;
-        ps.phase = "train";
-        const std::int64_t firstStep = trainer.stepsDone();
-        const auto epochT0 = std::chrono::steady_clock::now();
-        const auto onStep = [&](std::int64_t step, float loss) {
-          out.train_steps = trainer.stepsDone();
-          if (!std::isfinite(loss)) throw Diverged{step, loss};
-          if (stopSignal.load() != 0) throw Interrupted{};
-          const double secs =
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - epochT0).count();
-          const std::int64_t inEpoch = step - firstStep;
-          ps.step = inEpoch;
-          ps.loss = loss;
-          ps.images_per_second = secs > 0 ? static_cast<double>(inEpoch * batch) / secs : 0;
-          ps.eta_seconds =
-              ps.images_per_second > 0
-                  ? static_cast<double>((totalSteps - step) * batch) / ps.images_per_second
-                  : -1;
-          progress.update(ps);
-        };
-        const EpochStats st =
-            data.trainSource
-                ? trainer.trainEpoch(data.trainSource, e, lr, data.trainCount, onStep,
-                                     plan.loader_threads, plan.corrupt_policy)
-                : trainer.trainEpoch(data.train, data.norm, e, lr, data.trainCount, onStep);
-        if (!st.corruptFiles.empty()) {
-          // --on-corrupt-image skip: each replaced by the next image of the epoch, and named.
-          log.event("ipu_corrupt_images_skipped", static_cast<std::int64_t>(st.corruptFiles.size()),
-                    Json{{"epoch_num", e}, {"files", st.corruptFiles}});
-          if (plan.rank == 0)
-            fmt::print(stderr, "epoch {}: {} corrupt image(s) skipped, first: {}\n", e,
-                       st.corruptFiles.size(), st.corruptFiles.front());
+      ps.phase = "train";
+      if (bySamples) {
+        // Whole steps until the block's samples are trained.
+        const std::int64_t endStep = (block.last() + 1 + batch - 1) / batch;
+        trainFrom(stream, endStep - trainer.stepsDone(), out.epochs);
+        state.samplesTrained(trainer.stepsDone() * batch);
+      } else {
+        for (int e = static_cast<int>(block.first); e <= block.last(); ++e) {
+          state.epochStart(e);
+          out.epochs = e;
+          ps.epoch = e;
+          ps.phase = "train";
+          const std::unique_ptr<BatchSource> epoch = data->trainEpoch(e, geometry);
+          trainFrom(*epoch, 0, e);
+          state.epochStop();
         }
-        if (trainer.lossScaler().config().mode != precision::LossScalingMode::None) {
-          // Per epoch: the scale now in use, and the steps skipped / overflows so far.
-          const precision::LossScaler& ls = trainer.lossScaler();
-          Json md{{"epoch_num", e}};
-          log.event("ipu_loss_scale", ls.scale(), md);
-          log.event("ipu_skipped_steps", ls.skippedSteps(), md);
-          log.event("ipu_overflow_events", ls.overflowEvents(), md);
-        }
-        state.epochStop();
       }
       state.blockStop();
-      const int epoch = block.last_epoch();
+      // The evaluation's epoch_num: the epoch that ends the block, or the samples trained.
+      const int epoch = bySamples ? state.lastEpoch() : static_cast<int>(block.last());
       ps.phase = "eval";
       progress.update(ps, true);
       state.evalStart(epoch);
@@ -414,48 +404,42 @@ RunOutcome executeRun(const RunPlan& plan, const fs::path& logPath, int runIndex
       const auto onBatch = [&] {
         if (stopSignal.load() != 0) throw Interrupted{};
       };
-      std::int64_t correct = 0, scored = data.evalCount;
-      if (data.evalSource) {
-        const std::string context = fmt::format("evaluation after epoch {}", epoch);
-        const ClassifierTrainer::Accuracy acc =
-            trainer.evaluate(data.evalSource, data.evalCount, plan.loader_threads, onBatch,
-                             plan.corrupt_policy, context);
-        correct = acc.correct;
-        scored = acc.samples;
-        if (state.evalSamplesDeferred()) state.evalSamples(scored, epoch);
-        if (acc.skipped > 0) {
-          // --on-corrupt-image skip: not scored, nothing in their place; counted and named.
-          log.event("ipu_corrupt_eval_images_skipped", acc.skipped,
-                    Json{{"epoch_num", epoch}, {"files", acc.skippedFiles}});
-          if (plan.rank == 0)
-            fmt::print(stderr,
-                       "{}: {} of {} validation image(s) corrupt, skipped and not scored (the "
-                       "accuracy is over the other {}), first: {}\n",
-                       context, acc.skipped, acc.skipped + acc.samples, acc.samples,
-                       acc.skippedFiles.front());
-          const std::int64_t total = acc.skipped + acc.samples;
-          const double limit = plan.settings.max_corrupt_eval_fraction;
-          if (static_cast<double>(acc.skipped) > limit * static_cast<double>(total)) {
-            throw std::runtime_error(fmt::format(
-                "{}: {} of {} validation images are corrupt ({:.3g}%), more than the limit of "
-                "{:.3g}% (max_corrupt_eval_fraction): an accuracy over the rest would not be "
-                "comparable. First: {}. Replace or remove the files (the log names them all), "
-                "or raise max_corrupt_eval_fraction with --config",
-                context, acc.skipped, total, 100.0 * static_cast<double>(acc.skipped) / total,
-                100.0 * limit, acc.skippedFiles.front()));
-          }
+      const std::string context =
+          fmt::format("evaluation after {} {}", bySamples ? "sample" : "epoch", epoch);
+      const std::unique_ptr<EvalSource> source = data->evaluation(plan.trainer.batch, context);
+      const EvalResult r = trainer.evaluate(*source, *metric, onBatch);
+      const std::int64_t scored = r.rows;
+      if (state.evalSamplesDeferred()) state.evalSamples(scored, epoch);
+      if (r.skipped > 0) {
+        // --on-corrupt-image skip: not scored, nothing in their place; counted and named.
+        log.event("ipu_corrupt_eval_images_skipped", r.skipped,
+                  Json{{"epoch_num", epoch}, {"files", r.skippedFiles}});
+        if (plan.rank == 0)
+          fmt::print(stderr,
+                     "{}: {} of {} validation image(s) corrupt, skipped and not scored (the "
+                     "accuracy is over the other {}), first: {}\n",
+                     context, r.skipped, r.skipped + scored, scored, r.skippedFiles.front());
+        const std::int64_t total = r.skipped + scored;
+        const double limit = plan.settings.max_corrupt_eval_fraction;
+        if (static_cast<double>(r.skipped) > limit * static_cast<double>(total)) {
+          throw std::runtime_error(fmt::format(
+              "{}: {} of {} validation images are corrupt ({:.3g}%), more than the limit of "
+              "{:.3g}% (max_corrupt_eval_fraction): an accuracy over the rest would not be "
+              "comparable. First: {}. Replace or remove the files (the log names them all), "
+              "or raise max_corrupt_eval_fraction with --config",
+              context, r.skipped, total, 100.0 * static_cast<double>(r.skipped) / total,
+              100.0 * limit, r.skippedFiles.front()));
         }
-      } else {
-        correct = std::llround(trainer.evaluate(data.eval, data.norm, data.evalCount, onBatch) *
-                               static_cast<double>(data.evalCount));
       }
       out.eval_runs = trainer.evalRunsDone();
-      if (scored <= 0) throw std::runtime_error("the evaluation scored no image");
-      const double accuracy = static_cast<double>(correct) / static_cast<double>(scored);
+      if (r.metric.denominator <= 0) throw std::runtime_error("the evaluation scored no sample");
+      const double accuracy = r.metric.value();
       state.evalStop();
       logEvalAccuracy(log, accuracy, epoch);
       out.accuracy = accuracy;
       ps.last_accuracy = accuracy;
+      out.curve.evals.push_back({trainer.stepsDone() * batch, sinceRunStart(), accuracy,
+                                 trainer.stepsDone(), trainer.evalRunsDone()});
       if (accuracy >= plan.settings.target_accuracy) {
         reached = true;
         break;
@@ -463,8 +447,10 @@ RunOutcome executeRun(const RunPlan& plan, const fs::path& logPath, int runIndex
     }
     out.status = reached ? RunStatus::kSuccess : RunStatus::kTargetNotReached;
     if (!reached) {
-      out.message = fmt::format("the target accuracy {} was not reached in {} epoch(s)",
-                                plan.settings.target_accuracy, plan.max_epochs);
+      out.message = bySamples ? fmt::format("the target accuracy {} was not reached in {} samples",
+                                            plan.settings.target_accuracy, plan.max_samples)
+                              : fmt::format("the target accuracy {} was not reached in {} epoch(s)",
+                                            plan.settings.target_accuracy, plan.max_epochs);
     }
     log.event("ipu_weights_crc32", variablesCrc32(trainer.trainEngine()),
               Json{{"epoch_num", out.epochs}, {"train_steps", out.train_steps}});

@@ -5,6 +5,12 @@
 //   { block_start, { epoch_start, steps, epoch_stop }..., block_stop, eval_start, eval_stop,
 //     eval_accuracy }..., run_stop {success | aborted}
 //
+// under an epoch cadence (ResNet-50). Under a samples cadence (BERT) a block is a number of
+// samples trained from the task's epochs as one stream, without epoch_start/stop, and every
+// epoch_num (block_start's first_epoch_num and epoch_count, eval_*, run_stop) counts samples.
+// The model, data and metric are the benchmark's (BenchmarkEntry::build and ::data): the loop
+// knows a training task, not a classifier.
+//
 // run_stop is "success" as soon as eval_accuracy reaches the target, "aborted" when the epoch
 // budget is spent, training diverges (a NaN/Inf loss), SIGINT/SIGTERM arrives, or anything
 // throws (e.g. more corrupt validation images than max_corrupt_eval_fraction allows). Every
@@ -24,10 +30,12 @@
 #include "datasets/error.h"
 #include "datasets/image_folder.h"
 #include "harness/benchmark_registry.h"
-#include "harness/classifier_trainer.h"
 #include "harness/mlperf_events.h"
 #include "harness/pod_presets.h"
 #include "harness/progress.h"
+#include "harness/schedule.h"
+#include "harness/task.h"
+#include "harness/trainer.h"
 
 namespace ipu::harness {
 
@@ -40,18 +48,11 @@ struct RunSettings {
   int augment_padding = 0;         // "mini_augment_padding": random translation, in pixels
   int eval_period = 4;             // "eval_period": epochs between evaluations (closed: 4)
   int eval_offset = 0;             // "eval_offset": evaluate epoch e when e % period == offset
+  // (makePlan turns the two into the run's EvalCadence.)
   // "max_corrupt_eval_fraction" (--on-corrupt-image skip): the share of the validation images
   // that may be corrupt (skipped, not scored) before the run is aborted. 0.001: 50 of
   // ImageNet's 50,000; the accuracy is over the images scored, and the log names the others.
   double max_corrupt_eval_fraction = 0.001;
-};
-
-// SGD with warmup and polynomial decay, as the sgd_opt_* keys describe (in epochs).
-struct LrSchedule {
-  double base = 0.1, end = 0.0001, power = 2;
-  int warmup_epochs = 0, decay_epochs = 1;
-  // Learning rate of global step `step` (from 0) with `stepsPerEpoch` steps an epoch.
-  double at(std::int64_t step, std::int64_t stepsPerEpoch) const;
 };
 
 // Everything a run needs; built once by run_benchmark after every check passed.
@@ -63,6 +64,7 @@ struct RunPlan {
   ModelRequest model;
   TrainerOptions trainer;  // batch, engine mode, memory check (the seed is set per run)
   LrSchedule lr;
+  EvalCadence cadence;
   RunSettings settings;
   std::filesystem::path data_dir;
   // Full scale: the ImageNet train/ and val/ folders as makePlan scanned them (val labelled by
@@ -70,13 +72,13 @@ struct RunPlan {
   std::shared_ptr<const datasets::ImageFolderIndex> imagenet_train, imagenet_val;
   datasets::CorruptPolicy corrupt_policy = datasets::CorruptPolicy::kFail;
   int loader_threads = 2;
-  int max_epochs = 1;  // the epoch budget
-  int rank = 0;        // MPI rank (mpirun): only rank 0 writes the log
+  int max_epochs = 1;            // the budget of an epoch cadence
+  std::int64_t max_samples = 0;  // the budget of a samples cadence
+  int rank = 0;                  // MPI rank (mpirun): only rank 0 writes the log
 };
 
-// Training blocks ending at the evaluation epochs: resnetEvalBlocks for period 4; for other
-// periods (open division) the same rule with e % period == offset % period.
-std::vector<EpochBlock> evalBlocks(int totalEpochs, int period, int offset);
+// What the run's TaskData is made from (the run's seed; the plan's data, threads and policy).
+DataRequest dataRequestOf(const RunPlan& plan, std::uint64_t seed);
 
 // The Fashion-MNIST files of `dir` (the .gz preferred, as loadFashionMnist does); empty when one
 // is missing, with `missing` naming it.
@@ -91,10 +93,28 @@ enum class RunStatus { kSuccess, kTargetNotReached, kDiverged, kInterrupted, kFa
 const char* toString(RunStatus status);
 const char* signalName(int sig);  // SIGINT, SIGTERM
 
+// What a run's report page draws: the training loss after every step and each evaluation, with
+// the host time since run_start and the program runs done (the cost model prices those).
+struct RunCurve {
+  struct Loss {
+    std::int64_t samples = 0;
+    double seconds = 0;
+    float loss = 0;
+  };
+  struct Eval {
+    std::int64_t samples = 0;
+    double seconds = 0;
+    double accuracy = 0;
+    std::int64_t train_steps = 0, eval_runs = 0;
+  };
+  std::vector<Loss> losses;
+  std::vector<Eval> evals;
+};
+
 struct RunOutcome {
   RunStatus status = RunStatus::kFailed;
   std::uint64_t seed = 0;
-  int epochs = 0;                  // epochs trained (the last may be partial when aborted)
+  int epochs = 0;                  // epochs trained or begun (the last may be partial when aborted)
   std::optional<double> accuracy;  // last eval_accuracy
   std::int64_t run_start_ms = 0, run_stop_ms = 0;  // as logged
   double init_seconds = 0;
@@ -103,6 +123,7 @@ struct RunOutcome {
   std::string message;           // why it aborted
   std::filesystem::path log;
   bool log_complete = true;  // false: the log could not be written to its end (full disk)
+  RunCurve curve;
   bool success() const { return status == RunStatus::kSuccess; }
   double minutes() const { return static_cast<double>(run_stop_ms - run_start_ms) / 60000.0; }
 };

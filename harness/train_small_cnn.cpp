@@ -8,8 +8,9 @@
 #include <fstream>
 
 #include "datasets/fashion_mnist.h"
-#include "harness/classifier_trainer.h"
+#include "harness/image_task.h"
 #include "ipu_backend/kernels/fused.h"
+#include "models/small_cnn/small_cnn.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Train a small CNN on Fashion-MNIST through the emulated IPU backend"};
@@ -34,7 +35,7 @@ int main(int argc, char** argv) {
     ipu::kernels::fused::setNumThreads(threads);
     auto train = datasets::loadFashionMnist(dataDir, datasets::Split::kTrain);
     auto test = datasets::loadFashionMnist(dataDir, datasets::Split::kTest);
-    models::SmallCnnConfig cfg;
+    ipu::models::SmallCnnConfig cfg;
     ipu::SgdOptions sgd;
     sgd.momentum = 0.9;
     sgd.weightDecay = 5e-4;
@@ -42,8 +43,8 @@ int main(int argc, char** argv) {
     opts.batch = batch;
     opts.mode = ipu::parseEngineMode(engine);
     opts.seed = seed;
-    ipu::harness::ClassifierTrainer trainer(models::buildSmallCnnTraining(cfg, batch, sgd),
-                                            models::buildSmallCnnInference(cfg, batch), opts);
+    ipu::harness::Trainer trainer(ipu::models::buildSmallCnnTraining(cfg, batch, sgd),
+                                  ipu::models::buildSmallCnnInference(cfg, batch), opts);
     const auto& rep = trainer.trainExecutable().report();
     fmt::print(
         "compiled for {}: {} compute sets, {} vertices, max tile memory {} B of {} B, "
@@ -55,7 +56,7 @@ int main(int argc, char** argv) {
       std::ofstream(reportPath) << rep.dump(2) << "\n";
       fmt::print("compile report written to {}\n", reportPath);
     }
-    trainer.initialise(models::initSmallCnn(trainer.trainExecutable().graph, seed));
+    trainer.initialise(ipu::models::initSmallCnn(trainer.trainExecutable().graph, seed));
     std::int64_t perEpoch =
         (trainSubset > 0 ? std::min<std::int64_t>(trainSubset, train.count) : train.count) / batch;
     std::int64_t total = perEpoch * epochs;
@@ -66,9 +67,9 @@ int main(int argc, char** argv) {
     auto norm = datasets::Normalization::fashionMnist();
     double seconds = 0;
     for (int e = 1; e <= epochs; ++e) {
-      auto st = trainer.trainEpoch(train, norm, e, schedule, trainSubset);
+      auto st = trainImageEpoch(trainer, train, norm, e, schedule, trainSubset);
       seconds += st.seconds;
-      double acc = trainer.evaluate(test, norm);
+      double acc = evaluateImageTopOne(trainer, test, norm);
       fmt::print("epoch {}: loss {:.4f}  test accuracy {:.4f}  {:.1f} s ({:.0f} images/s)\n", e,
                  st.meanLoss, acc, st.seconds, static_cast<double>(st.samples) / st.seconds);
       if (!st.finite) {

@@ -274,6 +274,32 @@ def render_markdown(res, show_runs=False):
 
 
 # --------------------------------------------------------------------------- plots
+def label_offsets(points, close=1.08, step=9):
+    """Vertical offsets (in points) for value labels at (x, y) on a log-y axis: labels at the
+    same x whose values are within a factor `close` of the one below are stacked `step`
+    points apart, so nearly equal times do not print over each other."""
+    offsets = [4] * len(points)
+    by_x = {}
+    for i, (x, y) in enumerate(points):
+        by_x.setdefault(x, []).append(i)
+    for idx in by_x.values():
+        idx.sort(key=lambda i: points[i][1])
+        for prev, cur in zip(idx, idx[1:]):
+            if points[cur][1] <= points[prev][1] * close:
+                offsets[cur] = offsets[prev] + step
+    return offsets
+
+
+def evaluated_after_training(curve, share=0.02):
+    """True when a run's evaluations (3 or more) were all logged within `share` of its time
+    span: a submitter that scored every checkpoint after training, whose accuracy-vs-time
+    curve is a vertical line that says nothing about when the accuracy was reached."""
+    ts = [p["time_min"] for p in curve if p.get("time_min") is not None]
+    if len(ts) < 3 or ts[-1] <= 0:
+        return False
+    return max(ts) - min(ts) <= share * max(ts)
+
+
 def make_plots(res, out_dir):
     import matplotlib
     matplotlib.use("Agg")
@@ -292,14 +318,16 @@ def make_plots(res, out_dir):
             for s in scores:
                 if s["benchmark"] == b:
                     fams.setdefault(f'{s["org"]}/{s["family"]}', []).append(s)
+            labels = []
             for fam, ss in sorted(fams.items()):
                 ss.sort(key=lambda s: s["pod_size"])
                 xs = [s["pod_size"] for s in ss]
                 ys = [s["score_min"] for s in ss]
-                ax.plot(xs, ys, marker="o", label=fam)
-                for x, y in zip(xs, ys):
-                    ax.annotate(f"{y:.2f}", (x, y), textcoords="offset points",
-                                xytext=(4, 4), fontsize=7)
+                line, = ax.plot(xs, ys, marker="o", label=fam)
+                labels += [(x, y, line.get_color()) for x, y in zip(xs, ys)]
+            for (x, y, c), dy in zip(labels, label_offsets([(x, y) for x, y, _ in labels])):
+                ax.annotate(f"{y:.2f}", (x, y), textcoords="offset points",
+                            xytext=(4, dy), fontsize=7, color=c)
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
             ax.set_xlabel("pod size / accelerators")
@@ -367,7 +395,7 @@ def make_plots(res, out_dir):
             colour = {s: cmap(k % cmap.N) for k, s in enumerate(systems)}
             unit = mr.PROGRESS_UNIT.get(b, "epochs")
             left, right = axes[i]
-            seen_l, seen_r, no_progress = set(), set(), set()
+            seen_l, seen_r, no_progress, after = set(), set(), set(), set()
             for r in br:
                 key = f'{r["org"]}/{r["system"]}'
                 pts = r["eval_curve"]
@@ -380,6 +408,8 @@ def make_plots(res, out_dir):
                 else:
                     no_progress.add(key)
                 ts = [p["time_min"] for p in pts]
+                if evaluated_after_training(pts):
+                    after.add(key)
                 if all(t is not None for t in ts):
                     right.plot(ts, ys, lw=0.8, marker=".", ms=3, color=colour[key],
                                label=None if key in seen_r else key, alpha=0.8)
@@ -399,7 +429,11 @@ def make_plots(res, out_dir):
                     sorted(no_progress)) + ")"
             left.set_title(title, fontsize=9)
             left.set_xlabel(unit)
-            right.set_title(f"{b}: accuracy vs time since run_start", fontsize=9)
+            rtitle = f"{b}: accuracy vs time since run_start"
+            if after:
+                rtitle += ("\n(every evaluation logged after training, so the time axis says "
+                           "nothing of progress: " + ", ".join(sorted(after)) + ")")
+            right.set_title(rtitle, fontsize=9)
             right.set_xlabel("minutes")
         fig.tight_layout()
         p = os.path.join(out_dir, "accuracy_curves.png")
@@ -469,7 +503,7 @@ def make_plots(res, out_dir):
 
 # --------------------------------------------------------------------------- driver
 def analyse(package_dirs, vs_pairs=(), projection_files=()):
-    packages = [mr.load_package(d) for d in package_dirs]
+    packages = mr.load_packages(package_dirs)
     scores = mr.score_packages(packages)
     projections = projection_rows(load_projections(projection_files), scores)
     runs_full = []

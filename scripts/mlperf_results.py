@@ -411,8 +411,18 @@ def load_system(org_dir: str | None, org: str, system: str, issues: list[Issue])
                       description=desc)
 
 
-def load_package(root: str) -> Package:
-    """Loads every result_*.txt below `root` (an org folder, a folder of orgs, ...)."""
+def load_packages(roots: Iterable[str]) -> list[Package]:
+    """load_package of each root, every result file read once: a folder given together with
+    one of its children (or a file reached through a symlink) is not counted twice, and the
+    later root says which files it left to the earlier one."""
+    seen: dict[str, str] = {}
+    return [load_package(r, seen) for r in roots]
+
+
+def load_package(root: str, seen: dict[str, str] | None = None) -> Package:
+    """Loads every result_*.txt below `root` (an org folder, a folder of orgs, ...).
+    `seen` maps the real path of each file already loaded to the root that loaded it; such
+    files are skipped (and recorded in it)."""
     pkg = Package(root=root)
     if not os.path.isdir(root):
         pkg.issues.append(Issue(root, "package folder does not exist"))
@@ -422,7 +432,14 @@ def load_package(root: str) -> Package:
     if not files:
         pkg.issues.append(Issue(root, "no result_*.txt files found (empty package?)"))
         return pkg
+    seen = {} if seen is None else seen
+    repeated: dict[str, int] = {}
     for path in files:
+        real = os.path.realpath(path)
+        if real in seen:
+            repeated[seen[real]] = repeated.get(seen[real], 0) + 1
+            continue
+        seen[real] = root
         org, system, bench_dir, org_dir = _locate(path)
         if (org, system) not in pkg.systems:
             pkg.systems[(org, system)] = load_system(org_dir, org, system, pkg.issues)
@@ -446,6 +463,9 @@ def load_package(root: str) -> Package:
         if info.division is None:
             info.division = run.division
         pkg.runs.append(run)
+    for first, n in repeated.items():
+        pkg.issues.append(Issue(root, f"{n} result file(s) already read under {first}: "
+                                      f"counted once", "warning"))
     return pkg
 
 
@@ -470,6 +490,7 @@ class Score:
     modeled_score_min: float | None = None
     accelerator: str | None = None
     family: str = ""
+    scaling_factor: float = 1.0  # from the benchmark folder's scaling.json (review decision)
 
     def as_row(self) -> dict:
         return dataclasses.asdict(self)
@@ -521,6 +542,37 @@ def score_runs(runs: list[Run], benchmark: str) -> tuple[float | None, bool, str
     return score, valid, "; ".join(reasons), len(failed)
 
 
+def scaling_factor(runs: list[Run]) -> tuple[float, list[Issue]]:
+    """The factor of a result's scaling.json, as the official result_summarizer applies it: the
+    review committee may scale a score; the file sits in the benchmark folder beside the
+    result files and holds {"scaling_factor": F}. 1.0 without one."""
+    factors: dict[str, float] = {}
+    issues: list[Issue] = []
+    for folder in sorted({os.path.dirname(os.path.abspath(r.path)) for r in runs}):
+        path = os.path.join(folder, "scaling.json")
+        if not os.path.isfile(path):
+            factors[folder] = 1.0
+            continue
+        try:
+            with open(path, encoding="utf-8") as fh:
+                f = json.load(fh)["scaling_factor"]
+            if isinstance(f, bool) or not isinstance(f, (int, float)) or not f > 0:
+                raise ValueError(f"scaling_factor {f!r} is not a positive number")
+            factors[folder] = float(f)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            issues.append(Issue(path, f"cannot read the scaling factor ({exc!s}); expected "
+                                      '{"scaling_factor": <positive number>}; score left '
+                                      "unscaled"))
+            factors[folder] = 1.0
+    distinct = set(factors.values())
+    if len(distinct) > 1:
+        issues.append(Issue(min(factors), "the runs of one result come from folders with "
+                                          f"different scaling factors {sorted(distinct)}; "
+                                          "score left unscaled"))
+        return 1.0, issues
+    return (distinct.pop() if distinct else 1.0), issues
+
+
 def group_runs(runs: Iterable[Run]) -> dict[tuple[str, str, str], list[Run]]:
     groups: dict[tuple[str, str, str], list[Run]] = {}
     for r in runs:
@@ -537,6 +589,18 @@ def score_packages(packages: list[Package]) -> list[Score]:
     out = []
     for (org, system, bench), rs in group_runs(runs).items():
         score, valid, reason, n_failed = score_runs(rs, bench)
+        factor, scale_issues = scaling_factor(rs)
+        for i in scale_issues:
+            rs[0].issues.append(i)
+        notes = [reason] if reason else []
+        if factor != 1.0 and score is not None:
+            score *= factor
+            notes.append(f"scaled by {factor:g} (scaling.json)")
+        need = REQUIRED_RUNS.get(bench)
+        if need is not None and len(rs) > need:
+            notes.append(f"{len(rs)} runs where MLPerf requires {need}: all are scored "
+                         "(two packages with the same runs given together?)")
+        reason = "; ".join(notes)
         info = systems.get((org, system)) or SystemInfo(org, system,
                                                         pod_size_from(system, None))
         modeled = None
@@ -553,7 +617,7 @@ def score_packages(packages: list[Package]) -> list[Score]:
                          n_required=REQUIRED_RUNS.get(bench), n_failed=n_failed,
                          score_min=score, valid=valid, reason=reason,
                          modeled_score_min=modeled, accelerator=info.accelerator,
-                         family=system_family(system)))
+                         family=system_family(system), scaling_factor=factor))
     out.sort(key=lambda s: (s.benchmark, s.org, s.family, s.pod_size or 0, s.system))
     return out
 
@@ -565,7 +629,7 @@ def _finite_mean(xs: list[float]) -> float | None:
 
 if __name__ == "__main__":  # tiny self-check: print the scores of the given packages
     import sys
-    pk = [load_package(a) for a in sys.argv[1:]]
+    pk = load_packages(sys.argv[1:])
     for s in score_packages(pk):
         sc = "invalid" if s.score_min is None else f"{s.score_min:.2f}"
         print(f"{s.org:10s} {s.system:28s} {s.benchmark:8s} {sc:>8s}  {s.reason}")

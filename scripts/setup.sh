@@ -7,6 +7,7 @@ set -euo pipefail
 # for the fuzz targets (scripts/fuzz.sh); clang 14 cannot build the project (no
 # std::source_location with GCC 12's libstdc++, no lambda captures of structured bindings).
 # libicu-dev: Unicode tables of the BERT tokenizer; wordnet-base: the default BERT pretraining text.
+# chromium, fonts-dejavu-core: the report page's test renders it in headless Chromium.
 # ocl-icd-opencl-dev: Debian's oneDNN is built with the OpenCL GPU runtime, so its CMake
 # package (find_package(dnnl)) requires OpenCL's headers and library to configure.
 PACKAGES=(
@@ -16,9 +17,10 @@ PACKAGES=(
   dataset-fashion-mnist
   libicu-dev wordnet-base
   python3 python3-pip python3-venv python3-numpy python3-pandas python3-matplotlib
-  python3-scipy python3-pytest python3-pil
+  python3-scipy python3-pytest python3-pil python3-yaml
   python3-torch python3-torchvision libopenblas0-openmp libjemalloc2
   clang-16 libclang-rt-16-dev libomp-16-dev
+  chromium fonts-dejavu-core
 )
 
 missing=()

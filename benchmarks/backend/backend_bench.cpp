@@ -3,7 +3,8 @@
 #include <benchmark/benchmark.h>
 
 #include "datasets/image_dataset.h"
-#include "harness/classifier_trainer.h"
+#include "harness/image_task.h"
+#include "models/small_cnn/small_cnn.h"
 #include "ipu_backend/kernels/fused.h"
 
 namespace {
@@ -16,13 +17,13 @@ void smallCnnStep(benchmark::State& state, EngineMode mode) {
   harness::TrainerOptions opts;
   opts.batch = batch;
   opts.mode = mode;
-  harness::ClassifierTrainer trainer(models::buildSmallCnnTraining(cfg, batch, SgdOptions{}),
+  harness::Trainer trainer(models::buildSmallCnnTraining(cfg, batch, SgdOptions{}),
                                      models::buildSmallCnnInference(cfg, batch), opts);
   trainer.initialise(models::initSmallCnn(trainer.trainExecutable().graph, 1));
   auto data = datasets::makeSyntheticDataset({batch, 28, 28, 1, 10, 1});
   auto norm = datasets::Normalization::fashionMnist();
   for (auto _ : state)
-    trainer.trainEpoch(data, norm, 1, [](std::int64_t) { return 0.01f; });  // exactly one step
+    trainImageEpoch(trainer, data, norm, 1, [](std::int64_t) { return 0.01f; });  // exactly one step
   state.counters["images/s"] =
       benchmark::Counter(double(batch) * double(state.iterations()), benchmark::Counter::kIsRate);
 }

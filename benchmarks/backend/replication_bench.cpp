@@ -9,7 +9,8 @@
 #include <chrono>
 
 #include "datasets/image_dataset.h"
-#include "harness/classifier_trainer.h"
+#include "harness/image_task.h"
+#include "models/small_cnn/small_cnn.h"
 #include "ipu_backend/kernels/fused.h"
 
 namespace {
@@ -27,7 +28,7 @@ void BM_ReplicatedSmallCnnStep(benchmark::State& state) {
   opts.batch = kMicroBatch;
   opts.replicas = replicas;
   opts.threadsPerReplica = 1;
-  harness::ClassifierTrainer trainer(models::buildSmallCnnTraining(cfg, kMicroBatch, SgdOptions{}),
+  harness::Trainer trainer(models::buildSmallCnnTraining(cfg, kMicroBatch, SgdOptions{}),
                                      models::buildSmallCnnInference(cfg, kMicroBatch), opts);
   trainer.initialise(models::initSmallCnn(trainer.trainExecutable().graph, 1));
   // Exactly one global batch: one step per trainEpoch.
@@ -36,7 +37,7 @@ void BM_ReplicatedSmallCnnStep(benchmark::State& state) {
   double seconds = 0;
   for (auto _ : state) {
     const auto t0 = std::chrono::steady_clock::now();
-    trainer.trainEpoch(data, norm, 1, [](std::int64_t) { return 0.01f; });
+    trainImageEpoch(trainer, data, norm, 1, [](std::int64_t) { return 0.01f; });
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   const double steps = static_cast<double>(state.iterations());

@@ -7,6 +7,8 @@
 //   peak_rss_GB  the process's peak resident memory so far (compile, engine and kernels)
 // MODELS_BENCH_PROFILE=1 prints, after each step benchmark, the host time per op kind and the
 // slowest ops of two profiled steps (stderr; MODELS_BENCH_PROFILE_TOP=N lists N of them).
+// MODELS_BENCH_REPORT=DIR writes the report page of the Mk2 compile (check 0: the whole plan) to
+// DIR/resnet50_mk2_b<batch>.html.
 #include <benchmark/benchmark.h>
 
 #include <sys/resource.h>
@@ -15,6 +17,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <memory>
 
@@ -26,6 +29,7 @@
 #include "ipu_backend/ir/op_defs.h"
 #include "ipu_backend/kernels/fused.h"
 #include "ipu_backend/kernels/fused_bf16.h"
+#include "ipu_backend/report/report.h"
 #include "models/resnet50/resnet50.h"
 
 namespace {
@@ -175,6 +179,15 @@ void BM_ResNet50CompileMk2(benchmark::State& state) {
       for (const TileMemory& m : exe.tileMemory) worst = std::max(worst, m.total());
       fits = worst <= exe.target.bytesPerTile ? 1 : 0;
       worstKiB = fits ? 0 : static_cast<double>(worst) / 1024.0;
+      if (const char* dir = std::getenv("MODELS_BENCH_REPORT"); dir && !opts.checkMemory) {
+        state.PauseTiming();
+        const std::string title =
+            fmt::format("ResNet-50 training step, micro-batch {} at 224x224, f32, Mk2", kBatch);
+        report::writeHtmlPage(
+            std::filesystem::path(dir) / fmt::format("resnet50_mk2_b{}.html", kBatch),
+            {report::compileView(exe, cost::estimateStep(exe), title)}, title);
+        state.ResumeTiming();
+      }
     } catch (const CompileError& e) {
       fits = 0;
       worstKiB = static_cast<double>(e.bytes()) / 1024.0;

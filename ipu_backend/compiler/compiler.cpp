@@ -70,89 +70,11 @@ std::vector<TileSlice> channelBlockedMapping(i64 pixels, i64 k, i64 kg, const Ta
 
 using ops::NeedWindow;
 
-Range rowsOf(Range elems, i64 rowLen) {
-  return {elems.begin / rowLen, (elems.end - 1) / rowLen + 1};
-}
-
 // The innermost-dimension indices (channels) that flat range `elems` of a [..., k] tensor
 // touches: their exact span within one row, all k when it spans rows.
 Range channelsOf(Range elems, i64 k) {
   if (elems.begin / k != (elems.end - 1) / k) return {0, k};
   return {elems.begin % k, (elems.end - 1) % k + 1};
-}
-
-// The contiguous range of NHWC rows (n*H + h) of an [N,H,W,C] tensor that output rows
-// [oRows.begin, oRows.end) of an [N,OH,OW,K] tensor read through a window of `taps` rows with
-// the given stride/offset; clamped to valid rows.
-Range inputRowsForOutputRows(Range oRows, i64 oh, i64 h, i64 stride, i64 padTop, i64 span) {
-  i64 n0 = oRows.begin / oh, y0 = oRows.begin % oh;
-  i64 n1 = (oRows.end - 1) / oh, y1 = (oRows.end - 1) % oh;
-  i64 lo = std::clamp<i64>(y0 * stride - padTop, 0, h - 1);
-  i64 hi = std::clamp<i64>(y1 * stride - padTop + span - 1, 0, h - 1);
-  return {n0 * h + lo, n1 * h + hi + 1};
-}
-
-// Output rows (n*OH + oh) that read input rows [iRows) (the transpose of the map above).
-Range outputRowsForInputRows(Range iRows, i64 oh, i64 h, i64 stride, i64 padTop, i64 span) {
-  i64 n0 = iRows.begin / h, y0 = iRows.begin % h;
-  i64 n1 = (iRows.end - 1) / h, y1 = (iRows.end - 1) % h;
-  // oh reads rows [oh*stride - padTop, oh*stride - padTop + span)
-  i64 lo = std::clamp<i64>(ceilDiv(std::max<i64>(0, y0 + padTop - span + 1), stride), 0, oh - 1);
-  i64 hi = std::clamp<i64>((y1 + padTop) / stride, 0, oh - 1);
-  return {n0 * oh + lo, n1 * oh + hi + 1};
-}
-
-// Bounding range of input flat indices read by a broadcast (stride-0) map over an output range.
-Range broadcastBounds(const kernels::BroadcastShape& s, const i64* strides, Range out,
-                      i64 inElems) {
-  if (inElems == s.outElems()) return out;  // same shape: the operand maps element for element
-  if (inElems == 1) return {0, 1};
-  if (out.size() > 8192) return {0, inElems};
-  i64 lo = inElems, hi = 0;
-  for (i64 o = out.begin; o < out.end; ++o) {
-    i64 rem = o, idx = 0;
-    for (int d = s.rank - 1; d >= 0; --d) {
-      idx += (rem % s.outDims[d]) * strides[d];
-      rem /= s.outDims[d];
-    }
-    lo = std::min(lo, idx);
-    hi = std::max(hi, idx + 1);
-  }
-  return {lo, hi};
-}
-
-// Input flat-index bounds of a reduction restricted to an output range and a reduced range.
-Range reduceBounds(const kernels::ReduceShape& s, Range out, Range red) {
-  size_t r = s.inDims.size();
-  if (r == 0) return {0, 1};  // a scalar reduced over no axes
-  std::vector<i64> stride(r, 1);
-  for (size_t d = r - 1; d-- > 0;) stride[d] = stride[d + 1] * s.inDims[d + 1];
-  auto part = [&](i64 flat, bool reducedDims) {
-    i64 idx = 0;
-    for (size_t d = r; d-- > 0;) {
-      if (s.reduced[d] != reducedDims) continue;
-      idx += (flat % s.inDims[d]) * stride[d];
-      flat /= s.inDims[d];
-    }
-    return idx;
-  };
-  auto bounds = [&](Range rg, bool reducedDims) -> std::pair<i64, i64> {
-    // The map is row-major over the selected dims; scanning is exact, cap it for huge ranges
-    // where the first/last index are then used with the whole extent in between.
-    i64 lo = part(rg.begin, reducedDims), hi = part(rg.end - 1, reducedDims);
-    if (rg.size() <= 65536)
-      for (i64 i = rg.begin; i < rg.end; ++i) {
-        i64 v = part(i, reducedDims);
-        lo = std::min(lo, v);
-        hi = std::max(hi, v);
-      }
-    else
-      lo = 0, hi = s.inElems() - 1;
-    return {lo, hi};
-  };
-  auto [olo, ohi] = bounds(out, false);
-  auto [rlo, rhi] = bounds(red, true);
-  return {std::max<i64>(0, olo + rlo), std::min(s.inElems(), ohi + rhi + 1)};
 }
 
 // ---- the planner ----------------------------------------------------------------------------
@@ -184,9 +106,10 @@ class Planner : public ops::PlanApi {
       }
   }
   void splitReduction(const Op& op, int firstPhase, int out, i64 redExtent, i64 bytesPerRedUnit,
-                      const std::function<ops::Windows(Range, Range)>& windows) override {
+                      const std::function<ops::Windows(Range, Range)>& windows,
+                      bool combineMax) override {
     phaseBase_ = firstPhase;
-    splitReduction(op, out, redExtent, bytesPerRedUnit, windows, false);
+    splitReduction(op, out, redExtent, bytesPerRedUnit, windows, combineMax);
     phaseBase_ = 0;
   }
   NeedWindow whole(int buf) const override { return {buf, 0, exe_.buffers[buf].elements}; }
@@ -427,26 +350,15 @@ class Planner : public ops::PlanApi {
           return std::vector<NeedWindow>{{in(0), r.begin, r.end}, {in(1), r.begin, r.end}};
         });
         return;
-      case OpKind::Binary:
-      case OpKind::Broadcast: {
+      case OpKind::Binary: {
         auto bs = binaryShapeOf(g_, op);
         perOutputSlice(op, out, [&, bs](Range r) {
-          std::vector<NeedWindow> w;
           Range a = broadcastBounds(bs, bs.aStrides, r, elems(in(0)));
-          w.push_back({in(0), a.begin, a.end});
-          if (op.kind == OpKind::Binary) {
-            Range b = broadcastBounds(bs, bs.bStrides, r, elems(in(1)));
-            w.push_back({in(1), b.begin, b.end});
-          }
-          return w;
+          Range b = broadcastBounds(bs, bs.bStrides, r, elems(in(1)));
+          return std::vector<NeedWindow>{{in(0), a.begin, a.end}, {in(1), b.begin, b.end}};
         });
         return;
       }
-      case OpKind::LarsLearningRate:  // four scalars in, one out: one vertex
-        perOutputSlice(op, out, [&](Range) {
-          return std::vector<NeedWindow>{whole(in(0)), whole(in(1)), whole(in(2)), whole(in(3))};
-        });
-        return;
       case OpKind::Conv2d: {
         // Output slices are channel-blocked when the weights are large (see
         // createTensorBuffers): a vertex reads its input rows and its channels' weight rows.
@@ -540,46 +452,6 @@ class Planner : public ops::PlanApi {
         }
         return;
       }
-      case OpKind::Reduce: {
-        auto s = reduceShapeOf(g_, op);
-        i64 outE = s.outElems();
-        bool isMax = reduceKindOf(op) == kernels::ReduceKind::Max;
-        splitReduction(
-            op, out, s.reducedCount(), 4 * outE,
-            [&, s](Range r, Range red) {
-              Range b = reduceBounds(s, r, red);
-              return std::vector<NeedWindow>{{in(0), b.begin, b.end}};
-            },
-            isMax);
-        return;
-      }
-      case OpKind::MaxPool:
-      case OpKind::AvgPool: {
-        auto s = poolShapeOf(g_, op);
-        i64 oRowLen = s.outW() * s.c, iRowLen = s.w * s.c;
-        perOutputSlice(op, out, [&, s, oRowLen, iRowLen](Range r) {
-          Range rows =
-              inputRowsForOutputRows(rowsOf(r, oRowLen), s.outH(), s.h, s.strideH, s.padTop, s.kh);
-          return std::vector<NeedWindow>{{in(0), rows.begin * iRowLen, rows.end * iRowLen}};
-        });
-        return;
-      }
-      case OpKind::MaxPoolGrad:
-      case OpKind::AvgPoolGrad: {
-        auto s = poolShapeOf(g_, op);
-        i64 oRowLen = s.outW() * s.c, iRowLen = s.w * s.c;
-        bool isMax = op.kind == OpKind::MaxPoolGrad;
-        perOutputSlice(op, out, [&, s, oRowLen, iRowLen, isMax](Range r) {
-          Range oRows =
-              outputRowsForInputRows(rowsOf(r, iRowLen), s.outH(), s.h, s.strideH, s.padTop, s.kh);
-          NeedWindow dy{in(isMax ? 1 : 0), oRows.begin * oRowLen, oRows.end * oRowLen};
-          if (!isMax) return std::vector<NeedWindow>{dy};
-          // The argmax of each window is recomputed from x: read every input row they cover.
-          Range xRows = inputRowsForOutputRows(oRows, s.outH(), s.h, s.strideH, s.padTop, s.kh);
-          return std::vector<NeedWindow>{{in(0), xRows.begin * iRowLen, xRows.end * iRowLen}, dy};
-        });
-        return;
-      }
       case OpKind::BatchNormInference:
         perOutputSlice(op, out, [&](Range r) {
           return std::vector<NeedWindow>{
@@ -664,15 +536,6 @@ class Planner : public ops::PlanApi {
           for (size_t i = static_cast<size_t>(k) + 1; i < op.inputs.size(); ++i)
             need.push_back(whole(op.inputs[i]));
           cs.vertices.push_back(vertexOn(s.tile, need, {{in(0), r.begin, r.end}}, r));
-        }
-        return;
-      }
-      case OpKind::EmaUpdate: {
-        ComputeSet& cs = newComputeSet(op, 0, "");
-        for (const TileSlice& s : exe_.mapping[in(0)]) {
-          Range r{s.begin, s.end};
-          cs.vertices.push_back(
-              vertexOn(s.tile, {{in(1), r.begin, r.end}}, {{in(0), r.begin, r.end}}, r));
         }
         return;
       }
@@ -837,7 +700,8 @@ class Planner : public ops::PlanApi {
 #pragma omp parallel for schedule(dynamic, 8)
     for (int tile = 0; tile < T; ++tile) placeTile(tile, items[tile], fixed[tile]);
     for (auto& [dup, owner] : sharedWindows) dup->gatherOffset = owner->gatherOffset;
-    checkMemory(items);
+    describeMemory(items, fixed);
+    checkMemory();
   }
 
   void placeTile(int tile, std::vector<Item>& items, i64 fixedBytes) {
@@ -866,46 +730,121 @@ class Planner : public ops::PlanApi {
     exe_.arenaBytes[tile] = alwaysLiveBytes + extent;
   }
 
-  void checkMemory(const std::vector<std::vector<Item>>& items) {
-    int worst = 0;
-    for (int t = 0; t < static_cast<int>(t_.numTiles); ++t)
-      if (exe_.tileMemory[t].total() > exe_.tileMemory[worst].total()) worst = t;
-    const TileMemory& m = exe_.tileMemory[worst];
+  // The fullest tiles' occupants at their peaks and the live bytes at every compute set: what
+  // the overflow error names and what reports draw. Linear in the items (difference arrays);
+  // labels are formatted only for the few tiles listed.
+  void describeMemory(const std::vector<std::vector<Item>>& items, const std::vector<i64>& fixed) {
+    constexpr size_t kTiles = 8, kOccupants = 8, kPeakTensors = 10;
+    const int T = static_cast<int>(t_.numTiles);
+    const int nCs = static_cast<int>(exe_.computeSets.size());
+    MemoryDetail& d = exe_.memoryDetail;
+    std::vector<int> order(T);
+    std::iota(order.begin(), order.end(), 0);
+    const size_t shown = std::min<size_t>(kTiles, order.size());
+    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(shown),
+                      order.end(), [&](int a, int b) {
+                        const i64 ta = exe_.tileMemory[a].total(), tb = exe_.tileMemory[b].total();
+                        return ta != tb ? ta > tb : a < b;
+                      });
+    // Live bytes per compute set: +bytes at an item's first set, -bytes after its last (sets -1
+    // and nCs, the stream copies, count as the first and the last set).
+    auto curve = [&](const std::vector<Item>& its, std::vector<i64>& diff) {
+      for (const Item& it : its) {
+        if (it.start == -2 || nCs == 0) continue;
+        const int a = std::clamp(it.start, 0, nCs - 1), b = std::clamp(it.end, 0, nCs - 1);
+        diff[a] += it.bytes;
+        diff[b + 1] -= it.bytes;
+      }
+    };
+    auto integrate = [](std::vector<i64>& v) {
+      for (size_t i = 1; i < v.size(); ++i) v[i] += v[i - 1];
+      if (!v.empty()) v.pop_back();
+    };
+    d.liveBytes.assign(nCs + 1, 0);
+    for (const auto& its : items) curve(its, d.liveBytes);
+    integrate(d.liveBytes);
+    d.worstTileLiveBytes.assign(nCs + 1, 0);
+    if (T > 0) curve(items[order[0]], d.worstTileLiveBytes);
+    integrate(d.worstTileLiveBytes);
+    d.peakComputeSet =
+        d.liveBytes.empty()
+            ? -1
+            : static_cast<int>(std::max_element(d.liveBytes.begin(), d.liveBytes.end()) -
+                               d.liveBytes.begin());
+    d.peakTensors.clear();
+    if (d.peakComputeSet >= 0) {
+      std::vector<i64> byBuffer(exe_.buffers.size(), 0);
+      const int c = d.peakComputeSet;
+      for (const auto& its : items)
+        for (const Item& it : its)
+          if (it.start != -2 && std::clamp(it.start, 0, nCs - 1) <= c &&
+              c <= std::clamp(it.end, 0, nCs - 1))
+            byBuffer[it.buffer] += it.bytes;
+      std::vector<std::pair<i64, int>> top;
+      for (size_t b = 0; b < byBuffer.size(); ++b)
+        if (byBuffer[b] > 0) top.emplace_back(byBuffer[b], static_cast<int>(b));
+      std::sort(top.rbegin(), top.rend());
+      for (size_t i = 0; i < std::min(kPeakTensors, top.size()); ++i)
+        d.peakTensors.emplace_back(exe_.buffers[top[i].second].name, top[i].first);
+    }
+    d.worstTiles.clear();
+    for (size_t k = 0; k < shown; ++k) {
+      const int tile = order[k];
+      const auto& its = items[tile];
+      TileDetail td;
+      td.tile = tile;
+      td.memory = exe_.tileMemory[tile];
+      // Live bytes at sets -1 (streams in) .. nCs (streams out), as a difference array.
+      std::vector<i64> live(static_cast<size_t>(nCs) + 3, 0);
+      for (const Item& it : its)
+        if (it.start != -2) {
+          live[static_cast<size_t>(it.start + 1)] += it.bytes;
+          live[static_cast<size_t>(it.end + 2)] -= it.bytes;
+        }
+      i64 peakBytes = -1, running = 0;
+      for (size_t k = 0; k + 1 < live.size(); ++k) {
+        running += live[k];
+        if (running > peakBytes) peakBytes = running, td.peakComputeSet = static_cast<int>(k) - 1;
+      }
+      std::map<std::pair<std::string, bool>, i64> byLabel;
+      for (const Item& it : its)
+        if (it.start == -2 || (it.start <= td.peakComputeSet && td.peakComputeSet <= it.end))
+          byLabel[{label(it), it.start == -2}] += it.bytes;
+      td.codeAndVertexState = fixed[tile];
+      for (const auto& [key, b] : byLabel) td.occupants.push_back({key.first, b, key.second});
+      std::sort(td.occupants.begin(), td.occupants.end(),
+                [](const TileOccupant& a, const TileOccupant& b) {
+                  return a.bytes != b.bytes ? a.bytes > b.bytes : a.name < b.name;
+                });
+      if (td.occupants.size() > kOccupants) td.occupants.resize(kOccupants);
+      if (td.peakComputeSet >= nCs) td.peakComputeSet = -1;
+      d.worstTiles.push_back(std::move(td));
+    }
+  }
+
+  void checkMemory() {
+    const MemoryDetail& d = exe_.memoryDetail;
+    if (d.worstTiles.empty()) return;
+    const TileDetail& w = d.worstTiles.front();
+    const TileMemory& m = w.memory;
     if (m.total() <= t_.bytesPerTile || !exe_.options.checkMemory) return;
     int over = 0;
     for (const TileMemory& tm : exe_.tileMemory) over += tm.total() > t_.bytesPerTile;
-    // Largest occupants of the worst tile at its peak: always-live ones and those live then.
-    const auto& its = items[worst];
-    int peakAt = 0;
-    i64 peakBytes = -1;
-    std::map<int, i64> liveAt;
-    for (const Item& it : its)
-      if (it.start != -2)
-        for (int c = it.start; c <= it.end; ++c) liveAt[c] += it.bytes;
-    for (const auto& [c, b] : liveAt)
-      if (b > peakBytes) peakBytes = b, peakAt = c;
-    std::map<std::string, i64> byLabel;
-    for (const Item& it : its)
-      if (it.start == -2 || (it.start <= peakAt && peakAt <= it.end))
-        byLabel[label(it)] += it.bytes;
-    std::vector<std::pair<i64, std::string>> occ;
-    for (const auto& [l, b] : byLabel) occ.emplace_back(b, l);
-    std::sort(occ.rbegin(), occ.rend());
     std::string list;
-    for (size_t i = 0; i < std::min<size_t>(8, occ.size()); ++i)
-      list += fmt::format("\n    {} {} B", occ[i].second, occ[i].first);
-    const std::string peakSet = peakAt >= 0 && peakAt < static_cast<int>(exe_.computeSets.size())
-                                    ? exe_.computeSets[peakAt].name
-                                    : std::string("the host stream copies");
-    throw CompileError(
+    for (const TileOccupant& o : w.occupants) list += fmt::format("\n    {} {} B", o.name, o.bytes);
+    const std::string peakSet = w.peakComputeSet >= 0 ? exe_.computeSets[w.peakComputeSet].name
+                                                      : std::string("the host stream copies");
+    // The planner ends here: the program planned so far goes with the verdict.
+    CompileError error(
         fmt::format("out of tile memory on {}: tile {} needs {} B ({} B always live + {} B peak "
                     "not always live) but has {} B; {} tile(s) overflow. Largest occupants of "
                     "tile {} (peak during {}):{}\n  hint: reduce the micro-batch, use a target "
                     "with more tiles, "
                     "or shard the model over more IPUs",
-                    t_.name, worst, m.total(), m.alwaysLive, m.peakNotAlwaysLive, t_.bytesPerTile,
-                    over, worst, peakSet, list),
-        worst, m.total(), t_.bytesPerTile);
+                    t_.name, w.tile, m.total(), m.alwaysLive, m.peakNotAlwaysLive, t_.bytesPerTile,
+                    over, w.tile, peakSet, list),
+        w.tile, m.total(), t_.bytesPerTile);
+    throw error.withPartial(std::make_shared<const Executable>(std::move(exe_)));
   }
 
   // -- exchange: copies into gather buffers --
@@ -1101,7 +1040,7 @@ Executable compile(Graph graph, const Target& target, const CompileOptions& opti
   // Each optimizer_update becomes its ordinary ops and apply_updates, where it was (after
   // updateFirstOp, the updates' part, so that index stays valid).
   const ExpandedOptimizers lowered = expandOptimizers(graph);
-  Executable exe{std::move(graph), target, options, {}, {}, {}, {}, {}, {}, {}, 0.0, {}, 0};
+  Executable exe{std::move(graph), target, options, {}, {}, {}, {}, {}, {}, {}, 0.0, {}, 0, {}};
   exe.optimizerStateBytes = lowered.stateBytes;
   std::vector<bool> produced(exe.graph.tensors().size(), false);
   for (int t : lowered.producedTensors) produced[t] = true;

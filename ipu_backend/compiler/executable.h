@@ -23,7 +23,7 @@ struct Buffer {
   std::string name;
   i64 elements = 0;
   DType dtype = DType::F32;
-  int tensor = -1;        // IR tensor id, or -1 for a temporary
+  int tensor = -1;          // IR tensor id, or -1 for a temporary
   bool alwaysLive = false;  // variables: live for the whole program
   i64 bytes() const { return elements * sizeOf(dtype); }
 };
@@ -57,9 +57,9 @@ struct Vertex {
   int tile = 0;
   std::vector<Window> inputs;
   std::vector<OutRegion> outputs;
-  Range work;     // op-specific: output elements / channels / samples this vertex computes
-  Range red;      // op-specific reduction sub-range for partials (empty: none)
-  int part = 0;   // which partial (row of a partials buffer) this vertex writes
+  Range work;    // op-specific: output elements / channels / samples this vertex computes
+  Range red;     // op-specific reduction sub-range for partials (empty: none)
+  int part = 0;  // which partial (row of a partials buffer) this vertex writes
 };
 
 // A statically scheduled copy between tile arenas (src and dst byte offsets).
@@ -72,8 +72,8 @@ struct ExchangeCopy {
 // One BSP superstep group: exchange (copies) -> sync -> compute (vertices).
 struct ComputeSet {
   std::string name;
-  int op = -1;     // IR op id
-  int phase = 0;   // ops with several phases (split reductions, batch norm) have several sets
+  int op = -1;    // IR op id
+  int phase = 0;  // ops with several phases (split reductions, batch norm) have several sets
   std::vector<Vertex> vertices;
   std::vector<ExchangeCopy> exchange;
   i64 exchangeBytes() const;
@@ -98,9 +98,32 @@ struct Program {
 };
 
 struct TileMemory {
-  i64 alwaysLive = 0;    // variables, code, vertex state
+  i64 alwaysLive = 0;  // variables, code, vertex state
   i64 peakNotAlwaysLive = 0;
   i64 total() const { return alwaysLive + peakNotAlwaysLive; }
+};
+
+// Who holds a tile's memory at its peak: what the overflow error lists, kept for reports.
+struct TileOccupant {
+  std::string name;  // "'tensor'" or "'tensor' exchange buffer for <compute set>"
+  i64 bytes = 0;
+  bool alwaysLive = false;
+};
+struct TileDetail {
+  int tile = 0;
+  int peakComputeSet = -1;  // -1: the host stream copies (before the first set)
+  TileMemory memory;
+  i64 codeAndVertexState = 0;           // part of memory.alwaysLive
+  std::vector<TileOccupant> occupants;  // buffers, largest first, the top few
+};
+// Tile memory over the program, for reports: what the per-tile arenas held at each compute set.
+struct MemoryDetail {
+  std::vector<i64> liveBytes;           // per compute set: not-always-live bytes, all tiles
+  std::vector<i64> worstTileLiveBytes;  // per compute set: the same on the fullest tile
+  int peakComputeSet = -1;              // argmax of liveBytes
+  // The tensors that make the peak (summed over tiles, exchange buffers under their tensor).
+  std::vector<std::pair<std::string, i64>> peakTensors;
+  std::vector<TileDetail> worstTiles;  // the fullest tiles, fullest first
 };
 
 struct CompileOptions {
@@ -116,16 +139,17 @@ struct Executable {
   Graph graph;
   Target target;
   CompileOptions options;
-  std::vector<Buffer> buffers;                 // [0, graph.tensors().size()) are the IR tensors
+  std::vector<Buffer> buffers;                  // [0, graph.tensors().size()) are the IR tensors
   std::vector<std::vector<TileSlice>> mapping;  // per buffer, sorted by begin
   std::vector<ComputeSet> computeSets;
-  std::vector<int> opFirstComputeSet;           // per IR op
-  std::vector<TileMemory> tileMemory;           // per tile
-  std::vector<i64> arenaBytes;                  // per tile: bytes the tile engine allocates
+  std::vector<int> opFirstComputeSet;  // per IR op
+  std::vector<TileMemory> tileMemory;  // per tile
+  std::vector<i64> arenaBytes;         // per tile: bytes the tile engine allocates
   Program program;
   double compileSeconds = 0;
   std::vector<bool> optimizerOp;  // per IR op: part of a lowered optimizer update
   i64 optimizerStateBytes = 0;    // per replica (sharded state: this replica's chunks)
+  MemoryDetail memoryDetail;      // occupants of the fullest tiles, live bytes over the program
 
   // JSON compile report: per-tile memory (max, mean, histogram), vertex and compute-set counts,
   // exchange bytes, the largest buffers.

@@ -7,21 +7,37 @@
 
 #include "ipu_backend/ir/builder.h"
 #include "ipu_backend/ir/op_defs.h"
+#include "ipu_backend/ops/op_info.h"
 
 namespace ipu {
 namespace {
 
-bool isBatchNorm(OpKind k) {
-  return k == OpKind::BatchNormTrain || k == OpKind::BatchNormInference;
+PrecisionRule ruleOf(OpKind k) {
+  return opDef(k).precision;
 }
 
-// Variables that hold batch-norm parameters or running statistics: kept f32.
+// Whether input i of op kind k takes dtype dt: a registered op's inputDTypes say (layer_norm's
+// gamma and beta, masked_lm_loss's weights are f32 only); the switch-handled kinds take any.
+bool accepts(OpKind k, size_t i, DType dt) {
+  const ops::OpInfo* info = ops::find(k);
+  if (!info || i >= info->inputDTypes.size()) return true;
+  const ops::DTypes& ok = info->inputDTypes[i];
+  return std::find(ok.begin(), ok.end(), dt) != ok.end();
+}
+
+// Variables that hold parameters or statistics of DataInCompute ops (batch norm), the state of
+// FollowState ops (ema_update), or feed an input that takes f32 only (layer-norm parameters):
+// kept f32.
 std::vector<bool> keptF32Variables(const Graph& g) {
   std::vector<bool> keep(g.tensors().size(), false);
   for (const Op& op : g.ops()) {
-    if (isBatchNorm(op.kind))
+    if (ruleOf(op.kind) == PrecisionRule::DataInCompute)
       for (size_t i = 1; i < op.inputs.size(); ++i) keep[op.inputs[i]] = true;
-    if (op.kind == OpKind::EmaUpdate) keep[op.inputs[0]] = true;
+    if (ruleOf(op.kind) == PrecisionRule::FollowState) keep[op.inputs[0]] = true;
+    for (size_t i = 0; i < op.inputs.size(); ++i)
+      if (g.tensor(op.inputs[i]).kind == TensorKind::Variable && !accepts(op.kind, i, DType::F16) &&
+          accepts(op.kind, i, DType::F32))
+        keep[op.inputs[i]] = true;
   }
   return keep;
 }
@@ -57,7 +73,9 @@ PrecisionRewrite applyPrecision(const Graph& old, const precision::PrecisionPoli
   for (const Op& op : old.ops()) {
     const std::string label = fmt::format("precision pass: {} '{}'", opName(op.kind),
                                           op.outputs.empty() ? "" : old.tensor(op.outputs[0]).name);
-    if (hasSideEffects(op.kind) && op.kind != OpKind::EmaUpdate)
+    const PrecisionRule rule = policy.isMixed() ? ruleOf(op.kind) : PrecisionRule::KeepF32;
+    // ema_update (FollowState) is the one op with side effects a forward graph may hold.
+    if (hasSideEffects(op.kind) && ruleOf(op.kind) != PrecisionRule::FollowState)
       throw GraphError(label +
                        ": run the precision pass on the forward graph, before autodiff "
                        "and the optimizer update");
@@ -65,28 +83,33 @@ PrecisionRewrite applyPrecision(const Graph& old, const precision::PrecisionPoli
     std::vector<int> in;
     for (int t : op.inputs) in.push_back(r.map(t));
     Attrs attrs = op.attrs;
-    if (op.kind == OpKind::EmaUpdate) {
+    if (ruleOf(op.kind) == PrecisionRule::FollowState) {
       in[1] = castTo(in[1], g.tensor(in[0]).dtype);
-    } else if (policy.keepsInF32(opName(op.kind))) {
+    } else if (rule == PrecisionRule::KeepF32) {
       for (int& t : in) t = castTo(t, DType::F32);
-    } else if (isBatchNorm(op.kind)) {
+    } else if (rule == PrecisionRule::DataInCompute) {
       in[0] = castTo(in[0], compute);  // parameters and statistics stay f32 (see the header)
-    } else if (op.kind != OpKind::Constant) {
+    } else {
       // Graph inputs and weights enter the compute dtype; activations keep theirs unless the
-      // operands of one op disagree.
+      // operands of one op disagree. Inputs that do not take the compute dtype (a registered
+      // op's f32-only inputs) are f32.
       std::vector<DType> seen;
       for (size_t i = 0; i < in.size(); ++i) {
         const Tensor& src = old.tensor(op.inputs[i]);
-        if (src.kind != TensorKind::Activation) in[i] = castTo(in[i], compute);
-        if (isFloat(g.tensor(in[i]).dtype)) seen.push_back(g.tensor(in[i]).dtype);
+        const bool follows = accepts(op.kind, i, compute);
+        if (src.kind != TensorKind::Activation)
+          in[i] = castTo(in[i], follows ? compute : DType::F32);
+        if (follows && isFloat(g.tensor(in[i]).dtype)) seen.push_back(g.tensor(in[i]).dtype);
       }
       bool mixed =
           std::adjacent_find(seen.begin(), seen.end(), std::not_equal_to<>()) != seen.end();
-      if (mixed)
-        for (int& t : in) t = castTo(t, compute);
+      for (size_t i = 0; i < in.size(); ++i)
+        if (mixed && accepts(op.kind, i, compute))
+          in[i] = castTo(in[i], compute);
+        else if (!accepts(op.kind, i, g.tensor(in[i]).dtype))
+          in[i] = castTo(in[i], DType::F32);
     }
-    bool matmulLike = op.kind == OpKind::Conv2d || op.kind == OpKind::MatMul;
-    if (matmulLike && compute != DType::F32)
+    if (opDef(op.kind).usesPartials && compute != DType::F32)
       attrs.set("partials", std::string(dtypeName(policy.partials)));
     std::vector<std::string> names;  // outputs keep their names
     for (int o : op.outputs) names.push_back(old.tensor(o).name);

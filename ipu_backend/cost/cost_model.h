@@ -90,6 +90,10 @@ struct ComputeSetCost {
   double syncCycles = 0;
   double macs = 0;  // whole set
   int busiestTile = 0;
+  // Tile balance of the compute phase: the mean over all the IPU's tiles (idle ones count as 0)
+  // and the tiles with work; computeCycles / meanTileComputeCycles is the imbalance.
+  double meanTileComputeCycles = 0;
+  int tilesUsed = 0;
   bool optimizer = false;  // a lowered optimizer op's set: runs once per step, not per micro-batch
   double total() const { return computeCycles + exchangeCycles + syncCycles; }
 };

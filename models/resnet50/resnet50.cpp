@@ -1,13 +1,13 @@
 #include "models/resnet50/resnet50.h"
 
 #include <cmath>
-#include <numbers>
 #include <random>
 
 #include <fmt/format.h>
 
 #include "ipu_backend/compiler/mixed_precision.h"
 #include "ipu_backend/ir/builder.h"
+#include "models/common/init_random.h"
 
 namespace ipu::models {
 
@@ -149,42 +149,6 @@ class ResNetBuilder {
   Builder b_;
 };
 
-// splitmix64: decorrelates the per-tensor seeds.
-std::uint64_t mix64(std::uint64_t z) {
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-std::uint64_t fnv1a64(const std::string& s) {
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char ch : s) h = (h ^ ch) * 0x100000001b3ull;
-  return h;
-}
-
-// Uniform in (0, 1]: 53 random bits, never 0 (Box-Muller takes its log).
-double uniform01(std::mt19937_64& rng) {
-  return (static_cast<double>(rng() >> 11) + 1.0) * 0x1.0p-53;
-}
-
-std::vector<float> normal(std::mt19937_64& rng, i64 count, double stddev) {
-  std::vector<float> v(static_cast<size_t>(count));
-  for (i64 i = 0; i < count; i += 2) {
-    const double r = std::sqrt(-2.0 * std::log(uniform01(rng)));
-    const double theta = 2.0 * std::numbers::pi * uniform01(rng);
-    v[i] = static_cast<float>(stddev * r * std::cos(theta));
-    if (i + 1 < count) v[i + 1] = static_cast<float>(stddev * r * std::sin(theta));
-  }
-  return v;
-}
-
-std::vector<float> uniform(std::mt19937_64& rng, i64 count, double bound) {
-  std::vector<float> v(static_cast<size_t>(count));
-  for (auto& x : v) x = static_cast<float>(bound * (2.0 * uniform01(rng) - 1.0));
-  return v;
-}
-
 }  // namespace
 
 std::vector<std::string> ResNetGraph::paramNames() const {
@@ -245,7 +209,8 @@ void appendGradients(ResNetGraph& rg) {
 
 void appendSgd(ResNetGraph& rg, const SgdOptions& opts) {
   rg.lr = rg.graph.addInput("lr", {}, DType::F32);
-  rg.optimizerState = appendSgdUpdate(rg.graph, rg.grads, rg.lr, opts).stateVariables;
+  rg.optimizer = appendOptimizer(rg.graph, rg.grads, rg.lr, opts);
+  rg.optimizerState = rg.optimizer.stateVariables;
 }
 
 ResNetGraph buildTraining(const ResNetConfig& c, i64 batch, const SgdOptions& opts) {
@@ -291,7 +256,8 @@ ResNetGraph buildTraining(const ResNetConfig& c, i64 batch, const SgdOptions& op
       throw GraphError(
           fmt::format("resnet: parameter '{}' gets no gradient", rg.graph.tensor(p).name));
   rg.grads = std::move(step.grads);
-  rg.optimizerState = step.optimizer.stateVariables;
+  rg.optimizer = step.optimizer;
+  rg.optimizerState = rg.optimizer.stateVariables;
   rg.lossScale = step.lossScale;
   rg.lossScaleInverse = step.lossScaleInverse;
   rg.overflow = step.overflow;

@@ -31,6 +31,7 @@
 #include "ipu_backend/ir/graph.h"
 #include "ipu_backend/optimizers/optimizer.h"
 #include "ipu_backend/precision/precision_policy.h"
+#include "models/task_graph.h"
 
 namespace ipu::models {
 
@@ -80,6 +81,7 @@ struct ResNetGraph {
   std::vector<int> runningStats;    // <bn>_running_mean, <bn>_running_var, in model order
   std::map<int, int> grads;         // param -> gradient tensor (after appendGradients)
   std::vector<int> optimizerState;  // momentum buffers (after appendSgd)
+  OptimizerState optimizer;         // the same, with each one's first value
   // Loss scaling (training graphs of a loss-scaled policy, else -1): host inputs S and 1/S,
   // output overflow flag (see ipu_backend/compiler/mixed_precision.h).
   int lossScale = -1, lossScaleInverse = -1, overflow = -1;
@@ -109,6 +111,28 @@ ResNetGraph buildTraining(const ResNetConfig& c, i64 batch, const SgdOptions& op
                           const precision::PrecisionPolicy& policy);
 ResNetGraph buildInference(const ResNetConfig& c, i64 batch,
                            const precision::PrecisionPolicy& policy);
+
+// The trainer's view (models/task_graph.h): data inputs "images" and "labels", evaluation output
+// "logits"; running statistics and optimizer state are the state it initialises but does not
+// train. `lossScaling` is the policy's (the graph's loss-scale tensors are set when it has them).
+inline TaskGraph taskGraph(const ResNetGraph& rg,
+                           const precision::LossScalingConfig& lossScaling = {}) {
+  TaskGraph t;
+  t.graph = rg.graph;
+  t.inputs = {rg.images, rg.labels};
+  t.lr = rg.lr;
+  t.loss = rg.loss;
+  t.outputs = {{"logits", rg.logits}};
+  t.parameters = rg.params;
+  t.state = rg.runningStats;
+  t.state.insert(t.state.end(), rg.optimizerState.begin(), rg.optimizerState.end());
+  t.optimizer = rg.optimizer;
+  t.lossScale = rg.lossScale;
+  t.lossScaleInverse = rg.lossScaleInverse;
+  t.overflow = rg.overflow;
+  t.lossScaling = lossScaling;
+  return t;
+}
 
 // MLPerf-style SGD: weight decay on conv and fc weights only (not BN gamma/beta, not biases).
 SgdOptions resnetSgdOptions(double momentum = 0.9, double weightDecay = 5e-5);

@@ -6,7 +6,7 @@
 #include "ipu_backend/compiler/mixed_precision.h"
 #include "ipu_backend/ir/builder.h"
 
-namespace models {
+namespace ipu::models {
 namespace {
 
 using ipu::Builder;
@@ -72,47 +72,52 @@ std::vector<int> stateOf(const Graph& g, const std::vector<int>& params) {
   return s;
 }
 
+// The classifier's task contract: data inputs images and labels, evaluation output logits.
+void setIo(TaskGraph& cg, int images, int labels, int logits, int loss) {
+  cg.inputs = {images, labels};
+  cg.outputs = {{"logits", logits}};
+  cg.loss = loss;
+}
+
 }  // namespace
 
-ClassifierGraph buildSmallCnnTraining(const SmallCnnConfig& c, i64 batch,
-                                      const ipu::SgdOptions& sgd) {
-  ClassifierGraph cg;
+TaskGraph buildSmallCnnTraining(const SmallCnnConfig& c, i64 batch, const ipu::SgdOptions& sgd) {
+  TaskGraph cg;
   cg.graph = Graph("small_cnn_train");
   Built b = forward(cg.graph, c, batch, true);
   cg.lr = cg.graph.addInput("lr", {});
   auto grads = ipu::appendBackward(cg.graph, b.loss, b.params).grads;
-  ipu::appendSgdUpdate(cg.graph, grads, cg.lr, sgd);
-  cg.images = b.images, cg.labels = b.labels, cg.logits = b.logits, cg.loss = b.loss;
+  cg.optimizer = ipu::appendOptimizer(cg.graph, grads, cg.lr, sgd);
+  setIo(cg, b.images, b.labels, b.logits, b.loss);
   cg.parameters = b.params;
   cg.state = stateOf(cg.graph, b.params);
   return cg;
 }
 
-ClassifierGraph buildSmallCnnInference(const SmallCnnConfig& c, i64 batch) {
-  ClassifierGraph cg;
+TaskGraph buildSmallCnnInference(const SmallCnnConfig& c, i64 batch) {
+  TaskGraph cg;
   cg.graph = Graph("small_cnn_eval");
   Built b = forward(cg.graph, c, batch, false);
-  cg.images = b.images, cg.labels = b.labels, cg.logits = b.logits, cg.loss = b.loss;
+  setIo(cg, b.images, b.labels, b.logits, b.loss);
   cg.parameters = b.params;
   cg.state = stateOf(cg.graph, b.params);
   return cg;
 }
 
-ClassifierGraph buildSmallCnnTraining(const SmallCnnConfig& c, i64 batch,
-                                      const ipu::SgdOptions& sgd,
-                                      const ipu::precision::PrecisionPolicy& policy) {
+TaskGraph buildSmallCnnTraining(const SmallCnnConfig& c, i64 batch, const ipu::SgdOptions& sgd,
+                                const ipu::precision::PrecisionPolicy& policy) {
   if (!policy.isMixed() && policy.lossScaling.mode == ipu::precision::LossScalingMode::None)
     return buildSmallCnnTraining(c, batch, sgd);
   Graph fwd("small_cnn_train");
   Built b = forward(fwd, c, batch, true);
   auto rw = ipu::applyPrecision(fwd, policy);
-  ClassifierGraph cg;
+  TaskGraph cg;
   cg.graph = std::move(rw.graph);
   cg.lr = cg.graph.addInput("lr", {});
   for (int p : b.params) cg.parameters.push_back(rw.map(p));
   auto step = ipu::appendTrainingStep(cg.graph, rw.map(b.loss), cg.parameters, cg.lr, sgd, policy);
-  cg.images = rw.map(b.images), cg.labels = rw.map(b.labels);
-  cg.logits = rw.map(b.logits), cg.loss = rw.map(b.loss);
+  setIo(cg, rw.map(b.images), rw.map(b.labels), rw.map(b.logits), rw.map(b.loss));
+  cg.optimizer = step.optimizer;
   cg.state = stateOf(cg.graph, cg.parameters);
   cg.lossScale = step.lossScale, cg.lossScaleInverse = step.lossScaleInverse;
   cg.overflow = step.overflow;
@@ -120,17 +125,16 @@ ClassifierGraph buildSmallCnnTraining(const SmallCnnConfig& c, i64 batch,
   return cg;
 }
 
-ClassifierGraph buildSmallCnnInference(const SmallCnnConfig& c, i64 batch,
-                                       const ipu::precision::PrecisionPolicy& policy) {
+TaskGraph buildSmallCnnInference(const SmallCnnConfig& c, i64 batch,
+                                 const ipu::precision::PrecisionPolicy& policy) {
   if (!policy.isMixed()) return buildSmallCnnInference(c, batch);
   Graph fwd("small_cnn_eval");
   Built b = forward(fwd, c, batch, false);
   auto rw = ipu::applyPrecision(fwd, policy);
-  ClassifierGraph cg;
+  TaskGraph cg;
   cg.graph = std::move(rw.graph);
   for (int p : b.params) cg.parameters.push_back(rw.map(p));
-  cg.images = rw.map(b.images), cg.labels = rw.map(b.labels);
-  cg.logits = rw.map(b.logits), cg.loss = rw.map(b.loss);
+  setIo(cg, rw.map(b.images), rw.map(b.labels), rw.map(b.logits), rw.map(b.loss));
   cg.state = stateOf(cg.graph, cg.parameters);
   return cg;
 }
@@ -168,4 +172,4 @@ std::map<std::string, std::vector<float>> initSmallCnn(const Graph& g, std::uint
   return out;
 }
 
-}  // namespace models
+}  // namespace ipu::models

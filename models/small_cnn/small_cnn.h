@@ -15,8 +15,9 @@
 #include "ipu_backend/ir/graph.h"
 #include "ipu_backend/optimizers/optimizer.h"
 #include "ipu_backend/precision/precision_policy.h"
+#include "models/task_graph.h"
 
-namespace models {
+namespace ipu::models {
 
 struct SmallCnnConfig {
   std::int64_t height = 28, width = 28, channels = 1;
@@ -28,38 +29,26 @@ struct SmallCnnConfig {
   int bnSpanReplicas = 1;  // training batch norm over groups of this many replicas (bn_span)
 };
 
-struct ClassifierGraph {
-  ipu::Graph graph;
-  int images = -1;              // input f32[N,H,W,C]
-  int labels = -1;              // input i32[N]
-  int lr = -1;                  // input f32[] (training graphs only)
-  int logits = -1;              // output [N, classes]
-  int loss = -1;                // output [] mean loss
-  std::vector<int> parameters;  // trainable variables, in model order
-  std::vector<int> state;       // running statistics and optimizer state (zero/one-initialised)
-  // Loss scaling (training graphs of 16-bit policies; -1 otherwise): host inputs S and 1/S,
-  // output overflow flag (0, or NaN when a gradient was not finite and the update was skipped).
-  int lossScale = -1, lossScaleInverse = -1, overflow = -1;
-  ipu::precision::LossScalingConfig lossScaling;
-};
+// The graphs are models/task_graph.h's: data inputs "images" f32[N,H,W,C] and "labels" i32[N],
+// evaluation output "logits" [N, classes].
 
 // One training step as one graph: forward, mean loss, backward, SGD momentum update, BN running
 // statistics update. Variable names match buildSmallCnnInference.
-ClassifierGraph buildSmallCnnTraining(const SmallCnnConfig& c, std::int64_t batch,
-                                      const ipu::SgdOptions& sgd);
+TaskGraph buildSmallCnnTraining(const SmallCnnConfig& c, std::int64_t batch,
+                                const ipu::SgdOptions& sgd);
 // Evaluation graph: batch-norm with running statistics, logits and loss outputs.
-ClassifierGraph buildSmallCnnInference(const SmallCnnConfig& c, std::int64_t batch);
+TaskGraph buildSmallCnnInference(const SmallCnnConfig& c, std::int64_t batch);
 // The same under a precision policy (compiler/mixed_precision.h): weights, activations and
 // gradients in the policy's dtypes, its loss scaling in the training graph.
-ClassifierGraph buildSmallCnnTraining(const SmallCnnConfig& c, std::int64_t batch,
-                                      const ipu::SgdOptions& sgd,
-                                      const ipu::precision::PrecisionPolicy& policy);
-ClassifierGraph buildSmallCnnInference(const SmallCnnConfig& c, std::int64_t batch,
-                                       const ipu::precision::PrecisionPolicy& policy);
+TaskGraph buildSmallCnnTraining(const SmallCnnConfig& c, std::int64_t batch,
+                                const ipu::SgdOptions& sgd,
+                                const ipu::precision::PrecisionPolicy& policy);
+TaskGraph buildSmallCnnInference(const SmallCnnConfig& c, std::int64_t batch,
+                                 const ipu::precision::PrecisionPolicy& policy);
 
 // Host-side initial values for every variable of g: Kaiming-normal convolutions (fan-out, as
 // torchvision), uniform(-1/sqrt(in), 1/sqrt(in)) dense layers, BN gamma 1 / beta 0, running
 // variance 1, everything else 0. Deterministic for a seed.
 std::map<std::string, std::vector<float>> initSmallCnn(const ipu::Graph& g, std::uint64_t seed);
 
-}  // namespace models
+}  // namespace ipu::models

@@ -7,7 +7,10 @@
 #include <limits>
 
 #include "ipu_backend/compiler/mixed_precision.h"
+#include "ipu_backend/ir/builder.h"
+#include "ipu_backend/ir/op_defs.h"
 #include "ipu_backend/kernels/fused_bf16.h"
+#include "ipu_backend/ops/op_info.h"
 #include "ipu_backend/precision/half.h"
 #include "op_test_util.h"
 
@@ -134,6 +137,52 @@ TEST(PrecisionPass, StoresWeightsAndActivationsPerPolicyAndKeepsTheLossInF32) {
 
   auto f32 = applyPrecision(net.graph, PrecisionPolicy::parse("fp32"));
   EXPECT_EQ(f32.graph.ops().size(), net.graph.ops().size()) << "fp32 adds no casts";
+}
+
+// Registered ops declare their inputs' dtypes: layer_norm's gamma / beta and masked_lm_loss's
+// weights take f32 only, so under 16.16 those variables stay f32 and a 16-bit host input is
+// left f32, while the data inputs follow the compute dtype.
+TEST(PrecisionPass, RegisteredOpsGetTheirF32OnlyInputsInF32) {
+  Graph g("ln");
+  Builder b(g);
+  const int x = b.input("x", {4, 8});
+  const int w = b.input("w", {4});
+  const int labels = b.input("labels", {4}, DType::I32);
+  const int gamma = b.variable("gamma", {8}), beta = b.variable("beta", {8});
+  const int kernel = b.variable("kernel", {8, 8});
+  const int y = ops::add(g, "layer_norm", {x, gamma, beta}, Attrs{{"eps", 1e-12}})[0];
+  const int logits = b.matmul(y, kernel);
+  const int loss = b.reduceSum(ops::add(g, "masked_lm_loss", {logits, labels, w})[0], {0});
+  g.markOutput(loss);
+  auto r = applyPrecision(g, PrecisionPolicy::parse("16.16"));
+  const Graph& h = r.graph;
+  EXPECT_EQ(h.tensor(h.get("gamma")).dtype, DType::F32);
+  EXPECT_EQ(h.tensor(h.get("beta")).dtype, DType::F32);
+  EXPECT_EQ(h.tensor(h.get("kernel")).dtype, DType::F16);
+  const Op& ln = h.op(h.tensor(r.map(y)).producer);
+  EXPECT_EQ(h.tensor(ln.inputs[0]).dtype, DType::F16) << "data follows the compute dtype";
+  EXPECT_EQ(h.tensor(ln.inputs[1]).dtype, DType::F32);
+  const Op& mlm = h.op(h.tensor(r.map(loss)).producer);
+  const Op& terms = h.op(h.tensor(mlm.inputs[0]).producer);
+  EXPECT_EQ(h.tensor(terms.inputs[2]).dtype, DType::F32) << "weights f32";
+  EXPECT_EQ(h.tensor(terms.inputs[0]).dtype, DType::F16);
+  // And it compiles (the ops' dtype checks accept every input).
+  Graph step = h;
+  appendTrainingStep(step, r.map(loss), {r.map(gamma), r.map(beta), r.map(kernel)},
+                     step.addInput("lr", {}), SgdOptions{}, PrecisionPolicy::parse("16.16"));
+  EXPECT_NO_THROW(compile(step, testTarget()));
+}
+
+// What stays f32 is a fact of the op kind (OpDef::precision), for built-in and registered kinds.
+TEST(PrecisionPass, ReadsEachOpKindsPrecisionRule) {
+  EXPECT_EQ(opDef(OpKind::SoftmaxCrossEntropy).precision, PrecisionRule::KeepF32);
+  EXPECT_EQ(opDef(OpKind::BatchNormTrain).precision, PrecisionRule::DataInCompute);
+  EXPECT_EQ(opDef(OpKind::BatchNormInference).precision, PrecisionRule::DataInCompute);
+  EXPECT_EQ(opDef(OpKind::EmaUpdate).precision, PrecisionRule::FollowState);
+  EXPECT_EQ(opDef(OpKind::Conv2d).precision, PrecisionRule::Compute);
+  EXPECT_TRUE(opDef(OpKind::Conv2d).usesPartials);
+  EXPECT_TRUE(opDef(OpKind::MatMul).usesPartials);
+  EXPECT_FALSE(opDef(OpKind::Binary).usesPartials);
 }
 
 TEST(PrecisionPass, RefusesAGraphWithUpdates) {

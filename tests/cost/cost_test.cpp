@@ -100,6 +100,43 @@ TEST(CostModel, OneTileCostsTilesTimesMoreThanSpread) {
   EXPECT_NEAR(cp / cs, static_cast<double>(kTiles), 0.05 * kTiles);
 }
 
+// Grouped convolutions (EfficientNet's depthwise and G16 convs), forward and both gradients:
+// MACs are those of one group's channels, and the AMP contraction is C/G input channels
+// (forward), K/G output channels (data gradient): a depthwise conv (1) fills 1/8 of an f32 AMP
+// pass, G16 (16) fills it, a dense conv of 32 channels fills it.
+TEST(CostModel, GroupedConvsCountTheirGroupsMacsAndAmpFill) {
+  const Target t = Target::small(kTiles, kBigTile);
+  auto costs = [&](i64 groups) {
+    Graph g;
+    Builder b(g);
+    int x = b.variable("x", {4, 16, 16, 32});
+    int w = b.variable("w", {32, 3, 3, 32 / groups});
+    int y = b.conv2d(x, w, Conv2dOptions::make(1, 1, groups), "y");
+    int loss = b.reduceSum(y, {0, 1, 2, 3}, false, "loss");
+    g.markOutput(loss);
+    appendBackward(g, loss, {x, w});
+    StepCost sc =
+        estimateStep(compile(g, t, CompileOptions{.deviceIterations = 1, .checkMemory = false}));
+    std::map<OpKind, std::pair<double, double>> m;  // kind -> (macs, compute cycles)
+    for (OpKind k : {OpKind::Conv2d, OpKind::Conv2dBackwardData, OpKind::Conv2dBackwardFilter})
+      m[k] = {setOf(sc, k).macs, setOf(sc, k).computeCycles};
+    return m;
+  };
+  const auto dense = costs(1), g16 = costs(2), dw = costs(32);
+  const double denseMacs = 4.0 * 16 * 16 * 32 * 9 * 32;
+  for (const auto& [kind, v] : dense) {
+    EXPECT_DOUBLE_EQ(v.first, denseMacs);
+    EXPECT_DOUBLE_EQ(g16.at(kind).first, denseMacs / 2);
+    EXPECT_DOUBLE_EQ(dw.at(kind).first, denseMacs / 32);
+  }
+  // Cycles per MAC: the forward and data gradient of depthwise run at 1/8 of the AMP rate.
+  for (OpKind k : {OpKind::Conv2d, OpKind::Conv2dBackwardData}) {
+    const double perMacDense = dense.at(k).second / dense.at(k).first;
+    EXPECT_NEAR(g16.at(k).second / g16.at(k).first / perMacDense, 1.0, 0.1);
+    EXPECT_NEAR(dw.at(k).second / dw.at(k).first / perMacDense, 8.0, 0.8);
+  }
+}
+
 TEST(CostModel, ExchangeGrowsWithBytesMovedAndIsZeroWithoutTraffic) {
   const Target t = Target::small(kTiles, kBigTile);
   const double x1 =

@@ -5,7 +5,8 @@
 #include <filesystem>
 
 #include "datasets/fashion_mnist.h"
-#include "harness/classifier_trainer.h"
+#include "harness/image_task.h"
+#include "models/small_cnn/small_cnn.h"
 #include "ipu_backend/kernels/fused.h"
 
 namespace ipu::harness {
@@ -28,17 +29,17 @@ TEST(SmallCnnEndToEnd, ReachesEightyFivePercentOnFashionMnist) {
   sgd.weightDecay = 5e-4;
   TrainerOptions opts;
   opts.batch = batch;
-  ClassifierTrainer trainer(models::buildSmallCnnTraining(cfg, batch, sgd),
+  Trainer trainer(models::buildSmallCnnTraining(cfg, batch, sgd),
                             models::buildSmallCnnInference(cfg, batch), opts);
   EXPECT_TRUE(trainer.trainExecutable().report()["memory"]["fits"].get<bool>());
   trainer.initialise(models::initSmallCnn(trainer.trainExecutable().graph, 1));
   auto norm = datasets::Normalization::fashionMnist();
-  double before = trainer.evaluate(test, norm, 2000);
+  double before = evaluateImageTopOne(trainer, test, norm, 2000);
   const std::int64_t steps = train.count / batch;
   auto lr = [&](std::int64_t s) { return static_cast<float>(0.05 * (1.0 - double(s) / steps)); };
-  EpochStats st = trainer.trainEpoch(train, norm, 1, lr);
+  EpochStats st = trainImageEpoch(trainer, train, norm, 1, lr);
   ASSERT_TRUE(st.finite);
-  double acc = trainer.evaluate(test, norm);
+  double acc = evaluateImageTopOne(trainer, test, norm);
   std::printf("untrained accuracy %.4f, after one epoch %.4f (loss %.4f, %.1f s)\n", before, acc,
               st.meanLoss, st.seconds);
   EXPECT_LT(before, 0.3);
@@ -59,10 +60,10 @@ TEST(SmallCnnEndToEnd, TileModeTrainingStepEqualsFusedMode) {
     opts.batch = 8;
     opts.mode = m == 0 ? EngineMode::Fused : EngineMode::Tile;
     opts.target = Target::small(64, 256 * 1024);
-    ClassifierTrainer trainer(models::buildSmallCnnTraining(cfg, 8, sgd),
+    Trainer trainer(models::buildSmallCnnTraining(cfg, 8, sgd),
                               models::buildSmallCnnInference(cfg, 8), opts);
     trainer.initialise(models::initSmallCnn(trainer.trainExecutable().graph, 5));
-    auto st = trainer.trainEpoch(data, datasets::Normalization::unit(1), 1,
+    auto st = trainImageEpoch(trainer, data, datasets::Normalization::unit(1), 1,
                                  [](std::int64_t) { return 0.1f; }, 16);  // two steps
     losses[m] = st.meanLoss;
     for (const Tensor& t : trainer.trainExecutable().graph.tensors())
@@ -100,12 +101,12 @@ TEST(SmallCnnEndToEnd, SixteenBitTrainingWithLossScalingMatchesFloat32Accuracy) 
     auto policy = precision::PrecisionPolicy::parse(presets[k]);
     TrainerOptions opts;
     opts.batch = batch;
-    ClassifierTrainer trainer(models::buildSmallCnnTraining(cfg, batch, sgd, policy),
+    Trainer trainer(models::buildSmallCnnTraining(cfg, batch, sgd, policy),
                               models::buildSmallCnnInference(cfg, batch, policy), opts);
     trainer.initialise(models::initSmallCnn(trainer.trainExecutable().graph, 1));
-    EpochStats st = trainer.trainEpoch(train, norm, 1, lr);
+    EpochStats st = trainImageEpoch(trainer, train, norm, 1, lr);
     ASSERT_TRUE(st.finite) << presets[k];
-    acc[k] = trainer.evaluate(test, norm);
+    acc[k] = evaluateImageTopOne(trainer, test, norm);
     std::printf("%s: accuracy %.4f after one epoch (loss %.4f, %.1f s, loss scale %g, %lld "
                 "skipped steps)\n",
                 presets[k], acc[k], st.meanLoss, st.seconds, st.lossScale,

@@ -32,15 +32,17 @@ TEST(RunBenchmarkRegistry, RealResNet50LogsTheCanonicalTensorsAndInitialisesEver
   ModelRequest r;
   r.micro_batch = 2;
   const ModelInstance m = findBenchmarkEntry(Benchmark::kResNet50).build(r);
-  EXPECT_FALSE(m.stand_in);
   EXPECT_EQ(m.variant, "resnet50");
   EXPECT_EQ(m.weight_tensor_names, resnet50CanonicalTensorNames());  // the 1.1.0 ruleset's 161
-  for (const ::models::ClassifierGraph* g : {&m.train, &m.eval}) {
-    EXPECT_EQ(g->graph.tensor(g->images).shape, (Shape{2, 28, 28, 1}));
-    EXPECT_GE(g->labels, 0);
-    EXPECT_GE(g->logits, 0);
+  for (const models::TaskGraph* g : {&m.train, &m.eval}) {
+    ASSERT_EQ(g->inputs.size(), 2u);
+    EXPECT_EQ(g->graph.tensor(g->input("images")).shape, (Shape{2, 28, 28, 1}));
+    EXPECT_EQ(g->graph.tensor(g->input("labels")).dtype, DType::I32);
+    EXPECT_EQ(g->graph.tensor(g->output("logits")).shape, (Shape{2, 10}));
     EXPECT_GE(g->loss, 0);
+    EXPECT_THROW(g->input("token_ids"), std::invalid_argument);
   }
+  EXPECT_EQ(m.train.optimizer.stateVariables.size(), 161u) << "one momentum per parameter";
   EXPECT_GE(m.train.lr, 0);
   EXPECT_EQ(m.train.parameters.size(), 161u);
   const auto init = m.init(7);
@@ -49,16 +51,6 @@ TEST(RunBenchmarkRegistry, RealResNet50LogsTheCanonicalTensorsAndInitialisesEver
     ASSERT_TRUE(init.count(t.name)) << t.name;
     EXPECT_EQ(static_cast<std::int64_t>(init.at(t.name).size()), t.elements()) << t.name;
   }
-}
-
-TEST(RunBenchmarkRegistry, StandInIsMarked) {
-  ModelRequest r;
-  r.micro_batch = 4;
-  r.choice = ModelChoice::kSmallCnnStandIn;
-  const ModelInstance m = findBenchmarkEntry(Benchmark::kResNet50).build(r);
-  EXPECT_TRUE(m.stand_in);
-  EXPECT_NE(m.description.find("NOT ResNet-50"), std::string::npos);
-  EXPECT_EQ(m.weight_tensor_names.size(), m.train.parameters.size());
 }
 
 TEST(RunBenchmarkEvalBlocks, ResNetScheduleAndOpenPeriods) {
@@ -75,20 +67,78 @@ TEST(RunBenchmarkEvalBlocks, ResNetScheduleAndOpenPeriods) {
 }
 
 TEST(RunBenchmarkLrSchedule, WarmupThenPolynomialDecayToTheEndRate) {
-  LrSchedule s{0.1, 0.0001, 2, 1, 5};
-  EXPECT_NEAR(s.at(0, 10), 0.01, 1e-12);  // warmup: (0 + 1) / 10 of the base
-  EXPECT_NEAR(s.at(9, 10), 0.1, 1e-12);   // end of warmup
-  EXPECT_NEAR(s.at(10, 10), 0.1, 1e-12);  // decay starts at the base
-  EXPECT_NEAR(s.at(30, 10), (0.1 - 0.0001) * 0.25 + 0.0001, 1e-12);  // halfway, power 2
-  EXPECT_NEAR(s.at(50, 10), 0.0001, 1e-12);
-  EXPECT_NEAR(s.at(500, 10), 0.0001, 1e-12);  // past the decay: the end rate
+  LrSchedule s{0.1, 0.0001, 2, 1, 5};    // epochs
+  const StepClock c{10, 64};             // 10 steps an epoch
+  EXPECT_NEAR(s.at(0, c), 0.01, 1e-12);  // warmup: (0 + 1) / 10 of the base
+  EXPECT_NEAR(s.at(9, c), 0.1, 1e-12);   // end of warmup
+  EXPECT_NEAR(s.at(10, c), 0.1, 1e-12);  // decay starts at the base
+  EXPECT_NEAR(s.at(30, c), (0.1 - 0.0001) * 0.25 + 0.0001, 1e-12);  // halfway, power 2
+  EXPECT_NEAR(s.at(50, c), 0.0001, 1e-12);
+  EXPECT_NEAR(s.at(500, c), 0.0001, 1e-12);  // past the decay: the end rate
+}
+
+// BERT's LAMB schedule: warm-up and decay in samples, decay counted from step 0 to 0.
+TEST(RunBenchmarkLrSchedule, SamplesCountedBertFormAndExponentialDecay) {
+  LrSchedule s;
+  s.unit = ProgressUnit::kSamples;
+  s.decay_from_start = true;
+  s.base = 0.004;
+  s.end = 0;
+  s.power = 1;
+  s.warmup = 1000;            // samples: 10 steps of 100
+  s.decay = 10000;            // 100 steps
+  const StepClock c{7, 100};  // steps per epoch play no part in samples
+  EXPECT_NEAR(s.at(0, c), 0.0, 1e-15);
+  EXPECT_NEAR(s.at(5, c), 0.002, 1e-15);
+  EXPECT_NEAR(s.at(10, c), 0.004 * 0.9, 1e-15);  // decay from step 0: 10 of 100 gone
+  EXPECT_NEAR(s.at(50, c), 0.002, 1e-15);
+  EXPECT_NEAR(s.at(100, c), 0.0, 1e-15);
+  LrSchedule e;  // EfficientNet's: x0.97 every 2.4 epochs after a 5-epoch warm-up
+  e.base = 0.048;
+  e.warmup = 5;
+  e.decay_factor = 0.97;
+  e.decay_every = 2.4;
+  const StepClock ce{10, 64};
+  EXPECT_NEAR(e.at(49, ce), 0.048, 1e-15);
+  EXPECT_NEAR(e.at(50, ce), 0.048, 1e-15);
+  EXPECT_NEAR(e.at(73, ce), 0.048, 1e-15);
+  EXPECT_NEAR(e.at(74, ce), 0.048 * 0.97, 1e-15);
+  EXPECT_NEAR(e.at(98, ce), 0.048 * 0.97 * 0.97, 1e-15);
+}
+
+TEST(RunBenchmarkEvalCadence, EpochsForResNetSamplesForBert) {
+  RunSettings st;
+  st.eval_offset = 1;
+  const EvalCadence r = evalCadenceOf(Benchmark::kResNet50, st, 1024);
+  EXPECT_EQ(r.unit, ProgressUnit::kEpochs);
+  const auto rb = r.blocks(3);
+  ASSERT_EQ(rb.size(), 2u);
+  EXPECT_EQ(rb[0].first, 1);
+  EXPECT_EQ(rb[0].last(), 1);
+  EXPECT_EQ(rb[1].first, 2);
+  EXPECT_EQ(rb[1].last(), 3);
+  // The rule's examples (BERT_FACTS.md): GBS 256-2048 -> 150,000; 4096 -> 175,000; 16384 ->
+  // 325,000.
+  EXPECT_EQ(bertEvalIntervalSamples(256), 150000);
+  EXPECT_EQ(bertEvalIntervalSamples(2048), 150000);
+  EXPECT_EQ(bertEvalIntervalSamples(4096), 175000);
+  EXPECT_EQ(bertEvalIntervalSamples(16384), 325000);
+  const EvalCadence b = evalCadenceOf(Benchmark::kBertLarge, st, 4096);
+  EXPECT_EQ(b.unit, ProgressUnit::kSamples);
+  const auto bb = b.blocks(400000);
+  ASSERT_EQ(bb.size(), 3u);
+  EXPECT_EQ(bb[0].first, 0);
+  EXPECT_EQ(bb[0].count, 175000);
+  EXPECT_EQ(bb[2].first, 350000);
+  EXPECT_EQ(bb[2].count, 50000);  // the last block ends at the budget
+  const EvalCadence none{ProgressUnit::kSamples, 4, 0, 0};  // no interval
+  EXPECT_THROW(none.blocks(10), std::invalid_argument);
 }
 
 TEST(RunBenchmarkPlan, DistinctSeedsAndTheSettingsOfThePreset) {
   CliOptions o;
   o.runs = 5;
   o.seed = 40;
-  o.model_stand_in = true;
   const BenchmarkPlan p = makePlan(o);
   EXPECT_EQ(p.seeds, (std::vector<std::uint64_t>{40, 41, 42, 43, 44}));
   EXPECT_EQ(p.run.settings.eval_period, 4);
@@ -127,7 +177,6 @@ TEST(RunBenchmarkPrecision, ClosedResNet50PresetsCarryThePublishedIpuSettings) {
 
 TEST(RunBenchmarkPrecision, FlagsReachThePlanAndTheModel) {
   CliOptions o;
-  o.model_stand_in = true;
   o.precision = "16.16";
   BenchmarkPlan p = makePlan(o);
   EXPECT_EQ(p.precision.preset, "16.16");
@@ -138,19 +187,96 @@ TEST(RunBenchmarkPrecision, FlagsReachThePlanAndTheModel) {
   p = makePlan(o);
   EXPECT_EQ(p.precision.lossScaling.mode, precision::LossScalingMode::Dynamic);
   EXPECT_EQ(p.precision.lossScaling.scale, 1024.0f);
-  const ModelInstance m = p.run.entry->build(p.run.model);
-  EXPECT_EQ(m.train.graph.tensor(m.train.graph.get("conv1_weight")).dtype, DType::F16);
-  EXPECT_GE(m.train.overflow, 0) << "the dynamic-scaling graph reports overflow";
-  o.model_stand_in = false;  // the reference ResNet-50 under the same policy
-  p = makePlan(o);
   const ModelInstance r = p.run.entry->build(p.run.model);
   const Graph& rg = r.train.graph;
   EXPECT_EQ(rg.tensor(rg.get("conv0_weight")).dtype, DType::F16);
-  EXPECT_EQ(rg.tensor(r.train.logits).dtype, DType::F32) << "logits read back as f32";
+  EXPECT_EQ(rg.tensor(r.train.output("logits")).dtype, DType::F32) << "logits read back as f32";
   EXPECT_GE(r.train.overflow, 0);
   EXPECT_EQ(r.train.lossScaling.mode, precision::LossScalingMode::Dynamic);
   for (const auto& [name, v] : r.init(1))
     EXPECT_EQ(static_cast<std::int64_t>(v.size()), rg.tensor(rg.get(name)).elements()) << name;
+}
+
+// makePlan's steps alone.
+TEST(RunBenchmarkPlanSteps, OptimizerOfMapsEveryBackendOptimizer) {
+  const OptimizerOptions sgd = optimizerOf(
+      Json{{"opt_name", "sgd"}, {"sgd_opt_momentum", 0.8}, {"sgd_opt_weight_decay", 5e-5}});
+  EXPECT_EQ(sgd.kind, "sgd");
+  EXPECT_EQ(sgd.momentum, 0.8);
+  EXPECT_EQ(sgd.weightDecay, 5e-5);
+  EXPECT_EQ(sgd.larsEta, 0.0);
+  const OptimizerOptions lars = optimizerOf(Json{{"opt_name", "lars"},
+                                                 {"lars_opt_momentum", 0.9},
+                                                 {"lars_opt_weight_decay", 1e-4},
+                                                 {"lars_epsilon", 0.0}});
+  EXPECT_EQ(lars.kind, "lars");
+  EXPECT_EQ(lars.larsEta, 0.001) << "TensorFlow's trust coefficient";
+  EXPECT_EQ(lars.weightDecay, 1e-4);
+  const OptimizerOptions lamb = optimizerOf(Json{{"opt_name", "lamb"},
+                                                 {"opt_lamb_beta_1", 0.62},
+                                                 {"opt_lamb_beta_2", 0.996},
+                                                 {"opt_lamb_epsilon", 1e-6},
+                                                 {"opt_lamb_weight_decay_rate", 0.01}});
+  EXPECT_EQ(lamb.kind, "lamb");
+  EXPECT_EQ(lamb.beta1, 0.62);
+  EXPECT_EQ(lamb.beta2, 0.996);
+  EXPECT_EQ(lamb.weightDecay, 0.01);
+  EXPECT_EQ(lamb.maxGradNorm, 1.0) << "the reference clips to global norm 1";
+  const OptimizerOptions rms = optimizerOf(Json{{"opt_name", "rmsprop"},
+                                                {"opt_rmsprop_decay", 0.9},
+                                                {"opt_rmsprop_momentum", 0.9},
+                                                {"opt_rmsprop_epsilon", 0.001},
+                                                {"opt_weight_decay", 1e-5},
+                                                {"ipu_weight_ema_decay", 0.97}});
+  EXPECT_EQ(rms.kind, "rmsprop");
+  EXPECT_EQ(rms.rho, 0.9);
+  EXPECT_EQ(rms.epsilon, 0.001);
+  EXPECT_EQ(rms.emaDecay, 0.97);
+  EXPECT_EQ(optimizerOf(Json{{"opt_name", "adam"}}).kind, "adam");
+  try {
+    optimizerOf(Json{{"opt_name", "adagrad"}});
+    FAIL() << "adagrad accepted";
+  } catch (const Refusal& e) {
+    EXPECT_NE(std::string(e.what()).find("adagrad"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("lamb"), std::string::npos) << "lists what there is";
+  }
+}
+
+TEST(RunBenchmarkPlanSteps, EachStepRefusesWhatItOwns) {
+  CliOptions o;
+  o.runs = 0;
+  EXPECT_THROW(validateCli(o), Refusal);
+  o.runs = 1;
+  o.engine = "gpu";
+  EXPECT_THROW(validateCli(o), Refusal);
+  o.engine = "fused";
+  const CliChoice c = validateCli(o);
+  EXPECT_EQ(c.benchmark, Benchmark::kResNet50);
+  EXPECT_EQ(c.scale, Scale::kMini);
+  o.pod_size = 3;
+  EXPECT_THROW(resolvePreset(o, c), Refusal) << "no POD3 preset";
+  o.pod_size = 1;
+  ResolvedPreset p = resolvePreset(o, c);
+  EXPECT_EQ(p.settings.eval_period, 4);
+  o.data_dir = "/nonexistent";
+  EXPECT_THROW(resolveData(o, Scale::kMini, datasets::CorruptPolicy::kFail), Refusal);
+  // An optimizer that cannot be sharded (LARS) under --shard-optimizer-state.
+  Json hp = mlperfHyperparameters(p.preset);
+  hp["opt_name"] = "lars";
+  o.shard_optimizer_state = true;
+  EXPECT_THROW(resolveModel(o, Scale::kMini, p, hp), Refusal);
+  hp["opt_name"] = "sgd";
+  EXPECT_EQ(resolveModel(o, Scale::kMini, p, hp).optimizer.kind, "sgd");
+  // LAMB's schedule counts samples: warm-up and training steps times the global batch.
+  hp = Json{{"opt_name", "lamb"},
+            {"opt_base_learning_rate", 0.002},
+            {"opt_learning_rate_warmup_steps", 10},
+            {"opt_learning_rate_training_steps", 1000}};
+  const ResolvedSchedule s = resolveSchedule(Benchmark::kResNet50, o, p.preset, hp, p.settings);
+  EXPECT_EQ(s.lr.unit, ProgressUnit::kSamples);
+  EXPECT_TRUE(s.lr.decay_from_start);
+  EXPECT_EQ(s.lr.warmup, 10.0 * static_cast<double>(p.preset.global_batch));
+  EXPECT_EQ(s.lr.decay, 1000.0 * static_cast<double>(p.preset.global_batch));
 }
 
 }  // namespace

@@ -64,6 +64,10 @@ std::vector<ConvCase> convCases() {
       {"depthwise", conv(2, 14, 32, 32, 3, 1, 1, 32)},
       {"depthwiseS2", conv(2, 14, 16, 16, 3, 2, 1, 16)},
       {"grouped", conv(2, 10, 16, 32, 3, 1, 1, 4)},
+      // EfficientNet: depthwise 5x5 stride 2; G16 (16 channels per group), 3x3 and 5x5/2.
+      {"depthwise5x5S2", conv(2, 13, 24, 24, 5, 2, 2, 24)},
+      {"g16", conv(2, 10, 32, 32, 3, 1, 1, 2)},
+      {"g16k5S2", conv(2, 11, 48, 48, 5, 2, 2, 3)},
       {"dilated", conv(2, 12, 8, 12, 3, 1, 2, 1, 2)},
       {"oddChannels", conv(1, 9, 5, 7, 3, 1, 1)},
       // Winograd where the CPU has it (3x3 stride 1, >= 64 channels; see ConvAlgorithm).
@@ -119,16 +123,18 @@ TEST_F(Fused, Conv2dBf16AllPasses) {
   for (const auto& [name, s] :
        std::vector<ConvCase>{{"pointwise", conv(2, 14, 32, 64, 1, 1, 0)},
                              {"pointwiseS2", conv(2, 14, 64, 32, 1, 2, 0)},
-                             {"resnet3x3s1", conv(2, 14, 32, 32, 3, 1, 1)}}) {
+                             {"resnet3x3s1", conv(2, 14, 32, 32, 3, 1, 1)},
+                             {"depthwise5x5S2", conv(2, 13, 24, 24, 5, 2, 2, 24)},
+                             {"g16", conv(2, 10, 32, 32, 3, 1, 1, 2)}}) {
     SCOPED_TRACE(name);
     std::vector<bf16> xb, wb, dyb;
     const Vec x = rounded(randomVec(s.inputElems(), seed++), &xb);
     const Vec w = rounded(randomVec(s.weightElems(), seed++), &wb);
     const Vec dy = rounded(randomVec(s.outputElems(), seed++), &dyb);
     std::vector<bf16> y(s.outputElems()), dx(s.inputElems()), dw(s.weightElems());
-    fused::Conv2dForwardBf16(s).run(xb.data(), wb.data(), y.data());
-    fused::Conv2dBackwardDataBf16(s).run(dyb.data(), wb.data(), dx.data());
-    fused::Conv2dBackwardFilterBf16(s).run(xb.data(), dyb.data(), dw.data());
+    fused::Conv2dForward(s, ElementType::BF16).run(xb.data(), wb.data(), y.data());
+    fused::Conv2dBackwardData(s, ElementType::BF16).run(dyb.data(), wb.data(), dx.data());
+    fused::Conv2dBackwardFilter(s, ElementType::BF16).run(xb.data(), dyb.data(), dw.data());
     constexpr float kBf16Tol = 1e-2f;
     EXPECT_TRUE(closeRel(widened(y), testing::refConvFwd(s, x, w), kBf16Tol));
     EXPECT_TRUE(closeRel(widened(dx), testing::refConvBwdData(s, dy, w), kBf16Tol));

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from conftest import FIXTURES, SCRIPTS
+from conftest import FIXTURES, REPO, SCRIPTS
 
 import compare_results as cr
 import mlperf_results as mr
@@ -316,3 +316,121 @@ def test_projection_file_that_is_not_one_is_named(tmp_path):
          "--projection", str(bad)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert f"{bad}: projection 0 lacks mlperf_benchmark" in proc.stderr
+
+
+# ------------------------------------------------- a folder and its child; scaling.json
+VENV_PYTHON = os.path.join(REPO, ".venv", "bin", "python")
+
+# The official result_summarizer's own reading and arithmetic (its compliance step left out:
+# the mlperf-logging release in .venv applies checks to ruleset 1.1.0 that the published v1.1
+# logs predate): run_start/run_stop of each file, olympic average, scaling.json.
+OFFICIAL_SCORE = r"""
+import glob, json, sys
+from mlperf_logging.result_summarizer import result_summarizer as rs
+from mlperf_logging.compliance_checker.mlp_parser import parse_file
+folder = sys.argv[1]
+scores = []
+for f in glob.glob(folder + "/result_*.txt"):
+    lines, failed = parse_file(f, ruleset="1.1.0")
+    start, stop = rs._query_run_start_stop(lines)
+    scores.append((stop - start) / 60000)
+print(json.dumps(rs._compute_olympic_average(scores, 0, 1) * rs._get_scaling_factor(folder)))
+"""
+
+
+def _has_official_summarizer():
+    return os.path.exists(VENV_PYTHON) and subprocess.run(
+        [VENV_PYTHON, "-c", "import mlperf_logging.result_summarizer"],
+        capture_output=True).returncode == 0
+
+
+def test_folder_and_its_child_count_each_run_once():
+    alone = _scores(OURS)
+    key = ("Ours", "ipu-pod16-emu", "resnet")
+    pkgs = mr.load_packages([OURS, os.path.join(OURS, "results", "ipu-pod16-emu")])
+    both = {(s.org, s.system, s.benchmark): s for s in mr.score_packages(pkgs)}
+    assert both[key].n_runs == alone[key].n_runs == 5
+    assert both[key].score_min == alone[key].score_min
+    assert any("5 result file(s) already read" in i.message for i in pkgs[1].issues)
+    # The aborted run is reported once, not twice.
+    failed = [r for p in pkgs for r in p.runs if not math.isfinite(r.scoring_time)]
+    assert len(failed) == 1
+
+
+def test_official_parent_and_child_given_together(official):
+    pkgs = mr.load_packages([official, os.path.join(official, "NVIDIA")])
+    scores = {(s.org, s.system, s.benchmark): s for s in mr.score_packages(pkgs)}
+    s = scores[("NVIDIA", "dgxa100_ngc21.09_pytorch", "bert")]
+    assert s.n_runs == 10 and round(s.score_min, 2) == pytest.approx(20.00, abs=1e-9)
+    assert "requires" not in s.reason
+
+
+def test_more_runs_than_required_are_pointed_out(tmp_path):
+    # The same five runs under a second system folder name would be another system; copies
+    # under new file names in the same folder are more runs of one result.
+    dst = tmp_path / "Ours"
+    shutil.copytree(OURS, dst)
+    bench = dst / "results" / "ipu-pod16-emu" / "resnet"
+    for i in range(5):
+        shutil.copy(bench / f"result_{i}.txt", bench / f"result_{i + 5}.txt")
+    s = _scores(str(dst))[("Ours", "ipu-pod16-emu", "resnet")]
+    assert s.n_runs == 10 and "10 runs where MLPerf requires 5" in s.reason
+
+
+def test_scaling_json_multiplies_the_score(tmp_path):
+    dst = tmp_path / "Ours"
+    shutil.copytree(OURS, dst)
+    key = ("Ours", "ipu-pod16-emu", "resnet")
+    plain = _scores(str(dst))[key]
+    (dst / "results" / "ipu-pod16-emu" / "resnet" / "scaling.json").write_text(
+        '{"scaling_factor": 1.023}')
+    scaled = _scores(str(dst))[key]
+    assert scaled.score_min == pytest.approx(plain.score_min * 1.023, rel=1e-12)
+    assert scaled.scaling_factor == 1.023 and "scaled by 1.023" in scaled.reason
+
+
+@pytest.mark.parametrize("text", ['{"scaling": 2}', '{"scaling_factor": -1}', "not json",
+                                  '{"scaling_factor": "1.1"}'])
+def test_bad_scaling_json_is_named_and_leaves_the_score(tmp_path, text):
+    dst = tmp_path / "Ours"
+    shutil.copytree(OURS, dst)
+    key = ("Ours", "ipu-pod16-emu", "resnet")
+    plain = _scores(str(dst))[key]
+    path = dst / "results" / "ipu-pod16-emu" / "resnet" / "scaling.json"
+    path.write_text(text)
+    pkg = mr.load_package(str(dst))
+    s = {(x.org, x.system, x.benchmark): x for x in mr.score_packages([pkg])}[key]
+    assert s.score_min == plain.score_min and s.scaling_factor == 1.0
+    msgs = [str(i) for r in pkg.runs for i in r.issues]
+    assert any(str(path) in m and "scaling factor" in m for m in msgs), msgs
+
+
+def test_scaling_matches_the_official_summarizer(official, tmp_path):
+    if not _has_official_summarizer():
+        pytest.skip("mlperf-logging is not installed in .venv (scripts/setup.sh installs it)")
+    src = os.path.join(official, "NVIDIA")
+    dst = tmp_path / "NVIDIA"
+    shutil.copytree(src, dst)
+    folder = dst / "results" / "dgxa100_ngc21.09_pytorch" / "bert"
+    (folder / "scaling.json").write_text('{"scaling_factor": 1.023}')
+    want = json.loads(subprocess.run([VENV_PYTHON, "-c", OFFICIAL_SCORE, str(folder)],
+                                     check=True, capture_output=True, text=True).stdout)
+    s = _scores(str(dst))[("NVIDIA", "dgxa100_ngc21.09_pytorch", "bert")]
+    assert want == pytest.approx(20.00 * 1.023, abs=0.01)
+    assert s.score_min == pytest.approx(want, rel=1e-9)
+
+
+# ----------------------------------------------------------------- plot helpers
+def test_label_offsets_stack_nearly_equal_values():
+    # Two systems at pod 16 with 28.33 and 28.50 minutes; one far away; another x.
+    off = cr.label_offsets([(16, 28.50), (16, 28.33), (16, 40.0), (64, 28.4)])
+    assert off[1] == 4 and off[0] == 13  # stacked above the lower one
+    assert off[2] == 4 and off[3] == 4
+
+
+def test_evaluations_logged_after_training_are_recognised():
+    steady = [{"time_min": t} for t in (5.0, 10.0, 15.0, 20.0)]
+    after = [{"time_min": t} for t in (30.0, 30.1, 30.2, 30.3)]
+    assert not cr.evaluated_after_training(steady)
+    assert cr.evaluated_after_training(after)
+    assert not cr.evaluated_after_training(after[:2])  # too few points to say
