@@ -50,6 +50,8 @@
 #   NIGHTLY_GIT_REV      revision recorded in run_manifest.json (GITHUB_SHA or git rev-parse)
 #   NIGHTLY_ASAN         1: every test suite under ASan+UBSan (default, or 0 with
 #                        NIGHTLY_SKIP_BUILD=1); 0: skip
+#   NIGHTLY_ASAN_MARCH   -march= of that build (x86-64-v3: the AVX2 paths, oneDNN at AVX2;
+#                        native: this host's)
 #   NIGHTLY_INTERRUPTS   interrupts of scripts/interrupt_stress.py (50, or 0 with
 #                        NIGHTLY_SKIP_BUILD=1: a given build's harness may be a fake; 0: none)
 #   NIGHTLY_LONG_TESTS   1 (default): run the long tests CI leaves out; 0: skip them
@@ -336,10 +338,17 @@ if [ "$ASAN_ALL" = "1" ]; then
   start=$(date +%s)
   # Less the BertNightly suite: the full-size BERT-Large takes 3-4.5 GB and minutes without
   # ASan's shadow memory and slowdown; it runs in the long tests above.
-  log "ASan+UBSan: every test executable (scripts/test.sh, CTEST_ARGS=-L . -E ^BertNightly\\.)"
+  # The AVX2 build with oneDNN held to AVX2, as in .ci/run (the Release runs cover this host's
+  # AVX-512 paths); NIGHTLY_ASAN_MARCH=native for the AVX-512 paths under ASan.
+  asan_march="${NIGHTLY_ASAN_MARCH:-x86-64-v3}"
+  asan_isa=()
+  [ "$asan_march" = "x86-64-v3" ] && asan_isa=(ONEDNN_MAX_CPU_ISA=AVX2)
+  log "ASan+UBSan ($asan_march): every test executable (CTEST_ARGS=-L . -E ^BertNightly\\.)"
+  env "${asan_isa[@]}" \
   ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}" \
   UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}" \
-  IPU_SANITIZE=address,undefined BUILD_TARGETS=unit_tests CTEST_ARGS="-L . -E ^BertNightly\\." \
+  IPU_SANITIZE=address,undefined IPU_MARCH="$asan_march" BUILD_TARGETS=unit_tests \
+  CTEST_ARGS="-L . -E ^BertNightly\\." \
       bash scripts/test.sh > "$OUT/asan.log" 2>&1
   rc=$?
   durations+=("asan=$(( $(date +%s) - start ))")

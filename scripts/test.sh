@@ -3,9 +3,10 @@
 # Usage: bash scripts/test.sh            (BUILD_DIR=build by default)
 #        IPU_SANITIZE=address,undefined bash scripts/test.sh   (a sanitizer build in build-asan)
 #        IPU_SANITIZE=thread bash scripts/test.sh              (build-tsan)
-# Environment: BUILD_TARGETS (build only these, e.g. unit_tests: the test executables),
-# CTEST_ARGS (e.g. "-L ." for the labelled tests only), IPU_TEST_STEPS ("build test": either
-# alone skips the other), JOBS, CTEST_JOBS. ccache is used when it is installed.
+# Environment: IPU_MARCH (the -march= of the build, native by default; x86-64-v3 builds the AVX2
+# code paths an AVX2-only host runs), BUILD_TARGETS (build only these, e.g. unit_tests: the test
+# executables), CTEST_ARGS (e.g. "-L ." for the labelled tests only), IPU_TEST_STEPS ("build
+# test": either alone skips the other), JOBS, CTEST_JOBS. ccache is used when it is installed.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -27,6 +28,7 @@ if [[ " $STEPS " == *" build "* ]]; then
   # Paths under the checkout's parent hash as relative ones: clones elsewhere share the cache.
   export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$(dirname "$ROOT")}"
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DIPU_SANITIZE="$SAN" \
+    -DIPU_MARCH="${IPU_MARCH:-native}" \
     ${SAN:+-DIPU_BUILD_BENCHMARKS=OFF} "${launcher[@]}"
   # BUILD_TARGETS: build only these targets (e.g. the suites a sanitizer build runs).
   cmake --build "$BUILD_DIR" -j "$JOBS" ${BUILD_TARGETS:+--target $BUILD_TARGETS}
