@@ -9,6 +9,7 @@
 #include "harness/mlperf_events.h"
 #include "harness/run_benchmark_plan.h"
 #include "harness/run_loop.h"
+#include "models/efficientnet_b4/efficientnet.h"
 
 namespace ipu::harness {
 namespace {
@@ -25,7 +26,40 @@ TEST(RunBenchmarkRegistry, EveryBenchmarkHasAnEntry) {
   }
   EXPECT_TRUE(findBenchmarkEntry(Benchmark::kResNet50).implemented);
   EXPECT_FALSE(findBenchmarkEntry(Benchmark::kBertLarge).implemented);
-  EXPECT_FALSE(findBenchmarkEntry(Benchmark::kEfficientNetB4).implemented);
+  EXPECT_TRUE(findBenchmarkEntry(Benchmark::kEfficientNetB4).implemented);
+}
+
+TEST(RunBenchmarkRegistry, EfficientNetMiniIsB4WithTorchvisionNamesAndEmaForEvaluation) {
+  ModelRequest r;
+  r.micro_batch = 2;
+  r.optimizer.kind = "rmsprop";
+  r.optimizer.emaDecay = 0.9999;
+  r.hyperparameters = mlperfHyperparameters(findPreset(Benchmark::kEfficientNetB4, 1, Scale::kMini));
+  const ModelInstance m = findBenchmarkEntry(Benchmark::kEfficientNetB4).build(r);
+  EXPECT_EQ(m.weight_tensor_names.size(), 418u);  // B4's, as the closed ruleset lists them
+  EXPECT_EQ(m.train.graph.tensor(m.train.input("images")).shape, (Shape{2, 28, 28, 1}));
+  // Dropout and stochastic depth: a key per micro-batch, fed to both graphs.
+  EXPECT_EQ(m.eval.graph.tensor(m.eval.input("dropout_key")).shape, (Shape{2}));
+  const auto values = m.init(7);
+  // RMSProp's mean square starts at 1, the EMA at the weight; norm scales 1, shifts 0.
+  const std::string w = "features.0.0.weight";
+  EXPECT_EQ(values.at(w + "/ema"), values.at(w));
+  EXPECT_EQ(values.at(w + "/rms"), std::vector<float>(values.at(w).size(), 1.0f));
+  EXPECT_EQ(values.at(w + "/momentum"), std::vector<float>(values.at(w).size(), 0.0f));
+  EXPECT_EQ(values.at("features.0.1.weight"), std::vector<float>(48, 1.0f));  // stem 48
+  // Weight decay skips exactly the norm layers' parameters.
+  const Graph& g = m.train.graph;
+  EXPECT_TRUE(models::efficientnet::isNormParameter(g.tensor(g.get("features.0.1.bias"))));
+  EXPECT_FALSE(models::efficientnet::isNormParameter(g.tensor(g.get("classifier.1.bias"))));
+  EXPECT_FALSE(
+      models::efficientnet::isNormParameter(g.tensor(g.get("features.1.0.block.1.fc1.bias"))));
+  // G16 with group norm: the open variant, no running statistics.
+  r.hyperparameters["model_variant"] = "g16";
+  r.hyperparameters["norm_type"] = "group_norm";
+  const ModelInstance g16 = findBenchmarkEntry(Benchmark::kEfficientNetB4).build(r);
+  EXPECT_NE(g16.description.find("G16 (group norm"), std::string::npos) << g16.description;
+  r.hyperparameters["norm_type"] = "layer_norm_proxy_norm";
+  EXPECT_THROW(findBenchmarkEntry(Benchmark::kEfficientNetB4).build(r), std::invalid_argument);
 }
 
 TEST(RunBenchmarkRegistry, RealResNet50LogsTheCanonicalTensorsAndInitialisesEveryVariable) {
