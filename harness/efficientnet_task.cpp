@@ -88,8 +88,8 @@ std::string efficientNetUnsupported(const Json& hp) {
 en::Config efficientNetConfig(Scale scale, const Json& hp) {
   if (const std::string why = efficientNetUnsupported(hp); !why.empty())
     throw std::invalid_argument(why);
-  en::Config c = stringKey(hp, keys::kModelVariant, "b4") == "g16" ? en::Config::b4G16()
-                                                                    : en::Config::b4();
+  en::Config c =
+      stringKey(hp, keys::kModelVariant, "b4") == "g16" ? en::Config::b4G16() : en::Config::b4();
   if (stringKey(hp, keys::kNormType, "batch_norm") == "group_norm") c.norm = en::Norm::Group;
   c.dropout = hp.value(keys::kDropoutRate, c.dropout);
   c.stochasticDepth = hp.value(keys::kStochasticDepthRate, c.stochasticDepth);
@@ -111,9 +111,8 @@ ModelInstance buildEfficientNet(const ModelRequest& r) {
         "micro-batch {})",
         r.bn_span_replicas, r.micro_batch));
   const en::Config config = efficientNetConfig(r.scale, r.hyperparameters);
-  auto train =
-      std::make_shared<en::EfficientNetGraph>(en::buildTraining(config, r.micro_batch, r.optimizer,
-                                                                r.precision));
+  auto train = std::make_shared<en::EfficientNetGraph>(
+      en::buildTraining(config, r.micro_batch, r.optimizer, r.precision));
   const en::EfficientNetGraph eval = en::buildInference(config, r.micro_batch, r.precision);
   ModelInstance m;
   m.train = en::taskGraph(*train, r.precision.lossScaling);

@@ -272,6 +272,8 @@ PodPreset fromRow(const Row& r) {
   p.published = r.published;
   p.source = r.source;
   fillDatasetFields(p);
+  if (p.benchmark == Benchmark::kEfficientNetB4 && p.ipus_per_replica == 4)
+    p.pipeline_splits = {"block2b", "block4b", "block6c"};  // Graphcore's B4 4-IPU split
   check(p.ipus == p.pod_size, p,
         fmt::format("replicas x IPUs per replica = {} x {} = {} IPUs", p.replicas,
                     p.ipus_per_replica, p.ipus));
@@ -389,6 +391,25 @@ const PodPreset& findPreset(Benchmark benchmark, int podSize, Scale scale) {
 
 const PodPreset& findPreset(std::string_view benchmark, int podSize, std::string_view scale) {
   return findPreset(parseBenchmark(benchmark), podSize, parseScale(scale));
+}
+
+PodPreset efficientNetG16Preset(int podSize) {
+  // Graphcore's G16 configuration (EFFICIENTNET_FACTS §4): micro-batch 5, accumulation 40,
+  // splits [block2c, block4c, block6a]; the peak LR keeps the reference's 0.016 per 256.
+  PodPreset p = findPreset(Benchmark::kEfficientNetB4, podSize, Scale::kFull);
+  p.micro_batch = 5;
+  p.gradient_accumulation = 40;
+  p.global_batch = std::int64_t{p.replicas} * p.gradient_accumulation * p.micro_batch;
+  p.pipeline_splits = {"block2c", "block4c", "block6a"};
+  p.hyperparameters[keys::kModelVariant] = "g16";
+  p.hyperparameters[keys::kModelBnSpan] = p.micro_batch;
+  p.hyperparameters[keys::kOptBaseLearningRate] =
+      0.016 * static_cast<double>(p.global_batch) / 256.0;
+  p.published = false;
+  p.source =
+      "Graphcore's EfficientNet-B4 G16 configuration shape (open division; not an MLPerf "
+      "result): micro-batch 5, accumulation 40, splits block2c, block4c, block6a";
+  return p;
 }
 
 Json mlperfHyperparameters(const PodPreset& preset) {

@@ -51,7 +51,8 @@ std::vector<Violation> validateEfficientNetSettings(Division division, const Run
   const EfficientNetRules& rules = builtinEfficientNetRules();
   std::vector<Violation> out =
       validateEfficientNetEvaluation(rules, division, s.eval_period, s.eval_offset);
-  if (division == Division::kClosed && (s.target_accuracy < rules.target || s.target_accuracy >= 1)) {
+  if (division == Division::kClosed &&
+      (s.target_accuracy < rules.target || s.target_accuracy >= 1)) {
     out.push_back({kTargetKey, fmt::format("{}", s.target_accuracy),
                    fmt::format(">= {} and < 1 (the quality target of the rules; the checker's "
                                "ruleset refuses a log below it)",
@@ -253,8 +254,9 @@ CliChoice validateCli(const CliOptions& cli) {
   }
   const BenchmarkEntry& entry = findBenchmarkEntry(c.benchmark);
   if (!entry.implemented) {
-    throw Refusal(fmt::format("--benchmark {}: not implemented yet ({}). Available now: resnet50, efficientnet_b4.",
-                              cli.benchmark, entry.not_implemented));
+    throw Refusal(fmt::format(
+        "--benchmark {}: not implemented yet ({}). Available now: resnet50, efficientnet_b4.",
+        cli.benchmark, entry.not_implemented));
   }
   if (c.scale == Scale::kFull && !entry.full_scale) {
     throw Refusal(fmt::format("--scale full is not implemented yet for {}: {}. Use --scale mini.",

@@ -352,7 +352,8 @@ std::map<std::string, std::vector<float>> initWeights(const EfficientNetGraph& e
       v = uniform(rng, n, 1.0 / std::sqrt(static_cast<double>(t.shape[0])));
     } else if (endsWith(name, ".weight") && t.shape.size() == 4) {
       // [K,R,S,C/G]: PyTorch's fan_out of a conv is K x R x S (groups do not divide it).
-      v = normal(rng, n, std::sqrt(2.0 / static_cast<double>(t.shape[0] * t.shape[1] * t.shape[2])));
+      v = normal(rng, n,
+                 std::sqrt(2.0 / static_cast<double>(t.shape[0] * t.shape[1] * t.shape[2])));
     } else if ((endsWith(name, ".weight") && isNormParameter(t)) || endsWith(name, "running_var")) {
       v.assign(static_cast<size_t>(n), 1.0f);
     } else {  // biases, norm shifts, running means, optimizer state

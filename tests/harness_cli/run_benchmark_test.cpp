@@ -34,7 +34,8 @@ TEST(RunBenchmarkRegistry, EfficientNetMiniIsB4WithTorchvisionNamesAndEmaForEval
   r.micro_batch = 2;
   r.optimizer.kind = "rmsprop";
   r.optimizer.emaDecay = 0.9999;
-  r.hyperparameters = mlperfHyperparameters(findPreset(Benchmark::kEfficientNetB4, 1, Scale::kMini));
+  r.hyperparameters =
+      mlperfHyperparameters(findPreset(Benchmark::kEfficientNetB4, 1, Scale::kMini));
   const ModelInstance m = findBenchmarkEntry(Benchmark::kEfficientNetB4).build(r);
   EXPECT_EQ(m.weight_tensor_names.size(), 418u);  // B4's, as the closed ruleset lists them
   EXPECT_EQ(m.train.graph.tensor(m.train.input("images")).shape, (Shape{2, 28, 28, 1}));
