@@ -3,8 +3,10 @@
 // the request checks. The binary itself is tested by test_run_benchmark.py.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <set>
 
+#include "datasets/fashion_mnist.h"
 #include "harness/benchmark_registry.h"
 #include "harness/mlperf_events.h"
 #include "harness/run_benchmark_plan.h"
@@ -165,7 +167,7 @@ TEST(RunBenchmarkEvalCadence, EpochsForResNetSamplesForBert) {
   EXPECT_EQ(bb[0].first, 0);
   EXPECT_EQ(bb[0].count, 175000);
   EXPECT_EQ(bb[2].first, 350000);
-  EXPECT_EQ(bb[2].count, 50000);  // the last block ends at the budget
+  EXPECT_EQ(bb[2].count, 50000);                            // the last block ends at the budget
   const EvalCadence none{ProgressUnit::kSamples, 4, 0, 0};  // no interval
   EXPECT_THROW(none.blocks(10), std::invalid_argument);
 }
@@ -312,6 +314,41 @@ TEST(RunBenchmarkPlanSteps, EachStepRefusesWhatItOwns) {
   EXPECT_TRUE(s.lr.decay_from_start);
   EXPECT_EQ(s.lr.warmup, 10.0 * static_cast<double>(p.preset.global_batch));
   EXPECT_EQ(s.lr.decay, 1000.0 * static_cast<double>(p.preset.global_batch));
+}
+
+TEST(EfficientNetTask, DropoutKeyIsTheStepAndTheMicroBatchsFirstGlobalSample) {
+  // Fashion-MNIST from Debian's dataset-fashion-mnist (scripts/setup.sh installs it).
+  if (!std::filesystem::exists(datasets::kDefaultFashionMnistDir))
+    GTEST_SKIP() << datasets::kDefaultFashionMnistDir << " missing: bash scripts/setup.sh";
+  DataRequest req;
+  req.data_dir = datasets::kDefaultFashionMnistDir;
+  req.train_samples = 64;
+  req.eval_samples = 8;
+  const std::unique_ptr<TaskData> data = findBenchmarkEntry(Benchmark::kEfficientNetB4).data(req);
+  BatchGeometry g;
+  g.microBatch = 2;
+  g.accumulation = 2;
+  g.replicas = 2;
+  g.localReplicas = 2;
+  std::vector<float> images(2 * 28 * 28);
+  std::vector<std::int32_t> labels(2), key(2);
+  const auto bytes = [](auto& v) {
+    return std::span<std::byte>(reinterpret_cast<std::byte*>(v.data()), v.size() * sizeof(v[0]));
+  };
+  const MicroBatch mb({{"images", DType::F32, {2, 28, 28, 1}, bytes(images)},
+                       {"labels", DType::I32, {2}, bytes(labels)},
+                       {"dropout_key", DType::I32, {2}, bytes(key)}});
+  const std::unique_ptr<BatchSource> src = data->trainEpoch(1, g);
+  for (std::int64_t step : {0, 1}) {
+    ASSERT_TRUE(src->beginStep(step + 5));  // the trainer's global step, across epochs
+    for (int r = 0; r < 2; ++r)
+      for (int a = 0; a < 2; ++a) {
+        src->fill(r, a, mb);
+        EXPECT_EQ(key,
+                  (std::vector<std::int32_t>{static_cast<std::int32_t>(step + 5), r * 4 + a * 2}));
+      }
+    src->endStep();
+  }
 }
 
 }  // namespace
