@@ -33,18 +33,26 @@ cost::Precision costPrecision(const std::string& preset) {
 // tile-memory check: the training step replicated (cross-replica reduction, accumulation),
 // then the evaluation forward pass. A program that does not fit stops at the verdict (seconds);
 // one that fits is compiled completely.
-FitVerdict checkFit(const PodPreset& p) {
+FitVerdict checkFit(const PodPreset& p, const ProgramReportSink& report) {
   const auto t0 = std::chrono::steady_clock::now();
   FitVerdict v;
   const Target target = Target::mk2();
   ModelRequest request =
       modelRequestOf(p, mlperfHyperparameters(p), Scale::kFull, precisionPolicyOf(p));
+  const std::string title = fmt::format("{}, {} replicas x micro-batch {} x accumulation {}, {}",
+                                        podTopology(p.pod_size).name, p.replicas, p.micro_batch,
+                                        p.gradient_accumulation, p.precision);
+  const cost::CostOptions costOpts{.precision = costPrecision(p.precision)};
+  auto pageName = [&](const char* program) { return fmt::format("pod{}_{}", p.pod_size, program); };
   auto compileChecked = [&](const char* name, auto&& compileIt) {
     try {
-      compileIt();
+      const Executable exe = compileIt();
+      if (report) report(pageName(name), exe, false, title + ": " + name + " program", costOpts);
       return true;
     } catch (const CompileError& e) {
       if (e.tile() < 0) throw;  // not a tile-memory verdict
+      if (report && e.partial())
+        report(pageName(name), *e.partial(), true, title + ": " + name + " program", costOpts);
       if (v.program.empty()) {
         v.program = name;
         v.tile = e.tile();
@@ -63,13 +71,12 @@ FitVerdict checkFit(const PodPreset& p) {
         const replication::ReplicatedGraph rg =
             replication::replicate(model.train.graph, {p.replicas, p.gradient_accumulation, false});
         rg.configure(co, p.gradient_accumulation);
-        (void)compile(rg.graph, target, co);
-      } else {
-        (void)compile(model.train.graph, target, co);
+        return compile(rg.graph, target, co);
       }
+      return compile(model.train.graph, target, co);
     });
     v.eval_fits =
-        compileChecked("evaluation", [&] { (void)compile(model.eval.graph, target, {}); });
+        compileChecked("evaluation", [&] { return compile(model.eval.graph, target, {}); });
   };
   try {
     check();
@@ -184,7 +191,8 @@ std::optional<double> publishedMinutes(Benchmark benchmark, int podSize) {
 }
 
 std::vector<FullScaleProjection> projectFullScale(Benchmark benchmark,
-                                                  const std::vector<int>& podSizes) {
+                                                  const std::vector<int>& podSizes,
+                                                  const ProgramReportSink& report) {
   // The projection prices the full model's own graph: ResNet-50's, for now.
   const BenchmarkEntry& entry = findBenchmarkEntry(benchmark);
   if (benchmark != Benchmark::kResNet50 || !entry.implemented)
@@ -208,7 +216,7 @@ std::vector<FullScaleProjection> projectFullScale(Benchmark benchmark,
   std::vector<FullScaleProjection> out;
   for (const PodPreset* p : presets) {
     const auto t0 = std::chrono::steady_clock::now();
-    FitVerdict fit = checkFit(*p);
+    FitVerdict fit = checkFit(*p, report);
     const auto key = std::make_tuple(p->micro_batch, p->precision);
     auto it = priced.find(key);
     if (it == priced.end()) it = priced.emplace(key, price(*p)).first;

@@ -15,6 +15,7 @@
 
 #include "harness/mllog.h"  // Json
 #include "harness/pod_presets.h"
+#include "harness/report_pages.h"
 #include "ipu_backend/cost/time_to_train.h"
 
 namespace ipu::harness {
@@ -69,8 +70,10 @@ std::optional<double> publishedMinutes(Benchmark benchmark, int podSize);
 // Every pod size in `podSizes` (each must have a full-scale preset); programs shared by several
 // pod sizes are priced once. ResNet-50 only: the other benchmarks have no full-scale model yet
 // (throws Refusal naming them).
+// `report`, when set, receives every program the fit check compiles (run_benchmark --report).
 std::vector<FullScaleProjection> projectFullScale(Benchmark benchmark,
-                                                  const std::vector<int>& podSizes);
+                                                  const std::vector<int>& podSizes,
+                                                  const ProgramReportSink& report = {});
 FullScaleProjection projectFullScale(Benchmark benchmark, int podSize);
 
 }  // namespace ipu::harness

@@ -253,7 +253,13 @@ int projectOnly(const CLI::App& app, const CliOptions& o) {
     std::FILE* text = o.json ? stderr : stdout;
     fmt::print(stderr, "projecting {} at full scale on {} pod size(s): compiling for IPU-Mk2...\n",
                o.benchmark, sizes.size());
-    const std::vector<FullScaleProjection> ps = projectFullScale(benchmark, sizes);
+    std::vector<fs::path> pages;
+    const std::vector<FullScaleProjection> ps = projectFullScale(
+        benchmark, sizes,
+        o.report_dir.empty()
+            ? ProgramReportSink{}
+            : reportWriter(o.report_dir, toString(benchmark) + "_full", &pages));
+    for (const fs::path& page : pages) fmt::print(stderr, "report: {}\n", page.string());
     Json all = Json::array();
     for (const FullScaleProjection& p : ps) {
       fmt::print(text, "{}", p.describe());
@@ -350,6 +356,12 @@ int main(int argc, char** argv) {
                "after the runs, also print the modeled time-to-train at full scale on this pod "
                "size: the published configuration (full-scale preset), full ResNet-50 compiled "
                "for IPU-Mk2 and priced by the cost model (about 30 s more)");
+  app.add_option("--report", o.report_dir,
+                 "write a report page (HTML: per-tile memory, the fullest tiles' occupants, memory "
+                 "over the program, the cost model's BSP timeline) of every program the fit check "
+                 "compiles into DIR, with its view as JSON for `ipu_report compare`; also with "
+                 "--project-only, and for a program that does not fit")
+      ->type_name("DIR");
   app.add_flag("--project-only", o.project_only,
                "only the full-scale projection, no runs and no results package: the published "
                "configuration for --pod-size, one replica's programs compiled for IPU-Mk2, the "
@@ -393,6 +405,8 @@ int main(int argc, char** argv) {
                  plan.run.preset.name(), plan.run.trainer.batch);
     const double seconds = preflightCompile(plan);
     if (rank == 0) fmt::print(stderr, "fits: compiled in {:.1f} s\n", seconds);
+    if (rank == 0)
+      for (const fs::path& page : plan.report_pages) fmt::print(stderr, "report: {}\n", page.string());
   } catch (const Refusal& e) {
     fmt::print(stderr, "run_benchmark: {}\n", e.what());
     return e.exitCode();
@@ -450,6 +464,16 @@ int main(int argc, char** argv) {
       fmt::print(stderr, "run {}: {}, accuracy {}, {:.1f} s -> {}\n", i, toString(r.status),
                  r.accuracy ? fmt::format("{:.4f}", *r.accuracy) : std::string("none"),
                  r.minutes() * 60.0, log.string());
+    if (rank == 0 && !o.report_dir.empty() && !plan.report_train_view.is_null()) try {
+        const fs::path page = writeRunReport(
+            fs::path(o.report_dir) / fmt::format("{}_{}_pod{}_run{}.html", toString(plan.benchmark),
+                                                 o.scale, o.pod_size, i),
+            plan.report_train_view, r, plan.modeled_step_seconds, plan.modeled_eval_seconds,
+            "eval_accuracy");
+        fmt::print(stderr, "report: {}\n", page.string());
+      } catch (const std::exception& e) {
+        fmt::print(stderr, "run_benchmark: no report page of run {}: {}\n", i, e.what());
+      }
     const bool logLost = !r.log_complete;
     outcomes.push_back(std::move(r));
     if (logLost) {

@@ -10,6 +10,7 @@
 #include "harness/division_rules.h"
 #include "harness/efficientnet_task.h"
 #include "harness/exit_codes.h"
+#include "harness/report_pages.h"
 #include "harness/rules/efficientnet_rules.h"
 #include "ipu_backend/cost/cost_model.h"
 #include "ipu_backend/replication/replica_group.h"
@@ -587,6 +588,13 @@ BenchmarkPlan makePlan(const CliOptions& cli) {
   return plan;
 }
 
+// The report pages of this plan's programs: <dir>/<benchmark>_<scale>_pod<N>_<program>.html.
+static ProgramReportSink reportSinkOf(BenchmarkPlan& plan) {
+  const std::string stem = fmt::format("{}_{}_pod{}", toString(plan.benchmark),
+                                       plan.cli.scale, plan.cli.pod_size);
+  return reportWriter(plan.cli.report_dir, stem, &plan.report_pages);
+}
+
 double preflightCompile(BenchmarkPlan& plan) {
   const auto t0 = std::chrono::steady_clock::now();
   try {
@@ -608,13 +616,26 @@ double preflightCompile(BenchmarkPlan& plan) {
     // The programs exactly as compiled (cost::ExchangeModel::AsCompiled, the default).
     plan.modeled_step_seconds = cost::estimateStep(*train).seconds;
     plan.modeled_eval_seconds = cost::estimateStep(*eval).seconds;
+    if (!plan.cli.report_dir.empty() && plan.run.rank == 0) {  // one writer under mpirun
+      const ProgramReportSink write = reportSinkOf(plan);
+      // Priced as plan.modeled_step_seconds is (default options: the programs as compiled).
+      plan.report_train_view =
+          write("training", *train, false, plan.run.preset.name() + ": training step", {});
+      write("evaluation", *eval, false, plan.run.preset.name() + ": evaluation batch", {});
+    }
   } catch (const CompileError& e) {
+    std::string report;
+    if (!plan.cli.report_dir.empty() && plan.run.rank == 0 && e.partial()) {
+      reportSinkOf(plan)("not_fitting", *e.partial(), true,
+                         plan.run.preset.name() + ": the program that does not fit", {});
+      report = fmt::format("\nreport: {}", plan.report_pages.back().string());
+    }
     throw Refusal(
         fmt::format(
             "the configuration does not fit in IPU tile memory (micro-batch {}), so it was not "
             "run:\n"
-            "{}\n(--skip-memory-check runs it anyway on the emulator, for backend development)",
-            plan.run.trainer.batch, e.what()),
+            "{}\n(--skip-memory-check runs it anyway on the emulator, for backend development){}",
+            plan.run.trainer.batch, e.what(), report),
         kExitDoesNotFit);
   }
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -40,6 +40,7 @@ struct CliOptions {
   bool json = false;                // --project-only: JSON on stdout, the text on stderr
   std::string on_corrupt_image = "fail";  // full scale: fail | skip (reported by file name)
   int loader_threads = 0;                 // full scale: JPEG decoding threads (0: --threads)
+  std::string report_dir;  // --report: the fit check's programs as report pages (empty: none)
 };
 
 // The ImageNet folders of `dataDir` for --scale full: train/ and val/ scanned (val labelled by
@@ -84,6 +85,10 @@ struct BenchmarkPlan {
   // Set by preflightCompile: the cost model's price of one run of the compiled training program
   // (one weight update of one replica, collectives included) and of one evaluation batch.
   double modeled_step_seconds = 0, modeled_eval_seconds = 0;
+  // Set by preflightCompile under --report: the report pages written, and the training
+  // program's view (the runs' pages add their curves to it).
+  std::vector<std::filesystem::path> report_pages;
+  nlohmann::json report_train_view;
 };
 
 // makePlan in its steps, each testable alone; each throws Refusal naming what it refuses.

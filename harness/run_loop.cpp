@@ -303,6 +303,10 @@ RunOutcome executeRun(const RunPlan& plan, const fs::path& logPath, int runIndex
 
     state.runStart();
     out.run_start_ms = *lastMs;
+    const auto runT0 = std::chrono::steady_clock::now();
+    const auto sinceRunStart = [&] {
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - runT0).count();
+    };
     // The clock runs from here: reading the data set is part of the time to train.
     const std::unique_ptr<TaskData> data = plan.entry->data(dataRequestOf(plan, seed));
     const std::unique_ptr<Metric> metric = data->metric();
@@ -337,6 +341,7 @@ RunOutcome executeRun(const RunPlan& plan, const fs::path& logPath, int runIndex
         const std::int64_t done = step - firstStep;
         ps.step = bySamples ? step : done;
         ps.loss = loss;
+        out.curve.losses.push_back({trainer.stepsDone() * batch, sinceRunStart(), loss});
         ps.images_per_second = secs > 0 ? static_cast<double>(done * batch) / secs : 0;
         ps.eta_seconds =
             ps.images_per_second > 0
@@ -433,6 +438,8 @@ RunOutcome executeRun(const RunPlan& plan, const fs::path& logPath, int runIndex
       logEvalAccuracy(log, accuracy, epoch);
       out.accuracy = accuracy;
       ps.last_accuracy = accuracy;
+      out.curve.evals.push_back({trainer.stepsDone() * batch, sinceRunStart(), accuracy,
+                                 trainer.stepsDone(), trainer.evalRunsDone()});
       if (accuracy >= plan.settings.target_accuracy) {
         reached = true;
         break;

@@ -93,6 +93,24 @@ enum class RunStatus { kSuccess, kTargetNotReached, kDiverged, kInterrupted, kFa
 const char* toString(RunStatus status);
 const char* signalName(int sig);  // SIGINT, SIGTERM
 
+// What a run's report page draws: the training loss after every step and each evaluation, with
+// the host time since run_start and the program runs done (the cost model prices those).
+struct RunCurve {
+  struct Loss {
+    std::int64_t samples = 0;
+    double seconds = 0;
+    float loss = 0;
+  };
+  struct Eval {
+    std::int64_t samples = 0;
+    double seconds = 0;
+    double accuracy = 0;
+    std::int64_t train_steps = 0, eval_runs = 0;
+  };
+  std::vector<Loss> losses;
+  std::vector<Eval> evals;
+};
+
 struct RunOutcome {
   RunStatus status = RunStatus::kFailed;
   std::uint64_t seed = 0;
@@ -105,6 +123,7 @@ struct RunOutcome {
   std::string message;           // why it aborted
   std::filesystem::path log;
   bool log_complete = true;  // false: the log could not be written to its end (full disk)
+  RunCurve curve;
   bool success() const { return status == RunStatus::kSuccess; }
   double minutes() const { return static_cast<double>(run_stop_ms - run_start_ms) / 60000.0; }
 };

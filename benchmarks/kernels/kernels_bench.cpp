@@ -7,7 +7,11 @@
 #include <benchmark/benchmark.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <cstdint>
+#include <cstring>
+#include <memory>
 #include <random>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -15,6 +19,7 @@
 #include "ipu_backend/engine/engine.h"
 #include "ipu_backend/ir/builder.h"
 #include "ipu_backend/kernels/fused.h"
+#include "ipu_backend/kernels/fused_bf16.h"
 
 namespace {
 
@@ -308,20 +313,45 @@ void BM_OursMaxPoolBackward(benchmark::State& state) {
   setTensorBytes(state, s.inputElems());
 }
 
-struct OursBatchNormRelu {
+std::vector<std::uint16_t> randomBf16(i64 n, unsigned seed) {
+  const auto f = randomVec(n, seed);
+  std::vector<std::uint16_t> v(static_cast<size_t>(n));
+  for (size_t i = 0; i < v.size(); ++i) {
+    std::uint32_t u;
+    std::memcpy(&u, &f[i], sizeof u);
+    v[i] = static_cast<std::uint16_t>(u >> 16);  // truncation: any bf16 values will do
+  }
+  return v;
+}
+
+template <class T>
+std::vector<T> randomOf(i64 n, unsigned seed) {
+  if constexpr (std::is_same_v<T, float>)
+    return randomVec(n, seed);
+  else
+    return randomBf16(n, seed);
+}
+
+namespace fz = ipu::kernels::fused;
+
+// Our batch norm + ReLU over activations of type T (f32: our loops; bf16 bits: oneDNN), f32
+// parameters and statistics.
+template <class Forward, class Backward, class T>
+struct OursBatchNormReluOf {
   i64 rows, c;
-  std::vector<float> x, y, dy, dx, gamma, beta, mean, var, dgamma, dbeta;
-  ipu::kernels::fused::BatchNormForwardTraining fwd;
-  ipu::kernels::fused::BatchNormBackward bwd;
+  std::vector<T> x, y, dy, dx;
+  std::vector<float> gamma, beta, mean, var, dgamma, dbeta;
+  Forward fwd;
+  Backward bwd;
   std::vector<unsigned char> ws;
 
-  explicit OursBatchNormRelu(const benchmark::State& state)
+  explicit OursBatchNormReluOf(const benchmark::State& state)
       : rows(32 * state.range(0) * state.range(0)),
         c(state.range(1)),
         fwd(rows, c, 1e-5f, ipu::kernels::BatchNormRelu::kFused),
         bwd(rows, c, 1e-5f, ipu::kernels::BatchNormRelu::kFused),
         ws(fwd.workspaceBytes()) {
-    x = randomVec(rows * c, 1), dy = randomVec(rows * c, 2);
+    x = randomOf<T>(rows * c, 1), dy = randomOf<T>(rows * c, 2);
     y.resize(rows * c), dx.resize(rows * c);
     gamma.assign(c, 1.0f), beta.assign(c, 0.1f), mean.resize(c), var.resize(c);
     dgamma.resize(c), dbeta.resize(c);
@@ -334,6 +364,10 @@ struct OursBatchNormRelu {
             dbeta.data(), ws.data());
   }
 };
+using OursBatchNormRelu =
+    OursBatchNormReluOf<fz::BatchNormForwardTraining, fz::BatchNormBackward, float>;
+using OursBatchNormReluBf16 =
+    OursBatchNormReluOf<fz::BatchNormForwardTrainingBf16, fz::BatchNormBackwardBf16, std::uint16_t>;
 
 void BM_OursBatchNormReluForward(benchmark::State& state) {
   batchNormReluForward<OursBatchNormRelu>(state);
@@ -374,6 +408,61 @@ void BM_OursMatMul(benchmark::State& state) {
   ipu::kernels::fused::MatMul mm(s);
   for (auto _ : state) mm.run(a.data(), b.data(), c.data());
   setFlops(state, 2.0 * double(s.macs()));
+}
+
+// ---- bf16: the same kernels on bf16 storage (what the fused engine runs for bf16 models) ---
+
+// in0, in1 -> out element counts of the pass; make(s) builds the kernel.
+template <class Make>
+void oursConvBf16(benchmark::State& state, const Conv2dShape& s, i64 in0, i64 in1, i64 out,
+                  Make make) {
+  auto a = randomBf16(in0, 1), b = randomBf16(in1, 2);
+  std::vector<std::uint16_t> c(static_cast<size_t>(out));
+  auto conv = make(s);
+  for (auto _ : state) conv->run(a.data(), b.data(), c.data());
+  setFlops(state, 2.0 * double(s.macs()));
+}
+
+auto makeForwardBf16 = [](const Conv2dShape& s) {
+  return std::make_unique<fz::Conv2dForward>(s, ipu::kernels::ElementType::BF16);
+};
+auto makeBackwardDataBf16 = [](const Conv2dShape& s) {
+  return std::make_unique<fz::Conv2dBackwardData>(s, ipu::kernels::ElementType::BF16);
+};
+auto makeBackwardFilterBf16 = [](const Conv2dShape& s) {
+  return std::make_unique<fz::Conv2dBackwardFilter>(s, ipu::kernels::ElementType::BF16);
+};
+
+void BM_OursConvForwardBf16(benchmark::State& state) {
+  const auto s = convFromArgs(state);
+  oursConvBf16(state, s, s.inputElems(), s.weightElems(), s.outputElems(), makeForwardBf16);
+}
+void BM_OursShortcutForwardBf16(benchmark::State& state) {
+  const auto s = shortcutFromArgs(state);
+  oursConvBf16(state, s, s.inputElems(), s.weightElems(), s.outputElems(), makeForwardBf16);
+}
+void BM_OursConvBackwardDataBf16(benchmark::State& state) {
+  const auto s = convFromArgs(state);
+  oursConvBf16(state, s, s.outputElems(), s.weightElems(), s.inputElems(), makeBackwardDataBf16);
+}
+void BM_OursShortcutBackwardDataBf16(benchmark::State& state) {
+  const auto s = shortcutFromArgs(state);
+  oursConvBf16(state, s, s.outputElems(), s.weightElems(), s.inputElems(), makeBackwardDataBf16);
+}
+void BM_OursConvBackwardFilterBf16(benchmark::State& state) {
+  const auto s = convFromArgs(state);
+  oursConvBf16(state, s, s.inputElems(), s.outputElems(), s.weightElems(), makeBackwardFilterBf16);
+}
+void BM_OursShortcutBackwardFilterBf16(benchmark::State& state) {
+  const auto s = shortcutFromArgs(state);
+  oursConvBf16(state, s, s.inputElems(), s.outputElems(), s.weightElems(), makeBackwardFilterBf16);
+}
+
+void BM_OursBatchNormReluForwardBf16(benchmark::State& state) {
+  batchNormReluForward<OursBatchNormReluBf16>(state);
+}
+void BM_OursBatchNormReluBackwardBf16(benchmark::State& state) {
+  batchNormReluBackward<OursBatchNormReluBf16>(state);
 }
 
 // ---- through the whole backend: a one-op graph compiled for a Mk2 and run by the engine ----
@@ -533,6 +622,14 @@ BENCHMARK(BM_OursBatchNormReluForward)->Apply(batchNormArgs);
 BENCHMARK(BM_DirectBatchNormReluForward)->Apply(batchNormArgs);
 BENCHMARK(BM_OursBatchNormReluBackward)->Apply(batchNormArgs);
 BENCHMARK(BM_DirectBatchNormReluBackward)->Apply(batchNormArgs);
+BENCHMARK(BM_OursConvForwardBf16)->Apply(convArgs);
+BENCHMARK(BM_OursConvBackwardDataBf16)->Apply(convArgs);
+BENCHMARK(BM_OursConvBackwardFilterBf16)->Apply(convArgs);
+BENCHMARK(BM_OursShortcutForwardBf16)->Apply(shortcutArgs);
+BENCHMARK(BM_OursShortcutBackwardDataBf16)->Apply(shortcutArgs);
+BENCHMARK(BM_OursShortcutBackwardFilterBf16)->Apply(shortcutArgs);
+BENCHMARK(BM_OursBatchNormReluForwardBf16)->Apply(batchNormArgs);
+BENCHMARK(BM_OursBatchNormReluBackwardBf16)->Apply(batchNormArgs);
 BENCHMARK(BM_OursMaxPoolBackward)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DirectMaxPoolBackward)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_BackendMatMul)->Apply(matmulArgs);

@@ -11,9 +11,7 @@
 #include "ipu_backend/ops/op_info.h"
 
 namespace ipu {
-namespace {
 
-// Sums dy over the dimensions along which `target` was broadcast to dy's shape.
 int reduceToShape(Builder& b, int dy, const Shape& target) {
   const Shape s = b.graph().tensor(dy).shape;  // copy: adding ops may reallocate tensors
   if (s == target) return dy;
@@ -24,6 +22,8 @@ int reduceToShape(Builder& b, int dy, const Shape& target) {
   int r = b.reduceSum(dy, axes, /*keep=*/true);
   return b.reshape(r, target.empty() ? Shape{} : target);
 }
+
+namespace {
 
 class GradBuilder {
  public:
@@ -155,33 +155,6 @@ class GradBuilder {
         } else {
           noRule("binary max/min are not differentiable here yet");
         }
-        return;
-      }
-      case OpKind::Reduce: {
-        const std::string& fn = op.attrs.getString("fn");
-        if (fn == "max") noRule("reduce max");
-        const Tensor x = T(in(0));
-        Shape kept = x.shape;
-        i64 count = 1;
-        for (i64 ax : op.attrs.getInts("axes")) {
-          count *= kept[ax];
-          kept[ax] = 1;
-        }
-        int d = b_.reshape(dy, kept);
-        if (fn == "mean") d = b_.scale(d, 1.0 / static_cast<double>(count));
-        accumulate(in(0), b_.broadcast(d, x.shape));
-        return;
-      }
-      case OpKind::Broadcast:
-        accumulate(in(0), reduceToShape(b_, dy, T(in(0)).shape));
-        return;
-      case OpKind::MaxPool:
-        accumulate(in(0), g_.addOp1(OpKind::MaxPoolGrad, {in(0), dy}, op.attrs));
-        return;
-      case OpKind::AvgPool: {
-        Attrs a = op.attrs;
-        a.set("input_shape", T(in(0)).shape);
-        accumulate(in(0), g_.addOp1(OpKind::AvgPoolGrad, {dy}, a));
         return;
       }
       case OpKind::Cast:

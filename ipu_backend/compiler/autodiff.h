@@ -31,4 +31,9 @@ GradientResult appendBackwardSeeded(Graph& g, int loss, const std::vector<int>& 
 // side-effect op writes as state (i.e. not optimizer state or running statistics).
 std::vector<int> trainableVariables(const Graph& g);
 
+class Builder;
+// Sums dy over the dimensions along which `target` was broadcast to dy's shape (the gradient of
+// a broadcast operand; gradient rules of op files use it).
+int reduceToShape(Builder& b, int dy, const Shape& target);
+
 }  // namespace ipu

@@ -70,89 +70,11 @@ std::vector<TileSlice> channelBlockedMapping(i64 pixels, i64 k, i64 kg, const Ta
 
 using ops::NeedWindow;
 
-Range rowsOf(Range elems, i64 rowLen) {
-  return {elems.begin / rowLen, (elems.end - 1) / rowLen + 1};
-}
-
 // The innermost-dimension indices (channels) that flat range `elems` of a [..., k] tensor
 // touches: their exact span within one row, all k when it spans rows.
 Range channelsOf(Range elems, i64 k) {
   if (elems.begin / k != (elems.end - 1) / k) return {0, k};
   return {elems.begin % k, (elems.end - 1) % k + 1};
-}
-
-// The contiguous range of NHWC rows (n*H + h) of an [N,H,W,C] tensor that output rows
-// [oRows.begin, oRows.end) of an [N,OH,OW,K] tensor read through a window of `taps` rows with
-// the given stride/offset; clamped to valid rows.
-Range inputRowsForOutputRows(Range oRows, i64 oh, i64 h, i64 stride, i64 padTop, i64 span) {
-  i64 n0 = oRows.begin / oh, y0 = oRows.begin % oh;
-  i64 n1 = (oRows.end - 1) / oh, y1 = (oRows.end - 1) % oh;
-  i64 lo = std::clamp<i64>(y0 * stride - padTop, 0, h - 1);
-  i64 hi = std::clamp<i64>(y1 * stride - padTop + span - 1, 0, h - 1);
-  return {n0 * h + lo, n1 * h + hi + 1};
-}
-
-// Output rows (n*OH + oh) that read input rows [iRows) (the transpose of the map above).
-Range outputRowsForInputRows(Range iRows, i64 oh, i64 h, i64 stride, i64 padTop, i64 span) {
-  i64 n0 = iRows.begin / h, y0 = iRows.begin % h;
-  i64 n1 = (iRows.end - 1) / h, y1 = (iRows.end - 1) % h;
-  // oh reads rows [oh*stride - padTop, oh*stride - padTop + span)
-  i64 lo = std::clamp<i64>(ceilDiv(std::max<i64>(0, y0 + padTop - span + 1), stride), 0, oh - 1);
-  i64 hi = std::clamp<i64>((y1 + padTop) / stride, 0, oh - 1);
-  return {n0 * oh + lo, n1 * oh + hi + 1};
-}
-
-// Bounding range of input flat indices read by a broadcast (stride-0) map over an output range.
-Range broadcastBounds(const kernels::BroadcastShape& s, const i64* strides, Range out,
-                      i64 inElems) {
-  if (inElems == s.outElems()) return out;  // same shape: the operand maps element for element
-  if (inElems == 1) return {0, 1};
-  if (out.size() > 8192) return {0, inElems};
-  i64 lo = inElems, hi = 0;
-  for (i64 o = out.begin; o < out.end; ++o) {
-    i64 rem = o, idx = 0;
-    for (int d = s.rank - 1; d >= 0; --d) {
-      idx += (rem % s.outDims[d]) * strides[d];
-      rem /= s.outDims[d];
-    }
-    lo = std::min(lo, idx);
-    hi = std::max(hi, idx + 1);
-  }
-  return {lo, hi};
-}
-
-// Input flat-index bounds of a reduction restricted to an output range and a reduced range.
-Range reduceBounds(const kernels::ReduceShape& s, Range out, Range red) {
-  size_t r = s.inDims.size();
-  if (r == 0) return {0, 1};  // a scalar reduced over no axes
-  std::vector<i64> stride(r, 1);
-  for (size_t d = r - 1; d-- > 0;) stride[d] = stride[d + 1] * s.inDims[d + 1];
-  auto part = [&](i64 flat, bool reducedDims) {
-    i64 idx = 0;
-    for (size_t d = r; d-- > 0;) {
-      if (s.reduced[d] != reducedDims) continue;
-      idx += (flat % s.inDims[d]) * stride[d];
-      flat /= s.inDims[d];
-    }
-    return idx;
-  };
-  auto bounds = [&](Range rg, bool reducedDims) -> std::pair<i64, i64> {
-    // The map is row-major over the selected dims; scanning is exact, cap it for huge ranges
-    // where the first/last index are then used with the whole extent in between.
-    i64 lo = part(rg.begin, reducedDims), hi = part(rg.end - 1, reducedDims);
-    if (rg.size() <= 65536)
-      for (i64 i = rg.begin; i < rg.end; ++i) {
-        i64 v = part(i, reducedDims);
-        lo = std::min(lo, v);
-        hi = std::max(hi, v);
-      }
-    else
-      lo = 0, hi = s.inElems() - 1;
-    return {lo, hi};
-  };
-  auto [olo, ohi] = bounds(out, false);
-  auto [rlo, rhi] = bounds(red, true);
-  return {std::max<i64>(0, olo + rlo), std::min(s.inElems(), ohi + rhi + 1)};
 }
 
 // ---- the planner ----------------------------------------------------------------------------
@@ -184,9 +106,10 @@ class Planner : public ops::PlanApi {
       }
   }
   void splitReduction(const Op& op, int firstPhase, int out, i64 redExtent, i64 bytesPerRedUnit,
-                      const std::function<ops::Windows(Range, Range)>& windows) override {
+                      const std::function<ops::Windows(Range, Range)>& windows,
+                      bool combineMax) override {
     phaseBase_ = firstPhase;
-    splitReduction(op, out, redExtent, bytesPerRedUnit, windows, false);
+    splitReduction(op, out, redExtent, bytesPerRedUnit, windows, combineMax);
     phaseBase_ = 0;
   }
   NeedWindow whole(int buf) const override { return {buf, 0, exe_.buffers[buf].elements}; }
@@ -427,26 +350,15 @@ class Planner : public ops::PlanApi {
           return std::vector<NeedWindow>{{in(0), r.begin, r.end}, {in(1), r.begin, r.end}};
         });
         return;
-      case OpKind::Binary:
-      case OpKind::Broadcast: {
+      case OpKind::Binary: {
         auto bs = binaryShapeOf(g_, op);
         perOutputSlice(op, out, [&, bs](Range r) {
-          std::vector<NeedWindow> w;
           Range a = broadcastBounds(bs, bs.aStrides, r, elems(in(0)));
-          w.push_back({in(0), a.begin, a.end});
-          if (op.kind == OpKind::Binary) {
-            Range b = broadcastBounds(bs, bs.bStrides, r, elems(in(1)));
-            w.push_back({in(1), b.begin, b.end});
-          }
-          return w;
+          Range b = broadcastBounds(bs, bs.bStrides, r, elems(in(1)));
+          return std::vector<NeedWindow>{{in(0), a.begin, a.end}, {in(1), b.begin, b.end}};
         });
         return;
       }
-      case OpKind::LarsLearningRate:  // four scalars in, one out: one vertex
-        perOutputSlice(op, out, [&](Range) {
-          return std::vector<NeedWindow>{whole(in(0)), whole(in(1)), whole(in(2)), whole(in(3))};
-        });
-        return;
       case OpKind::Conv2d: {
         // Output slices are channel-blocked when the weights are large (see
         // createTensorBuffers): a vertex reads its input rows and its channels' weight rows.
@@ -540,46 +452,6 @@ class Planner : public ops::PlanApi {
         }
         return;
       }
-      case OpKind::Reduce: {
-        auto s = reduceShapeOf(g_, op);
-        i64 outE = s.outElems();
-        bool isMax = reduceKindOf(op) == kernels::ReduceKind::Max;
-        splitReduction(
-            op, out, s.reducedCount(), 4 * outE,
-            [&, s](Range r, Range red) {
-              Range b = reduceBounds(s, r, red);
-              return std::vector<NeedWindow>{{in(0), b.begin, b.end}};
-            },
-            isMax);
-        return;
-      }
-      case OpKind::MaxPool:
-      case OpKind::AvgPool: {
-        auto s = poolShapeOf(g_, op);
-        i64 oRowLen = s.outW() * s.c, iRowLen = s.w * s.c;
-        perOutputSlice(op, out, [&, s, oRowLen, iRowLen](Range r) {
-          Range rows =
-              inputRowsForOutputRows(rowsOf(r, oRowLen), s.outH(), s.h, s.strideH, s.padTop, s.kh);
-          return std::vector<NeedWindow>{{in(0), rows.begin * iRowLen, rows.end * iRowLen}};
-        });
-        return;
-      }
-      case OpKind::MaxPoolGrad:
-      case OpKind::AvgPoolGrad: {
-        auto s = poolShapeOf(g_, op);
-        i64 oRowLen = s.outW() * s.c, iRowLen = s.w * s.c;
-        bool isMax = op.kind == OpKind::MaxPoolGrad;
-        perOutputSlice(op, out, [&, s, oRowLen, iRowLen, isMax](Range r) {
-          Range oRows =
-              outputRowsForInputRows(rowsOf(r, iRowLen), s.outH(), s.h, s.strideH, s.padTop, s.kh);
-          NeedWindow dy{in(isMax ? 1 : 0), oRows.begin * oRowLen, oRows.end * oRowLen};
-          if (!isMax) return std::vector<NeedWindow>{dy};
-          // The argmax of each window is recomputed from x: read every input row they cover.
-          Range xRows = inputRowsForOutputRows(oRows, s.outH(), s.h, s.strideH, s.padTop, s.kh);
-          return std::vector<NeedWindow>{{in(0), xRows.begin * iRowLen, xRows.end * iRowLen}, dy};
-        });
-        return;
-      }
       case OpKind::BatchNormInference:
         perOutputSlice(op, out, [&](Range r) {
           return std::vector<NeedWindow>{
@@ -664,15 +536,6 @@ class Planner : public ops::PlanApi {
           for (size_t i = static_cast<size_t>(k) + 1; i < op.inputs.size(); ++i)
             need.push_back(whole(op.inputs[i]));
           cs.vertices.push_back(vertexOn(s.tile, need, {{in(0), r.begin, r.end}}, r));
-        }
-        return;
-      }
-      case OpKind::EmaUpdate: {
-        ComputeSet& cs = newComputeSet(op, 0, "");
-        for (const TileSlice& s : exe_.mapping[in(0)]) {
-          Range r{s.begin, s.end};
-          cs.vertices.push_back(
-              vertexOn(s.tile, {{in(1), r.begin, r.end}}, {{in(0), r.begin, r.end}}, r));
         }
         return;
       }
@@ -971,7 +834,8 @@ class Planner : public ops::PlanApi {
     for (const TileOccupant& o : w.occupants) list += fmt::format("\n    {} {} B", o.name, o.bytes);
     const std::string peakSet = w.peakComputeSet >= 0 ? exe_.computeSets[w.peakComputeSet].name
                                                       : std::string("the host stream copies");
-    throw CompileError(
+    // The planner ends here: the program planned so far goes with the verdict.
+    CompileError error(
         fmt::format("out of tile memory on {}: tile {} needs {} B ({} B always live + {} B peak "
                     "not always live) but has {} B; {} tile(s) overflow. Largest occupants of "
                     "tile {} (peak during {}):{}\n  hint: reduce the micro-batch, use a target "
@@ -980,6 +844,7 @@ class Planner : public ops::PlanApi {
                     t_.name, w.tile, m.total(), m.alwaysLive, m.peakNotAlwaysLive, t_.bytesPerTile,
                     over, w.tile, peakSet, list),
         w.tile, m.total(), t_.bytesPerTile);
+    throw error.withPartial(std::make_shared<const Executable>(std::move(exe_)));
   }
 
   // -- exchange: copies into gather buffers --

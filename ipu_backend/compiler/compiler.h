@@ -4,6 +4,7 @@
 // occupants) when a tile overflows and options.checkMemory is set.
 #pragma once
 
+#include <memory>
 #include <stdexcept>
 #include <string>
 
@@ -18,10 +19,18 @@ class CompileError : public std::runtime_error {
   int tile() const { return tile_; }
   i64 bytes() const { return bytes_; }
   i64 capacity() const { return capacity_; }
+  // A tile-memory verdict carries the program as planned up to it (mappings, vertices, arenas,
+  // tile memory and its detail; no exchange copies): what a report of the overflow draws.
+  std::shared_ptr<const Executable> partial() const { return partial_; }
+  CompileError& withPartial(std::shared_ptr<const Executable> p) {
+    partial_ = std::move(p);
+    return *this;
+  }
 
  private:
   int tile_;
   i64 bytes_, capacity_;
+  std::shared_ptr<const Executable> partial_;
 };
 
 Executable compile(Graph graph, const Target& target, const CompileOptions& options = {});

@@ -12,8 +12,8 @@
 namespace ipu {
 namespace {
 
-bool isBatchNorm(OpKind k) {
-  return k == OpKind::BatchNormTrain || k == OpKind::BatchNormInference;
+PrecisionRule ruleOf(OpKind k) {
+  return opDef(k).precision;
 }
 
 // Whether input i of op kind k takes dtype dt: a registered op's inputDTypes say (layer_norm's
@@ -25,14 +25,15 @@ bool accepts(OpKind k, size_t i, DType dt) {
   return std::find(ok.begin(), ok.end(), dt) != ok.end();
 }
 
-// Variables that hold batch-norm parameters or running statistics, or feed an input that takes
-// f32 only (layer-norm parameters): kept f32.
+// Variables that hold parameters or statistics of DataInCompute ops (batch norm), the state of
+// FollowState ops (ema_update), or feed an input that takes f32 only (layer-norm parameters):
+// kept f32.
 std::vector<bool> keptF32Variables(const Graph& g) {
   std::vector<bool> keep(g.tensors().size(), false);
   for (const Op& op : g.ops()) {
-    if (isBatchNorm(op.kind))
+    if (ruleOf(op.kind) == PrecisionRule::DataInCompute)
       for (size_t i = 1; i < op.inputs.size(); ++i) keep[op.inputs[i]] = true;
-    if (op.kind == OpKind::EmaUpdate) keep[op.inputs[0]] = true;
+    if (ruleOf(op.kind) == PrecisionRule::FollowState) keep[op.inputs[0]] = true;
     for (size_t i = 0; i < op.inputs.size(); ++i)
       if (g.tensor(op.inputs[i]).kind == TensorKind::Variable && !accepts(op.kind, i, DType::F16) &&
           accepts(op.kind, i, DType::F32))
@@ -72,7 +73,9 @@ PrecisionRewrite applyPrecision(const Graph& old, const precision::PrecisionPoli
   for (const Op& op : old.ops()) {
     const std::string label = fmt::format("precision pass: {} '{}'", opName(op.kind),
                                           op.outputs.empty() ? "" : old.tensor(op.outputs[0]).name);
-    if (hasSideEffects(op.kind) && op.kind != OpKind::EmaUpdate)
+    const PrecisionRule rule = policy.isMixed() ? ruleOf(op.kind) : PrecisionRule::KeepF32;
+    // ema_update (FollowState) is the one op with side effects a forward graph may hold.
+    if (hasSideEffects(op.kind) && ruleOf(op.kind) != PrecisionRule::FollowState)
       throw GraphError(label +
                        ": run the precision pass on the forward graph, before autodiff "
                        "and the optimizer update");
@@ -80,13 +83,13 @@ PrecisionRewrite applyPrecision(const Graph& old, const precision::PrecisionPoli
     std::vector<int> in;
     for (int t : op.inputs) in.push_back(r.map(t));
     Attrs attrs = op.attrs;
-    if (op.kind == OpKind::EmaUpdate) {
+    if (ruleOf(op.kind) == PrecisionRule::FollowState) {
       in[1] = castTo(in[1], g.tensor(in[0]).dtype);
-    } else if (policy.keepsInF32(opName(op.kind))) {
+    } else if (rule == PrecisionRule::KeepF32) {
       for (int& t : in) t = castTo(t, DType::F32);
-    } else if (isBatchNorm(op.kind)) {
+    } else if (rule == PrecisionRule::DataInCompute) {
       in[0] = castTo(in[0], compute);  // parameters and statistics stay f32 (see the header)
-    } else if (op.kind != OpKind::Constant) {
+    } else {
       // Graph inputs and weights enter the compute dtype; activations keep theirs unless the
       // operands of one op disagree. Inputs that do not take the compute dtype (a registered
       // op's f32-only inputs) are f32.
@@ -106,8 +109,7 @@ PrecisionRewrite applyPrecision(const Graph& old, const precision::PrecisionPoli
         else if (!accepts(op.kind, i, g.tensor(in[i]).dtype))
           in[i] = castTo(in[i], DType::F32);
     }
-    bool matmulLike = op.kind == OpKind::Conv2d || op.kind == OpKind::MatMul;
-    if (matmulLike && compute != DType::F32)
+    if (opDef(op.kind).usesPartials && compute != DType::F32)
       attrs.set("partials", std::string(dtypeName(policy.partials)));
     std::vector<std::string> names;  // outputs keep their names
     for (int o : op.outputs) names.push_back(old.tensor(o).name);

@@ -4,11 +4,14 @@
 //   * weights (variables read by compute ops) are stored in the policy's master dtype and cast
 //     to the compute dtype where they are used ("16.32": f32 masters; "16.16": f16 weights);
 //   * host inputs are cast to the compute dtype at their first use;
-//   * ops listed in the policy's keptInF32 (PrecisionPolicy, the ONE list) read f32: their
-//     inputs are cast up; batch-norm parameters, running statistics and batch statistics stay
-//     f32 whatever the compute dtype ("batch_norm_statistics"): the BN kernels widen x, compute
-//     the statistics in f32 and round only y;
-//   * conv / matmul get the policy's partials type (attribute `partials`);
+//   * what stays f32 is a fact of each op kind, OpDef::precision (ir/op_defs.h, set in the op
+//     table or the op's own file): KeepF32 ops (softmax cross entropy) read f32, their inputs
+//     cast up; DataInCompute ops (batch norm) take x in the compute dtype while their
+//     parameters, running statistics and batch statistics stay f32 (the BN kernels widen x,
+//     compute the statistics in f32 and round only y); FollowState (ema_update) casts the value
+//     to its f32 state;
+//   * ops with OpDef::usesPartials (conv, matmul) get the policy's partials type (attribute
+//     `partials`);
 //   * 16-bit graph outputs are replaced by an f32 cast (`<name>/f32`), so hosts read f32.
 // Autodiff then differentiates through the casts (d cast = cast back), so gradients come out in
 // each tensor's own dtype.

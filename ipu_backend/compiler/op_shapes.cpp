@@ -1,5 +1,7 @@
 #include "ipu_backend/compiler/op_shapes.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 namespace ipu {
@@ -20,7 +22,8 @@ kernels::Conv2dShape convShapeOf(const Graph& g, const Op& op) {
       x = g.tensor(op.inputs[0]).shape;
       w = g.tensor(op.outputs[0]).shape;
       break;
-    default: throw GraphError("convShapeOf: not a convolution op");
+    default:
+      throw GraphError("convShapeOf: not a convolution op");
   }
   s.n = x[0], s.h = x[1], s.w = x[2], s.c = x[3];
   s.k = w[0], s.r = w[1], s.s = w[2];
@@ -77,10 +80,9 @@ kernels::UnaryKind unaryKindOf(const Op& op) {
   using U = kernels::UnaryKind;
   const std::string& f = op.attrs.getString("fn");
   static const std::pair<const char*, U> table[] = {
-      {"identity", U::Identity}, {"relu", U::Relu},       {"neg", U::Neg},
-      {"exp", U::Exp},           {"log", U::Log},         {"sqrt", U::Sqrt},
-      {"rsqrt", U::Rsqrt},       {"square", U::Square},   {"sigmoid", U::Sigmoid},
-      {"tanh", U::Tanh},         {"gelu", U::Gelu},       {"swish", U::Swish},
+      {"identity", U::Identity}, {"relu", U::Relu}, {"neg", U::Neg},     {"exp", U::Exp},
+      {"log", U::Log},           {"sqrt", U::Sqrt}, {"rsqrt", U::Rsqrt}, {"square", U::Square},
+      {"sigmoid", U::Sigmoid},   {"tanh", U::Tanh}, {"gelu", U::Gelu},   {"swish", U::Swish},
       {"scale", U::Scale}};
   for (const auto& [n, k] : table)
     if (f == n) return k;
@@ -107,15 +109,89 @@ kernels::ReduceKind reduceKindOf(const Op& op) {
 }
 
 kernels::BroadcastShape binaryShapeOf(const Graph& g, const Op& op) {
-  if (op.kind == OpKind::Broadcast) {
-    // y = x broadcast to the output shape: a binary add of an implicit zero (b strides 0).
-    auto s = kernels::BroadcastShape::make(g.tensor(op.inputs[0]).shape,
-                                           g.tensor(op.outputs[0]).shape);
-    for (int d = 0; d < s.rank; ++d) s.bStrides[d] = 0;
-    return s;
+  return kernels::BroadcastShape::make(g.tensor(op.inputs[0]).shape, g.tensor(op.inputs[1]).shape);
+}
+
+// Bounding range of input flat indices read by a broadcast (stride-0) map over an output range.
+kernels::Range broadcastBounds(const kernels::BroadcastShape& s, const i64* strides,
+                               kernels::Range out, i64 inElems) {
+  if (inElems == s.outElems()) return out;  // same shape: the operand maps element for element
+  if (inElems == 1) return {0, 1};
+  if (out.size() > 8192) return {0, inElems};
+  i64 lo = inElems, hi = 0;
+  for (i64 o = out.begin; o < out.end; ++o) {
+    i64 rem = o, idx = 0;
+    for (int d = s.rank - 1; d >= 0; --d) {
+      idx += (rem % s.outDims[d]) * strides[d];
+      rem /= s.outDims[d];
+    }
+    lo = std::min(lo, idx);
+    hi = std::max(hi, idx + 1);
   }
-  return kernels::BroadcastShape::make(g.tensor(op.inputs[0]).shape,
-                                       g.tensor(op.inputs[1]).shape);
+  return {lo, hi};
+}
+
+// Input flat-index bounds of a reduction restricted to an output range and a reduced range.
+kernels::Range reduceBounds(const kernels::ReduceShape& s, kernels::Range out, kernels::Range red) {
+  size_t r = s.inDims.size();
+  if (r == 0) return {0, 1};  // a scalar reduced over no axes
+  std::vector<i64> stride(r, 1);
+  for (size_t d = r - 1; d-- > 0;) stride[d] = stride[d + 1] * s.inDims[d + 1];
+  auto part = [&](i64 flat, bool reducedDims) {
+    i64 idx = 0;
+    for (size_t d = r; d-- > 0;) {
+      if (s.reduced[d] != reducedDims) continue;
+      idx += (flat % s.inDims[d]) * stride[d];
+      flat /= s.inDims[d];
+    }
+    return idx;
+  };
+  auto bounds = [&](kernels::Range rg, bool reducedDims) -> std::pair<i64, i64> {
+    // The map is row-major over the selected dims; scanning is exact, cap it for huge ranges
+    // where the first/last index are then used with the whole extent in between.
+    i64 lo = part(rg.begin, reducedDims), hi = part(rg.end - 1, reducedDims);
+    if (rg.size() <= 65536)
+      for (i64 i = rg.begin; i < rg.end; ++i) {
+        i64 v = part(i, reducedDims);
+        lo = std::min(lo, v);
+        hi = std::max(hi, v);
+      }
+    else
+      lo = 0, hi = s.inElems() - 1;
+    return {lo, hi};
+  };
+  auto [olo, ohi] = bounds(out, false);
+  auto [rlo, rhi] = bounds(red, true);
+  return {std::max<i64>(0, olo + rlo), std::min(s.inElems(), ohi + rhi + 1)};
+}
+
+// The rows of length rowLen that flat range `elems` touches.
+kernels::Range rowsOf(kernels::Range elems, i64 rowLen) {
+  return {elems.begin / rowLen, (elems.end - 1) / rowLen + 1};
+}
+
+// The contiguous range of NHWC rows (n*H + h) of an [N,H,W,C] tensor that output rows
+// [oRows.begin, oRows.end) of an [N,OH,OW,K] tensor read through a window of `taps` rows with
+// the given stride/offset; clamped to valid rows.
+kernels::Range inputRowsForOutputRows(kernels::Range oRows, i64 oh, i64 h, i64 stride, i64 padTop,
+                                      i64 span) {
+  i64 n0 = oRows.begin / oh, y0 = oRows.begin % oh;
+  i64 n1 = (oRows.end - 1) / oh, y1 = (oRows.end - 1) % oh;
+  i64 lo = std::clamp<i64>(y0 * stride - padTop, 0, h - 1);
+  i64 hi = std::clamp<i64>(y1 * stride - padTop + span - 1, 0, h - 1);
+  return {n0 * h + lo, n1 * h + hi + 1};
+}
+
+// Output rows (n*OH + oh) that read input rows [iRows) (the transpose of the map above).
+kernels::Range outputRowsForInputRows(kernels::Range iRows, i64 oh, i64 h, i64 stride, i64 padTop,
+                                      i64 span) {
+  i64 n0 = iRows.begin / h, y0 = iRows.begin % h;
+  i64 n1 = (iRows.end - 1) / h, y1 = (iRows.end - 1) % h;
+  // oh reads rows [oh*stride - padTop, oh*stride - padTop + span)
+  i64 lo =
+      std::clamp<i64>((std::max<i64>(0, y0 + padTop - span + 1) + stride - 1) / stride, 0, oh - 1);
+  i64 hi = std::clamp<i64>((y1 + padTop) / stride, 0, oh - 1);
+  return {n0 * oh + lo, n1 * oh + hi + 1};
 }
 
 RowsC rowsChannelsOf(const Graph& g, int tensor) {

@@ -65,8 +65,6 @@ double instructionsPerVector(const Op& op, int phase) {
       return static_cast<double>(op.attrs.getInt("addends", 1)) + 1;
     case OpKind::OptimizerUpdate:
       throw std::logic_error("cost model: optimizer_update is lowered by compile()");
-    case OpKind::EmaUpdate:
-      return 2;
     case OpKind::BatchNormInference:
       return 2;  // x * scale + shift with per-channel scale/shift
     // One instruction per vector: copies, data movement, and the ops whose vertices the
@@ -77,18 +75,11 @@ double instructionsPerVector(const Op& op, int phase) {
     case OpKind::MatMul:
     case OpKind::BatchNormTrain:
     case OpKind::BatchNormBackward:
-    case OpKind::Reduce:
-    case OpKind::Broadcast:
-    case OpKind::MaxPool:
-    case OpKind::MaxPoolGrad:
-    case OpKind::AvgPool:
-    case OpKind::AvgPoolGrad:
     case OpKind::CrossReplicaReduceScatter:
     case OpKind::CrossReplicaAllGather:
     case OpKind::Cast:
     case OpKind::CrossReplicaSum:
     case OpKind::ReplicaChunk:
-    case OpKind::LarsLearningRate:
       return 1;
     default:  // registered kinds (ipu_backend/ops) priced above
       break;
@@ -111,7 +102,6 @@ struct OpInfo {
   double macs = 0, outElems = 1, redExtent = 1;
   double ampEfficiency = 1;
   double planA = 0, planW = 0;  // Planned exchange operands (bytes)
-  kernels::Pool2dShape pool;
 };
 
 double ampEfficiency(double contraction, Precision p) {
@@ -158,12 +148,6 @@ OpInfo opInfo(const Executable& exe, const Op& op, const CostOptions& o) {
       in.planW = bytesOf(op.inputs[1]);
       break;
     }
-    case OpKind::MaxPool:
-    case OpKind::AvgPool:
-    case OpKind::MaxPoolGrad:
-    case OpKind::AvgPoolGrad:
-      in.pool = poolShapeOf(g, op);
-      break;
     default:
       break;
   }
@@ -188,8 +172,10 @@ VertexWork vertexWork(const Executable& exe, const ComputeSet& cs, const Op& op,
   }
   // Combining partials (phase 1 of a split reduction) and reductions: elements read = outputs x
   // reduced extent of this vertex.
-  const bool combine =
-      (op.kind == OpKind::Reduce || op.kind == OpKind::Conv2dBackwardFilter) && !v.red.empty();
+  const ops::OpInfo* registered = ops::find(op.kind);
+  const bool combine = ((registered && registered->costTraits.reduction) ||
+                        op.kind == OpKind::Conv2dBackwardFilter) &&
+                       !v.red.empty();
   const bool channelSums =
       (op.kind == OpKind::BatchNormTrain || op.kind == OpKind::BatchNormBackward) && cs.phase < 2;
   if (combine || channelSums) {
@@ -209,26 +195,19 @@ VertexWork vertexWork(const Executable& exe, const ComputeSet& cs, const Op& op,
   double inBytes = 0;
   for (const Window& win : v.inputs) {
     double n = static_cast<double>(win.end - win.begin);
-    bool windowed = op.kind == OpKind::MaxPool || op.kind == OpKind::AvgPool ||
-                    op.kind == OpKind::MaxPoolGrad || op.kind == OpKind::AvgPoolGrad ||
-                    op.kind == OpKind::SoftmaxCrossEntropy;
+    const bool windowed = registered && registered->costTraits.readsWindows;
     if (!windowed) n = std::min(n, outElems);
     inBytes += n * elemBytes(exe, win.buffer, o);
   }
   w.elements = outElems;
-  if (op.kind == OpKind::MaxPool || op.kind == OpKind::AvgPool) {
-    w.elements = outElems * static_cast<double>(info.pool.kh * info.pool.kw);
-  } else if (op.kind == OpKind::MaxPoolGrad || op.kind == OpKind::AvgPoolGrad) {
-    // Each input-gradient element gathers the dy of the windows covering it (and for max pool
-    // recomputes the argmax of those windows from x).
-    double cover = static_cast<double>(info.pool.kh * info.pool.kw) /
-                   static_cast<double>(info.pool.strideH * info.pool.strideW);
-    w.elements = outElems * std::max(1.0, cover) * (op.kind == OpKind::MaxPoolGrad ? 2 : 1);
+  if (registered && registered->costTraits.elementsPerOutput) {
+    w.elements = outElems * registered->costTraits.elementsPerOutput(exe.graph, op);
   } else if (op.kind == OpKind::SoftmaxCrossEntropy) {
     w.elements = inBytes / inBytes0;  // logits read per output sample
   }
-  // EMA updates and apply_update with keep != 0 read-modify-write their target in place.
-  if (op.kind == OpKind::EmaUpdate ||
+  // Registered read-modify-write kinds (ema_update) and apply_update with keep != 0 read their
+  // in-place target too.
+  if ((registered && registered->costTraits.readModifyWrite) ||
       (op.kind == OpKind::ApplyUpdate && op.attrs.getFloat("keep", 0.0) != 0.0))
     inBytes += outBytes;
   w.instrPerVector = instructionsPerVector(op, cs.phase);
@@ -299,10 +278,10 @@ double exchangeScale(const Executable& exe, const ComputeSet& cs, const CostOpti
 }
 
 bool isElementwise(OpKind k) {
+  if (const ops::OpInfo* info = ops::find(k)) return info->costTraits.elementwise;
   return k == OpKind::Unary || k == OpKind::UnaryGrad || k == OpKind::Binary ||
-         k == OpKind::Reshape || k == OpKind::ApplyUpdate || k == OpKind::EmaUpdate ||
-         k == OpKind::BatchNormInference || k == OpKind::BatchNormTrain ||
-         k == OpKind::BatchNormBackward;
+         k == OpKind::ApplyUpdate || k == OpKind::BatchNormInference ||
+         k == OpKind::BatchNormTrain || k == OpKind::BatchNormBackward;
 }
 
 // Exchange of a non-MAC compute set under ExchangeModel::Planned: the compiled windows, except

@@ -144,7 +144,6 @@ struct Engine::Impl {
   std::vector<std::shared_ptr<void>> kernelObjects;           // keeps fused kernels alive
   std::vector<const void*> inputs;
   std::vector<void*> outputs;
-  float zero = 0.0f;
   ReplicaContext replica;
   // Tile mode: replica ops run off the tiles on host copies of their operands (per tensor).
   std::vector<std::function<void()>> replicaFns;  // per compute set (empty: tile vertices)
@@ -468,19 +467,19 @@ struct Engine::Impl {
     void *a = P(op.inputs[0]), *b = P(op.inputs[1]), *c = P(op.outputs[0]);
     switch (op.kind) {
       case OpKind::Conv2d: {
-        auto* k = keep<fz::Conv2dForwardBf16>(convShapeOf(g, op));
+        auto* k = keep<fz::Conv2dForward>(convShapeOf(g, op), kernels::ElementType::BF16);
         return [=] { k->run(a, b, c); };
       }
       case OpKind::Conv2dBackwardData: {
-        auto* k = keep<fz::Conv2dBackwardDataBf16>(convShapeOf(g, op));
+        auto* k = keep<fz::Conv2dBackwardData>(convShapeOf(g, op), kernels::ElementType::BF16);
         return [=] { k->run(a, b, c); };
       }
       case OpKind::Conv2dBackwardFilter: {
-        auto* k = keep<fz::Conv2dBackwardFilterBf16>(convShapeOf(g, op));
+        auto* k = keep<fz::Conv2dBackwardFilter>(convShapeOf(g, op), kernels::ElementType::BF16);
         return [=] { k->run(a, b, c); };
       }
       case OpKind::MatMul: {
-        auto* k = keep<fz::MatMulBf16>(matMulShapeOf(g, op));
+        auto* k = keep<fz::MatMul>(matMulShapeOf(g, op), kernels::ElementType::BF16);
         return [=] { k->run(a, b, c); };
       }
       default:
@@ -735,38 +734,6 @@ struct Engine::Impl {
         float *a = F(in(0)), *b = F(in(1)), *y = F(out);
         return [=] { fz::binary(kind, bs, a, b, y); };
       }
-      case OpKind::Broadcast: {
-        // x broadcast to the output shape: x + 0 with the zero broadcast everywhere.
-        auto bs = binaryShapeOf(g, op);
-        float *x = F(in(0)), *y = F(out), *z = &zero;
-        return [=] { fz::binary(kernels::BinaryKind::Add, bs, x, z, y); };
-      }
-      case OpKind::Reduce: {
-        auto kind = reduceKindOf(op);
-        auto s = reduceShapeOf(g, op);
-        float *x = F(in(0)), *y = F(out);
-        return [=] { fz::reduce(kind, s, x, y); };
-      }
-      case OpKind::MaxPool: {
-        auto* k = keep<fz::MaxPoolForward>(poolShapeOf(g, op));
-        float *x = F(in(0)), *y = F(out);
-        return [=] { k->run(x, y); };
-      }
-      case OpKind::MaxPoolGrad: {
-        auto* k = keep<fz::MaxPoolBackward>(poolShapeOf(g, op));
-        float *x = F(in(0)), *dy = F(in(1)), *dx = F(out);
-        return [=] { k->run(x, dy, dx); };
-      }
-      case OpKind::AvgPool: {
-        auto* k = keep<fz::AvgPoolForward>(poolShapeOf(g, op));
-        float *x = F(in(0)), *y = F(out);
-        return [=] { k->run(x, y); };
-      }
-      case OpKind::AvgPoolGrad: {
-        auto* k = keep<fz::AvgPoolBackward>(poolShapeOf(g, op));
-        float *dy = F(in(0)), *dx = F(out);
-        return [=] { k->run(dy, dx); };
-      }
       case OpKind::OptimizerUpdate:
         break;  // lowered by compile()
       case OpKind::ApplyUpdate: {
@@ -790,26 +757,11 @@ struct Engine::Impl {
           }
         };
       }
-      case OpKind::LarsLearningRate: {
-        const float *ws = F(in(0)), *gs = F(in(1)), *lr = F(in(2)), *inv = F(in(3));
-        float* y = F(out);
-        const float eta = static_cast<float>(op.attrs.getFloat("eta"));
-        const float wd = static_cast<float>(op.attrs.getFloat("weight_decay"));
-        const float eps = static_cast<float>(op.attrs.getFloat("epsilon"));
-        return [=] { *y = ref::larsLearningRate(*lr, *ws, *gs, *inv, eta, wd, eps); };
-      }
       case OpKind::CrossReplicaReduceScatter:
       case OpKind::CrossReplicaAllGather:
       case OpKind::CrossReplicaSum:
       case OpKind::ReplicaChunk:
-        break;  // makeReplicaOp
-      case OpKind::EmaUpdate: {
-        float *r = F(in(0)), *v = F(in(1));
-        float m = static_cast<float>(op.attrs.getFloat("momentum"));
-        float sc = static_cast<float>(op.attrs.getFloat("scale", 1.0));
-        i64 n = g.tensor(in(0)).elements();
-        return [=] { fz::emaUpdate(m, sc, r, v, n); };
-      }
+        break;              // makeReplicaOp
       case OpKind::Cast: {  // the conversions around the op do the rounding
         float *x = F(in(0)), *y = F(out);
         size_t n = static_cast<size_t>(g.tensor(out).elements());
@@ -914,17 +866,6 @@ struct Engine::Impl {
         auto bs = binaryShapeOf(g, op);
         return [=] { ref::binary(k, bs, W[0], W[1], y, work); };
       }
-      case OpKind::Broadcast: {
-        auto bs = binaryShapeOf(g, op);
-        FW z{&zero, 0, 1};
-        return [=] { ref::binary(kernels::BinaryKind::Add, bs, W[0], z, y, work); };
-      }
-      case OpKind::LarsLearningRate: {
-        const float eta = attrF("eta", 0.0), wd = attrF("weight_decay", 0.0);
-        const float eps = attrF("epsilon", 0.0);
-        return
-            [=] { *y = ref::larsLearningRate(W[2][0], W[0][0], W[1][0], W[3][0], eta, wd, eps); };
-      }
       case OpKind::Conv2d: {
         auto s = convShapeOf(g, op);
         return [=] { ref::conv2dForward(s, W[0], W[1], y, work); };
@@ -945,28 +886,6 @@ struct Engine::Impl {
         auto s = matMulShapeOf(g, op);
         const Range ks = red.size() > 0 ? red : Range{0, s.k};  // split over k: partials
         return [=] { ref::matMul(s, W[0], W[1], y, work, ks); };
-      }
-      case OpKind::Reduce: {
-        auto k = reduceKindOf(op);
-        if (cs.phase == 1) return combine(k == kernels::ReduceKind::Max);
-        auto s = reduceShapeOf(g, op);
-        return [=] { ref::reduce(k, s, W[0], y, work, red); };
-      }
-      case OpKind::MaxPool: {
-        auto s = poolShapeOf(g, op);
-        return [=] { ref::maxPoolForward(s, W[0], y, work); };
-      }
-      case OpKind::AvgPool: {
-        auto s = poolShapeOf(g, op);
-        return [=] { ref::avgPoolForward(s, W[0], y, work); };
-      }
-      case OpKind::MaxPoolGrad: {
-        auto s = poolShapeOf(g, op);
-        return [=] { ref::maxPoolBackward(s, W[0], W[1], y, work); };
-      }
-      case OpKind::AvgPoolGrad: {
-        auto s = poolShapeOf(g, op);
-        return [=] { ref::avgPoolBackward(s, W[0], y, work); };
       }
       case OpKind::BatchNormInference: {
         auto [rows, c] = rowsChannelsOf(g, op.inputs[0]);
@@ -1029,10 +948,6 @@ struct Engine::Impl {
           const float f = u.factorInput >= 0 ? W[u.factorInput - 1][0] : 1.0f;
           kernels::applyUpdate(u.keep, f, u.k, x.data(), u.c.data(), y, work.size());
         };
-      }
-      case OpKind::EmaUpdate: {
-        float m = attrF("momentum", 0.0), sc = attrF("scale", 1.0);
-        return [=] { ref::emaUpdate(m, sc, y, W[0].data, work.size()); };
       }
       case OpKind::CrossReplicaReduceScatter:
       case OpKind::CrossReplicaAllGather:

@@ -25,8 +25,6 @@ const std::vector<AttrSpec> kConvAttrs = {{"stride", A::Ints, true},
                                           {"dilation", A::Ints, true},
                                           {"groups", A::Int, true},
                                           {"partials", A::String, false}};
-const std::vector<AttrSpec> kPoolAttrs = {
-    {"kernel", A::Ints, true}, {"stride", A::Ints, true}, {"pad", A::Ints, true}};
 
 std::vector<AttrSpec> with(std::vector<AttrSpec> base, std::vector<AttrSpec> extra) {
   base.insert(base.end(), extra.begin(), extra.end());
@@ -37,7 +35,8 @@ std::vector<AttrSpec> with(std::vector<AttrSpec> base, std::vector<AttrSpec> ext
 // clang-format off
 const std::vector<OpDef>& table() {
   static const std::vector<OpDef> defs = {
-      {OpKind::Conv2d, "conv2d", 2, 1, {}, kConvAttrs},
+      {OpKind::Conv2d, "conv2d", 2, 1, {}, kConvAttrs,
+       PrecisionRule::Compute, /*usesPartials=*/true},
       {OpKind::Conv2dBackwardData, "conv2d_backward_data", 2, 1, {},
        with(kConvAttrs, {{"input_shape", A::Ints, true}})},
       {OpKind::Conv2dBackwardFilter, "conv2d_backward_filter", 2, 1, {},
@@ -45,23 +44,17 @@ const std::vector<OpDef>& table() {
       {OpKind::MatMul, "matmul", 2, 1, {},
        {{"trans_a", A::Bool, false},
         {"trans_b", A::Bool, false},
-        {"partials", A::String, false}}},
-      {OpKind::BatchNormTrain, "batch_norm_train", 3, 3, {}, {{"eps", A::Float, true}}},
-      {OpKind::BatchNormInference, "batch_norm_inference", 5, 1, {}, {{"eps", A::Float, true}}},
+        {"partials", A::String, false}},
+       PrecisionRule::Compute, /*usesPartials=*/true},
+      {OpKind::BatchNormTrain, "batch_norm_train", 3, 3, {}, {{"eps", A::Float, true}},
+       PrecisionRule::DataInCompute},
+      {OpKind::BatchNormInference, "batch_norm_inference", 5, 1, {}, {{"eps", A::Float, true}},
+       PrecisionRule::DataInCompute},
       {OpKind::BatchNormBackward, "batch_norm_backward", 5, 3, {}, {{"eps", A::Float, true}}},
       {OpKind::Unary, "unary", 1, 1, {}, {{"fn", A::String, true}, {"alpha", A::Float, false}}},
       {OpKind::UnaryGrad, "unary_grad", 2, 1, {},
        {{"fn", A::String, true}, {"alpha", A::Float, false}}},
       {OpKind::Binary, "binary", 2, 1, {}, {{"fn", A::String, true}}},
-      {OpKind::Reduce, "reduce", 1, 1, {},
-       {{"fn", A::String, true}, {"axes", A::Ints, true}, {"keep_dims", A::Bool, false}}},
-      {OpKind::Broadcast, "broadcast", 1, 1, {}, {{"shape", A::Ints, true}}},
-      {OpKind::MaxPool, "max_pool", 1, 1, {}, kPoolAttrs},
-      {OpKind::MaxPoolGrad, "max_pool_grad", 2, 1, {}, kPoolAttrs},
-      {OpKind::AvgPool, "avg_pool", 1, 1, {},
-       with(kPoolAttrs, {{"count_include_pad", A::Bool, false}})},
-      {OpKind::AvgPoolGrad, "avg_pool_grad", 1, 1, {},
-       with(kPoolAttrs, {{"count_include_pad", A::Bool, false}, {"input_shape", A::Ints, true}})},
       // (weight, gradient, lr, state..., [inverse loss scale, overflow]): see UpdateOperands.
       // The attributes are those of the optimizers in ipu_backend/optimizers, which check them.
       {OpKind::OptimizerUpdate, "optimizer_update", kVariadic, 0, {0},
@@ -82,8 +75,6 @@ const std::vector<OpDef>& table() {
         {"loss_scaled", A::Bool, false},
         {"replicas", A::Int, false},
         {"ema_decay", A::Float, false}}},
-      {OpKind::EmaUpdate, "ema_update", 2, 0, {0},
-       {{"momentum", A::Float, true}, {"scale", A::Float, false}}},
       // x (any shape, n elements) -> this replica's chunk [ceil(n/R)] of scale * sum over replicas.
       {OpKind::CrossReplicaReduceScatter, "cross_replica_reduce_scatter", 1, 1, {},
        {{"replicas", A::Int, true}, {"scale", A::Float, false}}},
@@ -109,13 +100,6 @@ const std::vector<OpDef>& table() {
         {"c3", A::Float, false},
         {"factor", A::Bool, false},
         {"stochastic_rounding", A::Bool, false}}},
-      // (sum of w^2, sum of g^2, lr, 1 / gradient scale) -> lr x trust ratio, every one a scalar:
-      // trust = eta |w| / (|g| + weight_decay |w| + epsilon) where |w| > 0 and |g| > 0, else 1
-      // (the MLPerf reference's LARS, TensorFlow's LARSOptimizer).
-      {OpKind::LarsLearningRate, "lars_learning_rate", 4, 1, {},
-       {{"eta", A::Float, true},
-        {"weight_decay", A::Float, true},
-        {"epsilon", A::Float, true}}},
   };
   return defs;
 }
@@ -182,11 +166,10 @@ void expectFloat(const Tensor& t, const std::string& label, const char* role) {
                             dtypeName(t.dtype)));
 }
 
-struct ConvGeom {
-  i64 oh, ow;
-};
+}  // namespace
 
-ConvGeom convGeometry(const Shape& x, i64 r, i64 s, const Attrs& a, const std::string& label) {
+WindowGeometry windowGeometry(const Shape& x, i64 r, i64 s, const Attrs& a,
+                              const std::string& label) {
   expectIntsLen(a, "stride", 2, label);
   expectIntsLen(a, "pad", 4, label);
   const auto& st = a.getInts("stride");
@@ -205,7 +188,6 @@ ConvGeom convGeometry(const Shape& x, i64 r, i64 s, const Attrs& a, const std::s
   return {(hp - effR) / st[0] + 1, (wp - effS) / st[1] + 1};
 }
 
-}  // namespace
 
 const OpDef& opDef(OpKind kind) {
   if (const ops::OpInfo* info = ops::find(kind)) return info->def;
@@ -336,7 +318,7 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
                                 "{} has {} channels for {} groups",
                                 w.name, shapeStr(w.shape), w.shape[3], x.name, shapeStr(x.shape),
                                 x.shape[3], g));
-      auto geo = convGeometry(x.shape, w.shape[1], w.shape[2], a, label);
+      auto geo = windowGeometry(x.shape, w.shape[1], w.shape[2], a, label);
       return {{{x.shape[0], geo.oh, geo.ow, w.shape[0]}, x.dtype}};
     }
     case OpKind::Conv2dBackwardData: {
@@ -345,7 +327,7 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
       expectRank(w, 4, label, "weight [K,R,S,C/G]");
       const auto& xs = a.getInts("input_shape");
       if (xs.size() != 4) fail(label, "attribute 'input_shape' must have 4 values");
-      auto geo = convGeometry(xs, w.shape[1], w.shape[2], a, label);
+      auto geo = windowGeometry(xs, w.shape[1], w.shape[2], a, label);
       if (dy.shape != Shape{xs[0], geo.oh, geo.ow, w.shape[0]})
         fail(label, fmt::format("gradient '{}' {} does not match the output {} of input {}",
                                 dy.name, shapeStr(dy.shape),
@@ -361,7 +343,7 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
       i64 g = a.getInt("groups");
       if (g < 1 || x.shape[3] % g != 0 || dy.shape[3] % g != 0)
         fail(label, "groups must divide input and output channels");
-      auto geo = convGeometry(x.shape, ks[0], ks[1], a, label);
+      auto geo = windowGeometry(x.shape, ks[0], ks[1], a, label);
       if (dy.shape != Shape{x.shape[0], geo.oh, geo.ow, dy.shape[3]})
         fail(label, fmt::format("gradient '{}' {} does not match input '{}' {}", dy.name,
                                 shapeStr(dy.shape), x.name, shapeStr(x.shape)));
@@ -429,49 +411,6 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
                                 dtypeName(in[0]->dtype), in[1]->name, dtypeName(in[1]->dtype)));
       if (in[0]->shape.size() > 6 || in[1]->shape.size() > 6) fail(label, "rank must be <= 6");
       return {{broadcastShapes(in[0]->shape, in[1]->shape, label), in[0]->dtype}};
-    case OpKind::Reduce: {
-      fnCheck(reduceFunctionNames());
-      const Tensor& x = *in[0];
-      std::vector<bool> red(x.shape.size(), false);
-      for (i64 ax : a.getInts("axes")) {
-        if (ax < 0 || ax >= static_cast<i64>(x.shape.size()) || red[ax])
-          fail(label, fmt::format("invalid or repeated axis {} for '{}' {}", ax, x.name,
-                                  shapeStr(x.shape)));
-        red[ax] = true;
-      }
-      bool keep = a.getBool("keep_dims", false);
-      Shape out;
-      for (size_t d = 0; d < x.shape.size(); ++d)
-        if (!red[d])
-          out.push_back(x.shape[d]);
-        else if (keep)
-          out.push_back(1);
-      return {{out, x.dtype}};
-    }
-    case OpKind::Broadcast: {
-      const Shape& target = a.getInts("shape");
-      if (broadcastShapes(in[0]->shape, target, label) != target)
-        fail(label, fmt::format("'{}' {} does not broadcast to {}", in[0]->name,
-                                shapeStr(in[0]->shape), shapeStr(target)));
-      return {{target, in[0]->dtype}};
-    }
-    case OpKind::MaxPool:
-    case OpKind::AvgPool:
-    case OpKind::MaxPoolGrad:
-    case OpKind::AvgPoolGrad: {
-      const auto& k = a.getInts("kernel");
-      if (k.size() != 2) fail(label, "attribute 'kernel' must have 2 values");
-      Shape xs = kind == OpKind::AvgPoolGrad ? a.getInts("input_shape") : in[0]->shape;
-      if (xs.size() != 4) fail(label, fmt::format("input must be [N,H,W,C], got {}", shapeStr(xs)));
-      auto geo = convGeometry(xs, k[0], k[1], a, label);
-      Shape ys = {xs[0], geo.oh, geo.ow, xs[3]};
-      if (kind == OpKind::MaxPool || kind == OpKind::AvgPool) return {{ys, in[0]->dtype}};
-      const Tensor& dy = kind == OpKind::MaxPoolGrad ? *in[1] : *in[0];
-      if (dy.shape != ys)
-        fail(label, fmt::format("gradient '{}' {} must have the pooled shape {}", dy.name,
-                                shapeStr(dy.shape), shapeStr(ys)));
-      return {{xs, dy.dtype}};
-    }
     case OpKind::OptimizerUpdate: {
       const bool scaled = a.getBool("loss_scaled", false);
       const size_t fixed = scaled ? 5 : 3;
@@ -501,9 +440,6 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
       }
       return {};
     }
-    case OpKind::EmaUpdate:
-      expectSameShape(*in[0], *in[1], label);
-      return {};
     case OpKind::CrossReplicaReduceScatter: {
       const i64 r = a.getInt("replicas");
       if (r < 1) fail(label, fmt::format("replicas must be >= 1, got {}", r));
@@ -543,19 +479,6 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
                                 "f16, bf16)",
                                 in[0]->name, a.getString("dtype")));
       return {{in[0]->shape, *dt}};
-    }
-    case OpKind::LarsLearningRate: {
-      for (int i = 0; i < 4; ++i)
-        if (in[i]->elements() != 1 || in[i]->dtype != DType::F32)
-          fail(label, fmt::format("'{}' {}{} must be an f32 scalar (sum of squares of the weight, "
-                                  "of the gradient, learning rate, inverse gradient scale)",
-                                  in[i]->name, dtypeName(in[i]->dtype), shapeStr(in[i]->shape)));
-      if (a.getFloat("eta") <= 0.0 || a.getFloat("epsilon") < 0.0 ||
-          a.getFloat("weight_decay") < 0.0)
-        fail(label,
-             fmt::format("needs eta > 0, epsilon >= 0 and weight_decay >= 0, got {}, {}, {}",
-                         a.getFloat("eta"), a.getFloat("epsilon"), a.getFloat("weight_decay")));
-      return {{in[2]->shape, DType::F32}};
     }
     case OpKind::ApplyUpdate: {
       const i64 k = a.getInt("addends", 1);

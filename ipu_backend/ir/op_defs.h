@@ -21,6 +21,15 @@ struct AttrSpec {
   bool required;
 };
 
+// How the precision pass (compiler/mixed_precision.h) treats an op kind under a 16-bit policy.
+enum class PrecisionRule : std::uint8_t {
+  Compute,        // float operands enter the policy's compute dtype (the default)
+  KeepF32,        // numerically fragile: every float input is cast up to f32
+  DataInCompute,  // input 0 in the compute dtype; the others (parameters, statistics, and the
+                  // variables behind them) stay f32: the kernel widens input 0 (batch norm)
+  FollowState,    // input 1 cast to input 0's dtype; input 0's variable stays f32 (ema_update)
+};
+
 struct OpDef {
   OpKind kind;
   std::string_view name;          // text-form name, e.g. "conv2d"
@@ -28,6 +37,8 @@ struct OpDef {
   int numOutputs;                 // 0 for side-effect-only ops
   std::vector<int> writesInputs;  // inputs updated in place (must be Variables)
   std::vector<AttrSpec> attrs;
+  PrecisionRule precision = PrecisionRule::Compute;
+  bool usesPartials = false;  // takes the policy's accumulator type (attribute `partials`)
 };
 
 const OpDef& opDef(OpKind kind);
@@ -67,6 +78,15 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
 const std::vector<std::string_view>& unaryFunctionNames();
 const std::vector<std::string_view>& binaryFunctionNames();
 const std::vector<std::string_view>& reduceFunctionNames();
+
+// Output height and width of an r x s window (a convolution's kernel, a pool) over x [N,H,W,C]
+// with the attributes stride, pad and (optional) dilation; GraphError naming the op (`label`) for
+// bad attributes or a window larger than the padded input.
+struct WindowGeometry {
+  i64 oh, ow;
+};
+WindowGeometry windowGeometry(const Shape& x, i64 r, i64 s, const Attrs& a,
+                              const std::string& label);
 
 // Numpy broadcasting of two shapes; throws GraphError naming the op and both shapes.
 Shape broadcastShapes(const Shape& a, const Shape& b, const std::string& opLabel);

@@ -31,11 +31,16 @@ enum class ConvAlgorithm { Auto, Direct };
 void setConvAlgorithm(ConvAlgorithm a);
 ConvAlgorithm convAlgorithm();
 
+// Convolutions over activations and weights stored as `t` (f32, or bf16 where
+// bf16PrimitivesAvailable(): accumulated in f32, each result rounded to bf16 once). One kernel
+// per pass for both types; the algorithm it picks (oneDNN primitive, or a matmul over pointwise,
+// im2col or strided-pointwise pixels) depends on the shape and the type (fused_onednn.cpp).
+// Pointers are to data of type `t`.
 class Conv2dForward {
  public:
-  explicit Conv2dForward(const Conv2dShape& s);
+  explicit Conv2dForward(const Conv2dShape& s, ElementType t = ElementType::F32);
   ~Conv2dForward();
-  void run(const float* x, const float* w, float* y);  // [N,H,W,C] x [K,R,S,C/G] -> [N,OH,OW,K]
+  void run(const void* x, const void* w, void* y);  // [N,H,W,C] x [K,R,S,C/G] -> [N,OH,OW,K]
   // oneDNN's name of the implementation, e.g. "brgconv:avx512_core", "jit_wino_4x3:avx512_core".
   std::string implementation() const;
 
@@ -46,9 +51,9 @@ class Conv2dForward {
 
 class Conv2dBackwardData {
  public:
-  explicit Conv2dBackwardData(const Conv2dShape& s);
+  explicit Conv2dBackwardData(const Conv2dShape& s, ElementType t = ElementType::F32);
   ~Conv2dBackwardData();
-  void run(const float* dy, const float* w, float* dx);
+  void run(const void* dy, const void* w, void* dx);
 
  private:
   struct Impl;
@@ -57,20 +62,21 @@ class Conv2dBackwardData {
 
 class Conv2dBackwardFilter {
  public:
-  explicit Conv2dBackwardFilter(const Conv2dShape& s);
+  explicit Conv2dBackwardFilter(const Conv2dShape& s, ElementType t = ElementType::F32);
   ~Conv2dBackwardFilter();
-  void run(const float* x, const float* dy, float* dw);
+  void run(const void* x, const void* dy, void* dw);
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 
+// C = op(A) x op(B), every operand stored as `t` (bf16: accumulated in f32, rounded once).
 class MatMul {
  public:
-  explicit MatMul(const MatMulShape& s);
+  explicit MatMul(const MatMulShape& s, ElementType t = ElementType::F32);
   ~MatMul();
-  void run(const float* a, const float* b, float* c);
+  void run(const void* a, const void* b, void* c);
 
  private:
   struct Impl;

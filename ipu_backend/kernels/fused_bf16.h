@@ -1,5 +1,6 @@
-// Native bf16 fused kernels: oneDNN convolution and matmul primitives on bf16 storage (what
-// the fused engine runs for conv / matmul ops whose operands are all bf16). The primitives
+// Native bf16 fused kernels: oneDNN batch-norm primitives on bf16 storage, and the probes of
+// what this CPU has. The convolutions and the matmul are fused.h's with ElementType::BF16: what
+// the fused engine runs for conv / matmul ops whose operands are all bf16. The primitives
 // accumulate in f32 and round each result to bf16 once, round-to-nearest-even: the rule the
 // tile engine applies when it widens bf16 operands, computes in f32 and rounds the output, so
 // the two modes agree within bf16's tolerance (they differ only in summation order).
@@ -22,50 +23,6 @@ bool nativeBf16Isa();
 // (it needs AVX512F; on AVX2-only CPUs it has none). Probed once on tiny shapes. Without them
 // the fused engine widens bf16 operands to f32 and rounds the results, as the tile engine does.
 bool bf16PrimitivesAvailable();
-
-class Conv2dForwardBf16 {
- public:
-  explicit Conv2dForwardBf16(const Conv2dShape& s);
-  ~Conv2dForwardBf16();
-  void run(const void* x, const void* w, void* y);
-
- private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
-};
-
-class Conv2dBackwardDataBf16 {
- public:
-  explicit Conv2dBackwardDataBf16(const Conv2dShape& s);
-  ~Conv2dBackwardDataBf16();
-  void run(const void* dy, const void* w, void* dx);
-
- private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
-};
-
-class Conv2dBackwardFilterBf16 {
- public:
-  explicit Conv2dBackwardFilterBf16(const Conv2dShape& s);
-  ~Conv2dBackwardFilterBf16();
-  void run(const void* x, const void* dy, void* dw);
-
- private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
-};
-
-class MatMulBf16 {
- public:
-  explicit MatMulBf16(const MatMulShape& s);
-  ~MatMulBf16();
-  void run(const void* a, const void* b, void* c);
-
- private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
-};
 
 // Batch norm on bf16 activations ([rows, C], channels innermost): f32 gamma / beta, batch
 // statistics and parameter gradients; statistics computed in f32, y / dx rounded to bf16.

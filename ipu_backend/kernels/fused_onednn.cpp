@@ -23,13 +23,20 @@ using detail::ownedMemory;
 using detail::Prim;
 using detail::userMemory;
 using dnnl::memory;
-using StridedPixels = detail::StridedPixels<float>;
 using Tag = memory::format_tag;
 using Dt = memory::data_type;
 
 namespace {
 
 // ---- convolution descriptors ----------------------------------------------------------------
+
+Dt dataType(ElementType t) {
+  return t == ElementType::BF16 ? Dt::bf16 : Dt::f32;
+}
+
+std::size_t elementBytes(ElementType t) {
+  return t == ElementType::BF16 ? 2 : 4;
+}
 
 struct ConvDescs {
   memory::desc src, dst;     // user layouts: nhwc
@@ -38,15 +45,15 @@ struct ConvDescs {
   memory::dims strides, dilates, padL, padR;
 };
 
-ConvDescs convDescs(const Conv2dShape& s) {
+ConvDescs convDescs(const Conv2dShape& s, Dt dt) {
   ConvDescs d;
-  d.src = memory::desc({s.n, s.c, s.h, s.w}, Dt::f32, Tag::nhwc);
-  d.dst = memory::desc({s.n, s.k, s.outH(), s.outW()}, Dt::f32, Tag::nhwc);
+  d.src = memory::desc({s.n, s.c, s.h, s.w}, dt, Tag::nhwc);
+  d.dst = memory::desc({s.n, s.k, s.outH(), s.outW()}, dt, Tag::nhwc);
   const memory::dims wdims = s.groups > 1
                                  ? memory::dims{s.groups, s.kPerGroup(), s.cPerGroup(), s.r, s.s}
                                  : memory::dims{s.k, s.c, s.r, s.s};
-  d.userWeights = memory::desc(wdims, Dt::f32, s.groups > 1 ? Tag::gohwi : Tag::ohwi);
-  d.anyWeights = memory::desc(wdims, Dt::f32, Tag::any);
+  d.userWeights = memory::desc(wdims, dt, s.groups > 1 ? Tag::gohwi : Tag::ohwi);
+  d.anyWeights = memory::desc(wdims, dt, Tag::any);
   d.strides = {s.strideH, s.strideW};
   d.dilates = {s.dilH - 1, s.dilW - 1};  // oneDNN counts the gaps, not the step
   d.padL = {s.padTop, s.padLeft};
@@ -84,10 +91,11 @@ dnnl::convolution_forward::primitive_desc convForwardPd(const ConvDescs& d, cons
   return dnnl::convolution_forward::primitive_desc(desc, attr, detail::cpuEngine());
 }
 
-// Winograd where allowed and implemented on this CPU (oneDNN refuses the descriptor
-// otherwise), else direct on the user's layout.
-ConvPlan choosePlan(const Conv2dShape& s, const ConvDescs& d) {
-  if (gConvAlgorithm.load() != ConvAlgorithm::Auto || !winogradShape(s)) return directPlan(d);
+// f32: Winograd where allowed and implemented on this CPU (oneDNN refuses the descriptor
+// otherwise), else direct on the user's layout. bf16: direct (oneDNN has no bf16 Winograd).
+ConvPlan choosePlan(const Conv2dShape& s, const ConvDescs& d, ElementType t) {
+  if (t != ElementType::F32 || gConvAlgorithm.load() != ConvAlgorithm::Auto || !winogradShape(s))
+    return directPlan(d);
   ConvPlan w{dnnl::algorithm::convolution_winograd, memory::desc(d.src.dims(), Dt::f32, Tag::any),
              memory::desc(d.dst.dims(), Dt::f32, Tag::any)};
   try {
@@ -99,10 +107,13 @@ ConvPlan choosePlan(const Conv2dShape& s, const ConvDescs& d) {
 }
 
 // A 1x1 stride-1 unpadded convolution over NHWC is a GEMM over the N*H*W pixels: y[M,K] =
-// x[M,C] W[K,C]^T. For few pixels (the late stages, small images) oneDNN's matmul beats its
-// convolution by 1.1-7x on the same operands and needs no weight reorders; for many pixels
+// x[M,C] W[K,C]^T. In f32, for few pixels (the late stages, small images) oneDNN's matmul beats
+// its convolution by 1.1-7x on the same operands and needs no weight reorders; for many pixels
 // the two are within ~10% either way, so the convolution stays (measured on AVX-512, 2 threads,
 // M = 32..100,352). A fixed rule, not a timing, so every process picks the same kernels.
+// In bf16 oneDNN's AMX/AVX-512 matmul beats its convolution for every such ResNet-50 shape:
+// 1.6-5.4x on the weight gradient, about even to 1.5x on the other two passes (2 threads,
+// 224x224 batch 8, M = 392..25,088 pixels), so every pointwise bf16 convolution is a matmul.
 constexpr i64 kPointwiseMatMulMaxPixels = 4096;
 
 bool pointwise(const Conv2dShape& s) {
@@ -114,7 +125,7 @@ bool pointwiseAsMatMul(const Conv2dShape& s) {
   return pointwise(s) && s.n * s.h * s.w <= kPointwiseMatMulMaxPixels;
 }
 
-// The data gradient of a pointwise convolution over very many pixels with a small weight
+// The f32 data gradient of a pointwise convolution over very many pixels with a small weight
 // matrix is a matmul too: dx[M,C] = dy[M,K] W[K,C] ran 1.09-1.25x faster than oneDNN's
 // backward-data convolution at M = 100,352 (ResNet-50's 56x56 stage at batch 32) for
 // C x K = 64x64, 64x256 and 256x64, but 0.92x for 256x128 there, and 0.84-0.91x at M = 25,088
@@ -134,11 +145,11 @@ MatMulShape pointwiseGemm(i64 m, i64 k, i64 n, bool transA, bool transB) {
   return g;
 }
 
-// Other ungrouped convolutions over few output pixels (strided 1x1 shortcuts, 3x3s on 1x1-4x4
-// images) as im2col + matmul: the patch matrix col[M, R*S*C] against the user's ohwi weights,
-// which are W[K, R*S*C] row-major. oneDNN's direct kernels block over output pixels and waste
-// most of their work on so few (ResNet-50 at 32x32: 5-6 ms for a 1x1 stride-2 conv onto 1x1
-// outputs that is 134 MFLOP). The patch matrix is capped (8 MB) and shared by every such
+// Other ungrouped f32 convolutions over few output pixels (strided 1x1 shortcuts, 3x3s on
+// 1x1-4x4 images) as im2col + matmul: the patch matrix col[M, R*S*C] against the user's ohwi
+// weights, which are W[K, R*S*C] row-major. oneDNN's direct kernels block over output pixels and
+// waste most of their work on so few (ResNet-50 at 32x32: 5-6 ms for a 1x1 stride-2 conv onto
+// 1x1 outputs that is 134 MFLOP). The patch matrix is capped (8 MB) and shared by every such
 // kernel that runs on a thread: fused ops run one at a time per engine, and each replica's
 // engine runs on its own thread.
 constexpr i64 kIm2colMaxElements = i64{2} << 20;
@@ -157,7 +168,9 @@ bool im2colGemm(const Conv2dShape& s) {
 // (data 27.5 / 21.6 / 22.7 ms vs 32.2 / 24.6 / 36.5, weights 26.7 / 20.2 / 21.6 vs
 // 27.6 / 25.2 / 30.4 for 56x56x256, 28x28x512, 14x14x1024 inputs); the forward only over few
 // output pixels (20.2 vs 23.0 ms onto 7x7), not over many, where the gather costs more than it
-// saves (24.4 vs 20.5 ms onto 28x28): the same pixel bound as the stride-1 rule.
+// saves (24.4 vs 20.5 ms onto 28x28): the same pixel bound as the stride-1 rule. In bf16 every
+// pass is faster as a matmul: oneDNN's bf16 convolution took 5.7-9.3 ms on a weight gradient
+// that the matmul does in ~1 ms (224x224 batch 8, 2 threads).
 bool stridedPointwiseForwardAsMatMul(const Conv2dShape& s) {
   return detail::pointwiseStrided(s) && s.n * s.outH() * s.outW() <= kPointwiseMatMulMaxPixels;
 }
@@ -237,6 +250,182 @@ class Im2col {
   i64 m_, cols_;
 };
 
+// ---- one convolution kernel for the three passes and both element types -------------------
+
+// The three passes, by their operands (in0, in1) -> out.
+enum class ConvPass {
+  Forward,         // (x, w) -> y
+  BackwardData,    // (dy, w) -> dx
+  BackwardFilter,  // (x, dy) -> dw
+};
+
+// How a pass runs: a oneDNN convolution primitive, or a matmul over the pixels as they are
+// (pointwise), over the im2col patch matrix (f32 only) or over the strided pixels.
+enum class ConvRoute { Primitive, Pointwise, Im2col, Strided };
+
+// The rules above, per pass and element type (a fixed rule, not a timing: every process picks
+// the same kernels).
+ConvRoute convRoute(ConvPass pass, const Conv2dShape& s, ElementType t) {
+  if (t == ElementType::BF16) {
+    if (pointwise(s)) return ConvRoute::Pointwise;
+    if (detail::pointwiseStrided(s)) return ConvRoute::Strided;
+    return ConvRoute::Primitive;
+  }
+  const bool gemm =
+      pass == ConvPass::BackwardData ? pointwiseDataGradAsMatMul(s) : pointwiseAsMatMul(s);
+  if (gemm) return ConvRoute::Pointwise;
+  if (im2colGemm(s)) return ConvRoute::Im2col;
+  const bool strided =
+      pass == ConvPass::Forward ? stridedPointwiseForwardAsMatMul(s) : detail::pointwiseStrided(s);
+  return strided ? ConvRoute::Strided : ConvRoute::Primitive;
+}
+
+class ConvKernel {
+ public:
+  ConvKernel(ConvPass pass, const Conv2dShape& s, ElementType t)
+      : pass_(pass), route_(convRoute(pass, s, t)) {
+    detail::syncThreads();
+    if (route_ == ConvRoute::Primitive) {
+      makePrimitive(s, t);
+      return;
+    }
+    // The gemm's rows: the pixels; its inner columns: C (or the R*S*C patch of im2col).
+    i64 m = s.n * s.h * s.w, cols = s.c;
+    if (route_ == ConvRoute::Im2col) {
+      patches_ = std::make_unique<Im2col>(s);
+      m = patches_->m(), cols = patches_->cols();
+    } else if (route_ == ConvRoute::Strided) {
+      pixels_ = std::make_unique<detail::StridedPixels>(s, elementBytes(t));
+      m = pixels_->m();
+    }
+    const MatMulShape g = pass == ConvPass::Forward ? pointwiseGemm(m, cols, s.k, false, true)
+                          : pass == ConvPass::BackwardData
+                              ? pointwiseGemm(m, s.k, cols, false, false)  // dx = dy W
+                              : pointwiseGemm(s.k, m, cols, true, false);  // dW = dy^T x
+    gemm_ = std::make_unique<detail::MatMulPrimitive>(g, dataType(t));
+    implementation_ = route_ == ConvRoute::Pointwise ? "matmul (pointwise convolution)"
+                      : route_ == ConvRoute::Im2col  ? "matmul (im2col convolution)"
+                                                     : "matmul (strided pointwise convolution)";
+  }
+
+  const std::string& implementation() const { return implementation_; }
+
+  void run(const void* in0, const void* in1, void* out) {
+    switch (route_) {
+      case ConvRoute::Primitive:
+        return runPrimitive(in0, in1, out);
+      case ConvRoute::Pointwise:
+        // forward y = x W^T, data dx = dy W, filter dW = dy^T x: (in0, in1) in gemm order except
+        // for the filter pass
+        return pass_ == ConvPass::BackwardFilter ? gemm_->run(in1, in0, out)
+                                                 : gemm_->run(in0, in1, out);
+      case ConvRoute::Im2col:
+      case ConvRoute::Strided:
+        return runGathered(in0, in1, out);
+    }
+  }
+
+ private:
+  void* pixelBuffer() const {
+    return patches_ ? static_cast<void*>(patches_->col()) : pixels_->buffer();
+  }
+
+  // Im2col / Strided: the forward and filter passes gather x into the pixel buffer first; the
+  // data pass writes the buffer and scatters it back into dx.
+  void runGathered(const void* in0, const void* in1, void* out) {
+    void* buffer = pixelBuffer();
+    if (pass_ == ConvPass::BackwardData) {
+      gemm_->run(in0, in1, buffer);
+      if (patches_) return patches_->scatterAdd(static_cast<float*>(out));
+      return pixels_->scatter(out);
+    }
+    if (patches_)
+      patches_->gather(static_cast<const float*>(in0));
+    else
+      pixels_->gather(in0);
+    if (pass_ == ConvPass::Forward) return gemm_->run(buffer, in1, out);
+    gemm_->run(in1, buffer, out);
+  }
+
+  void makePrimitive(const Conv2dShape& s, ElementType t) {
+    const ConvDescs d = convDescs(s, dataType(t));
+    const ConvPlan plan = choosePlan(s, d, t);
+    const auto attr = detail::userScratchpadAttr();
+    // Operand slots: in0 0, out 1, in1 2 (the weights' slot is 2 in the two passes that read them).
+    switch (pass_) {
+      case ConvPass::Forward: {
+        const auto pd = convForwardPd(d, plan, attr);
+        bindings(bindLayout(d.src, pd.src_desc(), false, 0),
+                 bindLayout(d.userWeights, pd.weights_desc(), false, 2),
+                 bindLayout(d.dst, pd.dst_desc(), true, 1));
+        conv_ = Prim(pd, dnnl::convolution_forward(pd));
+        args(DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST);
+        implementation_ = pd.impl_info_str();
+        return;
+      }
+      case ConvPass::BackwardData: {
+        const auto hint = convForwardPd(d, plan, dnnl::primitive_attr());
+        dnnl::convolution_backward_data::desc desc(plan.alg, plan.src, d.anyWeights, plan.dst,
+                                                   d.strides, d.dilates, d.padL, d.padR);
+        dnnl::convolution_backward_data::primitive_desc pd(desc, attr, detail::cpuEngine(), hint);
+        bindings(bindLayout(d.dst, pd.diff_dst_desc(), false, 0),
+                 bindLayout(d.userWeights, pd.weights_desc(), false, 2),
+                 bindLayout(d.src, pd.diff_src_desc(), true, 1));
+        conv_ = Prim(pd, dnnl::convolution_backward_data(pd));
+        args(DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_SRC);
+        implementation_ = pd.impl_info_str();
+        return;
+      }
+      case ConvPass::BackwardFilter: {
+        const auto hint = convForwardPd(d, plan, dnnl::primitive_attr());
+        dnnl::convolution_backward_weights::desc desc(plan.alg, plan.src, d.anyWeights, plan.dst,
+                                                      d.strides, d.dilates, d.padL, d.padR);
+        dnnl::convolution_backward_weights::primitive_desc pd(desc, attr, detail::cpuEngine(),
+                                                              hint);
+        bindings(bindLayout(d.src, pd.src_desc(), false, 0),
+                 bindLayout(d.dst, pd.diff_dst_desc(), false, 1),
+                 bindLayout(d.userWeights, pd.diff_weights_desc(), true, 2));
+        conv_ = Prim(pd, dnnl::convolution_backward_weights(pd));
+        args(DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS);
+        implementation_ = pd.impl_info_str();
+        return;
+      }
+    }
+  }
+
+  void bindings(LayoutBinding in0, LayoutBinding in1, LayoutBinding out) {
+    in0_ = std::move(in0), in1_ = std::move(in1), out_ = std::move(out);
+  }
+  void args(int in0, int in1, int out) {
+    conv_.arg(in0, in0_.primitive);
+    conv_.arg(in1, in1_.primitive);
+    conv_.arg(out, out_.primitive);
+  }
+
+  // Inputs reordered into the primitive's layouts where they differ, the output back out.
+  void runPrimitive(const void* in0, const void* in1, void* out) {
+    detail::syncThreads();
+    bind(in0_.user, in0);
+    bind(in1_.user, in1);
+    bind(out_.user, out);
+    in0_.attach(), in1_.attach(), out_.attach();
+    in1_.reorderIfNeeded();
+    in0_.reorderIfNeeded();
+    conv_.execute();
+    out_.reorderIfNeeded();
+    detail::waitStream();
+  }
+
+  ConvPass pass_;
+  ConvRoute route_;
+  std::string implementation_;
+  LayoutBinding in0_, in1_, out_;
+  Prim conv_;
+  std::unique_ptr<detail::MatMulPrimitive> gemm_;
+  std::unique_ptr<Im2col> patches_;
+  std::unique_ptr<detail::StridedPixels> pixels_;
+};
+
 }  // namespace
 
 void setConvAlgorithm(ConvAlgorithm a) {
@@ -246,216 +435,37 @@ ConvAlgorithm convAlgorithm() {
   return gConvAlgorithm.load();
 }
 
-// ---- Conv2dForward -------------------------------------------------------------------------
-
-struct Conv2dForward::Impl {
-  LayoutBinding x, y, w;
-  Prim conv;
-  std::string implementation;
-  // pointwiseAsMatMul, im2colGemm with `patches`, or pointwiseStrided with `pixels`
-  std::unique_ptr<MatMul> gemm;
-  std::unique_ptr<Im2col> patches;
-  std::unique_ptr<StridedPixels> pixels;
+struct Conv2dForward::Impl : ConvKernel {
+  using ConvKernel::ConvKernel;
 };
-
-Conv2dForward::Conv2dForward(const Conv2dShape& s) : impl_(std::make_unique<Impl>()) {
-  detail::syncThreads();
-  if (pointwiseAsMatMul(s)) {  // y[M,K] = x[M,C] W[K,C]^T
-    impl_->gemm = std::make_unique<MatMul>(pointwiseGemm(s.n * s.h * s.w, s.c, s.k, false, true));
-    impl_->implementation = "matmul (pointwise convolution)";
-    return;
-  }
-  if (im2colGemm(s)) {  // y[M,K] = col[M,RSC] W[K,RSC]^T
-    impl_->patches = std::make_unique<Im2col>(s);
-    impl_->gemm = std::make_unique<MatMul>(
-        pointwiseGemm(impl_->patches->m(), impl_->patches->cols(), s.k, false, true));
-    impl_->implementation = "matmul (im2col convolution)";
-    return;
-  }
-  if (stridedPointwiseForwardAsMatMul(s)) {  // y[M,K] = x_sampled[M,C] W[K,C]^T
-    impl_->pixels = std::make_unique<StridedPixels>(s);
-    impl_->gemm =
-        std::make_unique<MatMul>(pointwiseGemm(impl_->pixels->m(), s.c, s.k, false, true));
-    impl_->implementation = "matmul (strided pointwise convolution)";
-    return;
-  }
-  const ConvDescs d = convDescs(s);
-  const ConvPlan plan = choosePlan(s, d);
-  const auto pd = convForwardPd(d, plan, detail::userScratchpadAttr());
-  impl_->x = bindLayout(d.src, pd.src_desc(), /*toUser=*/false, 0);
-  impl_->y = bindLayout(d.dst, pd.dst_desc(), /*toUser=*/true, 1);
-  impl_->w = bindLayout(d.userWeights, pd.weights_desc(), /*toUser=*/false, 2);
-  impl_->conv = Prim(pd, dnnl::convolution_forward(pd));
-  impl_->implementation = pd.impl_info_str();
-  impl_->conv.arg(DNNL_ARG_SRC, impl_->x.primitive);
-  impl_->conv.arg(DNNL_ARG_WEIGHTS, impl_->w.primitive);
-  impl_->conv.arg(DNNL_ARG_DST, impl_->y.primitive);
-}
-
+Conv2dForward::Conv2dForward(const Conv2dShape& s, ElementType t)
+    : impl_(std::make_unique<Impl>(ConvPass::Forward, s, t)) {}
 Conv2dForward::~Conv2dForward() = default;
-
 std::string Conv2dForward::implementation() const {
-  return impl_->implementation;
+  return impl_->implementation();
+}
+void Conv2dForward::run(const void* x, const void* w, void* y) {
+  impl_->run(x, w, y);
 }
 
-void Conv2dForward::run(const float* x, const float* w, float* y) {
-  if (impl_->patches) {
-    impl_->patches->gather(x);
-    return impl_->gemm->run(impl_->patches->col(), w, y);
-  }
-  if (impl_->pixels) {
-    impl_->pixels->gather(x);
-    return impl_->gemm->run(impl_->pixels->buffer(), w, y);
-  }
-  if (impl_->gemm) return impl_->gemm->run(x, w, y);
-  detail::syncThreads();
-  bind(impl_->x.user, x);
-  bind(impl_->w.user, w);
-  bind(impl_->y.user, y);
-  impl_->x.attach(), impl_->y.attach(), impl_->w.attach();
-  impl_->w.reorderIfNeeded();
-  impl_->x.reorderIfNeeded();
-  impl_->conv.execute();
-  impl_->y.reorderIfNeeded();
-  detail::waitStream();
-}
-
-// ---- Conv2dBackwardData --------------------------------------------------------------------
-
-struct Conv2dBackwardData::Impl {
-  LayoutBinding dy, dx, w;
-  Prim conv;
-  // pointwiseAsMatMul, im2colGemm with `patches`, or pointwiseStrided with `pixels`
-  std::unique_ptr<MatMul> gemm;
-  std::unique_ptr<Im2col> patches;
-  std::unique_ptr<StridedPixels> pixels;
+struct Conv2dBackwardData::Impl : ConvKernel {
+  using ConvKernel::ConvKernel;
 };
-
-Conv2dBackwardData::Conv2dBackwardData(const Conv2dShape& s) : impl_(std::make_unique<Impl>()) {
-  detail::syncThreads();
-  if (pointwiseDataGradAsMatMul(s)) {  // dx[M,C] = dy[M,K] W[K,C]
-    impl_->gemm = std::make_unique<MatMul>(pointwiseGemm(s.n * s.h * s.w, s.k, s.c, false, false));
-    return;
-  }
-  if (im2colGemm(s)) {  // dcol[M,RSC] = dy[M,K] W[K,RSC], then summed back into dx
-    impl_->patches = std::make_unique<Im2col>(s);
-    impl_->gemm = std::make_unique<MatMul>(
-        pointwiseGemm(impl_->patches->m(), s.k, impl_->patches->cols(), false, false));
-    return;
-  }
-  if (detail::pointwiseStrided(s)) {  // dx_sampled[M,C] = dy[M,K] W[K,C], zero elsewhere
-    impl_->pixels = std::make_unique<StridedPixels>(s);
-    impl_->gemm =
-        std::make_unique<MatMul>(pointwiseGemm(impl_->pixels->m(), s.k, s.c, false, false));
-    return;
-  }
-  const ConvDescs d = convDescs(s);
-  const ConvPlan plan = choosePlan(s, d);
-  const auto hint = convForwardPd(d, plan, dnnl::primitive_attr());
-  dnnl::convolution_backward_data::desc desc(plan.alg, plan.src, d.anyWeights, plan.dst, d.strides,
-                                             d.dilates, d.padL, d.padR);
-  dnnl::convolution_backward_data::primitive_desc pd(desc, detail::userScratchpadAttr(),
-                                                     detail::cpuEngine(), hint);
-  impl_->dy = bindLayout(d.dst, pd.diff_dst_desc(), /*toUser=*/false, 0);
-  impl_->dx = bindLayout(d.src, pd.diff_src_desc(), /*toUser=*/true, 1);
-  impl_->w = bindLayout(d.userWeights, pd.weights_desc(), /*toUser=*/false, 2);
-  impl_->conv = Prim(pd, dnnl::convolution_backward_data(pd));
-  impl_->conv.arg(DNNL_ARG_DIFF_DST, impl_->dy.primitive);
-  impl_->conv.arg(DNNL_ARG_WEIGHTS, impl_->w.primitive);
-  impl_->conv.arg(DNNL_ARG_DIFF_SRC, impl_->dx.primitive);
-}
-
+Conv2dBackwardData::Conv2dBackwardData(const Conv2dShape& s, ElementType t)
+    : impl_(std::make_unique<Impl>(ConvPass::BackwardData, s, t)) {}
 Conv2dBackwardData::~Conv2dBackwardData() = default;
-
-void Conv2dBackwardData::run(const float* dy, const float* w, float* dx) {
-  if (impl_->patches) {
-    impl_->gemm->run(dy, w, impl_->patches->col());
-    return impl_->patches->scatterAdd(dx);
-  }
-  if (impl_->pixels) {
-    impl_->gemm->run(dy, w, impl_->pixels->buffer());
-    return impl_->pixels->scatter(dx);
-  }
-  if (impl_->gemm) return impl_->gemm->run(dy, w, dx);
-  detail::syncThreads();
-  bind(impl_->dy.user, dy);
-  bind(impl_->w.user, w);
-  bind(impl_->dx.user, dx);
-  impl_->dy.attach(), impl_->dx.attach(), impl_->w.attach();
-  impl_->w.reorderIfNeeded();
-  impl_->dy.reorderIfNeeded();
-  impl_->conv.execute();
-  impl_->dx.reorderIfNeeded();
-  detail::waitStream();
+void Conv2dBackwardData::run(const void* dy, const void* w, void* dx) {
+  impl_->run(dy, w, dx);
 }
 
-// ---- Conv2dBackwardFilter ------------------------------------------------------------------
-
-struct Conv2dBackwardFilter::Impl {
-  LayoutBinding x, dy, dw;
-  Prim conv;
-  // pointwiseAsMatMul, im2colGemm with `patches`, or pointwiseStrided with `pixels`
-  std::unique_ptr<MatMul> gemm;
-  std::unique_ptr<Im2col> patches;
-  std::unique_ptr<StridedPixels> pixels;
+struct Conv2dBackwardFilter::Impl : ConvKernel {
+  using ConvKernel::ConvKernel;
 };
-
-Conv2dBackwardFilter::Conv2dBackwardFilter(const Conv2dShape& s) : impl_(std::make_unique<Impl>()) {
-  detail::syncThreads();
-  if (pointwiseAsMatMul(s)) {  // dW[K,C] = dy[M,K]^T x[M,C]
-    impl_->gemm = std::make_unique<MatMul>(pointwiseGemm(s.k, s.n * s.h * s.w, s.c, true, false));
-    return;
-  }
-  if (im2colGemm(s)) {  // dW[K,RSC] = dy[M,K]^T col[M,RSC]
-    impl_->patches = std::make_unique<Im2col>(s);
-    impl_->gemm = std::make_unique<MatMul>(
-        pointwiseGemm(s.k, impl_->patches->m(), impl_->patches->cols(), true, false));
-    return;
-  }
-  if (detail::pointwiseStrided(s)) {  // dW[K,C] = dy[M,K]^T x_sampled[M,C]
-    impl_->pixels = std::make_unique<StridedPixels>(s);
-    impl_->gemm =
-        std::make_unique<MatMul>(pointwiseGemm(s.k, impl_->pixels->m(), s.c, true, false));
-    return;
-  }
-  const ConvDescs d = convDescs(s);
-  const ConvPlan plan = choosePlan(s, d);
-  const auto hint = convForwardPd(d, plan, dnnl::primitive_attr());
-  dnnl::convolution_backward_weights::desc desc(plan.alg, plan.src, d.anyWeights, plan.dst,
-                                                d.strides, d.dilates, d.padL, d.padR);
-  dnnl::convolution_backward_weights::primitive_desc pd(desc, detail::userScratchpadAttr(),
-                                                        detail::cpuEngine(), hint);
-  impl_->x = bindLayout(d.src, pd.src_desc(), /*toUser=*/false, 0);
-  impl_->dy = bindLayout(d.dst, pd.diff_dst_desc(), /*toUser=*/false, 1);
-  impl_->dw = bindLayout(d.userWeights, pd.diff_weights_desc(), /*toUser=*/true, 2);
-  impl_->conv = Prim(pd, dnnl::convolution_backward_weights(pd));
-  impl_->conv.arg(DNNL_ARG_SRC, impl_->x.primitive);
-  impl_->conv.arg(DNNL_ARG_DIFF_DST, impl_->dy.primitive);
-  impl_->conv.arg(DNNL_ARG_DIFF_WEIGHTS, impl_->dw.primitive);
-}
-
+Conv2dBackwardFilter::Conv2dBackwardFilter(const Conv2dShape& s, ElementType t)
+    : impl_(std::make_unique<Impl>(ConvPass::BackwardFilter, s, t)) {}
 Conv2dBackwardFilter::~Conv2dBackwardFilter() = default;
-
-void Conv2dBackwardFilter::run(const float* x, const float* dy, float* dw) {
-  if (impl_->patches) {
-    impl_->patches->gather(x);
-    return impl_->gemm->run(dy, impl_->patches->col(), dw);
-  }
-  if (impl_->pixels) {
-    impl_->pixels->gather(x);
-    return impl_->gemm->run(dy, impl_->pixels->buffer(), dw);
-  }
-  if (impl_->gemm) return impl_->gemm->run(dy, x, dw);
-  detail::syncThreads();
-  bind(impl_->x.user, x);
-  bind(impl_->dy.user, dy);
-  bind(impl_->dw.user, dw);
-  impl_->x.attach(), impl_->dy.attach(), impl_->dw.attach();
-  impl_->x.reorderIfNeeded();
-  impl_->dy.reorderIfNeeded();
-  impl_->conv.execute();
-  impl_->dw.reorderIfNeeded();
-  detail::waitStream();
+void Conv2dBackwardFilter::run(const void* x, const void* dy, void* dw) {
+  impl_->run(x, dy, dw);
 }
 
 // ---- MatMul --------------------------------------------------------------------------------
@@ -464,85 +474,29 @@ struct MatMul::Impl : detail::MatMulPrimitive {
   using MatMulPrimitive::MatMulPrimitive;
 };
 
-MatMul::MatMul(const MatMulShape& s) : impl_(std::make_unique<Impl>(s, Dt::f32)) {}
+MatMul::MatMul(const MatMulShape& s, ElementType t)
+    : impl_(std::make_unique<Impl>(s, dataType(t))) {}
 
 MatMul::~MatMul() = default;
 
-void MatMul::run(const float* a, const float* b, float* c) {
+void MatMul::run(const void* a, const void* b, void* c) {
   impl_->run(a, b, c);
 }
 
 // ---- batch norm ----------------------------------------------------------------------------
 
-namespace {
-
-using Flags = dnnl::normalization_flags;
-
-// [rows, C] as an N x C x 1 x 1 nhwc tensor: same bytes as "nc", but it selects oneDNN's
-// channels-last (nspc) implementations, which vectorise over C.
-memory::desc bnData(i64 rows, i64 c) {
-  return memory::desc({rows, c, 1, 1}, Dt::f32, Tag::nhwc);
-}
-memory::desc bnChannels(i64 c) {
-  return memory::desc({c}, Dt::f32, Tag::x);
-}
-
-dnnl::batch_normalization_forward::primitive_desc bnForwardPd(dnnl::prop_kind prop, i64 rows, i64 c,
-                                                              float eps, Flags flags,
-                                                              const dnnl::primitive_attr& attr) {
-  dnnl::batch_normalization_forward::desc desc(prop, bnData(rows, c), eps, flags);
-  return dnnl::batch_normalization_forward::primitive_desc(desc, attr, detail::cpuEngine());
-}
-
-}  // namespace
-
-Flags trainingFlags(BatchNormRelu relu) {
-  return relu == BatchNormRelu::kFused ? Flags::use_scale | Flags::use_shift | Flags::fuse_norm_relu
-                                       : Flags::use_scale | Flags::use_shift;
-}
-
-struct BatchNormForwardInference::Impl {
-  memory x, gamma, beta, mean, var, y;
-  Prim bn;
+struct BatchNormForwardInference::Impl : detail::BatchNormForwardPrimitive {
+  using BatchNormForwardPrimitive::BatchNormForwardPrimitive;
 };
 
 BatchNormForwardInference::BatchNormForwardInference(i64 rows, i64 c, float eps, BatchNormRelu relu)
-    : impl_(std::make_unique<Impl>()) {
-  detail::syncThreads();
-  // Inference with fuse_norm_relu needs no workspace (there is no backward to feed).
-  const auto pd =
-      bnForwardPd(dnnl::prop_kind::forward_inference, rows, c, eps,
-                  Flags::use_global_stats | trainingFlags(relu), detail::userScratchpadAttr());
-  Impl& p = *impl_;
-  p.x = userMemory(pd.src_desc());
-  p.y = userMemory(pd.dst_desc());
-  p.gamma = userMemory(bnChannels(c));
-  p.beta = userMemory(bnChannels(c));
-  p.mean = userMemory(pd.mean_desc());
-  p.var = userMemory(pd.variance_desc());
-  p.bn = Prim(pd, dnnl::batch_normalization_forward(pd));
-  p.bn.arg(DNNL_ARG_SRC, p.x);
-  p.bn.arg(DNNL_ARG_SCALE, p.gamma);
-  p.bn.arg(DNNL_ARG_SHIFT, p.beta);
-  p.bn.arg(DNNL_ARG_MEAN, p.mean);
-  p.bn.arg(DNNL_ARG_VARIANCE, p.var);
-  p.bn.arg(DNNL_ARG_DST, p.y);
-}
+    : impl_(std::make_unique<Impl>(rows, c, eps, relu, Dt::f32, /*training=*/false)) {}
 
 BatchNormForwardInference::~BatchNormForwardInference() = default;
 
 void BatchNormForwardInference::run(const float* x, const float* gamma, const float* beta,
                                     const float* mean, const float* var, float* y) {
-  detail::syncThreads();
-  Impl& p = *impl_;
-  bind(p.x, x);
-  bind(p.gamma, gamma);
-  bind(p.beta, beta);
-  bind(p.mean, mean);
-  bind(p.var, var);
-  bind(p.y, y);
-  p.bn.execute();
-  detail::waitStream();
+  impl_->run(x, gamma, beta, y, mean, var, nullptr, "BatchNormForwardInference");
 }
 
 // ---- pooling -------------------------------------------------------------------------------

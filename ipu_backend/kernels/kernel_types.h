@@ -135,5 +135,8 @@ enum class BinaryKind { Add, Sub, Mul, Div, Max, Min };
 // Fused kernels: batch norm alone, or with the ReLU that follows it in the same pass.
 enum class BatchNormRelu { kNone, kFused };
 enum class ReduceKind { Sum, Mean, Max };
+// Storage type of the activations and weights of a fused oneDNN kernel (convolution, matmul,
+// batch norm): oneDNN takes it as a field of its memory descriptors, so one kernel serves both.
+enum class ElementType { F32, BF16 };
 
 }  // namespace ipu::kernels

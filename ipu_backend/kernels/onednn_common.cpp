@@ -201,6 +201,75 @@ void MatMulPrimitive::run(const void* pa, const void* pb, void* pc) {
   waitStream();
 }
 
+dnnl::memory::desc batchNormData(i64 rows, i64 c, dnnl::memory::data_type dt) {
+  return dnnl::memory::desc({rows, c, 1, 1}, dt, dnnl::memory::format_tag::nhwc);
+}
+
+dnnl::memory::desc batchNormChannels(i64 c) {
+  return dnnl::memory::desc({c}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::x);
+}
+
+dnnl::normalization_flags batchNormFlags(BatchNormRelu relu) {
+  using Flags = dnnl::normalization_flags;
+  return relu == BatchNormRelu::kFused ? Flags::use_scale | Flags::use_shift | Flags::fuse_norm_relu
+                                       : Flags::use_scale | Flags::use_shift;
+}
+
+dnnl::batch_normalization_forward::primitive_desc batchNormForwardPd(
+    dnnl::prop_kind prop, i64 rows, i64 c, float eps, dnnl::normalization_flags flags,
+    dnnl::memory::data_type dt, const dnnl::primitive_attr& attr) {
+  dnnl::batch_normalization_forward::desc desc(prop, batchNormData(rows, c, dt), eps, flags);
+  return dnnl::batch_normalization_forward::primitive_desc(desc, attr, cpuEngine());
+}
+
+BatchNormForwardPrimitive::BatchNormForwardPrimitive(i64 rows, i64 c, float eps, BatchNormRelu relu,
+                                                     dnnl::memory::data_type dt, bool training) {
+  syncThreads();
+  // Inference with fuse_norm_relu needs no workspace (there is no backward to feed).
+  const auto flags = training ? batchNormFlags(relu)
+                              : dnnl::normalization_flags::use_global_stats | batchNormFlags(relu);
+  const auto pd = batchNormForwardPd(
+      training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference, rows, c,
+      eps, flags, dt, userScratchpadAttr());
+  x = userMemory(pd.src_desc());
+  y = userMemory(pd.dst_desc());
+  gamma = userMemory(batchNormChannels(c));
+  beta = userMemory(batchNormChannels(c));
+  mean = userMemory(pd.mean_desc());
+  var = userMemory(pd.variance_desc());
+  bn = Prim(pd, dnnl::batch_normalization_forward(pd));
+  bn.arg(DNNL_ARG_SRC, x);
+  bn.arg(DNNL_ARG_SCALE, gamma);
+  bn.arg(DNNL_ARG_SHIFT, beta);
+  bn.arg(DNNL_ARG_DST, y);
+  bn.arg(DNNL_ARG_MEAN, mean);
+  bn.arg(DNNL_ARG_VARIANCE, var);
+  if (training && relu == BatchNormRelu::kFused) {
+    workspace = userMemory(pd.workspace_desc());
+    workspaceBytes = pd.workspace_desc().get_size();
+    bn.arg(DNNL_ARG_WORKSPACE, workspace);
+  }
+}
+
+void BatchNormForwardPrimitive::run(const void* px, const float* pgamma, const float* pbeta,
+                                    void* py, const float* pmean, const float* pvar,
+                                    void* pworkspace, const char* kernel) {
+  syncThreads();
+  if (workspaceBytes > 0) {
+    if (!pworkspace)
+      throw std::invalid_argument(std::string(kernel) + " with fused ReLU: no workspace given");
+    bind(workspace, pworkspace);
+  }
+  bind(x, px);
+  bind(gamma, pgamma);
+  bind(beta, pbeta);
+  bind(y, py);
+  bind(mean, pmean);
+  bind(var, pvar);
+  bn.execute();
+  waitStream();
+}
+
 }  // namespace detail
 
 }  // namespace ipu::kernels::fused

@@ -89,4 +89,28 @@ struct MatMulPrimitive {
   Prim mm;
 };
 
+// oneDNN batch norm over [rows, C] activations of type `dt` (f32 or bf16) with f32 scale, shift
+// and statistics: one kernel for both types (the f32 inference and the bf16 training kernels).
+// The activations are an N x C x 1 x 1 nhwc tensor: the same bytes as "nc", but it selects
+// oneDNN's channels-last (nspc) implementations, which vectorise over C.
+dnnl::memory::desc batchNormData(i64 rows, i64 c, dnnl::memory::data_type dt);
+dnnl::memory::desc batchNormChannels(i64 c);
+dnnl::normalization_flags batchNormFlags(BatchNormRelu relu);  // scale, shift (and the ReLU)
+dnnl::batch_normalization_forward::primitive_desc batchNormForwardPd(
+    dnnl::prop_kind prop, i64 rows, i64 c, float eps, dnnl::normalization_flags flags,
+    dnnl::memory::data_type dt, const dnnl::primitive_attr& attr);
+
+// Training (batch statistics written to mean / var; with the ReLU fused, its mask written to a
+// workspace of workspaceBytes for the backward) or inference (mean / var read; no workspace).
+struct BatchNormForwardPrimitive {
+  BatchNormForwardPrimitive(i64 rows, i64 c, float eps, BatchNormRelu relu,
+                            dnnl::memory::data_type dt, bool training);
+  // `kernel` names the caller in the error when a needed workspace is missing.
+  void run(const void* x, const float* gamma, const float* beta, void* y, const float* mean,
+           const float* var, void* workspace, const char* kernel);
+  dnnl::memory x, gamma, beta, y, mean, var, workspace;
+  std::size_t workspaceBytes = 0;
+  Prim bn;
+};
+
 }  // namespace ipu::kernels::fused::detail

@@ -6,8 +6,12 @@
 // call of every file's IPU_REGISTER_OPS function, so no list needs editing either.
 //
 // Op kinds that are still handled by the per-layer switches (op_defs.cpp, autodiff.cpp,
-// compiler.cpp, engine.cpp, cost_model.cpp) have no OpInfo yet; tests/backend/op_registry_test
-// lists them and fails when a kind is in neither place or an OpInfo lacks a facet.
+// compiler.cpp, engine.cpp, cost_model.cpp) have no OpInfo yet: those whose fused kernels run
+// natively in bf16 or join host fusions, the chunked 16-bit elementwise kinds, the replica kinds
+// and those the cost model prices by kind (docs/ARCHITECTURE.md lists them).
+// OpRegistry.EveryOpKindHasEveryFacetAndACase (tests/backend/ops_test.cpp) lists them and fails
+// when a kind is in neither place or an OpInfo lacks a facet. The precision pass reads
+// def.precision and def.usesPartials (ir/op_defs.h).
 #pragma once
 
 #include <cstdint>
@@ -75,11 +79,12 @@ class PlanApi {
                         const std::function<Windows(Range)>& windows, i64 cutAt = 0) = 0;
   // A sum over `redExtent` units split into parts whose windows fit a vertex's budget: phase
   // firstPhase writes one partial row per part (vertex work r, red the part's units), phase
-  // firstPhase + 1 sums them (sumPartials); one phase writing `out` directly when one part
-  // suffices.
+  // firstPhase + 1 sums them (sumPartials; combineMax: takes their maximum, maxPartials, and
+  // the partials stay f32); one phase writing `out` directly when one part suffices.
   virtual void splitReduction(const Op& op, int firstPhase, int out, i64 redExtent,
                               i64 bytesPerRedUnit,
-                              const std::function<Windows(Range out, Range red)>& windows) = 0;
+                              const std::function<Windows(Range out, Range red)>& windows,
+                              bool combineMax = false) = 0;
   // The whole of a tensor (small operands: scalars, indices, per-channel parameters).
   virtual NeedWindow whole(int tensor) const = 0;
 };
@@ -110,8 +115,10 @@ struct FusedArgs {
 };
 using FusedKernel = std::function<std::function<void()>(const FusedArgs&)>;
 
-// Phase 1 of a splitReduction: the sum of the partial rows (the windows, in order).
+// Phase 1 of a splitReduction: the sum (maxPartials: the maximum) of the partial rows (the
+// windows, in order).
 std::function<void()> sumPartials(const VertexArgs& a);
+std::function<void()> maxPartials(const VertexArgs& a);
 
 // Elementwise ops (every input the output's shape): a vertex per slice of the output reading the
 // same range of every input, and the two kernels from one element function
@@ -125,6 +132,20 @@ FusedKernel elementwiseFused(std::function<ElementFn(const Op&)> make);
 // Vector instructions per output vector of a vertex in `phase` (the cost model prices the rest:
 // worker split, bytes, exchange).
 using CostRule = std::function<double(const Op&, int phase)>;
+// What the cost model needs to know beyond the instructions.
+struct CostTraits {
+  bool readModifyWrite = false;  // the in-place target is read as well as written (its bytes)
+  // Vertices read same-sized operands element for element: the planned exchange moves only the
+  // elements matching a vertex's outputs (cost_model.cpp, ExchangeModel::Planned).
+  bool elementwise = false;
+  // Vertices with a reduced range read (outputs x its extent) elements at one instruction per
+  // vector: reductions and the combining of their partials (reduce).
+  bool reduction = false;
+  // Vertices read their whole input windows, not one element per output (pools, softmax rows).
+  bool readsWindows = false;
+  // Elements a vertex reads per output element (pools: the window), when not 1.
+  std::function<double(const Graph&, const Op&)> elementsPerOutput;
+};
 
 // ---- tests -----------------------------------------------------------------------------------
 // Tolerances of the op tests, relative to the largest magnitude of the expected values.
@@ -155,6 +176,7 @@ struct OpInfo {
   VertexKernel vertex;  // reference kernel (tile mode)
   FusedKernel fused;    // fast kernel (fused mode)
   CostRule cost;
+  CostTraits costTraits;
   Tolerances tolerances;
   std::string doc;  // one line: what it computes, shapes
 };

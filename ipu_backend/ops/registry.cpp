@@ -100,14 +100,25 @@ GradRule noGradient(std::string why) {
   };
 }
 
-std::function<void()> sumPartials(const VertexArgs& a) {
-  return [W = a.in, y = a.out[0], n = a.work.size()] {
+namespace {
+template <class Combine>
+std::function<void()> combinePartials(const VertexArgs& a, Combine combine) {
+  return [W = a.in, y = a.out[0], n = a.work.size(), combine] {
     for (i64 i = 0; i < n; ++i) {
       float acc = W[0].data[i];
-      for (size_t p = 1; p < W.size(); ++p) acc += W[p].data[i];
+      for (size_t p = 1; p < W.size(); ++p) acc = combine(acc, W[p].data[i]);
       y[i] = acc;
     }
   };
+}
+}  // namespace
+
+std::function<void()> sumPartials(const VertexArgs& a) {
+  return combinePartials(a, [](float s, float v) { return s + v; });
+}
+
+std::function<void()> maxPartials(const VertexArgs& a) {
+  return combinePartials(a, [](float s, float v) { return std::max(s, v); });
 }
 
 void planElementwise(PlanApi& p, const Op& op) {

@@ -45,7 +45,8 @@ std::vector<AttrSpec> attrSpecs() {
 
 IPU_REGISTER_OPS(softmax_cross_entropy) {
   OpInfo f;
-  f.def = {OpKind::SoftmaxCrossEntropy, "softmax_cross_entropy", 2, 1, {}, attrSpecs()};
+  f.def = {OpKind::SoftmaxCrossEntropy, "softmax_cross_entropy", 2, 1, {}, attrSpecs(),
+           PrecisionRule::KeepF32};  // log-sum-exp of 16-bit logits loses the loss
   f.doc = "logits [N,K], labels i32 [N] -> loss [N] (label smoothing)";
   f.inputDTypes = {floatTypes(), indexTypes()};
   f.infer = infer;
@@ -73,6 +74,7 @@ IPU_REGISTER_OPS(softmax_cross_entropy) {
             y = a.out[0]] { fz::softmaxCrossEntropy(n, k, eps, lg, lb, y); };
   };
   f.cost = [](const Op&, int) { return 11.0; };  // max, subtract, exp (8), sum, scale
+  f.costTraits.readsWindows = true;              // a row of logits per sample
   registerOp(std::move(f));
 
   OpInfo b;

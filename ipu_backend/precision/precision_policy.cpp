@@ -56,8 +56,6 @@ std::string formatFloat(float v) {
 PrecisionPolicy makePreset(std::string_view name) {
   PrecisionPolicy p;
   p.preset = std::string(name);
-  const std::vector<std::string> fragile = {"softmax_cross_entropy", "batch_norm_statistics",
-                                            "layer_norm_statistics"};
   if (name == "fp32") return p;
   if (name == "fp16") {
     p.compute = DType::F16;
@@ -74,7 +72,6 @@ PrecisionPolicy makePreset(std::string_view name) {
     p.stochasticRounding = true;
     p.lossScaling = LossScalingConfig::fixed(128.0f);
   }
-  p.keptInF32 = fragile;
   return p;
 }
 
@@ -176,15 +173,9 @@ std::string PrecisionPolicy::describe() const {
      << ": compute " << dtypeName(compute) << ", master weights " << dtypeName(masterWeights)
      << ", partials " << dtypeName(partials) << ", rounding "
      << (stochasticRounding ? "stochastic" : "nearest-even") << ", loss scaling "
-     << precision::toString(lossScaling) << ", kept in f32: ";
-  if (keptInF32.empty()) os << "(all ops are f32)";
-  for (size_t i = 0; i < keptInF32.size(); ++i) os << (i ? ", " : "") << keptInF32[i];
+     << precision::toString(lossScaling)
+     << (isMixed() ? ", numerically fragile ops in f32 (per op kind)" : ", all ops f32");
   return os.str();
-}
-
-bool PrecisionPolicy::keepsInF32(std::string_view opKind) const {
-  return compute == DType::F32 ||
-         std::find(keptInF32.begin(), keptInF32.end(), opKind) != keptInF32.end();
 }
 
 std::ostream& operator<<(std::ostream& os, const PrecisionPolicy& p) {

@@ -11,8 +11,8 @@
 //          the published IPU MLPerf ResNet-50 configuration.
 //   16.32  f16 compute with f32 master weights and f32 partials, stochastic rounding, static
 //          loss scale 128.
-// 16-bit presets keep numerically fragile ops in f32 (keptInF32, op kinds as strings so this
-// library does not depend on the IR op table).
+// Which op kinds stay f32 under a 16-bit preset is a fact of each op kind, not of the policy:
+// OpDef::precision (ir/op_defs.h), applied by the precision pass (compiler/mixed_precision.h).
 //
 // String form: <preset>[,loss=<spec>][,sr=on|off], e.g. "16.16", "16.16,loss=dynamic",
 // "fp16,loss=static:1024,sr=on". Loss-scaling specs:
@@ -41,7 +41,6 @@ struct PrecisionPolicy {
   DType partials = DType::F32;  // matmul/conv accumulators and reduction partials
   bool stochasticRounding = false;
   bool nativeOnIpu = true;  // false: an emulator extension (bf16)
-  std::vector<std::string> keptInF32;
   LossScalingConfig lossScaling;
 
   // Throws std::invalid_argument naming the string and the valid forms.
@@ -49,7 +48,6 @@ struct PrecisionPolicy {
   std::string toString() const;  // canonical, parse(toString()) == *this
   std::string describe() const;  // multi-field human-readable summary
 
-  bool keepsInF32(std::string_view opKind) const;
   bool isMixed() const { return compute != DType::F32; }
   bool operator==(const PrecisionPolicy&) const = default;
 };

@@ -8,6 +8,7 @@
 
 #include "ipu_backend/compiler/mixed_precision.h"
 #include "ipu_backend/ir/builder.h"
+#include "ipu_backend/ir/op_defs.h"
 #include "ipu_backend/kernels/fused_bf16.h"
 #include "ipu_backend/ops/op_info.h"
 #include "ipu_backend/precision/half.h"
@@ -170,6 +171,18 @@ TEST(PrecisionPass, RegisteredOpsGetTheirF32OnlyInputsInF32) {
   appendTrainingStep(step, r.map(loss), {r.map(gamma), r.map(beta), r.map(kernel)},
                      step.addInput("lr", {}), SgdOptions{}, PrecisionPolicy::parse("16.16"));
   EXPECT_NO_THROW(compile(step, testTarget()));
+}
+
+// What stays f32 is a fact of the op kind (OpDef::precision), for built-in and registered kinds.
+TEST(PrecisionPass, ReadsEachOpKindsPrecisionRule) {
+  EXPECT_EQ(opDef(OpKind::SoftmaxCrossEntropy).precision, PrecisionRule::KeepF32);
+  EXPECT_EQ(opDef(OpKind::BatchNormTrain).precision, PrecisionRule::DataInCompute);
+  EXPECT_EQ(opDef(OpKind::BatchNormInference).precision, PrecisionRule::DataInCompute);
+  EXPECT_EQ(opDef(OpKind::EmaUpdate).precision, PrecisionRule::FollowState);
+  EXPECT_EQ(opDef(OpKind::Conv2d).precision, PrecisionRule::Compute);
+  EXPECT_TRUE(opDef(OpKind::Conv2d).usesPartials);
+  EXPECT_TRUE(opDef(OpKind::MatMul).usesPartials);
+  EXPECT_FALSE(opDef(OpKind::Binary).usesPartials);
 }
 
 TEST(PrecisionPass, RefusesAGraphWithUpdates) {

@@ -132,9 +132,9 @@ TEST_F(Fused, Conv2dBf16AllPasses) {
     const Vec w = rounded(randomVec(s.weightElems(), seed++), &wb);
     const Vec dy = rounded(randomVec(s.outputElems(), seed++), &dyb);
     std::vector<bf16> y(s.outputElems()), dx(s.inputElems()), dw(s.weightElems());
-    fused::Conv2dForwardBf16(s).run(xb.data(), wb.data(), y.data());
-    fused::Conv2dBackwardDataBf16(s).run(dyb.data(), wb.data(), dx.data());
-    fused::Conv2dBackwardFilterBf16(s).run(xb.data(), dyb.data(), dw.data());
+    fused::Conv2dForward(s, ElementType::BF16).run(xb.data(), wb.data(), y.data());
+    fused::Conv2dBackwardData(s, ElementType::BF16).run(dyb.data(), wb.data(), dx.data());
+    fused::Conv2dBackwardFilter(s, ElementType::BF16).run(xb.data(), dyb.data(), dw.data());
     constexpr float kBf16Tol = 1e-2f;
     EXPECT_TRUE(closeRel(widened(y), testing::refConvFwd(s, x, w), kBf16Tol));
     EXPECT_TRUE(closeRel(widened(dx), testing::refConvBwdData(s, dy, w), kBf16Tol));

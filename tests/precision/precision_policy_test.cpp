@@ -31,7 +31,6 @@ TEST(PrecisionPolicy, Presets) {
   EXPECT_EQ(fp32.compute, DType::F32);
   EXPECT_EQ(fp32.lossScaling.mode, LossScalingMode::None);
   EXPECT_FALSE(fp32.stochasticRounding);
-  EXPECT_TRUE(fp32.keepsInF32("anything"));
   EXPECT_FALSE(fp32.isMixed());
 
   const auto fp16 = PrecisionPolicy::parse("fp16");
@@ -52,9 +51,6 @@ TEST(PrecisionPolicy, Presets) {
   EXPECT_EQ(p1616.partials, DType::F16);
   EXPECT_TRUE(p1616.stochasticRounding);
   EXPECT_EQ(p1616.lossScaling, LossScalingConfig::fixed(128.0f));
-  EXPECT_TRUE(p1616.keepsInF32("softmax_cross_entropy"));
-  EXPECT_TRUE(p1616.keepsInF32("batch_norm_statistics"));
-  EXPECT_FALSE(p1616.keepsInF32("conv2d"));
   EXPECT_TRUE(p1616.nativeOnIpu);
 
   const auto p1632 = PrecisionPolicy::parse("16.32");

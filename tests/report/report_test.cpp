@@ -91,6 +91,11 @@ TEST(MemoryDetail, TheOverflowErrorNamesTheSameTileAndOccupants) {
               std::string::npos)
         << msg;
     EXPECT_NE(msg.find(w.occupants.at(0).name), std::string::npos) << msg;
+    // The program planned up to the verdict goes with it, for a report of the overflow.
+    ASSERT_TRUE(e.partial());
+    EXPECT_EQ(e.partial()->memoryDetail.worstTiles.at(0).tile, e.tile());
+    EXPECT_EQ(e.partial()->tileMemory.size(), report.tileMemory.size());
+    EXPECT_NO_THROW((void)compileView(*e.partial(), cost::estimateStep(*e.partial()), "partial"));
   }
 }
 

@@ -1,0 +1,105 @@
+// reduce: sum, mean or max over a set of axes.
+//   reduce(x) -> y: fn (sum, mean, max) over `axes` (distinct, in range), the reduced dims
+//   dropped or (keep_dims) kept as 1
+// Gradient (sum, mean): dy reshaped to keep_dims form, scaled by 1 / count for mean, broadcast
+// back to x's shape; max has none. Planned as a split reduction: parts of the reduced extent
+// write partial rows, a second phase combines them (sum, or max for max).
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "ipu_backend/compiler/op_shapes.h"
+#include "ipu_backend/ir/builder.h"
+#include "ipu_backend/kernels/fused.h"
+#include "ipu_backend/kernels/reference.h"
+#include "ipu_backend/ops/op_info.h"
+
+namespace ipu::ops {
+namespace {
+
+std::vector<TensorType> infer(const std::vector<const Tensor*>& in, const Attrs& a,
+                              const std::string& label) {
+  const auto& valid = reduceFunctionNames();
+  const std::string& fn = a.getString("fn");
+  if (std::find(valid.begin(), valid.end(), fn) == valid.end())
+    fail(label, fmt::format("unknown function fn=\"{}\" (valid: {})", fn, fmt::join(valid, ", ")));
+  const Tensor& x = *in[0];
+  std::vector<bool> red(x.shape.size(), false);
+  for (i64 ax : a.getInts("axes")) {
+    if (ax < 0 || ax >= static_cast<i64>(x.shape.size()) || red[ax])
+      fail(label,
+           fmt::format("invalid or repeated axis {} for '{}' {}", ax, x.name, shapeStr(x.shape)));
+    red[ax] = true;
+  }
+  const bool keep = a.getBool("keep_dims", false);
+  Shape out;
+  for (size_t d = 0; d < x.shape.size(); ++d)
+    if (!red[d])
+      out.push_back(x.shape[d]);
+    else if (keep)
+      out.push_back(1);
+  return {{out, x.dtype}};
+}
+
+void grad(const GradArgs& a) {
+  if (!a.needs[0]) return;
+  const std::string& fn = a.op.attrs.getString("fn");
+  if (fn == "max")
+    throw GraphError(fmt::format("autodiff: {} has no gradient rule (reduce max)", a.label));
+  const Tensor x = a.g.tensor(a.op.inputs[0]);  // a copy: adding ops may reallocate tensors
+  Shape kept = x.shape;
+  i64 count = 1;
+  for (i64 ax : a.op.attrs.getInts("axes")) {
+    count *= kept[ax];
+    kept[ax] = 1;
+  }
+  int d = a.b.reshape(a.dy[0], kept);
+  if (fn == "mean") d = a.b.scale(d, 1.0 / static_cast<double>(count));
+  a.accumulate(a.op.inputs[0], a.b.broadcast(d, x.shape));
+}
+
+}  // namespace
+
+IPU_REGISTER_OPS(reduce) {
+  OpInfo r;
+  r.def = {OpKind::Reduce,
+           "reduce",
+           1,
+           1,
+           {},
+           {{"fn", AttrType::String, true},
+            {"axes", AttrType::Ints, true},
+            {"keep_dims", AttrType::Bool, false}}};
+  r.doc = "x -> sum / mean / max of x over axes (keep_dims: reduced dims kept as 1)";
+  r.inputDTypes = {floatTypes()};
+  r.infer = infer;
+  r.grad = grad;
+  r.plan = [](PlanApi& p, const Op& op) {
+    const auto s = reduceShapeOf(p.graph(), op);
+    const bool isMax = reduceKindOf(op) == kernels::ReduceKind::Max;
+    p.splitReduction(
+        op, 0, op.outputs[0], s.reducedCount(), 4 * s.outElems(),
+        [s, x = op.inputs[0]](Range out, Range red) {
+          const Range b = reduceBounds(s, out, red);
+          return Windows{{x, b.begin, b.end}};
+        },
+        isMax);
+  };
+  r.vertex = [](const VertexArgs& a) -> std::function<void()> {
+    const auto k = reduceKindOf(a.op);
+    if (a.phase == 1) return k == kernels::ReduceKind::Max ? maxPartials(a) : sumPartials(a);
+    return [k, s = reduceShapeOf(a.g, a.op), x = a.in[0], y = a.out[0], work = a.work,
+            red = a.red] { kernels::ref::reduce(k, s, x, y, work, red); };
+  };
+  r.fused = [](const FusedArgs& a) -> std::function<void()> {
+    return [k = reduceKindOf(a.op), s = reduceShapeOf(a.g, a.op), x = a.in[0], y = a.out[0]] {
+      kernels::fused::reduce(k, s, x, y);
+    };
+  };
+  r.cost = [](const Op&, int) { return 1.0; };
+  r.costTraits.reduction = true;
+  registerOp(std::move(r));
+}
+
+}  // namespace ipu::ops
