@@ -54,7 +54,15 @@ Division parseDivision(std::string_view text) {
 }
 
 std::string mlperfBenchmarkName(Benchmark benchmark) {
-  return benchmark == Benchmark::kBertLarge ? "bert" : "resnet";
+  switch (benchmark) {
+    case Benchmark::kBertLarge:
+      return "bert";
+    case Benchmark::kEfficientNetB4:
+      return "efficientnet_b4";  // our rules' name (harness/rules/efficientnet_b4.json)
+    case Benchmark::kResNet50:
+      break;
+  }
+  return "resnet";
 }
 
 std::string referenceModelVariant(Benchmark benchmark) {

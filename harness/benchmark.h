@@ -23,8 +23,8 @@ Division parseDivision(std::string_view text);
 const std::vector<Benchmark>& allBenchmarks();
 
 // Value of `submission_benchmark` and the benchmark folder of the results package: "resnet",
-// "bert". EfficientNet-B4 is not an MLPerf benchmark; in MLPerf terms it can only be an
-// open-division image-classification entry, hence "resnet".
+// "bert", and "efficientnet_b4" (not an MLPerf benchmark: the name of our own rules,
+// docs/rules/efficientnet_b4.md).
 std::string mlperfBenchmarkName(Benchmark benchmark);
 
 // The model variant that the closed division requires ("resnet50", "bert_large"); for

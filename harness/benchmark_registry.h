@@ -32,6 +32,7 @@ struct ModelRequest {
   OptimizerOptions optimizer;
   precision::PrecisionPolicy precision;  // fp32 by default
   int bn_span_replicas = 1;  // batch-norm statistics over this many replicas (model_bn_span / b)
+  Json hyperparameters;      // the logged MLPerf keys (EfficientNet: model_variant, rates)
 };
 
 // A built model: both graphs (same variable names, same data inputs), host initial values, and

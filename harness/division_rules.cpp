@@ -1,5 +1,7 @@
 #include "harness/division_rules.h"
 
+#include "harness/rules/efficientnet_rules.h"
+
 #include <fmt/format.h>
 
 #include <cmath>
@@ -177,15 +179,10 @@ std::string Violation::message() const {
 std::vector<Violation> validate(Division division, Benchmark benchmark, const Json& hyperparameters,
                                 std::string_view modelVariant) {
   std::vector<Violation> out;
+  // EfficientNet-B4: our own rules (both divisions: open must name its model variant).
+  if (benchmark == Benchmark::kEfficientNetB4)
+    return validateEfficientNet(builtinEfficientNetRules(), division, hyperparameters);
   if (division == Division::kOpen) return out;
-  if (benchmark == Benchmark::kEfficientNetB4) {
-    out.push_back({"submission_division", "\"closed\"",
-                   "\"open\": EfficientNet-B4 is not an MLPerf Training benchmark, so it can "
-                   "only be an open-division image-classification entry (submission_benchmark "
-                   "\"resnet\")",
-                   "MLPerf Training rules (benchmarks list; EfficientNet-B4 has no closed rules)"});
-    return out;
-  }
   if (!hyperparameters.is_object()) {
     out.push_back({"hyperparameters", hyperparameters.dump(), "a JSON object",
                    benchmark == Benchmark::kResNet50 ? kResnetRule : kBertRule});

@@ -199,7 +199,10 @@ std::vector<FullScaleProjection> projectFullScale(Benchmark benchmark,
     throw Refusal(fmt::format(
         "no full-scale projection for {}: it has no full-scale model yet ({}); only resnet50 "
         "can be projected",
-        toString(benchmark), entry.implemented ? "not wired here" : entry.not_implemented));
+        toString(benchmark),
+        !entry.implemented                 ? entry.not_implemented
+        : entry.full_scale_missing.empty() ? "not wired here"
+                                           : entry.full_scale_missing));
   std::vector<const PodPreset*> presets;
   for (int pod : podSizes) {
     try {

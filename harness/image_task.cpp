@@ -197,8 +197,11 @@ class ImageClassificationData : public TaskData {
     if (r.imagenet_train) {
       datasets::ImageFolderOptions train;
       train.transform = datasets::ImageTransform::kTrain;
+      train.cropSize = r.image_size;
       datasets::ImageFolderOptions eval;
       eval.transform = datasets::ImageTransform::kEval;
+      eval.cropSize = r.image_size;
+      eval.resizeSize = r.resize_size;
       trainSource_ = std::make_shared<datasets::ImageFolderSource>(*r.imagenet_train, train);
       evalSource_ = std::make_shared<datasets::ImageFolderSource>(*r.imagenet_val, eval);
       trainCount_ = trainSource_->size();

@@ -106,6 +106,14 @@ inline constexpr char kOptRmspropDecay[] = "opt_rmsprop_decay";
 inline constexpr char kOptRmspropMomentum[] = "opt_rmsprop_momentum";
 inline constexpr char kOptRmspropEpsilon[] = "opt_rmsprop_epsilon";
 inline constexpr char kLabelSmoothing[] = "label_smoothing";
+// EfficientNet-B4's rules of our own (docs/rules/efficientnet_b4.md; mllog constants where
+// the official package has one: model_eval_ema_factor).
+inline constexpr char kModelEvalEmaFactor[] = "model_eval_ema_factor";
+inline constexpr char kOptWeightDecaySkipNorm[] = "opt_weight_decay_skip_norm";
+inline constexpr char kDropoutRate[] = "dropout_rate";
+inline constexpr char kStochasticDepthRate[] = "stochastic_depth_rate";
+inline constexpr char kModelVariant[] = "model_variant";
+inline constexpr char kNormType[] = "norm_type";
 }  // namespace keys
 
 // Metadata keys and values.

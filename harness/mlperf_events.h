@@ -23,7 +23,7 @@ struct SubmissionInfo {
   std::string platform;   // submission_platform: the system id, e.g. "ipu-pod16-emulated"
   std::string division;   // "closed" | "open"
   std::string status;     // "research" (an emulator), or "onprem" | "cloud" | "preview"
-  std::string benchmark;  // MLPerf name: "resnet" | "bert" (mlperfBenchmarkName())
+  std::string benchmark;  // "resnet" | "bert" | "efficientnet_b4" (mlperfBenchmarkName())
 };
 
 using Where = std::source_location;

@@ -69,15 +69,29 @@ Json lamb(double lr, double weightDecay, double beta1, double beta2, int trainin
               {keys::kMaxSequenceLength, sequenceLength}};
 }
 
-// RMSprop with the EfficientNet paper's recipe (Tan & Le 2019: decay 0.9, momentum 0.9,
-// epsilon 1e-3, weight decay 1e-5, LR x0.97 every 2.4 epochs, 5 warmup epochs, label smoothing
-// 0.1, LR 0.016 per 256 samples). Graphcore's exact values are not in docs/IPU_FACTS.md.
-Json rmsprop(double lr) {
-  return Json{{keys::kOptName, "rmsprop"},       {keys::kOptBaseLearningRate, lr},
-              {keys::kOptRmspropDecay, 0.9},     {keys::kOptRmspropMomentum, 0.9},
-              {keys::kOptRmspropEpsilon, 0.001}, {keys::kOptWeightDecay, 1e-05},
-              {keys::kOptLrWarmupEpochs, 5},     {keys::kOptLrDecayFactor, 0.97},
-              {keys::kOptLrDecayEpochs, 2.4},    {keys::kLabelSmoothing, 0.1}};
+// EfficientNet-B4's recipe, every key its closed rules fix (harness/rules/efficientnet_b4.json:
+// the reference's RMSProp decay 0.9, momentum 0.9, epsilon 1e-3, weight decay 1e-5 not on norm
+// layers, LR x0.97 every 2.4 epochs, label smoothing 0.1, evaluation on the weights' EMA
+// 0.9999, dropout 0.4, stochastic depth 0.2, B4 with batch norm) and its tunable ones: the
+// peak LR (0.016 per 256 samples, the reference's k), warm-up epochs, batch-norm span.
+Json rmsprop(double lr, int warmupEpochs, std::int64_t bnSpan) {
+  return Json{{keys::kOptName, "rmsprop"},
+              {keys::kOptBaseLearningRate, lr},
+              {keys::kOptRmspropDecay, 0.9},
+              {keys::kOptRmspropMomentum, 0.9},
+              {keys::kOptRmspropEpsilon, 0.001},
+              {keys::kOptWeightDecay, 1e-05},
+              {keys::kOptWeightDecaySkipNorm, true},
+              {keys::kOptLrWarmupEpochs, warmupEpochs},
+              {keys::kOptLrDecayFactor, 0.97},
+              {keys::kOptLrDecayEpochs, 2.4},
+              {keys::kLabelSmoothing, 0.1},
+              {keys::kModelEvalEmaFactor, 0.9999},
+              {keys::kDropoutRate, 0.4},
+              {keys::kStochasticDepthRate, 0.2},
+              {keys::kModelVariant, "b4"},
+              {keys::kNormType, "batch_norm"},
+              {keys::kModelBnSpan, bnSpan}};
 }
 
 // --- The table -----------------------------------------------------------------------------
@@ -150,16 +164,16 @@ std::vector<Row> tableRows() {
     // ---- EfficientNet-B4, full scale (ImageNet at 380; 4-IPU pipelines; RMSprop). ----
     // Graphcore's POD16 shape (4 x 4, micro-batch 3, GA 64 -> 768); other sizes keep 768.
     // No POD1 row: the model is pipelined over 4 IPUs.
-    {kEff, kFull,   4,  1, 4,  1, 3, 256, 768, rmsprop(0.048), "FP16.32", kDynamic, 350,
+    {kEff, kFull,   4,  1, 4,  1, 3, 256, 768, rmsprop(0.048, 5, 3), "FP16.32", kDynamic, 350,
      false, "not published: Graphcore's POD16 shape on one pipeline, accumulation 256"},
-    {kEff, kFull,  16,  4, 4,  1, 3,  64, 768, rmsprop(0.048), "FP16.32", kDynamic, 350,
+    {kEff, kFull,  16,  4, 4,  1, 3,  64, 768, rmsprop(0.048, 5, 3), "FP16.32", kDynamic, 350,
      false, "Graphcore's EfficientNet-B4 configuration shape (not an MLPerf result); optimizer "
      "values from the EfficientNet paper scaled to batch 768; precision: harness choice"},
-    {kEff, kFull,  64, 16, 4,  4, 3,  16, 768, rmsprop(0.048), "FP16.32", kDynamic, 350,
+    {kEff, kFull,  64, 16, 4,  4, 3,  16, 768, rmsprop(0.048, 5, 3), "FP16.32", kDynamic, 350,
      false, "not published: 16 x 4-IPU pipelines, accumulation 16 (global batch 768)"},
-    {kEff, kFull, 128, 32, 4,  8, 3,   8, 768, rmsprop(0.048), "FP16.32", kDynamic, 350,
+    {kEff, kFull, 128, 32, 4,  8, 3,   8, 768, rmsprop(0.048, 5, 3), "FP16.32", kDynamic, 350,
      false, "not published: 32 x 4-IPU pipelines, accumulation 8 (global batch 768)"},
-    {kEff, kFull, 256, 64, 4, 16, 3,   4, 768, rmsprop(0.048), "FP16.32", kDynamic, 350,
+    {kEff, kFull, 256, 64, 4, 16, 3,   4, 768, rmsprop(0.048, 5, 3), "FP16.32", kDynamic, 350,
      false, "not published: 64 x 4-IPU pipelines, accumulation 4 (global batch 768)"},
 
     // ---- Mini scale: one IPU per replica, FP32, CPU-friendly; harness-chosen values. ----
@@ -191,17 +205,17 @@ std::vector<Row> tableRows() {
     {kBert, kMini, 256, 256, 1, 1,  1, 1, 256, lamb(0.004, 0.01, 0.9, 0.999, 125, 7, 128),
      "FP32", kNoScaling, 0, false, "mini: harness choice"},
     // EfficientNet mini: Fashion-MNIST, RMSprop at 0.016 per 256 samples, 8 epochs.
-    {kEff, kMini,   1,   1, 1, 1, 32, 1,  32, rmsprop(0.002), "FP32", kNoScaling, 8,
+    {kEff, kMini,   1,   1, 1, 1, 32, 1,  32, rmsprop(0.002, 1, 32), "FP32", kNoScaling, 8,
      false, "mini: harness choice"},
-    {kEff, kMini,   4,   4, 1, 1,  8, 1,  32, rmsprop(0.002), "FP32", kNoScaling, 8,
+    {kEff, kMini,   4,   4, 1, 1,  8, 1,  32, rmsprop(0.002, 1, 8), "FP32", kNoScaling, 8,
      false, "mini: harness choice"},
-    {kEff, kMini,  16,  16, 1, 1,  4, 1,  64, rmsprop(0.004), "FP32", kNoScaling, 8,
+    {kEff, kMini,  16,  16, 1, 1,  4, 1,  64, rmsprop(0.004, 1, 4), "FP32", kNoScaling, 8,
      false, "mini: harness choice"},
-    {kEff, kMini,  64,  64, 1, 1,  2, 1, 128, rmsprop(0.008), "FP32", kNoScaling, 8,
+    {kEff, kMini,  64,  64, 1, 1,  2, 1, 128, rmsprop(0.008, 1, 2), "FP32", kNoScaling, 8,
      false, "mini: harness choice"},
-    {kEff, kMini, 128, 128, 1, 1,  2, 1, 256, rmsprop(0.016), "FP32", kNoScaling, 8,
+    {kEff, kMini, 128, 128, 1, 1,  2, 1, 256, rmsprop(0.016, 1, 2), "FP32", kNoScaling, 8,
      false, "mini: harness choice"},
-    {kEff, kMini, 256, 256, 1, 1,  2, 1, 512, rmsprop(0.032), "FP32", kNoScaling, 8,
+    {kEff, kMini, 256, 256, 1, 1,  2, 1, 512, rmsprop(0.032, 1, 2), "FP32", kNoScaling, 8,
      false, "mini: harness choice"},
   };
   // clang-format on
@@ -258,6 +272,8 @@ PodPreset fromRow(const Row& r) {
   p.published = r.published;
   p.source = r.source;
   fillDatasetFields(p);
+  if (p.benchmark == Benchmark::kEfficientNetB4 && p.ipus_per_replica == 4)
+    p.pipeline_splits = {"block2b", "block4b", "block6c"};  // Graphcore's B4 4-IPU split
   check(p.ipus == p.pod_size, p,
         fmt::format("replicas x IPUs per replica = {} x {} = {} IPUs", p.replicas,
                     p.ipus_per_replica, p.ipus));
@@ -375,6 +391,25 @@ const PodPreset& findPreset(Benchmark benchmark, int podSize, Scale scale) {
 
 const PodPreset& findPreset(std::string_view benchmark, int podSize, std::string_view scale) {
   return findPreset(parseBenchmark(benchmark), podSize, parseScale(scale));
+}
+
+PodPreset efficientNetG16Preset(int podSize) {
+  // Graphcore's G16 configuration (EFFICIENTNET_FACTS §4): micro-batch 5, accumulation 40,
+  // splits [block2c, block4c, block6a]; the peak LR keeps the reference's 0.016 per 256.
+  PodPreset p = findPreset(Benchmark::kEfficientNetB4, podSize, Scale::kFull);
+  p.micro_batch = 5;
+  p.gradient_accumulation = 40;
+  p.global_batch = std::int64_t{p.replicas} * p.gradient_accumulation * p.micro_batch;
+  p.pipeline_splits = {"block2c", "block4c", "block6a"};
+  p.hyperparameters[keys::kModelVariant] = "g16";
+  p.hyperparameters[keys::kModelBnSpan] = p.micro_batch;
+  p.hyperparameters[keys::kOptBaseLearningRate] =
+      0.016 * static_cast<double>(p.global_batch) / 256.0;
+  p.published = false;
+  p.source =
+      "Graphcore's EfficientNet-B4 G16 configuration shape (open division; not an MLPerf "
+      "result): micro-batch 5, accumulation 40, splits block2c, block4c, block6a";
+  return p;
 }
 
 Json mlperfHyperparameters(const PodPreset& preset) {

@@ -76,6 +76,10 @@ struct PodPreset {
   std::optional<double> target_accuracy;  // quality target; none: run `epochs`
   int epochs = 0;  // epochs to schedule (ResNet: = LR decay epochs); 0 for BERT (samples)
 
+  // Pipelined presets: the first block of each stage after the first (Graphcore's split points,
+  // EfficientNet-B4: block2b, block4b, block6c); empty for one IPU per replica.
+  std::vector<std::string> pipeline_splits;
+
   bool published = false;  // exactly a published Graphcore configuration
   std::string source;      // where the numbers come from, or why they were chosen
 
@@ -96,6 +100,11 @@ std::vector<int> presetPodSizes(Benchmark benchmark, Scale scale);
 // where the preset knows them. BERT's epsilon is emitted under both
 // "opt_lamb_epsilon" (rulesets >= 2.0) and "opt_epsilon" (1.1.0).
 Json mlperfHyperparameters(const PodPreset& preset);
+
+// Graphcore's EfficientNet-B4 G16 configuration (open division) for a full-scale pod size: the
+// B4 preset's pod with micro-batch 5, accumulation 40 and splits [block2c, block4c, block6a],
+// model_variant g16. std::invalid_argument as findPreset.
+PodPreset efficientNetG16Preset(int podSize);
 
 // The keys a user --config file may override: micro_batch_size, gradient_accumulation_steps,
 // precision, loss_scaling {mode, scale}, and every optimizer hyperparameter.

@@ -285,8 +285,8 @@ int main(int argc, char** argv) {
       "Writes <results-dir>/<org>/results/<system>/<benchmark>/result_<i>.txt and\n"
       "<results-dir>/<org>/systems/<system>.json (the MLPerf submission layout)."};
   app.add_option("--benchmark", o.benchmark,
-                 "benchmark: resnet50 (bert_large, efficientnet_b4: registered, not implemented "
-                 "yet)")
+                 "benchmark: resnet50, efficientnet_b4 (our own rules; closed: B4, open: also "
+                 "G16 / group norm), bert_large (registered, not implemented yet)")
       ->check(CLI::IsMember({"resnet50", "bert_large", "efficientnet_b4"}))
       ->capture_default_str();
   app.add_option("--division", o.division,

@@ -8,8 +8,10 @@
 #include "datasets/image_folder.h"
 #include "harness/config.h"
 #include "harness/division_rules.h"
+#include "harness/efficientnet_task.h"
 #include "harness/exit_codes.h"
 #include "harness/report_pages.h"
+#include "harness/rules/efficientnet_rules.h"
 #include "ipu_backend/cost/cost_model.h"
 #include "ipu_backend/replication/replica_group.h"
 
@@ -45,10 +47,31 @@ std::string joinViolations(const std::vector<Violation>& v) {
   return out;
 }
 
+// EfficientNet-B4's closed cadence and target: our rules (harness/rules/efficientnet_b4.json).
+std::vector<Violation> validateEfficientNetSettings(Division division, const RunSettings& s) {
+  const EfficientNetRules& rules = builtinEfficientNetRules();
+  std::vector<Violation> out =
+      validateEfficientNetEvaluation(rules, division, s.eval_period, s.eval_offset);
+  if (division == Division::kClosed &&
+      (s.target_accuracy < rules.target || s.target_accuracy >= 1)) {
+    out.push_back({kTargetKey, fmt::format("{}", s.target_accuracy),
+                   fmt::format(">= {} and < 1 (the quality target of the rules; the checker's "
+                               "ruleset refuses a log below it)",
+                               rules.target),
+                   fmt::format("EfficientNet-B4 closed rules ({}, quality)", rules.source)});
+  }
+  return out;
+}
+
 // Harness rules on the run settings: the closed ResNet schedule evaluates every 4 epochs with
 // an offset of 0-3 and stops at the 75.9% quality target or above.
-std::vector<Violation> validateSettings(Division division, const RunSettings& s) {
+std::vector<Violation> validateSettings(Division division, Benchmark benchmark,
+                                        const RunSettings& s) {
   std::vector<Violation> out;
+  if (benchmark == Benchmark::kEfficientNetB4) {
+    out = validateEfficientNetSettings(division, s);
+    division = Division::kOpen;  // the ResNet-50 cadence and target below do not apply
+  }
   const bool closed = division == Division::kClosed;
   if (closed && s.eval_period != 4) {
     out.push_back({kEvalPeriodKey, std::to_string(s.eval_period),
@@ -189,7 +212,8 @@ OptimizerOptions optimizerOf(const Json& hp) {
     o.epsilon = hp.value(keys::kOptEpsilon, 1e-8);
     o.weightDecay = hp.value(keys::kOptWeightDecay, 0.0);
   }
-  o.emaDecay = hp.value(kWeightEmaKey, 0.0);
+  // The evaluation's weight EMA: EfficientNet's model_eval_ema_factor, else our key.
+  o.emaDecay = hp.value(keys::kModelEvalEmaFactor, hp.value(kWeightEmaKey, 0.0));
   return o;
 }
 
@@ -200,6 +224,7 @@ ModelRequest modelRequestOf(const PodPreset& preset, const Json& hp, Scale scale
   m.micro_batch = preset.micro_batch;
   m.optimizer = optimizerOf(hp);
   m.precision = policy;
+  m.hyperparameters = hp;
   if (hp.contains(keys::kModelBnSpan)) {
     const std::int64_t span = hp[keys::kModelBnSpan].get<std::int64_t>();
     if (span >= preset.micro_batch && span % preset.micro_batch == 0)
@@ -230,8 +255,9 @@ CliChoice validateCli(const CliOptions& cli) {
   }
   const BenchmarkEntry& entry = findBenchmarkEntry(c.benchmark);
   if (!entry.implemented) {
-    throw Refusal(fmt::format("--benchmark {}: not implemented yet ({}). Available now: resnet50.",
-                              cli.benchmark, entry.not_implemented));
+    throw Refusal(fmt::format(
+        "--benchmark {}: not implemented yet ({}). Available now: resnet50, efficientnet_b4.",
+        cli.benchmark, entry.not_implemented));
   }
   if (c.scale == Scale::kFull && !entry.full_scale) {
     throw Refusal(fmt::format("--scale full is not implemented yet for {}: {}. Use --scale mini.",
@@ -401,10 +427,15 @@ Json resolveHyperparameters(const CliChoice& choice, const ResolvedPreset& r,
   }
   std::vector<Violation> violations =
       validate(choice.division, choice.benchmark, hp, findBenchmarkEntry(choice.benchmark).variant);
-  for (Violation& v : validateSettings(choice.division, s)) violations.push_back(std::move(v));
+  for (Violation& v : validateSettings(choice.division, choice.benchmark, s))
+    violations.push_back(std::move(v));
   if (!violations.empty()) {
     throw Refusal(fmt::format("refused: the {} division does not allow this configuration{}",
                               toString(choice.division), joinViolations(violations)));
+  }
+  if (choice.benchmark == Benchmark::kEfficientNetB4) {
+    if (const std::string why = efficientNetUnsupported(hp); !why.empty())
+      throw Refusal(fmt::format("--benchmark efficientnet_b4: {}", why));
   }
   return hp;
 }

@@ -29,6 +29,10 @@ struct DataRequest {
   int loader_threads = 2;
   datasets::CorruptPolicy corrupt_policy = datasets::CorruptPolicy::kFail;
   datasets::SmallImageAugment augment;  // in-memory images only
+  // Image folders: the square output size and, for evaluation, the shorter side before the
+  // centre crop (ResNet-50 224 / 256; EfficientNet-B4 380 / 412, crop padding 32).
+  int image_size = 224;
+  int resize_size = 256;
 };
 
 class TaskData {

@@ -7,6 +7,7 @@
 #include "ipu_backend/compiler/mixed_precision.h"
 #include "ipu_backend/ir/builder.h"
 #include "ipu_backend/ops/op_info.h"
+#include "models/common/init_random.h"
 
 namespace ipu::models::efficientnet {
 
@@ -298,6 +299,89 @@ EfficientNetGraph withPrecision(const EfficientNetGraph& fwd,
   for (int s : fwd.runningStats) eg.runningStats.push_back(rw.map(s));
   eg.graph = std::move(rw.graph);
   return eg;
+}
+
+}  // namespace ipu::models::efficientnet
+
+namespace ipu::models::efficientnet {
+
+bool isNormParameter(const Tensor& t) {
+  const std::string& n = t.name;
+  return t.shape.size() == 1 && n.find(".fc1.") == std::string::npos &&
+         n.find(".fc2.") == std::string::npos && n.rfind("classifier.", 0) != 0;
+}
+
+EfficientNetGraph buildTraining(const Config& c, i64 batch, OptimizerOptions opts,
+                                const precision::PrecisionPolicy& policy) {
+  EfficientNetGraph eg = buildForward(c, batch, Mode::Train);
+  if (policy.preset != "fp32") eg = withPrecision(eg, policy);
+  eg.lr = eg.graph.addInput("lr", {}, DType::F32);
+  opts.decay = [](const Tensor& t) { return !isNormParameter(t); };
+  TrainingStepTensors step = appendTrainingStep(eg.graph, eg.loss, eg.params, eg.lr, opts, policy);
+  for (int p : eg.params)
+    if (!step.grads.count(p))
+      bad(fmt::format("parameter '{}' gets no gradient", eg.graph.tensor(p).name));
+  eg.grads = std::move(step.grads);
+  eg.optimizer = step.optimizer;
+  eg.lossScale = step.lossScale;
+  eg.lossScaleInverse = step.lossScaleInverse;
+  eg.overflow = step.overflow;
+  return eg;
+}
+
+EfficientNetGraph buildInference(const Config& c, i64 batch,
+                                 const precision::PrecisionPolicy& policy) {
+  EfficientNetGraph eg = buildForward(c, batch, Mode::Inference);
+  if (policy.preset != "fp32") eg = withPrecision(eg, policy);
+  return eg;
+}
+
+std::map<std::string, std::vector<float>> initWeights(const EfficientNetGraph& eg,
+                                                      std::uint64_t seed) {
+  std::map<std::string, std::vector<float>> out;
+  const auto endsWith = [](const std::string& s, std::string_view e) {
+    return s.size() >= e.size() && s.compare(s.size() - e.size(), e.size(), e) == 0;
+  };
+  for (const Tensor& t : eg.graph.tensors()) {
+    if (t.kind != TensorKind::Variable) continue;
+    const std::string& name = t.name;
+    const i64 n = t.elements();
+    std::mt19937_64 rng = tensorRng(seed, name);
+    std::vector<float> v;
+    if (name == "classifier.1.weight") {
+      v = uniform(rng, n, 1.0 / std::sqrt(static_cast<double>(t.shape[0])));
+    } else if (endsWith(name, ".weight") && t.shape.size() == 4) {
+      // [K,R,S,C/G]: PyTorch's fan_out of a conv is K x R x S (groups do not divide it).
+      v = normal(rng, n,
+                 std::sqrt(2.0 / static_cast<double>(t.shape[0] * t.shape[1] * t.shape[2])));
+    } else if ((endsWith(name, ".weight") && isNormParameter(t)) || endsWith(name, "running_var")) {
+      v.assign(static_cast<size_t>(n), 1.0f);
+    } else {  // biases, norm shifts, running means, optimizer state
+      v.assign(static_cast<size_t>(n), 0.0f);
+    }
+    out.emplace(name, std::move(v));
+  }
+  return out;
+}
+
+TaskGraph taskGraph(const EfficientNetGraph& eg, const precision::LossScalingConfig& lossScaling) {
+  TaskGraph t;
+  t.graph = eg.graph;
+  t.inputs = {eg.images, eg.labels};
+  if (eg.dropoutKey >= 0) t.inputs.push_back(eg.dropoutKey);
+  t.lr = eg.lr;
+  t.loss = eg.loss;
+  t.outputs = {{"logits", eg.logits}};
+  t.parameters = eg.params;
+  t.state = eg.runningStats;
+  t.state.insert(t.state.end(), eg.optimizer.stateVariables.begin(),
+                 eg.optimizer.stateVariables.end());
+  t.optimizer = eg.optimizer;
+  t.lossScale = eg.lossScale;
+  t.lossScaleInverse = eg.lossScaleInverse;
+  t.overflow = eg.overflow;
+  t.lossScaling = lossScaling;
+  return t;
 }
 
 }  // namespace ipu::models::efficientnet

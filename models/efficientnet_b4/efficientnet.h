@@ -29,7 +29,9 @@
 
 #include "ipu_backend/compiler/autodiff.h"
 #include "ipu_backend/ir/graph.h"
+#include "ipu_backend/optimizers/optimizer.h"
 #include "ipu_backend/precision/precision_policy.h"
+#include "models/task_graph.h"
 
 namespace ipu::models::efficientnet {
 
@@ -101,6 +103,11 @@ struct EfficientNetGraph {
   std::vector<int> params;        // trainable variables, torchvision's state_dict order
   std::vector<int> runningStats;  // batch norm running_mean / running_var, model order
   std::map<int, int> grads;       // param -> gradient (after appendGradients)
+  // A training step (buildTraining): the "lr" input, the optimizer's state and, under a
+  // loss-scaled policy, the loss-scale tensors (compiler/mixed_precision.h); -1 / empty else.
+  int lr = -1;
+  OptimizerState optimizer;
+  int lossScale = -1, lossScaleInverse = -1, overflow = -1;
 
   std::vector<std::string> paramNames() const;
   i64 parameterCount() const;
@@ -118,5 +125,30 @@ void appendGradients(EfficientNetGraph& g);
 // training step then comes from appendTrainingStep with the policy's loss scaling).
 EfficientNetGraph withPrecision(const EfficientNetGraph& forward,
                                 const precision::PrecisionPolicy& policy);
+
+// Whether a parameter is a norm layer's scale or shift (rank 1, not a squeeze-excite or
+// classifier bias): the reference applies no weight decay to them.
+bool isNormParameter(const Tensor& t);
+
+// One training step as one graph: the forward graph (Mode::Train) under `policy`, its backward
+// pass and `opts`'s update per parameter (weight decay on every parameter but the norm layers').
+EfficientNetGraph buildTraining(const Config& c, i64 batch, OptimizerOptions opts,
+                                const precision::PrecisionPolicy& policy = {});
+EfficientNetGraph buildInference(const Config& c, i64 batch,
+                                 const precision::PrecisionPolicy& policy = {});
+
+// Host initialisation of every variable, by name, as torchvision's efficientnet: conv weights
+// Kaiming normal (fan_out = K x R x S), the classifier uniform(+-1/sqrt(classes)), biases 0,
+// norm scale 1 and shift 0, running mean 0 and variance 1; optimizer state 0 (apply
+// models::applyOptimizerStateInit for RMSProp's 1s and the weight EMA). Deterministic per seed
+// (models/common/init_random.h).
+std::map<std::string, std::vector<float>> initWeights(const EfficientNetGraph& eg,
+                                                      std::uint64_t seed);
+
+// The trainer's view (models/task_graph.h): data inputs "images", "labels" and, when the graph
+// has dropout ops, "dropout_key" (i32[2]: step, first global sample of the micro-batch);
+// evaluation output "logits".
+TaskGraph taskGraph(const EfficientNetGraph& eg,
+                    const precision::LossScalingConfig& lossScaling = {});
 
 }  // namespace ipu::models::efficientnet

@@ -97,15 +97,25 @@ TEST(DivisionRules, SgdRules) {
   EXPECT_NE(v.rule.find("closed_resnet_sgd.yaml"), std::string::npos);
 }
 
-TEST(DivisionRules, EfficientNetClosedIsRefused) {
-  const PodPreset& p = findPreset(Benchmark::kEfficientNetB4, 16, Scale::kFull);
+TEST(DivisionRules, EfficientNetFollowsOurRules) {
+  // Every EfficientNet preset logs what our closed rules require; G16 is open-only.
+  for (const PodPreset& p : allPresets()) {
+    if (p.benchmark != Benchmark::kEfficientNetB4) continue;
+    SCOPED_TRACE(p.name());
+    const Json hp = mlperfHyperparameters(p);
+    EXPECT_TRUE(validate(Division::kClosed, p.benchmark, hp, p.model_variant).empty())
+        << formatViolations(validate(Division::kClosed, p.benchmark, hp, p.model_variant));
+    EXPECT_TRUE(validate(Division::kOpen, p.benchmark, hp, p.model_variant).empty());
+  }
+  Json hp = mlperfHyperparameters(findPreset(Benchmark::kEfficientNetB4, 16, Scale::kFull));
+  hp["model_variant"] = "g16";
   const Violation v =
-      only(validate(Division::kClosed, p.benchmark, mlperfHyperparameters(p), p.model_variant),
-           "submission_division");
-  EXPECT_NE(v.message().find("open-division"), std::string::npos) << v.message();
-  EXPECT_NE(v.message().find("not an MLPerf Training benchmark"), std::string::npos);
-  EXPECT_TRUE(
-      validate(Division::kOpen, p.benchmark, mlperfHyperparameters(p), p.model_variant).empty());
+      only(validate(Division::kClosed, Benchmark::kEfficientNetB4, hp, ""), "model_variant");
+  EXPECT_NE(v.message().find("EfficientNet-B4 closed rules"), std::string::npos) << v.message();
+  EXPECT_TRUE(validate(Division::kOpen, Benchmark::kEfficientNetB4, hp, "").empty());
+  hp.erase("norm_type");  // open must still say which model ran
+  EXPECT_EQ(only(validate(Division::kOpen, Benchmark::kEfficientNetB4, hp, ""), "norm_type").value,
+            "<missing>");
 }
 
 TEST(DivisionRules, BertClosedNeedsLambAndTheRequiredKeys) {

@@ -119,6 +119,13 @@ TEST(PodPresets, PublishedBertAndEfficientNetConfigurations) {
   EXPECT_EQ(e.global_batch, 768);
   EXPECT_EQ(e.optimizer, "rmsprop");
   EXPECT_FALSE(e.published);  // Graphcore's configuration, but never an MLPerf result
+  EXPECT_EQ(e.pipeline_splits, (std::vector<std::string>{"block2b", "block4b", "block6c"}));
+  const PodPreset g16 = efficientNetG16Preset(16);
+  EXPECT_EQ(g16.micro_batch, 5);
+  EXPECT_EQ(g16.gradient_accumulation, 40);
+  EXPECT_EQ(g16.global_batch, 800);
+  EXPECT_EQ(g16.pipeline_splits, (std::vector<std::string>{"block2c", "block4c", "block6a"}));
+  EXPECT_EQ(g16.hyperparameters["model_variant"], "g16");
   const Json hp = mlperfHyperparameters(findPreset(Benchmark::kBertLarge, 16, Scale::kFull));
   EXPECT_EQ(hp["opt_epsilon"], hp["opt_lamb_epsilon"]);  // both ruleset spellings
 }

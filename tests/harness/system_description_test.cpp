@@ -101,7 +101,7 @@ TEST_F(ResultPackage, LayoutIsWhatThePackageCheckerReads) {
   EXPECT_TRUE(fs::is_directory(r3.parent_path()));
   EXPECT_EQ(resultFilePath(layout, Benchmark::kBertLarge, 0).parent_path().filename(), "bert");
   EXPECT_EQ(resultFilePath(layout, Benchmark::kEfficientNetB4, 0).parent_path().filename(),
-            "resnet");
+            "efficientnet_b4");
   const fs::path sys = writeSystemDescription(layout, Json{{"system_name", "x"}});
   EXPECT_EQ(sys, dir_ / "ipu_mlperf/systems/ipu-pod16-emulated.json");
   std::ifstream in(sys);

@@ -3,12 +3,15 @@
 // the request checks. The binary itself is tested by test_run_benchmark.py.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <set>
 
+#include "datasets/fashion_mnist.h"
 #include "harness/benchmark_registry.h"
 #include "harness/mlperf_events.h"
 #include "harness/run_benchmark_plan.h"
 #include "harness/run_loop.h"
+#include "models/efficientnet_b4/efficientnet.h"
 
 namespace ipu::harness {
 namespace {
@@ -25,7 +28,41 @@ TEST(RunBenchmarkRegistry, EveryBenchmarkHasAnEntry) {
   }
   EXPECT_TRUE(findBenchmarkEntry(Benchmark::kResNet50).implemented);
   EXPECT_FALSE(findBenchmarkEntry(Benchmark::kBertLarge).implemented);
-  EXPECT_FALSE(findBenchmarkEntry(Benchmark::kEfficientNetB4).implemented);
+  EXPECT_TRUE(findBenchmarkEntry(Benchmark::kEfficientNetB4).implemented);
+}
+
+TEST(RunBenchmarkRegistry, EfficientNetMiniIsB4WithTorchvisionNamesAndEmaForEvaluation) {
+  ModelRequest r;
+  r.micro_batch = 2;
+  r.optimizer.kind = "rmsprop";
+  r.optimizer.emaDecay = 0.9999;
+  r.hyperparameters =
+      mlperfHyperparameters(findPreset(Benchmark::kEfficientNetB4, 1, Scale::kMini));
+  const ModelInstance m = findBenchmarkEntry(Benchmark::kEfficientNetB4).build(r);
+  EXPECT_EQ(m.weight_tensor_names.size(), 418u);  // B4's, as the closed ruleset lists them
+  EXPECT_EQ(m.train.graph.tensor(m.train.input("images")).shape, (Shape{2, 28, 28, 1}));
+  // Dropout and stochastic depth: a key per micro-batch, fed to both graphs.
+  EXPECT_EQ(m.eval.graph.tensor(m.eval.input("dropout_key")).shape, (Shape{2}));
+  const auto values = m.init(7);
+  // RMSProp's mean square starts at 1, the EMA at the weight; norm scales 1, shifts 0.
+  const std::string w = "features.0.0.weight";
+  EXPECT_EQ(values.at(w + "/ema"), values.at(w));
+  EXPECT_EQ(values.at(w + "/rms"), std::vector<float>(values.at(w).size(), 1.0f));
+  EXPECT_EQ(values.at(w + "/momentum"), std::vector<float>(values.at(w).size(), 0.0f));
+  EXPECT_EQ(values.at("features.0.1.weight"), std::vector<float>(48, 1.0f));  // stem 48
+  // Weight decay skips exactly the norm layers' parameters.
+  const Graph& g = m.train.graph;
+  EXPECT_TRUE(models::efficientnet::isNormParameter(g.tensor(g.get("features.0.1.bias"))));
+  EXPECT_FALSE(models::efficientnet::isNormParameter(g.tensor(g.get("classifier.1.bias"))));
+  EXPECT_FALSE(
+      models::efficientnet::isNormParameter(g.tensor(g.get("features.1.0.block.1.fc1.bias"))));
+  // G16 with group norm: the open variant, no running statistics.
+  r.hyperparameters["model_variant"] = "g16";
+  r.hyperparameters["norm_type"] = "group_norm";
+  const ModelInstance g16 = findBenchmarkEntry(Benchmark::kEfficientNetB4).build(r);
+  EXPECT_NE(g16.description.find("G16 (group norm"), std::string::npos) << g16.description;
+  r.hyperparameters["norm_type"] = "layer_norm_proxy_norm";
+  EXPECT_THROW(findBenchmarkEntry(Benchmark::kEfficientNetB4).build(r), std::invalid_argument);
 }
 
 TEST(RunBenchmarkRegistry, RealResNet50LogsTheCanonicalTensorsAndInitialisesEveryVariable) {
@@ -130,7 +167,7 @@ TEST(RunBenchmarkEvalCadence, EpochsForResNetSamplesForBert) {
   EXPECT_EQ(bb[0].first, 0);
   EXPECT_EQ(bb[0].count, 175000);
   EXPECT_EQ(bb[2].first, 350000);
-  EXPECT_EQ(bb[2].count, 50000);  // the last block ends at the budget
+  EXPECT_EQ(bb[2].count, 50000);                            // the last block ends at the budget
   const EvalCadence none{ProgressUnit::kSamples, 4, 0, 0};  // no interval
   EXPECT_THROW(none.blocks(10), std::invalid_argument);
 }
@@ -277,6 +314,41 @@ TEST(RunBenchmarkPlanSteps, EachStepRefusesWhatItOwns) {
   EXPECT_TRUE(s.lr.decay_from_start);
   EXPECT_EQ(s.lr.warmup, 10.0 * static_cast<double>(p.preset.global_batch));
   EXPECT_EQ(s.lr.decay, 1000.0 * static_cast<double>(p.preset.global_batch));
+}
+
+TEST(EfficientNetTask, DropoutKeyIsTheStepAndTheMicroBatchsFirstGlobalSample) {
+  // Fashion-MNIST from Debian's dataset-fashion-mnist (scripts/setup.sh installs it).
+  if (!std::filesystem::exists(datasets::kDefaultFashionMnistDir))
+    GTEST_SKIP() << datasets::kDefaultFashionMnistDir << " missing: bash scripts/setup.sh";
+  DataRequest req;
+  req.data_dir = datasets::kDefaultFashionMnistDir;
+  req.train_samples = 64;
+  req.eval_samples = 8;
+  const std::unique_ptr<TaskData> data = findBenchmarkEntry(Benchmark::kEfficientNetB4).data(req);
+  BatchGeometry g;
+  g.microBatch = 2;
+  g.accumulation = 2;
+  g.replicas = 2;
+  g.localReplicas = 2;
+  std::vector<float> images(2 * 28 * 28);
+  std::vector<std::int32_t> labels(2), key(2);
+  const auto bytes = [](auto& v) {
+    return std::span<std::byte>(reinterpret_cast<std::byte*>(v.data()), v.size() * sizeof(v[0]));
+  };
+  const MicroBatch mb({{"images", DType::F32, {2, 28, 28, 1}, bytes(images)},
+                       {"labels", DType::I32, {2}, bytes(labels)},
+                       {"dropout_key", DType::I32, {2}, bytes(key)}});
+  const std::unique_ptr<BatchSource> src = data->trainEpoch(1, g);
+  for (std::int64_t step : {0, 1}) {
+    ASSERT_TRUE(src->beginStep(step + 5));  // the trainer's global step, across epochs
+    for (int r = 0; r < 2; ++r)
+      for (int a = 0; a < 2; ++a) {
+        src->fill(r, a, mb);
+        EXPECT_EQ(key,
+                  (std::vector<std::int32_t>{static_cast<std::int32_t>(step + 5), r * 4 + a * 2}));
+      }
+    src->endStep();
+  }
 }
 
 }  // namespace

@@ -134,9 +134,27 @@ REFUSALS = {
         ["--benchmark", "gpt3"], None, None, ["gpt3", "resnet50,bert_large,efficientnet_b4"]),
     "bert_not_implemented": (
         ["--benchmark", "bert_large"], None, 1, ["bert_large", "not implemented yet"]),
-    "efficientnet_not_implemented": (
-        ["--benchmark", "efficientnet_b4", "--division", "open"], None, 1,
-        ["efficientnet_b4", "not implemented yet"]),
+    # EfficientNet-B4: our own rules (harness/rules/efficientnet_b4.json), checked before a run.
+    "efficientnet_closed_g16": (
+        ["--benchmark", "efficientnet_b4"], {"model_variant": "g16"}, 1,
+        ["EfficientNet-B4 closed rules", "model_variant must be \"b4\"", "(got \"g16\")",
+         "--division open"]),
+    "efficientnet_closed_tuned_fixed_hyperparameter": (
+        ["--benchmark", "efficientnet_b4"], {"opt_rmsprop_decay": 0.95}, 1,
+        ["EfficientNet-B4 closed rules", "opt_rmsprop_decay must be 0.9", "(got 0.95)"]),
+    "efficientnet_closed_eval_period": (
+        ["--benchmark", "efficientnet_b4"], {"eval_period": 2}, 1,
+        ["evaluation cadence", "eval_period must be 4"]),
+    "efficientnet_closed_target_below_rules": (
+        ["--benchmark", "efficientnet_b4"], {"mini_target_accuracy": 0.5}, 1,
+        ["mini_target_accuracy must be >= 0.82"]),
+    "efficientnet_open_norm_not_built": (
+        ["--benchmark", "efficientnet_b4", "--division", "open"],
+        {"norm_type": "layer_norm_proxy_norm"}, 1,
+        ["norm_type \"layer_norm_proxy_norm\"", "batch_norm and group_norm only"]),
+    "efficientnet_full_scale_needs_pipelining": (
+        ["--benchmark", "efficientnet_b4", "--scale", "full", "--data-dir", "/nonexistent"], None,
+        1, ["--scale full is not implemented yet for efficientnet_b4", "4-IPU pipelines"]),
     "full_scale_needs_data_dir": (
         ["--scale", "full"], None, 1, ["--scale full needs --data-dir", "train/<synset>/*.JPEG"]),
     "full_scale_without_imagenet_layout": (
