@@ -130,7 +130,7 @@ TEST(RunBenchmarkEvalCadence, EpochsForResNetSamplesForBert) {
   EXPECT_EQ(bb[0].first, 0);
   EXPECT_EQ(bb[0].count, 175000);
   EXPECT_EQ(bb[2].first, 350000);
-  EXPECT_EQ(bb[2].count, 50000);  // the last block ends at the budget
+  EXPECT_EQ(bb[2].count, 50000);                            // the last block ends at the budget
   const EvalCadence none{ProgressUnit::kSamples, 4, 0, 0};  // no interval
   EXPECT_THROW(none.blocks(10), std::invalid_argument);
 }
