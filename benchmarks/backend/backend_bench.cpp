@@ -4,8 +4,8 @@
 
 #include "datasets/image_dataset.h"
 #include "harness/image_task.h"
-#include "models/small_cnn/small_cnn.h"
 #include "ipu_backend/kernels/fused.h"
+#include "models/small_cnn/small_cnn.h"
 
 namespace {
 
@@ -18,18 +18,23 @@ void smallCnnStep(benchmark::State& state, EngineMode mode) {
   opts.batch = batch;
   opts.mode = mode;
   harness::Trainer trainer(models::buildSmallCnnTraining(cfg, batch, SgdOptions{}),
-                                     models::buildSmallCnnInference(cfg, batch), opts);
+                           models::buildSmallCnnInference(cfg, batch), opts);
   trainer.initialise(models::initSmallCnn(trainer.trainExecutable().graph, 1));
   auto data = datasets::makeSyntheticDataset({batch, 28, 28, 1, 10, 1});
   auto norm = datasets::Normalization::fashionMnist();
   for (auto _ : state)
-    trainImageEpoch(trainer, data, norm, 1, [](std::int64_t) { return 0.01f; });  // exactly one step
+    trainImageEpoch(trainer, data, norm, 1,
+                    [](std::int64_t) { return 0.01f; });  // exactly one step
   state.counters["images/s"] =
       benchmark::Counter(double(batch) * double(state.iterations()), benchmark::Counter::kIsRate);
 }
 
-void BM_SmallCnnStepFused(benchmark::State& state) { smallCnnStep(state, EngineMode::Fused); }
-void BM_SmallCnnStepTile(benchmark::State& state) { smallCnnStep(state, EngineMode::Tile); }
+void BM_SmallCnnStepFused(benchmark::State& state) {
+  smallCnnStep(state, EngineMode::Fused);
+}
+void BM_SmallCnnStepTile(benchmark::State& state) {
+  smallCnnStep(state, EngineMode::Tile);
+}
 
 void BM_CompileSmallCnnTraining(benchmark::State& state) {
   models::SmallCnnConfig cfg;

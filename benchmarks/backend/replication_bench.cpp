@@ -10,8 +10,8 @@
 
 #include "datasets/image_dataset.h"
 #include "harness/image_task.h"
-#include "models/small_cnn/small_cnn.h"
 #include "ipu_backend/kernels/fused.h"
+#include "models/small_cnn/small_cnn.h"
 
 namespace {
 
@@ -29,7 +29,7 @@ void BM_ReplicatedSmallCnnStep(benchmark::State& state) {
   opts.replicas = replicas;
   opts.threadsPerReplica = 1;
   harness::Trainer trainer(models::buildSmallCnnTraining(cfg, kMicroBatch, SgdOptions{}),
-                                     models::buildSmallCnnInference(cfg, kMicroBatch), opts);
+                           models::buildSmallCnnInference(cfg, kMicroBatch), opts);
   trainer.initialise(models::initSmallCnn(trainer.trainExecutable().graph, 1));
   // Exactly one global batch: one step per trainEpoch.
   auto data = datasets::makeSyntheticDataset({kMicroBatch * replicas, 28, 28, 1, 10, 1});

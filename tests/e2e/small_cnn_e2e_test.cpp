@@ -6,8 +6,8 @@
 
 #include "datasets/fashion_mnist.h"
 #include "harness/image_task.h"
-#include "models/small_cnn/small_cnn.h"
 #include "ipu_backend/kernels/fused.h"
+#include "models/small_cnn/small_cnn.h"
 
 namespace ipu::harness {
 namespace {
@@ -18,9 +18,11 @@ bool haveFashionMnist() {
 }
 
 TEST(SmallCnnEndToEnd, ReachesEightyFivePercentOnFashionMnist) {
-  ASSERT_TRUE(haveFashionMnist()) << "Debian's dataset-fashion-mnist is required (scripts/setup.sh)";
+  ASSERT_TRUE(haveFashionMnist())
+      << "Debian's dataset-fashion-mnist is required (scripts/setup.sh)";
   kernels::fused::setNumThreads(2);
-  auto train = datasets::loadFashionMnist(datasets::kDefaultFashionMnistDir, datasets::Split::kTrain);
+  auto train =
+      datasets::loadFashionMnist(datasets::kDefaultFashionMnistDir, datasets::Split::kTrain);
   auto test = datasets::loadFashionMnist(datasets::kDefaultFashionMnistDir, datasets::Split::kTest);
   const std::int64_t batch = 64;
   models::SmallCnnConfig cfg;
@@ -30,7 +32,7 @@ TEST(SmallCnnEndToEnd, ReachesEightyFivePercentOnFashionMnist) {
   TrainerOptions opts;
   opts.batch = batch;
   Trainer trainer(models::buildSmallCnnTraining(cfg, batch, sgd),
-                            models::buildSmallCnnInference(cfg, batch), opts);
+                  models::buildSmallCnnInference(cfg, batch), opts);
   EXPECT_TRUE(trainer.trainExecutable().report()["memory"]["fits"].get<bool>());
   trainer.initialise(models::initSmallCnn(trainer.trainExecutable().graph, 1));
   auto norm = datasets::Normalization::fashionMnist();
@@ -61,13 +63,15 @@ TEST(SmallCnnEndToEnd, TileModeTrainingStepEqualsFusedMode) {
     opts.mode = m == 0 ? EngineMode::Fused : EngineMode::Tile;
     opts.target = Target::small(64, 256 * 1024);
     Trainer trainer(models::buildSmallCnnTraining(cfg, 8, sgd),
-                              models::buildSmallCnnInference(cfg, 8), opts);
+                    models::buildSmallCnnInference(cfg, 8), opts);
     trainer.initialise(models::initSmallCnn(trainer.trainExecutable().graph, 5));
-    auto st = trainImageEpoch(trainer, data, datasets::Normalization::unit(1), 1,
-                                 [](std::int64_t) { return 0.1f; }, 16);  // two steps
+    auto st = trainImageEpoch(
+        trainer, data, datasets::Normalization::unit(1), 1, [](std::int64_t) { return 0.1f; },
+        16);  // two steps
     losses[m] = st.meanLoss;
     for (const Tensor& t : trainer.trainExecutable().graph.tensors())
-      if (t.kind == TensorKind::Variable) weights[m].push_back(trainer.trainEngine().readFloats(t.id));
+      if (t.kind == TensorKind::Variable)
+        weights[m].push_back(trainer.trainEngine().readFloats(t.id));
   }
   EXPECT_NEAR(losses[0], losses[1], 1e-4 * std::max(1.0, std::abs(losses[0])));
   ASSERT_EQ(weights[0].size(), weights[1].size());
@@ -83,9 +87,11 @@ TEST(SmallCnnEndToEnd, TileModeTrainingStepEqualsFusedMode) {
 // weights, stochastic rounding, loss scale 128) against f32: one epoch each from the same
 // initial weights and data order; the f16 run must reach the f32 accuracy within one point.
 TEST(SmallCnnEndToEnd, SixteenBitTrainingWithLossScalingMatchesFloat32Accuracy) {
-  ASSERT_TRUE(haveFashionMnist()) << "Debian's dataset-fashion-mnist is required (scripts/setup.sh)";
+  ASSERT_TRUE(haveFashionMnist())
+      << "Debian's dataset-fashion-mnist is required (scripts/setup.sh)";
   kernels::fused::setNumThreads(2);
-  auto train = datasets::loadFashionMnist(datasets::kDefaultFashionMnistDir, datasets::Split::kTrain);
+  auto train =
+      datasets::loadFashionMnist(datasets::kDefaultFashionMnistDir, datasets::Split::kTrain);
   auto test = datasets::loadFashionMnist(datasets::kDefaultFashionMnistDir, datasets::Split::kTest);
   const std::int64_t batch = 64;
   models::SmallCnnConfig cfg;
@@ -102,15 +108,16 @@ TEST(SmallCnnEndToEnd, SixteenBitTrainingWithLossScalingMatchesFloat32Accuracy) 
     TrainerOptions opts;
     opts.batch = batch;
     Trainer trainer(models::buildSmallCnnTraining(cfg, batch, sgd, policy),
-                              models::buildSmallCnnInference(cfg, batch, policy), opts);
+                    models::buildSmallCnnInference(cfg, batch, policy), opts);
     trainer.initialise(models::initSmallCnn(trainer.trainExecutable().graph, 1));
     EpochStats st = trainImageEpoch(trainer, train, norm, 1, lr);
     ASSERT_TRUE(st.finite) << presets[k];
     acc[k] = evaluateImageTopOne(trainer, test, norm);
-    std::printf("%s: accuracy %.4f after one epoch (loss %.4f, %.1f s, loss scale %g, %lld "
-                "skipped steps)\n",
-                presets[k], acc[k], st.meanLoss, st.seconds, st.lossScale,
-                static_cast<long long>(st.skippedSteps));
+    std::printf(
+        "%s: accuracy %.4f after one epoch (loss %.4f, %.1f s, loss scale %g, %lld "
+        "skipped steps)\n",
+        presets[k], acc[k], st.meanLoss, st.seconds, st.lossScale,
+        static_cast<long long>(st.skippedSteps));
     if (k == 1) {
       const Graph& g = trainer.trainExecutable().graph;
       EXPECT_EQ(g.tensor(g.get("conv1")).dtype, DType::F16) << "f16 activations";
