@@ -17,6 +17,10 @@ constexpr std::int64_t kImageNetEval = 50000;
 constexpr std::int64_t kFashionMnistTrain = 60000;
 constexpr std::int64_t kFashionMnistEval = 10000;
 constexpr std::int64_t kBertEval = 10000;  // the MLPerf BERT evaluation set
+// The mini BERT's masked-LM accuracy target on the default data (WordNet glosses): the closed
+// checker's 0.720 (closed_bert.yaml accepts no log below it). PROVISIONAL: see
+// harness/README.md ("BERT mini target") for the measured curve.
+constexpr double kBertMiniTarget = 0.720;
 
 // --- Hyperparameter blocks (MLPerf key names, in logging order) ---------------------------
 
@@ -227,7 +231,8 @@ void fillDatasetFields(PodPreset& p) {
       p.dataset = mini ? "tiny_text" : "bert_wikipedia";
       p.train_samples = 0;  // counted by the training loop
       p.eval_samples = mini ? 0 : kBertEval;
-      if (!mini) p.target_accuracy = 0.720;  // masked-LM accuracy
+      // Masked-LM accuracy: MLPerf's 0.720 at full scale; mini: see kBertMiniTarget.
+      p.target_accuracy = mini ? kBertMiniTarget : 0.720;
       p.model_variant = mini ? "bert_mini" : "bert_large";
       break;
   }

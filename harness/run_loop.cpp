@@ -149,6 +149,8 @@ DataRequest dataRequestOf(const RunPlan& plan, std::uint64_t seed) {
   r.loader_threads = plan.loader_threads;
   r.corrupt_policy = plan.corrupt_policy;
   r.augment = plan.trainer.augment;
+  r.vocab_size = plan.model.text.vocab;
+  r.per_sequence = plan.submission.division == "open";
   return r;
 }
 

@@ -29,6 +29,10 @@ struct DataRequest {
   int loader_threads = 2;
   datasets::CorruptPolicy corrupt_policy = datasets::CorruptPolicy::kFail;
   datasets::SmallImageAugment augment;  // in-memory images only
+  // Text (BERT): the model's vocabulary (every token id must be below it) and the open
+  // division's averaging of the masked-LM metric per sequence (closed: per token).
+  std::int64_t vocab_size = 0;
+  bool per_sequence = false;
 };
 
 class TaskData {
