@@ -158,6 +158,7 @@ TEST(RunBenchmarkPlan, RunsReplicatedPresetsAndRefusesUnimplementedBenchmarks) {
   EXPECT_EQ(p.run.hyperparameters["global_batch_size"], 64);
   o.pod_size = 1;
   o.benchmark = "bert_large";
+  o.scale = "full";  // pipelined: refused until the backend runs pipelines
   EXPECT_THROW(makePlan(o), Refusal);
   o.benchmark = "resnet50";
   o.scale = "full";

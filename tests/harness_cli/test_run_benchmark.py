@@ -131,8 +131,9 @@ REFUSALS = {
     "invalid_pod_size": (["--pod-size", "8"], None, None, ["8", "1,4,16,64,128,256"]),
     "unknown_benchmark": (
         ["--benchmark", "gpt3"], None, None, ["gpt3", "resnet50,bert_large,efficientnet_b4"]),
-    "bert_not_implemented": (
-        ["--benchmark", "bert_large"], None, 1, ["bert_large", "not implemented yet"]),
+    "bert_full_scale_needs_pipelining": (
+        ["--benchmark", "bert_large", "--scale", "full"], None, 1,
+        ["--scale full is not implemented yet for bert_large", "pipelined execution"]),
     "efficientnet_not_implemented": (
         ["--benchmark", "efficientnet_b4", "--division", "open"], None, 1,
         ["efficientnet_b4", "not implemented yet"]),
