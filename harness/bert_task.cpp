@@ -33,8 +33,8 @@ constexpr char kRemake[] =
 
 // One micro-batch of records into the graph's inputs, through models::makeBertFeeds (which
 // checks every id, position and slot against the model and names the row and slot).
-void fillSlot(std::span<const bert::PackedRecord> records, const MicroBatch& in,
-              std::int64_t vocab, bool perSequence, std::int64_t step, std::int64_t firstRow) {
+void fillSlot(std::span<const bert::PackedRecord> records, const MicroBatch& in, std::int64_t vocab,
+              bool perSequence, std::int64_t step, std::int64_t firstRow) {
   const HostSlot& ids = in["input_ids"];
   models::BertGraph bg;
   bg.shape.batch = ids.shape.at(0);
@@ -55,7 +55,9 @@ void fillSlot(std::span<const bert::PackedRecord> records, const MicroBatch& in,
           "{}, {}, {}; {}",
           r.inputIds.size(), r.maskedIds.size(), r.clsPositions.size(), bg.shape.seqLength,
           bg.shape.maskedSlots, bg.shape.maxPerPack, kRemake));
-    const auto widen = [](auto& to, const auto& from) { to.insert(to.end(), from.begin(), from.end()); };
+    const auto widen = [](auto& to, const auto& from) {
+      to.insert(to.end(), from.begin(), from.end());
+    };
     widen(hb.inputIds, r.inputIds);
     widen(hb.segmentIds, r.segmentIds);
     widen(hb.positions, r.positions);
@@ -222,8 +224,8 @@ BertDataSet scanBertData(const fs::path& dir) {
   for (const char* split : {"train", "eval"}) {
     std::error_code ec;
     if (!fs::is_directory(dir / split, ec))
-      throw std::invalid_argument(fmt::format("--data-dir {}: no {} folder ({}); {}",
-                                              dir.string(), split, (dir / split).string(), layout));
+      throw std::invalid_argument(fmt::format("--data-dir {}: no {} folder ({}); {}", dir.string(),
+                                              split, (dir / split).string(), layout));
     std::vector<std::string> files = shardFiles(dir / split);
     if (files.empty())
       throw std::invalid_argument(fmt::format("--data-dir {}: {} holds no .bertpak shard; {}",
@@ -248,8 +250,8 @@ BertDataSet scanBertData(const fs::path& dir) {
             "pack, vocabulary {}, but {} for {}, {}, {}, {}: every shard of a run must share "
             "one layout and vocabulary",
             dir.string(), f, h.layout.maxSeqLength, h.layout.maskedSlots, h.layout.maxPerPack,
-            h.vocabSize, firstShard,
-            d.layout.maxSeqLength, d.layout.maskedSlots, d.layout.maxPerPack, d.vocab));
+            h.vocabSize, firstShard, d.layout.maxSeqLength, d.layout.maskedSlots,
+            d.layout.maxPerPack, d.vocab));
       }
       (split == std::string("train") ? d.train_records : d.eval_records) +=
           static_cast<std::int64_t>(h.recordCount);
@@ -297,8 +299,9 @@ models::BertConfig bertMiniConfig(int vocab, int sequence) {
 
 ModelInstance buildBert(const ModelRequest& r) {
   const ModelRequest::Text& t = r.text;
-  const models::BertConfig config =
-      r.scale == Scale::kFull ? models::BertConfig::large() : bertMiniConfig(t.vocab, t.sequence_length);
+  const models::BertConfig config = r.scale == Scale::kFull
+                                        ? models::BertConfig::large()
+                                        : bertMiniConfig(t.vocab, t.sequence_length);
   const models::BertShape shape{r.micro_batch, t.sequence_length, t.masked_slots, t.max_per_pack};
   OptimizerOptions opt = r.optimizer;
   opt.decay = models::bertLambOptions().decay;  // no decay, trust ratio 1: LayerNorm and biases
@@ -361,8 +364,8 @@ BertDataPlan planBertData(const std::string& dataDir, Scale scale, const Json& h
   p.text.sequence_length = seq;
   p.text.max_per_pack = kMaxPerPack;
   // What prepare_bert_data's packing gives this length (78 at 512, as Graphcore's; 20 at 128).
-  p.text.masked_slots = bert::PackedLayout::slotsFor(
-      seq, kMaskedLmProb, kMaxPerPack, static_cast<int>(kMaskedLmProb * seq));
+  p.text.masked_slots = bert::PackedLayout::slotsFor(seq, kMaskedLmProb, kMaxPerPack,
+                                                     static_cast<int>(kMaskedLmProb * seq));
   p.text.vocab = scale == Scale::kFull ? models::BertConfig::large().vocab : kBertMiniVocab;
   if (!dataDir.empty()) {
     p.dir = dataDir;
@@ -380,10 +383,9 @@ BertDataPlan planBertData(const std::string& dataDir, Scale scale, const Json& h
   }
   const BertDataSet d = scanBertData(p.dir);
   checkBertDataFitsModel(d, p.text);
-  p.train_samples = trainSamplesCap > 0 ? std::min(trainSamplesCap, d.train_records)
-                                        : d.train_records;
-  p.eval_samples =
-      evalSamplesCap > 0 ? std::min(evalSamplesCap, d.eval_records) : d.eval_records;
+  p.train_samples =
+      trainSamplesCap > 0 ? std::min(trainSamplesCap, d.train_records) : d.train_records;
+  p.eval_samples = evalSamplesCap > 0 ? std::min(evalSamplesCap, d.eval_records) : d.eval_records;
   return p;
 }
 

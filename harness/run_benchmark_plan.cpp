@@ -210,6 +210,7 @@ ModelRequest modelRequestOf(const PodPreset& preset, const Json& hp, Scale scale
   m.scale = scale;
   m.micro_batch = preset.micro_batch;
   m.optimizer = optimizerOf(hp);
+  if (preset.max_grad_norm > 0) m.optimizer.maxGradNorm = preset.max_grad_norm;
   m.precision = policy;
   if (hp.contains(keys::kModelBnSpan)) {
     const std::int64_t span = hp[keys::kModelBnSpan].get<std::int64_t>();

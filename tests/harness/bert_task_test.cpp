@@ -94,8 +94,8 @@ TEST_F(BertTaskTest, EachProcessReadsItsReplicasSliceOfTheSameGlobalBatch) {
   auto whole = bertEpochSource(data, one, 7, 1, 0, kVocab, false);
   std::vector<std::unique_ptr<BatchSource>> parts;
   for (int p = 0; p < 2; ++p)
-    parts.push_back(bertEpochSource(data, BatchGeometry{2, 2, 4, 2 * p, 2}, 7, 1, 0, kVocab,
-                                    false));
+    parts.push_back(
+        bertEpochSource(data, BatchGeometry{2, 2, 4, 2 * p, 2}, 7, 1, 0, kVocab, false));
   Buffers a(2), b(2);
   std::set<int> seen;
   for (int step = 0; step < 4; ++step) {  // 64 records / global batch 16
@@ -132,7 +132,7 @@ TEST_F(BertTaskTest, MaskedLmAccuracyPerTokenAndPerSequence) {
   MaskedLmAccuracy seq(true);
   seq.accumulate(in.batch, out, {true});
   EXPECT_NEAR(seq.result().value(), (2.0 / 3 + 1.0) / 2, 1e-6);  // the mean of the sequences'
-  seq.accumulate(in.batch, out, {false});  // a padding row does not count
+  seq.accumulate(in.batch, out, {false});                        // a padding row does not count
   EXPECT_NEAR(seq.result().value(), (2.0 / 3 + 1.0) / 2, 1e-6);
 }
 
