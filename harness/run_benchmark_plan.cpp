@@ -74,8 +74,7 @@ std::vector<Violation> validateSettings(Benchmark benchmark, Division division,
                    fmt::format("an integer 0-{} (the offset of the evaluation epochs)", maxOffset),
                    closed && !bert ? kResnetRule : "run_benchmark"});
   }
-  if (!bert && closed &&
-      (s.target_accuracy < kClosedResnetTarget || s.target_accuracy >= 1.0)) {
+  if (!bert && closed && (s.target_accuracy < kClosedResnetTarget || s.target_accuracy >= 1.0)) {
     out.push_back({kTargetKey, fmt::format("{}", s.target_accuracy),
                    ">= 0.759 and < 1 (the closed ResNet-50 quality target is 75.9% top-1)",
                    kResnetRule});
@@ -415,9 +414,9 @@ Json resolveHyperparameters(const CliChoice& choice, const ResolvedPreset& r,
     hp[keys::kTrainSamples] = static_cast<std::int64_t>(data.imagenet_train->samples.size());
     hp[keys::kEvalSamples] = static_cast<std::int64_t>(data.imagenet_val->samples.size());
   }
-  std::vector<Violation> violations = validate(choice.division, choice.benchmark, hp,
-                                               findBenchmarkEntry(choice.benchmark).variant,
-                                               choice.scale);
+  std::vector<Violation> violations =
+      validate(choice.division, choice.benchmark, hp, findBenchmarkEntry(choice.benchmark).variant,
+               choice.scale);
   for (Violation& v : validateSettings(choice.benchmark, choice.division, s))
     violations.push_back(std::move(v));
   if (hp.value(keys::kOptName, "") == "lamb" &&
@@ -508,8 +507,7 @@ ResolvedSchedule resolveSchedule(Benchmark benchmark, const CliOptions& cli,
   // A samples cadence's budget: the preset's epochs of its training samples; BERT's: the
   // schedule's training steps (the learning rate reaches 0 there).
   r.max_samples = static_cast<std::int64_t>(r.max_epochs) * preset.train_samples;
-  if (benchmark == Benchmark::kBertLarge)
-    r.max_samples = static_cast<std::int64_t>(lr.decay);
+  if (benchmark == Benchmark::kBertLarge) r.max_samples = static_cast<std::int64_t>(lr.decay);
   return r;
 }
 
@@ -554,14 +552,15 @@ BenchmarkPlan makePlan(const CliOptions& cli) {
     hp[keys::kTrainSamples] = bp.train_samples;
     hp[keys::kEvalSamples] = bp.eval_samples;
     const std::int64_t gbs = preset.preset.global_batch;
-    hp["ipu_eval_interval_samples"] =
-        choice.scale == Scale::kMini ? bertMiniEvalIntervalSamples(gbs)
-                                     : bertEvalIntervalSamples(gbs);
+    hp["ipu_eval_interval_samples"] = choice.scale == Scale::kMini
+                                          ? bertMiniEvalIntervalSamples(gbs)
+                                          : bertEvalIntervalSamples(gbs);
     hp["ipu_eval_interval_rule"] =
         choice.scale == Scale::kMini
-            ? fmt::format("mini: floor(0.05 x (230.23 x {} + 3,000,000) / {} / {}) x {} samples "
-                          "(MLPerf's rule scaled down)",
-                          gbs, kBertMiniEvalScale, gbs, gbs)
+            ? fmt::format(
+                  "mini: floor(0.05 x (230.23 x {} + 3,000,000) / {} / {}) x {} samples "
+                  "(MLPerf's rule scaled down)",
+                  gbs, kBertMiniEvalScale, gbs, gbs)
             : fmt::format("floor(0.05 x (230.23 x {} + 3,000,000), 25,000) samples", gbs);
     hp["ipu_sample_unit"] = "one packed row of up to 3 sequences";
     hp["ipu_masked_lm_accuracy"] =

@@ -186,9 +186,9 @@ inline TaskGraph taskGraph(const BertGraph& bg,
                            const precision::LossScalingConfig& lossScaling = {}) {
   TaskGraph t;
   t.graph = bg.graph;
-  t.inputs = {bg.inputIds,     bg.segmentIds,   bg.positionIds,      bg.sequenceIndex,
-              bg.maskedRows,   bg.maskedLabels, bg.maskedWeights,    bg.maskedLabelIndex,
-              bg.clsRows,      bg.nspLabels,    bg.nspWeights};
+  t.inputs = {bg.inputIds,   bg.segmentIds,   bg.positionIds,   bg.sequenceIndex,
+              bg.maskedRows, bg.maskedLabels, bg.maskedWeights, bg.maskedLabelIndex,
+              bg.clsRows,    bg.nspLabels,    bg.nspWeights};
   if (bg.dropoutKey >= 0) t.inputs.push_back(bg.dropoutKey);
   t.lr = bg.lr;
   t.loss = bg.loss;

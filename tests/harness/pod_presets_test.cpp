@@ -125,7 +125,7 @@ TEST(PodPresets, PublishedBertAndEfficientNetConfigurations) {
   }
   const PodPreset& b256 = findPreset(Benchmark::kBertLarge, 256, Scale::kFull);
   EXPECT_FALSE(b256.published);
-  EXPECT_EQ(b256.global_batch, 12288);  // 32 x 96 x 2 packs x 2
+  EXPECT_EQ(b256.global_batch, 12288);                         // 32 x 96 x 2 packs x 2
   EXPECT_EQ(b256.hyperparameters["start_warmup_step"], -100);  // the RCP for 12,288
   const PodPreset& e = findPreset(Benchmark::kEfficientNetB4, 16, Scale::kFull);
   EXPECT_EQ(e.replicas, 4);
