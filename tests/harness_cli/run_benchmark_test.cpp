@@ -131,6 +131,25 @@ TEST(RunBenchmarkEvalCadence, EpochsForResNetSamplesForBert) {
   EXPECT_EQ(bb[0].count, 175000);
   EXPECT_EQ(bb[2].first, 350000);
   EXPECT_EQ(bb[2].count, 50000);  // the last block ends at the budget
+  // Mini: the rule / 1,000 in whole global batches (150,184 / 1,000 -> 18 steps of 8).
+  EXPECT_EQ(bertMiniEvalIntervalSamples(8), 144);
+  EXPECT_EQ(bertMiniEvalIntervalSamples(16), 144);
+  EXPECT_EQ(bertMiniEvalIntervalSamples(100000), 100000);  // at least one step
+  EXPECT_EQ(evalCadenceOf(Benchmark::kBertLarge, st, 8, Scale::kMini).every_samples, 144);
+  // LAMB's warm-up counts from start_warmup_step (the reference): -2 steps shortens it.
+  LrSchedule lamb;
+  lamb.unit = ProgressUnit::kSamples;
+  lamb.decay_from_start = true;
+  lamb.base = 1.0;
+  lamb.end = 0;
+  lamb.power = 1;
+  lamb.warmup = 4 * 8;
+  lamb.decay = 10 * 8;
+  const StepClock c8{1, 8};
+  EXPECT_DOUBLE_EQ(lamb.at(1, c8), 0.25);
+  lamb.warmup_start = -2 * 8;
+  EXPECT_DOUBLE_EQ(lamb.at(1, c8), 0.75);  // (1 + 2) / 4
+  EXPECT_DOUBLE_EQ(lamb.at(2, c8), 0.8);   // warm-up over: decay from step 0, 1 - 2 / 10
   const EvalCadence none{ProgressUnit::kSamples, 4, 0, 0};  // no interval
   EXPECT_THROW(none.blocks(10), std::invalid_argument);
 }
