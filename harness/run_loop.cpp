@@ -261,6 +261,13 @@ RunOutcome executeRun(const RunPlan& plan, const fs::path& logPath, int runIndex
       for (const auto* index : {plan.imagenet_train.get(), plan.imagenet_val.get()})
         for (const auto& sample : index->samples) files.push_back(sample.path);
       dropFileCaches(files);
+    } else if (plan.preset.benchmark == Benchmark::kBertLarge) {
+      std::vector<fs::path> files;  // the shards of train/ and eval/
+      std::error_code ec;
+      for (const char* split : {"train", "eval"})
+        for (const auto& f : fs::directory_iterator(plan.data_dir / split, ec))
+          files.push_back(f.path());
+      dropFileCaches(files);
     } else {
       dropFileCaches(fashionMnistFiles(plan.data_dir));
     }
