@@ -33,6 +33,11 @@ struct ModelRequest {
   precision::PrecisionPolicy precision;  // fp32 by default
   int bn_span_replicas = 1;  // batch-norm statistics over this many replicas (model_bn_span / b)
   Json hyperparameters;      // the logged MLPerf keys (EfficientNet: model_variant, rates)
+  // Text models (BERT): the rows' tokens, masked-LM slots and sequences per row (pack) the
+  // graph is built for, and the vocabulary (the data must have been made for the same).
+  struct Text {
+    int sequence_length = 0, masked_slots = 0, max_per_pack = 1, vocab = 0;
+  } text;
 };
 
 // A built model: both graphs (same variable names, same data inputs), host initial values, and

@@ -140,7 +140,10 @@ void validateResnet(Checker& c, std::string_view modelVariant) {
   }
 }
 
-void validateBert(Checker& c, std::string_view modelVariant) {
+// The mini scale's sequence length (harness/pod_presets.cpp's BERT mini rows).
+constexpr int kBertMiniSequenceLength = 128;
+
+void validateBert(Checker& c, std::string_view modelVariant, Scale scale) {
   const std::string rule = kBertRule;
   const std::string checker = kBertChecker;
   validateModel(c, Benchmark::kBertLarge, modelVariant, kBertRule);
@@ -166,8 +169,17 @@ void validateBert(Checker& c, std::string_view modelVariant) {
           rule);
   }
   c.number(
-      keys::kMaxSequenceLength, [](double x) { return x == 512; },
-      "512 (the reference model's sequence length)", rule);
+      keys::kOptLambLrDecayPolyPower, [](double x) { return x == 1; },
+      "1.0 (the reference's linear decay; not a tunable hyperparameter)", rule);
+  if (scale == Scale::kMini) {
+    c.number(
+        keys::kMaxSequenceLength, [](double x) { return x == kBertMiniSequenceLength; },
+        "128 (the mini scale's sequence length; full scale: 512)", rule);
+  } else {
+    c.number(
+        keys::kMaxSequenceLength, [](double x) { return x == 512; },
+        "512 (the reference model's sequence length)", rule);
+  }
 }
 
 }  // namespace
@@ -177,7 +189,7 @@ std::string Violation::message() const {
 }
 
 std::vector<Violation> validate(Division division, Benchmark benchmark, const Json& hyperparameters,
-                                std::string_view modelVariant) {
+                                std::string_view modelVariant, Scale scale) {
   std::vector<Violation> out;
   // EfficientNet-B4: our own rules (both divisions: open must name its model variant).
   if (benchmark == Benchmark::kEfficientNetB4)
@@ -192,7 +204,7 @@ std::vector<Violation> validate(Division division, Benchmark benchmark, const Js
   if (benchmark == Benchmark::kResNet50) {
     validateResnet(c, modelVariant);
   } else {
-    validateBert(c, modelVariant);
+    validateBert(c, modelVariant, scale);
   }
   return out;
 }

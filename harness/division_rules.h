@@ -28,12 +28,13 @@ struct Violation {
 //    momentum 0.9 below batch 32k, weight decay 1e-4 x 2^N; SGD: base LR a multiple of 0.001,
 //    end LR 1e-4, poly power 2, momentum 0.9, weight decay 1e-4 x 2^N, integer warmup/decay
 //    epochs >= 0; label smoothing 0 or 0.1; every key the checker requires; the reference model.
-//  - BERT closed: LAMB; every key the checker requires; sequence length 512; the reference model.
+//  - BERT closed: LAMB; every key the checker requires; the reference's linear decay (poly
+//    power 1); sequence length 512 (mini scale: the mini preset's 128); the reference model.
 //  - EfficientNet-B4: our own rules, validateEfficientNet (rules/efficientnet_rules.h), in
 //    both divisions (open must log model_variant and norm_type).
 //  - Open division (ResNet-50, BERT): hyperparameters and model are free (nothing to report).
 std::vector<Violation> validate(Division division, Benchmark benchmark, const Json& hyperparameters,
-                                std::string_view modelVariant);
+                                std::string_view modelVariant, Scale scale = Scale::kFull);
 
 // All messages joined by newlines ("" when there is none), for an error or a log.
 std::string formatViolations(const std::vector<Violation>& violations);

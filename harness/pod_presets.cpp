@@ -17,6 +17,10 @@ constexpr std::int64_t kImageNetEval = 50000;
 constexpr std::int64_t kFashionMnistTrain = 60000;
 constexpr std::int64_t kFashionMnistEval = 10000;
 constexpr std::int64_t kBertEval = 10000;  // the MLPerf BERT evaluation set
+// The mini BERT's masked-LM accuracy target on the default data (WordNet glosses): the closed
+// checker's 0.720 (closed_bert.yaml accepts no log below it). PROVISIONAL: see
+// harness/README.md ("BERT mini target") for the measured curve.
+constexpr double kBertMiniTarget = 0.720;
 
 // --- Hyperparameter blocks (MLPerf key names, in logging order) ---------------------------
 
@@ -54,14 +58,14 @@ Json sgd(double baseLr, int warmupEpochs, int decayEpochs, int bnSpan) {
 // LAMB as logged by Graphcore's v1.1 BERT runs (ipu-pod*-POPART-closed/bert/result_*.txt):
 // no warmup, epsilon 1e-6, linear decay (poly power 1).
 Json lamb(double lr, double weightDecay, double beta1, double beta2, int trainingSteps,
-          int warmupSteps, int sequenceLength) {
+          int warmupSteps, int sequenceLength, int startWarmupStep = 0) {
   return Json{{keys::kOptName, "lamb"},
               {keys::kOptBaseLearningRate, lr},
               {keys::kOptLambEpsilon, 1e-06},
               {keys::kOptLrTrainingSteps, trainingSteps},
               {keys::kOptLrWarmupSteps, warmupSteps},
               {keys::kNumWarmupSteps, warmupSteps},
-              {keys::kStartWarmupStep, 0},
+              {keys::kStartWarmupStep, startWarmupStep},
               {keys::kOptLambBeta1, beta1},
               {keys::kOptLambBeta2, beta2},
               {keys::kOptLambWeightDecayRate, weightDecay},
@@ -123,6 +127,9 @@ constexpr Scale kMini = Scale::kMini;
 const LossScaling kStatic128{"static", 128.0};
 const LossScaling kDynamic{"dynamic", 512.0};
 const LossScaling kNoScaling{"none", 1.0};
+// Graphcore's v1.1 BERT closed configs: loss_scaling 1.0 (POD16, POD64, POD256), 8.0 (POD128).
+const LossScaling kBertLossScale1{"static", 1.0};
+const LossScaling kBertLossScale8{"static", 8.0};
 
 std::vector<Row> tableRows() {
   // clang-format off
@@ -143,23 +150,33 @@ std::vector<Row> tableRows() {
     {kRn, kFull, 256, 256, 1, 16, 20,   2, 10240, lars(17.2, 45, 0.0001), "FP16.16", kStatic128, 45,
      true, "published: MLPerf Training v1.1, Graphcore ipu-pod256-TF1 resnet"},
 
-    // ---- BERT-Large, full scale (seq 512, packed; LAMB). Micro-batch 4 = GBS / (R x GA). ----
+    // ---- BERT-Large, full scale (seq 512, packed; LAMB), Graphcore's v1.1 PopART configs ----
+    // Micro-batch 2 packs of up to 3 sequences, counted as 2 sequences each (samples_per_row):
+    // GBS = replicas x accumulation x 2 x 2. FP16.16 with stochastic rounding, static loss
+    // scale 1 (POD128: 8), clipping to norm 1 (POD128: 100): bertFullScaleDetails().
     // No POD1 row: BERT-Large at sequence 512 needs a 4-IPU pipeline per replica.
-    {kBert, kFull,   4,  1, 4, 1, 4, 768,  3072, lamb(0.002, 0.01, 0.62, 0.996, 1141, 0, 512),
-     "FP16.16", kDynamic, 0,
+    {kBert, kFull,   4,  1, 4, 1, 2, 768,  3072, lamb(0.002, 0.01, 0.62, 0.996, 1141, 0, 512),
+     "FP16.16", kBertLossScale1, 0,
      false, "not published: POD16's configuration on one 4-IPU pipeline, accumulation 768"},
-    {kBert, kFull,  16,  4, 4, 1, 4, 192,  3072, lamb(0.002, 0.01, 0.62, 0.996, 1141, 0, 512),
-     "FP16.16", kDynamic, 0, true, "published: MLPerf Training v1.1, Graphcore "
-     "ipu-pod16-POPART-closed bert (precision and loss scaling: harness choice, not logged)"},
-    {kBert, kFull,  64,  8, 8, 1, 4,  96,  3072, lamb(0.002, 0.01, 0.62, 0.998, 1141, 0, 512),
-     "FP16.16", kDynamic, 0, true, "published: MLPerf Training v1.1, Graphcore "
-     "ipu-pod64-POPART-closed bert (precision and loss scaling: harness choice, not logged)"},
-    {kBert, kFull, 128, 16, 8, 2, 4,  96,  6144, lamb(0.0035, 0.001, 0.62, 0.885, 700, 0, 512),
-     "FP16.16", kDynamic, 0, true, "published: MLPerf Training v1.1, Graphcore "
-     "ipu-pod128-POPART-closed bert (precision and loss scaling: harness choice, not logged)"},
-    {kBert, kFull, 256, 32, 8, 4, 4,  48,  6144, lamb(0.0035, 0.001, 0.62, 0.885, 700, 0, 512),
-     "FP16.16", kDynamic, 0,
-     false, "not published: POD128's configuration with accumulation 48 (same global batch)"},
+    {kBert, kFull,  16,  4, 4, 1, 2, 192,  3072, lamb(0.002, 0.01, 0.62, 0.996, 1141, 0, 512),
+     "FP16.16", kBertLossScale1, 0, true, "published: MLPerf Training v1.1, Graphcore "
+     "ipu-pod16-POPART-closed bert (hyperparameters as logged; micro-batch, precision, loss "
+     "scale, clipping and placement from its configs/mk2 file)"},
+    {kBert, kFull,  64,  8, 8, 1, 2,  96,  3072, lamb(0.002, 0.01, 0.62, 0.998, 1141, 0, 512),
+     "FP16.16", kBertLossScale1, 0, true, "published: MLPerf Training v1.1, Graphcore "
+     "ipu-pod64-POPART-closed bert (hyperparameters as logged; micro-batch, precision, loss "
+     "scale, clipping and placement from its configs/mk2 file)"},
+    {kBert, kFull, 128, 16, 8, 2, 2,  96,  6144, lamb(0.0035, 0.001, 0.62, 0.885, 700, 0, 512),
+     "FP16.16", kBertLossScale8, 0, true, "published: MLPerf Training v1.1, Graphcore "
+     "ipu-pod128-POPART-closed bert (hyperparameters as logged; micro-batch, precision, loss "
+     "scale, clipping and placement from its configs/mk2 file)"},
+    // Graphcore's POD256 config (never a v1.1 result): 32 x 8 IPUs, accumulation 96, GBS 12,288;
+    // its hyperparameters were not published, so the MLPerf reference convergence point (RCP)
+    // for 12,288 is used (warm-up 300 from step -100).
+    {kBert, kFull, 256, 32, 8, 4, 2,  96, 12288,
+     lamb(0.0031, 0.0166629, 0.8, 0.925, 500, 300, 512, -100), "FP16.16", kBertLossScale1, 0,
+     false, "not published: Graphcore's POD256 configuration (GBS 12,288) with the "
+     "hyperparameters of MLPerf's reference convergence point for that batch"},
 
     // ---- EfficientNet-B4, full scale (ImageNet at 380; 4-IPU pipelines; RMSprop). ----
     // Graphcore's POD16 shape (4 x 4, micro-batch 3, GA 64 -> 768); other sizes keep 768.
@@ -191,8 +208,10 @@ std::vector<Row> tableRows() {
      false, "mini: harness choice"},
     {kRn, kMini, 256, 256, 1, 1,  2, 1, 512, sgd(0.8, 2, 8, 2), "FP32", kNoScaling, 8,
      false, "mini: harness choice"},
-    // BERT mini: a few-layer encoder at sequence 128 on a small text set, LAMB.
-    {kBert, kMini,   1,   1, 1, 1, 16, 1,  16, lamb(0.001, 0.01, 0.9, 0.999, 2000, 100, 128),
+    // BERT mini: the 24-layer encoder narrowed to 32 (harness/bert_task.h) at sequence 128 on
+    // packed rows of up to 3 sequences, LAMB. Micro-batch 8 rows: the largest that fits one Mk2
+    // in this compiler (16 does not: 257 tiles overflow in the masked-LM head's matmul).
+    {kBert, kMini,   1,   1, 1, 1,  8, 1,   8, lamb(0.001, 0.01, 0.9, 0.999, 2000, 100, 128),
      "FP32", kNoScaling, 0, false, "mini: harness choice"},
     {kBert, kMini,   4,   4, 1, 1,  4, 1,  16, lamb(0.001, 0.01, 0.9, 0.999, 2000, 100, 128),
      "FP32", kNoScaling, 0, false, "mini: harness choice"},
@@ -221,6 +240,15 @@ std::vector<Row> tableRows() {
   // clang-format on
 }
 
+// Graphcore's att_ffn_placement (BERT_FACTS.md section 3): [ipu, [attention halves, FFN
+// halves]] in pipeline order; stage 0 (embeddings) and the last stage (MLM head, loss) on IPU0.
+constexpr char kBertPod16Placement[] =
+    "4 IPUs, 5 stages: IPU0 embeddings; IPU1 7 attention / 6 FFN; IPU2 6 / 7; IPU3 7 / 6; "
+    "IPU0 4 / 5 + MLM head and loss (24 layers)";
+constexpr char kBertPod64Placement[] =
+    "8 IPUs, 9 stages: IPU0 embeddings; IPU1 2 attention / 2 FFN; IPU2 3 / 3; IPU3 4 / 3; "
+    "IPU4 3 / 4; IPU5 4 / 3; IPU6 3 / 4; IPU7 4 / 3; IPU0 1 / 2 + MLM head and loss (24 layers)";
+
 void fillDatasetFields(PodPreset& p) {
   const bool mini = p.scale == Scale::kMini;
   switch (p.benchmark) {
@@ -241,8 +269,14 @@ void fillDatasetFields(PodPreset& p) {
       p.dataset = mini ? "tiny_text" : "bert_wikipedia";
       p.train_samples = 0;  // counted by the training loop
       p.eval_samples = mini ? 0 : kBertEval;
-      if (!mini) p.target_accuracy = 0.720;  // masked-LM accuracy
+      // Masked-LM accuracy: MLPerf's 0.720 at full scale; mini: see kBertMiniTarget.
+      p.target_accuracy = mini ? kBertMiniTarget : 0.720;
       p.model_variant = mini ? "bert_mini" : "bert_large";
+      if (!mini) {
+        p.samples_per_row = 2;  // Graphcore's count of a pack (avg_seq_per_pack)
+        p.max_grad_norm = p.pod_size == 128 ? 100.0 : 1.0;
+        p.pipeline = p.ipus_per_replica == 4 ? kBertPod16Placement : kBertPod64Placement;
+      }
       break;
   }
 }
@@ -277,9 +311,12 @@ PodPreset fromRow(const Row& r) {
   check(p.ipus == p.pod_size, p,
         fmt::format("replicas x IPUs per replica = {} x {} = {} IPUs", p.replicas,
                     p.ipus_per_replica, p.ipus));
-  check(p.global_batch == std::int64_t{p.replicas} * p.gradient_accumulation * p.micro_batch, p,
-        fmt::format("global batch {} != replicas {} x accumulation {} x micro-batch {}",
-                    p.global_batch, p.replicas, p.gradient_accumulation, p.micro_batch));
+  check(p.global_batch ==
+            std::int64_t{p.replicas} * p.gradient_accumulation * p.micro_batch * p.samples_per_row,
+        p,
+        fmt::format("global batch {} != replicas {} x accumulation {} x micro-batch {} x {}",
+                    p.global_batch, p.replicas, p.gradient_accumulation, p.micro_batch,
+                    p.samples_per_row));
   check(!p.optimizer.empty(), p, "hyperparameters lack opt_name");
   return p;
 }
@@ -463,7 +500,7 @@ PodPreset applyConfig(const PodPreset& preset, const Json& user, std::string_vie
   };
   p.micro_batch = batchSize(kMicroBatch);
   p.gradient_accumulation = batchSize(keys::kGradientAccumulationSteps);
-  if (__builtin_mul_overflow(std::int64_t{p.replicas} * p.gradient_accumulation,
+  if (__builtin_mul_overflow(std::int64_t{p.replicas} * p.gradient_accumulation * p.samples_per_row,
                              std::int64_t{p.micro_batch}, &p.global_batch)) {
     throw ConfigError(fmt::format("{}: global batch {} replicas x {} x {} does not fit in 64 bits",
                                   sourceName, p.replicas, p.gradient_accumulation, p.micro_batch),

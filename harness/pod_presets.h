@@ -57,7 +57,17 @@ struct PodPreset {
   int hosts = 1;             // host servers driving the pod
   int micro_batch = 1;       // samples per replica per micro-step
   int gradient_accumulation = 1;
-  std::int64_t global_batch = 1;  // = replicas x gradient_accumulation x micro_batch
+  std::int64_t global_batch = 1;  // = replicas x gradient_accumulation x micro_batch x below
+  // Samples a micro-batch row stands for: 1, or BERT-Large's packs counted as Graphcore's
+  // v1.1 runs count them (2 sequences on average in a pack of up to 3: global_batch_size 3,072
+  // = 4 replicas x 192 x 2 packs x 2 on POD16).
+  int samples_per_row = 1;
+  // Gradient clipping to this global norm before the update (0: the optimizer's default; BERT:
+  // Graphcore's 1.0, 100 on POD128 closed).
+  double max_grad_norm = 0;
+  // Where a pipelined model's parts sit (IPU, stage), as the published configuration places
+  // them; empty for one IPU per replica. Recorded for the pipelining work and the reports.
+  std::string pipeline;
 
   // Optimizer name ("lars", "sgd", "lamb", "rmsprop") and the hyperparameters under their
   // MLPerf log keys, in the order they are logged: opt_name first, then the optimizer's keys and

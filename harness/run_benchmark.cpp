@@ -285,8 +285,9 @@ int main(int argc, char** argv) {
       "Writes <results-dir>/<org>/results/<system>/<benchmark>/result_<i>.txt and\n"
       "<results-dir>/<org>/systems/<system>.json (the MLPerf submission layout)."};
   app.add_option("--benchmark", o.benchmark,
-                 "benchmark: resnet50, efficientnet_b4 (our own rules; closed: B4, open: also "
-                 "G16 / group norm), bert_large (registered, not implemented yet)")
+                 "benchmark: resnet50, bert_large (mini scale; full scale needs pipelining), "
+                 "efficientnet_b4 (our own rules; closed: B4, open: also G16 / group norm; mini "
+                 "scale; full scale needs pipelining)")
       ->check(CLI::IsMember({"resnet50", "bert_large", "efficientnet_b4"}))
       ->capture_default_str();
   app.add_option("--division", o.division,
@@ -308,7 +309,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"mini", "full"}))
       ->capture_default_str();
   app.add_option("--data-dir", o.data_dir,
-                 fmt::format("data set folder (default for mini: {}; full: required)",
+                 fmt::format("data set folder (default for mini: {}; full: required). "
+                             "bert_large: a folder of train/*.bertpak and eval/*.bertpak "
+                             "(prepare_bert_data); default for mini: built from WordNet's "
+                             "glosses into $IPU_BERT_DATA_CACHE or ~/.cache/ipu_mlperf/bert",
                              datasets::kDefaultFashionMnistDir));
   app.add_option("--on-corrupt-image", o.on_corrupt_image,
                  "full scale: a corrupt or truncated image stops the run (fail), or is reported "

@@ -6,6 +6,7 @@
 
 #include "datasets/fashion_mnist.h"
 #include "datasets/image_folder.h"
+#include "harness/bert_task.h"
 #include "harness/config.h"
 #include "harness/division_rules.h"
 #include "harness/efficientnet_task.h"
@@ -32,6 +33,8 @@ constexpr char kEvalOffsetKey[] = "eval_offset";
 constexpr char kMaxCorruptEvalKey[] = "max_corrupt_eval_fraction";
 constexpr char kResnetRule[] = "MLPerf Training rules v4.0, ResNet-50 closed";
 constexpr double kClosedResnetTarget = 0.759;  // the checker's closed_resnet.yaml target
+constexpr double kClosedBertTarget = 0.720;    // the checker's closed_bert.yaml target
+constexpr char kBertRule[] = "MLPerf Training rules v5.0, BERT closed";
 // LARS trust coefficient (eeta): TensorFlow LARSOptimizer's default, which the MLPerf ResNet-50
 // reference uses; the rules do not log it.
 constexpr double kLarsTrustCoefficient = 0.001;
@@ -73,7 +76,14 @@ std::vector<Violation> validateSettings(Division division, Benchmark benchmark,
     division = Division::kOpen;  // the ResNet-50 cadence and target below do not apply
   }
   const bool closed = division == Division::kClosed;
-  if (closed && s.eval_period != 4) {
+  const bool bert = benchmark == Benchmark::kBertLarge;  // evaluates every N samples, not epochs
+  if (bert && closed && (s.target_accuracy < kClosedBertTarget || s.target_accuracy >= 1.0)) {
+    out.push_back({kTargetKey, fmt::format("{}", s.target_accuracy),
+                   ">= 0.72 and < 1 (the closed BERT quality target is a masked-LM accuracy of "
+                   "0.720)",
+                   kBertRule});
+  }
+  if (!bert && closed && s.eval_period != 4) {
     out.push_back({kEvalPeriodKey, std::to_string(s.eval_period),
                    "4 (evaluation every 4 epochs, epochs numbered from 1)", kResnetRule});
   }
@@ -85,9 +95,9 @@ std::vector<Violation> validateSettings(Division division, Benchmark benchmark,
   if (s.eval_offset < 0 || s.eval_offset > maxOffset) {
     out.push_back({kEvalOffsetKey, std::to_string(s.eval_offset),
                    fmt::format("an integer 0-{} (the offset of the evaluation epochs)", maxOffset),
-                   closed ? kResnetRule : "run_benchmark"});
+                   closed && !bert ? kResnetRule : "run_benchmark"});
   }
-  if (closed && (s.target_accuracy < kClosedResnetTarget || s.target_accuracy >= 1.0)) {
+  if (!bert && closed && (s.target_accuracy < kClosedResnetTarget || s.target_accuracy >= 1.0)) {
     out.push_back({kTargetKey, fmt::format("{}", s.target_accuracy),
                    ">= 0.759 and < 1 (the closed ResNet-50 quality target is 75.9% top-1)",
                    kResnetRule});
@@ -223,6 +233,7 @@ ModelRequest modelRequestOf(const PodPreset& preset, const Json& hp, Scale scale
   m.scale = scale;
   m.micro_batch = preset.micro_batch;
   m.optimizer = optimizerOf(hp);
+  if (preset.max_grad_norm > 0) m.optimizer.maxGradNorm = preset.max_grad_norm;
   m.precision = policy;
   m.hyperparameters = hp;
   if (hp.contains(keys::kModelBnSpan)) {
@@ -387,6 +398,10 @@ ResolvedData resolveData(const CliOptions& cli, Scale scale, datasets::CorruptPo
   // At full scale the folders are scanned now: the logged sample counts are the folders' own,
   // and a broken layout is refused before anything is written.
   ResolvedData d;
+  if (parseBenchmark(cli.benchmark) == Benchmark::kBertLarge) {
+    d.dir = cli.data_dir;  // planned with the model's text shape (planBertData)
+    return d;
+  }
   d.dir = !cli.data_dir.empty()   ? fs::path(cli.data_dir)
           : scale == Scale::kMini ? fs::path(datasets::kDefaultFashionMnistDir)
                                   : fs::path();
@@ -426,9 +441,18 @@ Json resolveHyperparameters(const CliChoice& choice, const ResolvedPreset& r,
     hp[keys::kEvalSamples] = static_cast<std::int64_t>(data.imagenet_val->samples.size());
   }
   std::vector<Violation> violations =
-      validate(choice.division, choice.benchmark, hp, findBenchmarkEntry(choice.benchmark).variant);
+      validate(choice.division, choice.benchmark, hp, findBenchmarkEntry(choice.benchmark).variant,
+               choice.scale);
   for (Violation& v : validateSettings(choice.division, choice.benchmark, s))
     violations.push_back(std::move(v));
+  if (hp.value(keys::kOptName, "") == "lamb" &&
+      hp.value(keys::kNumWarmupSteps, Json()) != hp.value(keys::kOptLrWarmupSteps, Json())) {
+    violations.push_back({keys::kNumWarmupSteps, hp.value(keys::kNumWarmupSteps, Json()).dump(),
+                          fmt::format("equal to opt_learning_rate_warmup_steps ({}): both name "
+                                      "the one warm-up of the schedule",
+                                      hp.value(keys::kOptLrWarmupSteps, Json()).dump()),
+                          "run_benchmark"});
+  }
   if (!violations.empty()) {
     throw Refusal(fmt::format("refused: the {} division does not allow this configuration{}",
                               toString(choice.division), joinViolations(violations)));
@@ -498,6 +522,7 @@ ResolvedSchedule resolveSchedule(Benchmark benchmark, const CliOptions& cli,
     lr.end = 0;
     lr.power = hp.value(keys::kOptLambLrDecayPolyPower, 1.0);
     lr.warmup = hp.value(keys::kOptLrWarmupSteps, 0.0) * gbs;
+    lr.warmup_start = hp.value(keys::kStartWarmupStep, 0.0) * gbs;
     lr.decay = hp.value(keys::kOptLrTrainingSteps, 1.0) * gbs;
   } else {
     // RMSProp / Adam: warm-up in epochs, then exponential decay by opt_learning_rate_decay_factor
@@ -507,19 +532,22 @@ ResolvedSchedule resolveSchedule(Benchmark benchmark, const CliOptions& cli,
     lr.decay_factor = hp.value(keys::kOptLrDecayFactor, 1.0);
     lr.decay_every = hp.value(keys::kOptLrDecayEpochs, 1.0);
   }
-  r.cadence = evalCadenceOf(benchmark, settings, preset.global_batch);
+  r.cadence = evalCadenceOf(benchmark, settings, preset.global_batch, preset.scale);
   r.max_epochs = cli.max_epochs > 0 ? cli.max_epochs : epochs;
-  // A samples cadence's budget: the preset's epochs of its training samples.
+  // A samples cadence's budget: the preset's epochs of its training samples; BERT's: the
+  // schedule's training steps (the learning rate reaches 0 there).
   r.max_samples = static_cast<std::int64_t>(r.max_epochs) * preset.train_samples;
+  if (benchmark == Benchmark::kBertLarge) r.max_samples = static_cast<std::int64_t>(lr.decay);
   return r;
 }
 
 EvalCadence evalCadenceOf(Benchmark benchmark, const RunSettings& settings,
-                          std::int64_t globalBatch) {
+                          std::int64_t globalBatch, Scale scale) {
   EvalCadence c;
   if (benchmark == Benchmark::kBertLarge) {
     c.unit = ProgressUnit::kSamples;
-    c.every_samples = bertEvalIntervalSamples(globalBatch);
+    c.every_samples = scale == Scale::kMini ? bertMiniEvalIntervalSamples(globalBatch)
+                                            : bertEvalIntervalSamples(globalBatch);
     return c;
   }
   c.period = settings.eval_period;
@@ -536,10 +564,45 @@ BenchmarkPlan makePlan(const CliOptions& cli) {
   plan.scale = choice.scale;
   ResolvedPreset preset = resolvePreset(cli, choice);
   plan.precision = preset.precision;
-  const ResolvedData data = resolveData(cli, choice.scale, choice.corrupt_policy);
-  const Json hp = resolveHyperparameters(choice, preset, data);
+  ResolvedData data = resolveData(cli, choice.scale, choice.corrupt_policy);
+  Json hp = resolveHyperparameters(choice, preset, data);
   RunPlan& r = plan.run;
   r.model = resolveModel(cli, choice.scale, preset, hp);
+  if (choice.benchmark == Benchmark::kBertLarge) {
+    if (preset.preset.replicas > 1 || preset.preset.gradient_accumulation > 1)
+      throw Refusal(fmt::format(
+          "{}: {} replica(s) x gradient accumulation {}: the backend's replication pass "
+          "(ipu_backend/replication) cannot build the BERT training graph yet (its op reordering "
+          "fails on the gradient of the position embeddings); run --pod-size 1 with "
+          "gradient_accumulation_steps 1",
+          preset.preset.name(), preset.preset.replicas, preset.preset.gradient_accumulation));
+    // The data must have been made for the model: checked, and its sample counts logged.
+    BertDataPlan bp;
+    try {
+      bp = planBertData(cli.data_dir, choice.scale, hp, preset.settings.train_samples,
+                        preset.settings.eval_samples);
+    } catch (const std::exception& e) {
+      throw Refusal(e.what());
+    }
+    r.model.text = bp.text;
+    data.dir = bp.dir;
+    hp[keys::kTrainSamples] = bp.train_samples;
+    hp[keys::kEvalSamples] = bp.eval_samples;
+    const std::int64_t gbs = preset.preset.global_batch;
+    hp["ipu_eval_interval_samples"] = choice.scale == Scale::kMini
+                                          ? bertMiniEvalIntervalSamples(gbs)
+                                          : bertEvalIntervalSamples(gbs);
+    hp["ipu_eval_interval_rule"] =
+        choice.scale == Scale::kMini
+            ? fmt::format(
+                  "mini: floor(0.05 x (230.23 x {} + 3,000,000) / {} / {}) x {} samples "
+                  "(MLPerf's rule scaled down)",
+                  gbs, kBertMiniEvalScale, gbs, gbs)
+            : fmt::format("floor(0.05 x (230.23 x {} + 3,000,000), 25,000) samples", gbs);
+    hp["ipu_sample_unit"] = "one packed row of up to 3 sequences";
+    hp["ipu_masked_lm_accuracy"] =
+        choice.division == Division::kOpen ? "per sequence" : "per token";
+  }
   const ResolvedSchedule schedule =
       resolveSchedule(choice.benchmark, cli, preset.preset, hp, preset.settings);
 

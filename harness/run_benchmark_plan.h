@@ -153,7 +153,7 @@ ResolvedSchedule resolveSchedule(Benchmark benchmark, const CliOptions& cli,
                                  const PodPreset& preset, const Json& hp,
                                  const RunSettings& settings);
 EvalCadence evalCadenceOf(Benchmark benchmark, const RunSettings& settings,
-                          std::int64_t globalBatch);
+                          std::int64_t globalBatch, Scale scale = Scale::kFull);
 
 // The keys --config accepts besides the preset's (run settings, see RunSettings).
 Json runSettingKeys(const PodPreset& preset);

@@ -149,6 +149,8 @@ DataRequest dataRequestOf(const RunPlan& plan, std::uint64_t seed) {
   r.loader_threads = plan.loader_threads;
   r.corrupt_policy = plan.corrupt_policy;
   r.augment = plan.trainer.augment;
+  r.vocab_size = plan.model.text.vocab;
+  r.per_sequence = plan.submission.division == "open";
   return r;
 }
 
@@ -258,6 +260,13 @@ RunOutcome executeRun(const RunPlan& plan, const fs::path& logPath, int runIndex
       std::vector<fs::path> files;
       for (const auto* index : {plan.imagenet_train.get(), plan.imagenet_val.get()})
         for (const auto& sample : index->samples) files.push_back(sample.path);
+      dropFileCaches(files);
+    } else if (plan.preset.benchmark == Benchmark::kBertLarge) {
+      std::vector<fs::path> files;  // the shards of train/ and eval/
+      std::error_code ec;
+      for (const char* split : {"train", "eval"})
+        for (const auto& f : fs::directory_iterator(plan.data_dir / split, ec))
+          files.push_back(f.path());
       dropFileCaches(files);
     } else {
       dropFileCaches(fashionMnistFiles(plan.data_dir));

@@ -17,7 +17,8 @@ double LrSchedule::at(std::int64_t step, const StepClock& clock) const {
   const double decaySteps = clock.steps(decay, unit);
   const double s = static_cast<double>(step);
   if (decay_from_start) {
-    if (s < warmupSteps) return base * s / warmupSteps;
+    const double fromStart = s - clock.steps(warmup_start, unit);
+    if (warmupSteps > 0 && fromStart < warmupSteps) return base * fromStart / warmupSteps;
     const double p = std::clamp(s / std::max(1.0, decaySteps), 0.0, 1.0);
     return (base - end) * std::pow(1.0 - p, power) + end;
   }
@@ -53,6 +54,13 @@ std::int64_t bertEvalIntervalSamples(std::int64_t globalBatch) {
   const double raw = 0.05 * (230.23 * static_cast<double>(globalBatch) + 3000000.0);
   return std::max<std::int64_t>(25000,
                                 static_cast<std::int64_t>(std::floor(raw / 25000.0)) * 25000);
+}
+
+std::int64_t bertMiniEvalIntervalSamples(std::int64_t globalBatch) {
+  const double raw = 0.05 * (230.23 * static_cast<double>(globalBatch) + 3000000.0);
+  const auto steps = static_cast<std::int64_t>(
+      std::floor(raw / kBertMiniEvalScale / static_cast<double>(globalBatch)));
+  return std::max<std::int64_t>(1, steps) * globalBatch;
 }
 
 std::vector<TrainBlock> EvalCadence::blocks(std::int64_t budget) const {

@@ -37,6 +37,9 @@ struct LrSchedule {
   // The BERT reference's form: warm-up base x step / warmup, and the polynomial decay counted
   // from step 0 over `decay` (not from the end of the warm-up).
   bool decay_from_start = false;
+  // With decay_from_start: the warm-up counts from this step (the reference's
+  // start_warmup_step, in `unit`; negative shortens it).
+  double warmup_start = 0;
   // Learning rate of global step `step` (from 0).
   double at(std::int64_t step, const StepClock& clock) const;
 };
@@ -67,6 +70,10 @@ struct EvalCadence {
 // MLPerf BERT's evaluation interval for a global batch: floor(0.05 x (230.23 x gbs +
 // 3,000,000) / 25,000) x 25,000 samples, at least 25,000.
 std::int64_t bertEvalIntervalSamples(std::int64_t globalBatch);
+// The mini scale's rule: the same formula scaled down by kBertMiniEvalScale (a mini run trains
+// thousands of samples, not millions), rounded down to whole global batches, at least one.
+inline constexpr double kBertMiniEvalScale = 1000;
+std::int64_t bertMiniEvalIntervalSamples(std::int64_t globalBatch);
 
 // The epoch cadence as EpochBlocks (kept for the MLPerf event helpers and their tests).
 std::vector<EpochBlock> evalBlocks(int totalEpochs, int period, int offset);

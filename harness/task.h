@@ -33,6 +33,10 @@ struct DataRequest {
   // centre crop (ResNet-50 224 / 256; EfficientNet-B4 380 / 412, crop padding 32).
   int image_size = 224;
   int resize_size = 256;
+  // Text (BERT): the model's vocabulary (every token id must be below it) and the open
+  // division's averaging of the masked-LM metric per sequence (closed: per token).
+  std::int64_t vocab_size = 0;
+  bool per_sequence = false;
 };
 
 class TaskData {

@@ -14,6 +14,8 @@
 #   3. the mini time-to-accuracy runs (run_benchmark --scale mini ..., train_small_cnn), when the
 #      harness binaries exist, summarised into OUT/tta.json; then the long tests .ci/run leaves
 #      out (ctest) and every fuzz target for NIGHTLY_FUZZ_SECONDS (scripts/fuzz.sh)
+#   3b. benchmarks/harness/bert_mini_curve.sh: the BERT mini masked-LM accuracy curve on the
+#      default data (OUT/bert_mini_curve/curve.txt)
 #   3c. scripts/interrupt_stress.py: 50 SIGINT/SIGTERM at varied moments of tiny runs, each
 #      must end with exit 130/143 and complete logs (OUT/interrupt_stress.log; a failure counts
 #      as a crash)
@@ -284,6 +286,17 @@ if [ -x "$SMALL_CNN" ]; then
   fi
 else
   log "$SMALL_CNN does not exist; skipping the small CNN run"
+fi
+# The BERT mini masked-LM accuracy curve on the default data (the mini target's evidence).
+if [ -x "$BUILD/harness/run_benchmark" ]; then
+  log "BERT mini curve: benchmarks/harness/bert_mini_curve.sh"
+  start=$(date +%s)
+  limited "$TTA_TIMEOUT" bash benchmarks/harness/bert_mini_curve.sh "$BUILD" \
+      "$OUT/bert_mini_curve" > "$OUT/bert_mini_curve.log" 2>&1
+  rc=$?
+  durations+=("bert_mini_curve=$(( $(date +%s) - start ))")
+  [ $rc -eq 0 ] || crashed+=("bert_mini_curve ($(describe_exit $rc "$TTA_TIMEOUT" \
+      "$OUT/bert_mini_curve.log"))")
 fi
 # The mini runs do not log their quality target: take it from their --config
 # (mini_target_accuracy), so that epochs to converge count up to the run's own target.

@@ -32,6 +32,7 @@
 #include "ipu_backend/ir/graph.h"
 #include "ipu_backend/optimizers/optimizer.h"
 #include "ipu_backend/precision/precision_policy.h"
+#include "models/task_graph.h"
 
 namespace ipu::models {
 
@@ -176,5 +177,32 @@ struct PerSequenceAccuracy {
 };
 PerSequenceAccuracy perSequenceAccuracy(const BertShape& s, const std::vector<float>& mlmCorrect,
                                         const std::vector<std::int32_t>& maskedSequence);
+
+// The graph as the harness's trainer takes it: every input of the packed layout (and
+// `dropout_key` when dropout is on) as data inputs, the loss, and the evaluation output
+// "mlm_correct" ([B*P], 1 where the masked-LM prediction is right) that the masked-LM accuracy
+// reads with `masked_lm_weights`.
+inline TaskGraph taskGraph(const BertGraph& bg,
+                           const precision::LossScalingConfig& lossScaling = {}) {
+  TaskGraph t;
+  t.graph = bg.graph;
+  t.inputs = {bg.inputIds,   bg.segmentIds,   bg.positionIds,   bg.sequenceIndex,
+              bg.maskedRows, bg.maskedLabels, bg.maskedWeights, bg.maskedLabelIndex,
+              bg.clsRows,    bg.nspLabels,    bg.nspWeights};
+  if (bg.dropoutKey >= 0) t.inputs.push_back(bg.dropoutKey);
+  t.lr = bg.lr;
+  t.loss = bg.loss;
+  t.outputs = {{"mlm_correct", bg.mlmCorrect}};
+  t.parameters = bg.params;
+  t.state = bg.optimizerState;
+  t.optimizer.stateVariables = bg.optimizerState;
+  t.optimizer.init = bg.optimizerInit;
+  t.optimizer.weightOf = bg.optimizerWeightOf;
+  t.lossScale = bg.lossScale;
+  t.lossScaleInverse = bg.lossScaleInverse;
+  t.overflow = bg.overflow;
+  t.lossScaling = lossScaling;
+  return t;
+}
 
 }  // namespace ipu::models

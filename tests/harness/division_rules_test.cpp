@@ -131,9 +131,24 @@ TEST(DivisionRules, BertClosedNeedsLambAndTheRequiredKeys) {
       only(validate(Division::kClosed, Benchmark::kBertLarge, hp, "bert_large"), "opt_lamb_beta_2")
           .rule.find("closed_bert.yaml"),
       std::string::npos);
-  const Json mini = mlperfHyperparameters(findPreset(Benchmark::kBertLarge, 1, Scale::kMini));
+  Json mini = mlperfHyperparameters(findPreset(Benchmark::kBertLarge, 1, Scale::kMini));
   const auto v = validate(Division::kClosed, Benchmark::kBertLarge, mini, "bert_mini");
   EXPECT_EQ(v.size(), 2u) << formatViolations(v);  // the model and sequence length 128
+  // At mini scale the reference code at its mini sequence length is closed; the fixed keys are.
+  EXPECT_TRUE(
+      validate(Division::kClosed, Benchmark::kBertLarge, mini, "bert_large", Scale::kMini).empty());
+  mini["opt_lamb_learning_rate_decay_poly_power"] = 2.0;
+  mini["max_sequence_length"] = 256;
+  const auto fixed =
+      validate(Division::kClosed, Benchmark::kBertLarge, mini, "bert_large", Scale::kMini);
+  ASSERT_EQ(fixed.size(), 2u) << formatViolations(fixed);
+  EXPECT_NE(fixed[0].message().find("opt_lamb_learning_rate_decay_poly_power must be 1.0"),
+            std::string::npos)
+      << fixed[0].message();
+  EXPECT_NE(fixed[1].message().find("max_sequence_length must be 128"), std::string::npos)
+      << fixed[1].message();
+  EXPECT_TRUE(
+      validate(Division::kOpen, Benchmark::kBertLarge, mini, "bert_large", Scale::kMini).empty());
 }
 
 TEST(ConfigMerge, UnknownKeyNamesTheFileAndTheKeyAndListsValidKeys) {

@@ -23,7 +23,8 @@ TEST(PodPresets, EveryRowSatisfiesTheBatchAndIpuIdentities) {
   ASSERT_FALSE(allPresets().empty());
   for (const PodPreset& p : allPresets()) {
     SCOPED_TRACE(p.name());
-    EXPECT_EQ(p.global_batch, std::int64_t{p.replicas} * p.gradient_accumulation * p.micro_batch);
+    EXPECT_EQ(p.global_batch, std::int64_t{p.replicas} * p.gradient_accumulation * p.micro_batch *
+                                  p.samples_per_row);
     EXPECT_EQ(p.ipus, p.replicas * p.ipus_per_replica);
     EXPECT_EQ(p.ipus, p.pod_size);
     EXPECT_EQ(p.m2000s, (p.ipus + 3) / 4);
@@ -110,7 +111,22 @@ TEST(PodPresets, PublishedBertAndEfficientNetConfigurations) {
     EXPECT_EQ(p.global_batch, b.gb);
     EXPECT_EQ(p.optimizer, "lamb");
     EXPECT_EQ(p.hyperparameters["max_sequence_length"], 512);
+    // Graphcore's configs/mk2: micro-batch 2 packs counted as 2 sequences each, FP16.16, static
+    // loss scale 1 (POD128: 8), clipping to norm 1 (POD128: 100), the attention/FFN placement.
+    EXPECT_EQ(p.micro_batch, 2);
+    EXPECT_EQ(p.samples_per_row, 2);
+    EXPECT_EQ(p.precision, "FP16.16");
+    EXPECT_EQ(p.loss_scaling.mode, "static");
+    EXPECT_EQ(p.loss_scaling.scale, b.pod == 128 ? 8.0 : 1.0);
+    EXPECT_EQ(p.max_grad_norm, b.pod == 128 ? 100.0 : 1.0);
+    EXPECT_NE(p.pipeline.find(b.ipr == 4 ? "IPU1 7 attention / 6 FFN" : "IPU1 2 attention / 2 FFN"),
+              std::string::npos)
+        << p.pipeline;
   }
+  const PodPreset& b256 = findPreset(Benchmark::kBertLarge, 256, Scale::kFull);
+  EXPECT_FALSE(b256.published);
+  EXPECT_EQ(b256.global_batch, 12288);                         // 32 x 96 x 2 packs x 2
+  EXPECT_EQ(b256.hyperparameters["start_warmup_step"], -100);  // the RCP for 12,288
   const PodPreset& e = findPreset(Benchmark::kEfficientNetB4, 16, Scale::kFull);
   EXPECT_EQ(e.replicas, 4);
   EXPECT_EQ(e.ipus_per_replica, 4);

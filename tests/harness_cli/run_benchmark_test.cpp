@@ -27,7 +27,8 @@ TEST(RunBenchmarkRegistry, EveryBenchmarkHasAnEntry) {
     }
   }
   EXPECT_TRUE(findBenchmarkEntry(Benchmark::kResNet50).implemented);
-  EXPECT_FALSE(findBenchmarkEntry(Benchmark::kBertLarge).implemented);
+  EXPECT_TRUE(findBenchmarkEntry(Benchmark::kBertLarge).implemented);
+  EXPECT_FALSE(findBenchmarkEntry(Benchmark::kBertLarge).full_scale);  // pipelining
   EXPECT_TRUE(findBenchmarkEntry(Benchmark::kEfficientNetB4).implemented);
 }
 
@@ -63,6 +64,26 @@ TEST(RunBenchmarkRegistry, EfficientNetMiniIsB4WithTorchvisionNamesAndEmaForEval
   EXPECT_NE(g16.description.find("G16 (group norm"), std::string::npos) << g16.description;
   r.hyperparameters["norm_type"] = "layer_norm_proxy_norm";
   EXPECT_THROW(findBenchmarkEntry(Benchmark::kEfficientNetB4).build(r), std::invalid_argument);
+}
+
+// The BERT mini model is the reference code with all 24 layers: the log names the 398 tensors of
+// closed_bert.yaml, and the initial values cover every variable (weights, LAMB's m and v).
+TEST(RunBenchmarkRegistry, BertMiniLogsThe398TensorsAndInitialisesEveryVariable) {
+  ModelRequest r;
+  r.micro_batch = 2;
+  r.optimizer =
+      optimizerOf(mlperfHyperparameters(findPreset(Benchmark::kBertLarge, 1, Scale::kMini)));
+  r.text = {128, 20, 3, 512};
+  const ModelInstance m = findBenchmarkEntry(Benchmark::kBertLarge).build(r);
+  EXPECT_EQ(m.weight_tensor_names, bertLargeCanonicalTensorNames());
+  EXPECT_EQ(m.eval.graph.tensor(m.eval.output("mlm_correct")).shape, (Shape{2 * 20}));
+  EXPECT_EQ(m.train.graph.tensor(m.train.input("cls_rows")).shape, (Shape{2 * 3}));
+  const auto init = m.init(7);
+  for (const Tensor& t : m.train.graph.tensors()) {
+    if (t.kind == TensorKind::Variable) {
+      EXPECT_TRUE(init.count(t.name)) << t.name;
+    }
+  }
 }
 
 TEST(RunBenchmarkRegistry, RealResNet50LogsTheCanonicalTensorsAndInitialisesEveryVariable) {
@@ -167,7 +188,26 @@ TEST(RunBenchmarkEvalCadence, EpochsForResNetSamplesForBert) {
   EXPECT_EQ(bb[0].first, 0);
   EXPECT_EQ(bb[0].count, 175000);
   EXPECT_EQ(bb[2].first, 350000);
-  EXPECT_EQ(bb[2].count, 50000);                            // the last block ends at the budget
+  EXPECT_EQ(bb[2].count, 50000);  // the last block ends at the budget
+  // Mini: the rule / 1,000 in whole global batches (150,184 / 1,000 -> 18 steps of 8).
+  EXPECT_EQ(bertMiniEvalIntervalSamples(8), 144);
+  EXPECT_EQ(bertMiniEvalIntervalSamples(16), 144);
+  EXPECT_EQ(bertMiniEvalIntervalSamples(100000), 100000);  // at least one step
+  EXPECT_EQ(evalCadenceOf(Benchmark::kBertLarge, st, 8, Scale::kMini).every_samples, 144);
+  // LAMB's warm-up counts from start_warmup_step (the reference): -2 steps shortens it.
+  LrSchedule lamb;
+  lamb.unit = ProgressUnit::kSamples;
+  lamb.decay_from_start = true;
+  lamb.base = 1.0;
+  lamb.end = 0;
+  lamb.power = 1;
+  lamb.warmup = 4 * 8;
+  lamb.decay = 10 * 8;
+  const StepClock c8{1, 8};
+  EXPECT_DOUBLE_EQ(lamb.at(1, c8), 0.25);
+  lamb.warmup_start = -2 * 8;
+  EXPECT_DOUBLE_EQ(lamb.at(1, c8), 0.75);  // (1 + 2) / 4
+  EXPECT_DOUBLE_EQ(lamb.at(2, c8), 0.8);   // warm-up over: decay from step 0, 1 - 2 / 10
   const EvalCadence none{ProgressUnit::kSamples, 4, 0, 0};  // no interval
   EXPECT_THROW(none.blocks(10), std::invalid_argument);
 }
@@ -195,6 +235,7 @@ TEST(RunBenchmarkPlan, RunsReplicatedPresetsAndRefusesUnimplementedBenchmarks) {
   EXPECT_EQ(p.run.hyperparameters["global_batch_size"], 64);
   o.pod_size = 1;
   o.benchmark = "bert_large";
+  o.scale = "full";  // pipelined: refused until the backend runs pipelines
   EXPECT_THROW(makePlan(o), Refusal);
   o.benchmark = "resnet50";
   o.scale = "full";

@@ -132,8 +132,9 @@ REFUSALS = {
     "invalid_pod_size": (["--pod-size", "8"], None, None, ["8", "1,4,16,64,128,256"]),
     "unknown_benchmark": (
         ["--benchmark", "gpt3"], None, None, ["gpt3", "resnet50,bert_large,efficientnet_b4"]),
-    "bert_not_implemented": (
-        ["--benchmark", "bert_large"], None, 1, ["bert_large", "not implemented yet"]),
+    "bert_full_scale_needs_pipelining": (
+        ["--benchmark", "bert_large", "--scale", "full"], None, 1,
+        ["--scale full is not implemented yet for bert_large", "pipelined execution"]),
     # EfficientNet-B4: our own rules (harness/rules/efficientnet_b4.json), checked before a run.
     "efficientnet_closed_g16": (
         ["--benchmark", "efficientnet_b4"], {"model_variant": "g16"}, 1,
