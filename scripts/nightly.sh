@@ -60,6 +60,8 @@
 #                        NIGHTLY_SKIP_BUILD=1: a given build's harness may be a fake; 0: none)
 #   NIGHTLY_LONG_TESTS   1 (default): run the long tests CI leaves out; 0: skip them
 #   NIGHTLY_LONG_TESTS_REGEX  their ctest regex (^(harness_cli\.real_resnet50|EfficientNetNightly\..*|BertNightly\..*)$)
+#   NIGHTLY_BERT_CURVE   1: the BERT mini curve (3b; 0 with NIGHTLY_SKIP_BUILD=1: a given
+#                        build's harness may be a fake); 0: skip
 #   NIGHTLY_FUZZ_SECONDS seconds per fuzz target (900, or 0 with NIGHTLY_SKIP_BUILD=1; 0: none)
 set -uo pipefail
 
@@ -95,9 +97,11 @@ if [ "${NIGHTLY_SKIP_BUILD:-0}" = "1" ]; then
   FUZZ_SECONDS="${NIGHTLY_FUZZ_SECONDS:-0}"
   ASAN_ALL="${NIGHTLY_ASAN:-0}"
   INTERRUPTS="${NIGHTLY_INTERRUPTS:-0}"
+  BERT_CURVE="${NIGHTLY_BERT_CURVE:-0}"
 else
   FUZZ_SECONDS="${NIGHTLY_FUZZ_SECONDS:-900}"
   ASAN_ALL="${NIGHTLY_ASAN:-1}"
+  BERT_CURVE="${NIGHTLY_BERT_CURVE:-1}"
   INTERRUPTS="${NIGHTLY_INTERRUPTS:-50}"
 fi
 read -r -a BENCH_ARGS <<< "${NIGHTLY_BENCH_ARGS:-}"
@@ -288,7 +292,7 @@ else
   log "$SMALL_CNN does not exist; skipping the small CNN run"
 fi
 # The BERT mini masked-LM accuracy curve on the default data (the mini target's evidence).
-if [ -x "$BUILD/harness/run_benchmark" ]; then
+if [ "$BERT_CURVE" = "1" ] && [ -x "$BUILD/harness/run_benchmark" ]; then
   log "BERT mini curve: benchmarks/harness/bert_mini_curve.sh"
   start=$(date +%s)
   limited "$TTA_TIMEOUT" bash benchmarks/harness/bert_mini_curve.sh "$BUILD" \

@@ -334,7 +334,8 @@ def _nightly(tmp_path, fixture, baseline_dir, harness=True, small_cnn=None, extr
     env = dict(os.environ, NIGHTLY_SKIP_BUILD="1", NIGHTLY_BUILD_DIR=str(build),
                NIGHTLY_OUT=str(out), NIGHTLY_BASELINE=str(baseline_dir),
                NIGHTLY_GIT_REV="test", NIGHTLY_REPETITIONS="10", PYTHONDONTWRITEBYTECODE="1",
-               NIGHTLY_SUITES_CONF=os.devnull)  # not the real suites' filters
+               NIGHTLY_SUITES_CONF=os.devnull,  # not the real suites' filters
+               NIGHTLY_TTA_BENCHMARKS="resnet50")  # the fake harness writes ResNet's log
     env.pop("GITHUB_STEP_SUMMARY", None)
     env.update(env_extra or {})
     p = subprocess.run(["bash", os.path.join(SCRIPTS, "nightly.sh")], cwd=REPO, env=env,
@@ -397,12 +398,17 @@ def _lower_final_accuracy(src, dst, new_value):
 def test_nightly_flags_an_accuracy_drop(tmp_path):
     base = tmp_path / "baseline"
     base.mkdir()
-    p, out = _nightly(tmp_path, "baseline.json", base, small_cnn=SMALL_CNN_LOG)
+    # A target that only the log's last evaluation (0.8604) reaches.
+    config = tmp_path / "tta_085.json"
+    config.write_text(json.dumps({"mini_target_accuracy": 0.85}))
+    target = {"NIGHTLY_TTA_ARGS": f"--threads 2 --runs 1 --config {config}"}
+    p, out = _nightly(tmp_path, "baseline.json", base, small_cnn=SMALL_CNN_LOG, env_extra=target)
     assert p.returncode == 0 and _update(str(out), "--baseline", str(base)).returncode == 0
-    # Same benchmark figures, same log but the final accuracy 0.8604 -> 0.83.
+    # Same benchmark figures, same log but the final accuracy 0.8604 -> 0.83: below the
+    # baseline and below the run's target.
     drop = _lower_final_accuracy(MINI_LOG, tmp_path / "drop.txt", 0.83)
     p, out2 = _nightly(tmp_path, "baseline.json", base, small_cnn=SMALL_CNN_LOG,
-                       env_extra={"FAKE_RESULT": drop}, tag="_drop")
+                       env_extra={"FAKE_RESULT": drop, **target}, tag="_drop")
     assert p.returncode == 1, p.stdout + p.stderr
     line = next(x for x in p.stderr.splitlines() if x.startswith("CONVERGENCE REGRESSION"))
     assert line.startswith("CONVERGENCE REGRESSION: resnet/ipu-pod1-emu/mini: did not converge")
