@@ -10,11 +10,12 @@
 #include "datasets/fashion_mnist.h"
 #include "harness/image_task.h"
 #include "ipu_backend/kernels/fused.h"
+#include "ipu_backend/report/report.h"
 #include "models/small_cnn/small_cnn.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Train a small CNN on Fashion-MNIST through the emulated IPU backend"};
-  std::string dataDir = datasets::kDefaultFashionMnistDir, engine = "fused", reportPath;
+  std::string dataDir = datasets::kDefaultFashionMnistDir, engine = "fused", reportPath, pagePath;
   int epochs = 2, threads = 2;
   std::int64_t batch = 64, trainSubset = 0;
   double lr = 0.05;
@@ -30,6 +31,9 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "compute threads")->capture_default_str();
   app.add_option("--seed", seed, "seed for weights and shuffling")->capture_default_str();
   app.add_option("--report", reportPath, "write the training step's JSON compile report here");
+  app.add_option("--report-page", pagePath,
+                 "write the training step's report page (HTML: tile memory, liveness, the cost "
+                 "model's BSP timeline) here");
   CLI11_PARSE(app, argc, argv);
   try {
     ipu::kernels::fused::setNumThreads(threads);
@@ -55,6 +59,14 @@ int main(int argc, char** argv) {
     if (!reportPath.empty()) {
       std::ofstream(reportPath) << rep.dump(2) << "\n";
       fmt::print("compile report written to {}\n", reportPath);
+    }
+    if (!pagePath.empty()) {
+      const ipu::Executable& exe = trainer.trainExecutable();
+      const std::string title = fmt::format(
+          "small CNN training step, batch {} (Fashion-MNIST 28x28), {}", batch, opts.target.name);
+      ipu::report::writeHtmlPage(
+          pagePath, {ipu::report::compileView(exe, ipu::cost::estimateStep(exe), title)}, title);
+      fmt::print("report page written to {}\n", pagePath);
     }
     trainer.initialise(ipu::models::initSmallCnn(trainer.trainExecutable().graph, seed));
     std::int64_t perEpoch =
