@@ -194,7 +194,7 @@ def main(argv=None):
     if not args.dry_run:
         man = _read_json(os.path.join(args.run_dir, "run_manifest.json")) or {}
         manifest = {"recorded_utc": datetime.datetime.utcnow().isoformat() + "Z",
-                    "source": os.path.abspath(args.run_dir), "files": sorted(names),
+                    "source": os.path.relpath(args.run_dir), "files": sorted(names),
                     "forced": bool(refusals), "refusals_overridden": refusals,
                     "run": man}
         manifest["recorded_on"] = machine()
