@@ -9,6 +9,7 @@
 #include "ipu_backend/compiler/mixed_precision.h"
 #include "ipu_backend/ir/builder.h"
 #include "ipu_backend/ops/op_info.h"
+#include "models/common/gradients.h"
 #include "models/common/init_random.h"
 
 namespace ipu::models {
@@ -335,10 +336,7 @@ BertGraph buildBertForward(const BertConfig& c, const BertShape& s) {
 
 void appendBertGradients(BertGraph& bg) {
   GradientResult r = appendBackward(bg.graph, bg.loss, bg.params);
-  for (int p : bg.params)
-    if (!r.grads.count(p))
-      throw GraphError(
-          fmt::format("bert: parameter '{}' gets no gradient", bg.graph.tensor(p).name));
+  requireGradients(bg.graph, r.grads, bg.params, "bert");
   bg.grads = std::move(r.grads);
 }
 
@@ -389,10 +387,7 @@ BertGraph buildBertTraining(const BertConfig& c, const BertShape& s, const Optim
   bg.graph = std::move(rw.graph);
   bg.lr = bg.graph.addInput("lr", {}, DType::F32);
   TrainingStepTensors step = appendTrainingStep(bg.graph, bg.loss, bg.params, bg.lr, opts, policy);
-  for (int p : bg.params)
-    if (!step.grads.count(p))
-      throw GraphError(
-          fmt::format("bert: parameter '{}' gets no gradient", bg.graph.tensor(p).name));
+  requireGradients(bg.graph, step.grads, bg.params, "bert");
   bg.grads = std::move(step.grads);
   bg.optimizerState = step.optimizer.stateVariables;
   bg.optimizerInit = step.optimizer.init;

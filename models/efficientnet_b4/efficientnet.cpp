@@ -7,6 +7,7 @@
 #include "ipu_backend/compiler/mixed_precision.h"
 #include "ipu_backend/ir/builder.h"
 #include "ipu_backend/ops/op_info.h"
+#include "models/common/gradients.h"
 #include "models/common/init_random.h"
 
 namespace ipu::models::efficientnet {
@@ -273,10 +274,7 @@ EfficientNetGraph buildForward(const Config& c, i64 batch, Mode mode) {
 
 void appendGradients(EfficientNetGraph& eg) {
   GradientResult r = appendBackward(eg.graph, eg.loss, eg.params);
-  for (int p : eg.params)
-    if (!r.grads.count(p))
-      throw GraphError(
-          fmt::format("efficientnet: parameter '{}' gets no gradient", eg.graph.tensor(p).name));
+  requireGradients(eg.graph, r.grads, eg.params, "efficientnet");
   eg.grads = std::move(r.grads);
 }
 
@@ -318,9 +316,7 @@ EfficientNetGraph buildTraining(const Config& c, i64 batch, OptimizerOptions opt
   eg.lr = eg.graph.addInput("lr", {}, DType::F32);
   opts.decay = [](const Tensor& t) { return !isNormParameter(t); };
   TrainingStepTensors step = appendTrainingStep(eg.graph, eg.loss, eg.params, eg.lr, opts, policy);
-  for (int p : eg.params)
-    if (!step.grads.count(p))
-      bad(fmt::format("parameter '{}' gets no gradient", eg.graph.tensor(p).name));
+  requireGradients(eg.graph, step.grads, eg.params, "efficientnet");
   eg.grads = std::move(step.grads);
   eg.optimizer = step.optimizer;
   eg.lossScale = step.lossScale;

@@ -7,6 +7,7 @@
 
 #include "ipu_backend/compiler/mixed_precision.h"
 #include "ipu_backend/ir/builder.h"
+#include "models/common/gradients.h"
 #include "models/common/init_random.h"
 
 namespace ipu::models {
@@ -200,10 +201,7 @@ ResNetGraph buildForward(const ResNetConfig& c, i64 batch, BnMode mode) {
 
 void appendGradients(ResNetGraph& rg) {
   GradientResult r = appendBackward(rg.graph, rg.loss, rg.params);
-  for (int p : rg.params)
-    if (!r.grads.count(p))
-      throw GraphError(
-          fmt::format("resnet: parameter '{}' gets no gradient", rg.graph.tensor(p).name));
+  requireGradients(rg.graph, r.grads, rg.params, "resnet");
   rg.grads = std::move(r.grads);
 }
 
@@ -251,10 +249,7 @@ ResNetGraph buildTraining(const ResNetConfig& c, i64 batch, const SgdOptions& op
   ResNetGraph rg = withPrecision(buildForward(c, batch, BnMode::Train), policy);
   rg.lr = rg.graph.addInput("lr", {}, DType::F32);
   TrainingStepTensors step = appendTrainingStep(rg.graph, rg.loss, rg.params, rg.lr, opts, policy);
-  for (int p : rg.params)
-    if (!step.grads.count(p))
-      throw GraphError(
-          fmt::format("resnet: parameter '{}' gets no gradient", rg.graph.tensor(p).name));
+  requireGradients(rg.graph, step.grads, rg.params, "resnet");
   rg.grads = std::move(step.grads);
   rg.optimizer = step.optimizer;
   rg.optimizerState = rg.optimizer.stateVariables;
