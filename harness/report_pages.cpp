@@ -1,8 +1,5 @@
 #include "harness/report_pages.h"
 
-#include <fstream>
-#include <stdexcept>
-
 #include <fmt/format.h>
 
 #include "ipu_backend/report/report.h"
@@ -16,17 +13,10 @@ ProgramReportSink reportWriter(const std::filesystem::path& dir, const std::stri
     const std::string t =
         partial ? title + " (does not fit: planned up to the memory verdict, no exchanges)" : title;
     const nlohmann::json view = report::compileView(exe, cost::estimateStep(exe, cost), t);
-    std::string name = stem + "_" + program;
-    for (char& c : name)
-      if (c == ' ' || c == '/') c = '_';
+    const std::string name = stem + "_" + program;
     const std::filesystem::path page = dir / (name + ".html");
     report::writeHtmlPage(page, {view}, t);
-    const std::filesystem::path json = dir / (name + ".json");
-    std::ofstream out(json, std::ios::binary);
-    out << view.dump();
-    out.close();
-    if (!out)
-      throw std::runtime_error(fmt::format("cannot write the report view {}", json.string()));
+    report::writeView(dir / (name + ".json"), view);
     if (files) files->push_back(page);
     return view;
   };

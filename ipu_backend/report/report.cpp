@@ -162,20 +162,52 @@ std::string htmlPage(const std::vector<nlohmann::json>& views, const std::string
   return page;
 }
 
-void writeHtmlPage(const std::filesystem::path& file, const std::vector<nlohmann::json>& views,
-                   const std::string& title) {
-  const std::string page = htmlPage(views, title);
+namespace {
+
+void writeFile(const std::filesystem::path& file, const std::string& text, const char* what) {
   std::error_code ec;
   if (file.has_parent_path()) std::filesystem::create_directories(file.parent_path(), ec);
   if (ec)
     throw std::runtime_error(fmt::format("cannot create the report folder {}: {}",
                                          file.parent_path().string(), ec.message()));
   std::ofstream out(file, std::ios::binary);
-  out << page;
+  out << text;
   out.close();
   if (!out)
     throw std::runtime_error(
-        fmt::format("cannot write the report {} (full disk or no permission?)", file.string()));
+        fmt::format("cannot write the {} {} (full disk or no permission?)", what, file.string()));
+}
+
+}  // namespace
+
+void writeHtmlPage(const std::filesystem::path& file, const std::vector<nlohmann::json>& views,
+                   const std::string& title) {
+  writeFile(file, htmlPage(views, title), "report");
+}
+
+void writeView(const std::filesystem::path& file, const nlohmann::json& view) {
+  writeFile(file, view.dump(), "report view");
+}
+
+nlohmann::json readView(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw std::runtime_error(fmt::format("cannot open the view {}", file.string()));
+  nlohmann::json v;
+  try {
+    in >> v;
+  } catch (const nlohmann::json::exception& e) {
+    throw std::runtime_error(fmt::format(
+        "{} is not a report view ({}); use the .json that run_benchmark --report writes "
+        "beside each page",
+        file.string(), e.what()));
+  }
+  for (const char* key : {"title", "memory", "liveness", "timeline", "summary"})
+    if (!v.is_object() || !v.contains(key))
+      throw std::runtime_error(fmt::format(
+          "{} is not a report view: no \"{}\" (use the .json that run_benchmark --report "
+          "writes beside each page)",
+          file.string(), key));
+  return v;
 }
 
 }  // namespace ipu::report

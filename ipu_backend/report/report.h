@@ -36,4 +36,10 @@ std::string htmlPage(const std::vector<nlohmann::json>& views, const std::string
 void writeHtmlPage(const std::filesystem::path& file, const std::vector<nlohmann::json>& views,
                    const std::string& title);
 
+// A view as JSON, to set beside another one later (`ipu_report compare`): written (the same
+// errors as writeHtmlPage) and read back (std::runtime_error naming the file when it is not a
+// view).
+void writeView(const std::filesystem::path& file, const nlohmann::json& view);
+nlohmann::json readView(const std::filesystem::path& file);
+
 }  // namespace ipu::report
