@@ -150,6 +150,10 @@ struct Executable {
   std::vector<bool> optimizerOp;  // per IR op: part of a lowered optimizer update
   i64 optimizerStateBytes = 0;    // per replica (sharded state: this replica's chunks)
   MemoryDetail memoryDetail;      // occupants of the fullest tiles, live bytes over the program
+  // Per IR tensor: the id stochastic rounding keys its writes on. Empty: the tensor's own id. A
+  // pipeline IPU's program keys on the training graph's ids, so that it rounds as the
+  // unpipelined program does (ipu_backend/compiler/pipeline.h).
+  std::vector<int> roundingKeys = {};
 
   // JSON compile report: per-tile memory (max, mean, histogram), vertex and compute-set counts,
   // exchange bytes, the largest buffers.
