@@ -13,6 +13,7 @@
 
 #include "ipu_backend/compiler/compiler.h"
 #include "ipu_backend/compiler/pipeline.h"
+#include "ipu_backend/cost/pipeline_cost.h"
 #include "ipu_backend/engine/engine.h"
 #include "ipu_backend/engine/pipeline_engine.h"
 #include "ipu_backend/replication/replicate.h"
@@ -458,6 +459,61 @@ TEST(PipelinePlacement, LayerCountsBecomeSplits) {
   EXPECT_EQ(splitsFromLayerCounts({"a", "b", "c", "d"}, {2, 1, 1}),
             (std::vector<std::string>{"b", "c"}));
   EXPECT_THROW(splitsFromLayerCounts({"a", "b"}, {1, 2}), PipelineError);
+}
+
+// ---- cost model --------------------------------------------------------------------------------
+
+TEST(PipelineCost, GroupedStepIsRampPlusSteadyCyclesBoundByTheSlowestIpu) {
+  const Model m = smallCnn(4);
+  const PipelinedExecutable pe =
+      compilePipeline(m.graph, testIpu(), options({"pool1", "relu2"}, Schedule::Grouped, 6));
+  const cost::PipelineStepCost c = cost::estimatePipelineStep(pe);
+  // PopART: G + P - 1 cycles with P = 2N - 1 stages after autodiff.
+  EXPECT_EQ(c.cycles, 6 + (2 * 3 - 1) - 1);
+  EXPECT_DOUBLE_EQ(c.rampFraction, 4.0 / 10.0);
+  double slowest = 0, all = 0;
+  for (int s = 0; s < 3; ++s) {
+    EXPECT_GT(c.forwardSeconds[s], 0);
+    EXPECT_GT(c.backwardSeconds[s], 0);
+    slowest = std::max(slowest, c.forwardSeconds[s] + c.backwardSeconds[s]);
+    all += c.forwardSeconds[s] + c.backwardSeconds[s];
+  }
+  EXPECT_GE(c.cycleSeconds, slowest);
+  EXPECT_LT(c.cycleSeconds, all);  // the stages overlap
+  EXPECT_GT(c.updateSeconds, 0);
+  EXPECT_DOUBLE_EQ(c.seconds, c.cycles * c.cycleSeconds + c.updateSeconds);
+  // Sequential runs the same stages without overlap: slower per step.
+  const PipelinedExecutable seq =
+      compilePipeline(m.graph, testIpu(), options({"pool1", "relu2"}, Schedule::Sequential, 6));
+  const cost::PipelineStepCost cs = cost::estimatePipelineStep(seq);
+  EXPECT_EQ(cs.cycles, 6);
+  EXPECT_GT(cs.seconds, c.seconds);
+  // A larger G amortises the ramp: less time per micro-batch.
+  const PipelinedExecutable g12 =
+      compilePipeline(m.graph, testIpu(), options({"pool1", "relu2"}, Schedule::Grouped, 12));
+  EXPECT_LT(cost::estimatePipelineStep(g12).seconds / 12, c.seconds / 6);
+}
+
+TEST(PipelineCost, InterIpuCopiesArePricedOverIpuLinksAndStashesAtTileMemoryBandwidth) {
+  const Model m = smallCnn(4);
+  const PipelinedExecutable pe =
+      compilePipeline(m.graph, testIpu(), options({"pool1"}, Schedule::Grouped, 4));
+  const cost::PipelineStepCost c = cost::estimatePipelineStep(pe);
+  const Target t = testIpu();
+  // IPU 0 sends pool1 forward; IPU 1 sends its gradient back.
+  const double pool1 = static_cast<double>(pe.graph.tensor(pe.graph.get("pool1")).bytes());
+  EXPECT_DOUBLE_EQ(c.copySeconds[0], pool1 / t.ipuLinkBytesPerSec);
+  EXPECT_DOUBLE_EQ(c.copySeconds[1], pool1 / t.ipuLinkBytesPerSec);
+  EXPECT_EQ(pe.interIpuBytesPerMicroBatch(), static_cast<i64>(2 * pool1));
+  EXPECT_GT(c.stashSeconds[0], 0);
+  EXPECT_GT(c.stashSeconds[1], 0);
+  // Interleaved: two ticks per cycle, G + N - 1 cycles.
+  const cost::PipelineStepCost ci = cost::estimatePipelineStep(
+      compilePipeline(m.graph, testIpu(), options({"pool1"}, Schedule::Interleaved, 4)));
+  EXPECT_EQ(ci.cycles, 4 + 2 - 1);
+  // Each IPU runs its forward in one tick and its backward in the other.
+  EXPECT_GE(ci.cycleSeconds, std::max(ci.forwardSeconds[0] + ci.backwardSeconds[0],
+                                      ci.forwardSeconds[1] + ci.backwardSeconds[1]));
 }
 
 }  // namespace
