@@ -650,6 +650,7 @@ PipelinedExecutable compilePipeline(const Graph& training, const Target& ipu,
     t.name = fmt::format("IPU {} of {} of the pipeline (stages {}) of {}", prog.ipu, pe.ipus,
                          fmt::join(prog.stages, ","), ipu.name);
     CompileOptions co;
+    co.checkMemory = options.checkMemory;
     co.updateFirstOp = static_cast<int>(sub.ops().size());
     for (int u : pe.updateSegments)
       if (pe.segments[static_cast<size_t>(u)].ipu == prog.ipu) {
@@ -670,14 +671,14 @@ PipelinedExecutable compilePipeline(const Graph& training, const Target& ipu,
       prog.exe = std::make_shared<const Executable>(std::move(exe));
     } catch (const CompileError& e) {
       if (e.tile() < 0) throw;
-      CompileError more(
+      throw IpuDoesNotFit(
+          e,
           std::string(e.what()) +
               fmt::format("\n  pipeline hint: IPU {} holds stages [{}]; move split points so "
                           "that it holds fewer layers, spread the stages over more IPUs, or use "
                           "a schedule with shallower stashes (stashes here: {} B)",
                           prog.ipu, fmt::join(prog.stages, ","), prog.stashBytes),
-          e.tile(), e.bytes(), e.capacity());
-      throw more.withPartial(e.partial());
+          prog.ipu, prog.stages);
     }
     i64 worst = -1;
     for (size_t tile = 0; tile < prog.exe->tileMemory.size(); ++tile)

@@ -40,6 +40,24 @@ class PipelineError : public std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
+// An IPU of the pipeline whose tile memory overflows: the CompileError of its program (the tile,
+// its bytes and occupants), which IPU and which stages.
+class IpuDoesNotFit : public CompileError {
+ public:
+  IpuDoesNotFit(const CompileError& e, const std::string& msg, int ipu, std::vector<int> stages)
+      : CompileError(msg, e.tile(), e.bytes(), e.capacity()),
+        ipu_(ipu),
+        stages_(std::move(stages)) {
+    withPartial(e.partial());
+  }
+  int ipu() const { return ipu_; }
+  const std::vector<int>& stages() const { return stages_; }
+
+ private:
+  int ipu_;
+  std::vector<int> stages_;
+};
+
 enum class Schedule { Grouped, Interleaved, Sequential };
 std::string_view scheduleName(Schedule s);
 Schedule parseSchedule(std::string_view s);  // "grouped" | "interleaved" | "sequential"
@@ -56,6 +74,7 @@ struct PipelineOptions {
   int accumulation = 1;  // G: micro-batches per weight update
   int replicas = 1;      // R: data-parallel copies of the whole pipeline
   bool shardOptimizerState = false;
+  bool checkMemory = true;  // false: plan and report every IPU, even one that overflows
 };
 
 // Graphcore's `layers_per_ipu`: layer names in forward order (each a tensor-name prefix) and the

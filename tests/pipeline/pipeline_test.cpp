@@ -8,14 +8,18 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <random>
 #include <thread>
 
+#include "ipu_backend/compiler/autodiff.h"
 #include "ipu_backend/compiler/compiler.h"
 #include "ipu_backend/compiler/pipeline.h"
 #include "ipu_backend/cost/pipeline_cost.h"
+#include "ipu_backend/cost/pipeline_search.h"
 #include "ipu_backend/engine/engine.h"
 #include "ipu_backend/engine/pipeline_engine.h"
+#include "ipu_backend/ir/builder.h"
 #include "ipu_backend/replication/replicate.h"
 #include "ipu_backend/replication/ring_collective.h"
 #include "models/resnet50/resnet50.h"
@@ -514,6 +518,138 @@ TEST(PipelineCost, InterIpuCopiesArePricedOverIpuLinksAndStashesAtTileMemoryBand
   // Each IPU runs its forward in one tick and its backward in the other.
   EXPECT_GE(ci.cycleSeconds, std::max(ci.forwardSeconds[0] + ci.backwardSeconds[0],
                                       ci.forwardSeconds[1] + ci.backwardSeconds[1]));
+}
+
+// ---- automatic split points ------------------------------------------------------------------
+
+// A chain of dense layers of very uneven widths (the work of a layer is in x out).
+Graph unevenChain(i64 batch, const std::vector<i64>& widths, std::vector<std::string>* layers) {
+  Graph g("uneven_chain");
+  Builder b(g);
+  int x = b.input("x", {batch, widths.front()});
+  int y = b.input("labels", {batch}, DType::I32);
+  int lr = b.input("lr", {});
+  std::vector<int> params;
+  for (size_t l = 1; l < widths.size(); ++l) {
+    const std::string n = "layer" + std::to_string(l);
+    int w = b.variable(n + "_weight", {widths[l - 1], widths[l]});
+    int bias = b.variable(n + "_bias", {widths[l]});
+    params.push_back(w);
+    params.push_back(bias);
+    x = l + 1 < widths.size() ? b.relu(b.dense(x, w, bias), n) : b.dense(x, w, bias, n);
+    layers->push_back(n);
+  }
+  int loss = b.reduceMean(b.softmaxCrossEntropy(x, y), {0}, false, "loss");
+  g.markOutput(loss);
+  SgdOptions sgd;
+  sgd.momentum = 0.9;
+  appendSgdUpdate(g, appendBackward(g, loss, params).grads, lr, sgd);
+  return g;
+}
+
+TEST(PipelineAutoSplit, UnevenLayersNoSlowerThanEveryHandPlacementAndDeterministic) {
+  std::vector<std::string> layers;
+  const Graph g = unevenChain(8, {16, 512, 8, 8, 8, 640, 640, 8, 10}, &layers);
+  const PipelineOptions o = options({}, Schedule::Grouped, 6);
+  const cost::AutoSplit a = cost::autoSplit(g, testIpu(), 3, o, {}, layers);
+  // Every hand placement of 3 stages at layer boundaries, priced the same way.
+  double bestHand = std::numeric_limits<double>::infinity();
+  std::vector<std::string> bestSplits;
+  int placements = 0;
+  for (size_t i = 0; i + 1 < layers.size(); ++i)
+    for (size_t j = i + 1; j + 1 < layers.size(); ++j) {
+      PipelineOptions h = o;
+      h.splits = {layers[i], layers[j]};
+      const auto st =
+          cost::stageSeconds(cost::estimatePipelineStep(compilePipeline(g, testIpu(), h)));
+      ++placements;
+      const double slowest = *std::max_element(st.begin(), st.end());
+      if (slowest < bestHand) bestHand = slowest, bestSplits = h.splits;
+    }
+  EXPECT_EQ(placements, 21);
+  EXPECT_LE(a.slowestStageSeconds, bestHand * (1 + 1e-9))
+      << "auto " << ::testing::PrintToString(a.splits) << " hand "
+      << ::testing::PrintToString(bestSplits);
+  // The uneven layers must not be split evenly by count: the best placement is not [2, 4].
+  EXPECT_NE(a.splits, (std::vector<std::string>{"layer2", "layer5"}));
+  EXPECT_EQ(cost::autoSplit(g, testIpu(), 3, o, {}, layers).splits, a.splits);
+  EXPECT_NE(a.describe().find("stage 2:"), std::string::npos);
+}
+
+// Three layers with large weights and little work (one row of 512), then a reshape to 512 rows
+// of 1 and three layers with small weights and much work (512 rows of 64): the fastest
+// placement puts the large weights together.
+Graph weightsThenWork(std::vector<std::string>* layers) {
+  Graph g("weights_then_work");
+  Builder b(g);
+  int x = b.input("x", {1, 512});
+  int y = b.input("labels", {512}, DType::I32);
+  int lr = b.input("lr", {});
+  std::vector<int> params;
+  auto layer = [&](int in, i64 from, i64 to, const std::string& n, bool relu) {
+    int w = b.variable(n + "_weight", {from, to});
+    int bias = b.variable(n + "_bias", {to});
+    params.push_back(w);
+    params.push_back(bias);
+    layers->push_back(n);
+    return relu ? b.relu(b.dense(in, w, bias), n) : b.dense(in, w, bias, n);
+  };
+  for (int l = 1; l <= 3; ++l) x = layer(x, 512, 512, "wide" + std::to_string(l), true);
+  x = b.reshape(x, {512, 1}, "rows");
+  x = layer(x, 1, 64, "expand", true);
+  for (int l = 1; l <= 3; ++l) x = layer(x, 64, 64, "work" + std::to_string(l), true);
+  x = layer(x, 64, 10, "logits", false);
+  layers->pop_back();
+  int loss = b.reduceMean(b.softmaxCrossEntropy(x, y), {0}, false, "loss");
+  g.markOutput(loss);
+  SgdOptions sgd;
+  sgd.momentum = 0.9;
+  appendSgdUpdate(g, appendBackward(g, loss, params).grads, lr, sgd);
+  return g;
+}
+
+TEST(PipelineAutoSplit, SkipsPlacementsThatDoNotFitAndFindsTheFastestThatDoes) {
+  std::vector<std::string> layers;
+  const Graph g = weightsThenWork(&layers);
+  const PipelineOptions o = options({}, Schedule::Grouped, 4);
+  struct Hand {
+    std::vector<std::string> splits;
+    double slowest;
+    i64 fullest;  // bytes of the fullest tile of either IPU
+  };
+  // Every placement over 2 IPUs on `ipu`, planned even where it overflows.
+  auto enumerate = [&](const Target& ipu) {
+    std::vector<Hand> all;
+    for (size_t i = 0; i + 1 < layers.size(); ++i) {
+      PipelineOptions h = o;
+      h.splits = {layers[i]};
+      h.checkMemory = false;
+      const PipelinedExecutable pe = compilePipeline(g, ipu, h);
+      const auto st = cost::stageSeconds(cost::estimatePipelineStep(pe));
+      i64 fullest = 0;
+      for (const IpuProgram& p : pe.programs) fullest = std::max(fullest, p.peakTileBytes);
+      all.push_back({h.splits, *std::max_element(st.begin(), st.end()), fullest});
+    }
+    return all;
+  };
+  auto fastest = [](const std::vector<Hand>& all, i64 capacity) {
+    const Hand* best = nullptr;
+    for (const Hand& h : all)
+      if (h.fullest <= capacity && (!best || h.slowest < best->slowest)) best = &h;
+    return best;
+  };
+  // Tile memory just below what the fastest placement needs on a roomy IPU.
+  const std::vector<Hand> roomy = enumerate(Target::small(64, 1 << 20));
+  Target tight = Target::small(64, fastest(roomy, 1 << 20)->fullest - 1);
+  const std::vector<Hand> hands = enumerate(tight);
+  const Hand* unconstrained = fastest(hands, std::numeric_limits<i64>::max());
+  const Hand* fitting = fastest(hands, tight.bytesPerTile);
+  ASSERT_TRUE(fitting);
+  ASSERT_GT(unconstrained->fullest, tight.bytesPerTile) << "the fastest placement fits: no test";
+  const cost::AutoSplit a = cost::autoSplit(g, tight, 2, o, {}, layers);
+  EXPECT_GT(a.placementsCompiled, 1);  // it compiled the fastest, saw it overflow, moved on
+  EXPECT_EQ(a.splits, fitting->splits);
+  EXPECT_LE(a.slowestStageSeconds, fitting->slowest * (1 + 1e-9));
 }
 
 }  // namespace
