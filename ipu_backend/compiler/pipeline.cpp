@@ -163,13 +163,13 @@ std::vector<std::vector<SegmentRun>> scheduleCycles(Schedule s, int stages, int 
   return cycles;
 }
 
-namespace {
-
-bool matchesSplit(const std::string& name, const std::string& split) {
+bool splitMatches(const std::string& name, const std::string& split) {
   return name == split ||
          (name.size() > split.size() && name.compare(0, split.size(), split) == 0 &&
           (name[split.size()] == '/' || name[split.size()] == '_'));
 }
+
+namespace {
 
 size_t editDistance(const std::string& a, const std::string& b) {
   std::vector<size_t> row(b.size() + 1);
@@ -229,7 +229,7 @@ Assignment assignStages(const Graph& g, int updateFirst, const std::vector<std::
   for (size_t k = 0; k < splits.size(); ++k) {
     for (int i = 0; i < forwardEnd; ++i)
       for (int t : g.op(i).outputs)
-        if (matchesSplit(g.tensor(t).name, splits[k])) splitOp[k] = i;
+        if (splitMatches(g.tensor(t).name, splits[k])) splitOp[k] = i;
     if (splitOp[k] < 0)
       throw PipelineError(fmt::format(
           "pipeline split '{}' names no forward op of '{}' (a split is an op's output name or a "

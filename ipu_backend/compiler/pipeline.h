@@ -77,6 +77,10 @@ struct PipelineOptions {
   bool checkMemory = true;  // false: plan and report every IPU, even one that overflows
 };
 
+// Whether a forward op's output `name` is covered by split point `split` (equal, or `split`
+// followed by '/' or '_').
+bool splitMatches(const std::string& name, const std::string& split);
+
 // Graphcore's `layers_per_ipu`: layer names in forward order (each a tensor-name prefix) and the
 // number of layers per stage -> the split points. Throws PipelineError when the counts do not
 // add up to the layers.

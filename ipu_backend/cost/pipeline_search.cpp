@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <limits>
-#include <set>
 
 #include <fmt/format.h>
 
@@ -92,18 +91,30 @@ AutoSplit autoSplit(const Graph& training, const Target& ipu, int ipus,
   if (ipus < 1) throw pipeline::PipelineError(fmt::format("ipus = {} must be at least 1", ipus));
   const ForwardCosts f = forwardCosts(training, ipu, options, opts);
   const int K = static_cast<int>(f.names.size());
-  // Cut after position i (0 <= i < K - 1) when its name is a candidate.
-  std::vector<bool> cut(static_cast<size_t>(K), candidates.empty());
-  {
-    std::set<std::string> allowed(candidates.begin(), candidates.end());
+  // A stage may end after position i when a split point names it: the last position a
+  // candidate (an output name or a layer prefix) covers; without candidates, every position
+  // whose own name covers no later op.
+  std::vector<bool> cut(static_cast<size_t>(K), false);
+  std::vector<std::string> cutName(static_cast<size_t>(K));
+  auto lastCovered = [&](const std::string& split) {
+    int last = -1;
     for (int i = 0; i < K; ++i)
-      if (allowed.count(f.names[static_cast<size_t>(i)])) cut[static_cast<size_t>(i)] = true;
-    // A split names the last op of that name: only the last position of each name may cut.
-    for (int i = 0; i + 1 < K; ++i)
-      if (f.names[static_cast<size_t>(i)] == f.names[static_cast<size_t>(i + 1)])
-        cut[static_cast<size_t>(i)] = false;
-    cut[static_cast<size_t>(K - 1)] = false;
+      if (pipeline::splitMatches(f.names[static_cast<size_t>(i)], split)) last = i;
+    return last;
+  };
+  auto allowCut = [&](int i, const std::string& name) {
+    cut[static_cast<size_t>(i)] = true;
+    cutName[static_cast<size_t>(i)] = name;
+  };
+  if (candidates.empty()) {
+    for (int i = 0; i < K; ++i)
+      if (lastCovered(f.names[static_cast<size_t>(i)]) == i)
+        allowCut(i, f.names[static_cast<size_t>(i)]);
+  } else {
+    for (const std::string& c : candidates)
+      if (const int i = lastCovered(c); i >= 0) allowCut(i, c);
   }
+  cut[static_cast<size_t>(K - 1)] = false;
   std::vector<double> prefix(static_cast<size_t>(K) + 1, 0.0);
   for (int i = 0; i < K; ++i) prefix[i + 1] = prefix[i] + f.seconds[static_cast<size_t>(i)];
   std::vector<std::pair<int, int>> forbidden;  // [a, b) position ranges that do not fit
@@ -147,7 +158,7 @@ AutoSplit autoSplit(const Graph& training, const Target& ipu, int ipus,
     o.splits.clear();
     o.stageIpu.clear();
     o.ipus = ipus;
-    for (int s = 1; s < S; ++s) o.splits.push_back(f.names[static_cast<size_t>(bounds[s] - 1)]);
+    for (int s = 1; s < S; ++s) o.splits.push_back(cutName[static_cast<size_t>(bounds[s] - 1)]);
     ++best.placementsCompiled;
     try {
       best.pipeline = pipeline::compilePipeline(training, ipu, o);
