@@ -117,10 +117,15 @@ AutoSplit autoSplit(const Graph& training, const Target& ipu, int ipus,
   cut[static_cast<size_t>(K - 1)] = false;
   std::vector<double> prefix(static_cast<size_t>(K) + 1, 0.0);
   for (int i = 0; i < K; ++i) prefix[i + 1] = prefix[i] + f.seconds[static_cast<size_t>(i)];
-  std::vector<std::pair<int, int>> forbidden;  // [a, b) position ranges that do not fit
-  auto allowedRange = [&](int a, int b) {
-    for (const auto& [fa, fb] : forbidden)
-      if (a <= fa && fb <= b) return false;
+  // Ops [a, b) that overflowed as stage s: ruled out with any more ops as any stage <= s (an
+  // earlier stage stashes more micro-batches); a later stage may still hold them.
+  struct Overflow {
+    int a, b, stage;
+  };
+  std::vector<Overflow> forbidden;
+  auto allowedRange = [&](int a, int b, int stage) {
+    for (const Overflow& f : forbidden)
+      if (a <= f.a && f.b <= b && stage <= f.stage) return false;
     return true;
   };
   AutoSplit best;
@@ -138,7 +143,7 @@ AutoSplit autoSplit(const Graph& training, const Target& ipu, int ipus,
         if (j < K && !cut[static_cast<size_t>(j - 1)]) continue;
         if (s == S && j != K) continue;
         for (int i = s - 1; i < j; ++i) {  // stage s covers [i, j)
-          if (dp[s - 1][i] == kInf || !allowedRange(i, j)) continue;
+          if (dp[s - 1][i] == kInf || !allowedRange(i, j, s - 1)) continue;
           const double v = std::max(dp[s - 1][i], prefix[j] - prefix[i]);
           if (v < dp[s][j]) dp[s][j] = v, from[s][j] = i;  // strict: the earliest i wins ties
         }
@@ -164,8 +169,8 @@ AutoSplit autoSplit(const Graph& training, const Target& ipu, int ipus,
       best.pipeline = pipeline::compilePipeline(training, ipu, o);
     } catch (const pipeline::IpuDoesNotFit& e) {
       const int stage = e.stages().front();
-      forbidden.emplace_back(bounds[static_cast<size_t>(stage)],
-                             bounds[static_cast<size_t>(stage) + 1]);
+      forbidden.push_back(
+          {bounds[static_cast<size_t>(stage)], bounds[static_cast<size_t>(stage) + 1], stage});
       continue;
     }
     best.splits = o.splits;

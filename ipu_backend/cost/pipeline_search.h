@@ -8,7 +8,8 @@
 // tensors, so a stage's time is the sum over its ops. A dynamic programme over the candidate cut
 // points finds the partition with the smallest slowest stage (ties: the earliest cuts, so the
 // answer is deterministic). The winner is compiled as a pipeline: an IPU that overflows rules out
-// its stage's range of ops and every range containing it, and the search runs again.
+// its stage's range of ops, and every range containing it, as that stage or an earlier one
+// (earlier stages stash more micro-batches), and the search runs again.
 #pragma once
 
 #include <string>
