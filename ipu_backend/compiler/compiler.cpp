@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <tuple>
@@ -122,7 +123,7 @@ class Planner : public ops::PlanApi {
     }
     buildProgram();
     allocateArenas();
-    planExchanges();
+    if (exe_.options.planExchanges) planExchanges();
   }
 
  private:
@@ -136,7 +137,7 @@ class Planner : public ops::PlanApi {
     for (const Op& op : g_.ops())
       if (op.kind == OpKind::Conv2d) {
         auto cs = convShapeOf(g_, op);
-        const i64 kg = outputChannelsPerTile(cs);
+        const i64 kg = outputChannelsPerTile(op, cs);
         if (kg < cs.k)
           exe_.mapping[op.outputs[0]] =
               channelBlockedMapping(cs.n * cs.outH() * cs.outW(), cs.k, kg, t_);
@@ -146,12 +147,31 @@ class Planner : public ops::PlanApi {
   static i64 weightBytesPerOutputChannel(const kernels::Conv2dShape& s) {
     return s.r * s.s * s.cPerGroup() * 4;
   }
-  // How many output channels one tile may compute so that their weights fit the window budget;
-  // K itself when a linear mapping's slices (which may span all channels) already fit.
-  i64 outputChannelsPerTile(const kernels::Conv2dShape& s) const {
+  // How many output channels one tile computes: K itself when a linear mapping's slices (which
+  // may span all channels) fit the window budget with all the weights; otherwise the kg that
+  // minimises what a tile gathers: the weights of its kg channels plus the input rows of its
+  // block of pixels (T / ceil(K / kg) blocks), in the operands' stored dtypes. Few channels per
+  // tile make every tile read the input rows of many pixels; many make it read many weights.
+  i64 outputChannelsPerTile(const Op& op, const kernels::Conv2dShape& s) const {
     const i64 perK = weightBytesPerOutputChannel(s);
     if (perK * s.k <= windowBudgetBytes()) return s.k;
-    return std::clamp<i64>(windowBudgetBytes() / perK, 1, s.k);
+    const double xBytes = static_cast<double>(sizeOf(g_.tensor(op.inputs[0]).dtype));
+    const double wBytes = static_cast<double>(sizeOf(g_.tensor(op.inputs[1]).dtype));
+    const i64 pixels = s.n * s.outH() * s.outW(), span = s.dilH * (s.r - 1) + 1;
+    i64 best = 1;
+    double bestBytes = std::numeric_limits<double>::infinity();
+    for (i64 kg = 1; kg <= s.k; ++kg) {
+      const i64 groups = ceilDiv(s.k, kg);
+      if (kg > 1 && ceilDiv(s.k, kg - 1) == groups) continue;  // same groups, more weights
+      const i64 blocks = std::clamp<i64>(t_.numTiles / groups, 1, pixels);
+      const i64 pixelsPerTile = ceilDiv(pixels, blocks);
+      const i64 outRows = std::min(s.n * s.outH(), ceilDiv(pixelsPerTile, s.outW()) + 1);
+      const i64 inRows = std::min(s.n * s.h, (outRows - 1) * s.strideH + span);
+      const double bytes = static_cast<double>(inRows * s.w * s.c) * xBytes +
+                           static_cast<double>(kg * s.r * s.s * s.cPerGroup()) * wBytes;
+      if (bytes < bestBytes) bestBytes = bytes, best = kg;
+    }
+    return best;
   }
   // A [parts, elems] partials buffer: row p is spread over its own group of tiles, so that the
   // vertices of one part (which share that part's slice of the reduced operand, e.g. a block of
@@ -382,11 +402,21 @@ class Planner : public ops::PlanApi {
       case OpKind::Conv2d: {
         // Output slices are channel-blocked when the weights are large (see
         // createTensorBuffers): a vertex reads its input rows and its channels' weight rows.
+        // The vertices of one tile read one window of input rows, the rows of all their output
+        // rows (one gather per tile, not one per output row: neighbouring rows' windows overlap).
         auto s = convShapeOf(g_, op);
         i64 oRowLen = s.outW() * s.k, iRowLen = s.w * s.c, wPerK = s.r * s.s * s.cPerGroup();
+        std::vector<Range> tileRows(static_cast<size_t>(t_.numTiles), Range{0, 0});
+        for (const TileSlice& sl : exe_.mapping[out]) {
+          const Range rows = rowsOf({sl.begin, sl.end}, oRowLen);
+          Range& u = tileRows[static_cast<size_t>(sl.tile)];
+          u = u.size() == 0 ? rows
+                            : Range{std::min(u.begin, rows.begin), std::max(u.end, rows.end)};
+        }
         perOutputSlice(op, out, [&, s, oRowLen, iRowLen, wPerK](Range r) {
-          Range rows = inputRowsForOutputRows(rowsOf(r, oRowLen), s.outH(), s.h, s.strideH,
-                                              s.padTop, s.dilH * (s.r - 1) + 1);
+          const Range& outRows = tileRows[static_cast<size_t>(exe_.sliceOf(out, r.begin).tile)];
+          Range rows = inputRowsForOutputRows(outRows, s.outH(), s.h, s.strideH, s.padTop,
+                                              s.dilH * (s.r - 1) + 1);
           Range ks = channelsOf(r, s.k);
           return std::vector<NeedWindow>{{in(0), rows.begin * iRowLen, rows.end * iRowLen},
                                          {in(1), ks.begin * wPerK, ks.end * wPerK}};
@@ -703,16 +733,28 @@ class Planner : public ops::PlanApi {
     for (const ComputeSet& cs : exe_.computeSets) phases = std::max(phases, cs.phase + 1);
     const size_t kinds = static_cast<size_t>(ops::kindCount());
     std::vector<std::vector<char>> codelets(T, std::vector<char>(kinds * phases, 0));
+    // Vertex state: a compute set runs at most one vertex per worker on a tile; the planner's
+    // further vertices there are regions on the workers' work lists (a pointer and a size per
+    // operand each), as Poplar's multi-region ("2D") and convolution vertices take them; a
+    // window the tile gathers once for several regions is one pointer.
+    std::vector<int> verticesOnTile(T, 0);
     for (const ComputeSet& cs : exe_.computeSets) {
       if (isReplicaOp(g_.op(cs.op).kind)) continue;  // no tile code: IPU-Links / host side
       const size_t key = static_cast<size_t>(g_.op(cs.op).kind) * phases + cs.phase;
       for (const Vertex& v : cs.vertices) {
-        fixed[v.tile] += t_.vertexStateBytes;
+        if (++verticesOnTile[v.tile] <= t_.workersPerTile)
+          fixed[v.tile] += t_.vertexStateBytes;
+        else {  // an input window another region of the tile gathers too is the worker's
+          i64 operands = static_cast<i64>(v.outputs.size());
+          for (const Window& w : v.inputs) operands += !(w.gather && w.shared);
+          fixed[v.tile] += t_.workListBytesPerOperand * operands;
+        }
         if (!codelets[v.tile][key]) {
           codelets[v.tile][key] = 1;
           fixed[v.tile] += t_.codeBytesPerCodelet;
         }
       }
+      for (const Vertex& v : cs.vertices) verticesOnTile[v.tile] = 0;
     }
 
     exe_.arenaBytes.assign(T, 0);

@@ -1,6 +1,9 @@
 // Compiler: tile mapping covers every tensor, memory overflow errors, compile report, programs.
 #include <gtest/gtest.h>
 
+#include <map>
+#include <set>
+
 #include "ipu_backend/compiler/autodiff.h"
 #include "ipu_backend/compiler/compiler.h"
 #include "ipu_backend/engine/engine.h"
@@ -173,6 +176,32 @@ TEST(Compiler, BatchNormPartialSumsAreNeverGatheredWhole) {
     double scale = 0;
     for (float a : f) scale = std::max(scale, static_cast<double>(std::abs(a)));
     for (size_t i = 0; i < f.size(); ++i) ASSERT_NEAR(tl[i], f[i], 1e-4 * scale + 1e-7) << i;
+  }
+}
+
+// A channel-blocked convolution: each tile computes a block of pixels for a few output channels.
+// Its vertices read one window of input rows per tile (the rows of all its output rows), not
+// one per output row (a 3x3 window's rows overlap those of the next output row).
+TEST(Compiler, ConvolutionTileGathersItsInputRowsOnce) {
+  Graph g("strided_conv");
+  Builder b(g);
+  int x = b.variable("features", {2, 14, 14, 64});
+  int w = b.variable("conv_weight", {96, 3, 3, 64});  // 216 KiB: channel-blocked
+  int y = b.conv2d(x, w, Conv2dOptions::make(2, 1), "conv");
+  g.markOutput(b.reduceMean(y, {0, 1, 2, 3}, false, "loss"));
+  CompileOptions opts;
+  opts.checkMemory = false;
+  const Executable exe = compile(g, Target::small(64, 64 << 10), opts);
+  const int conv = exe.graph.get("conv");
+  ASSERT_LT(exe.mapping[conv].size(), 64u * 2 * 7 * 7 * 96);
+  ASSERT_GT(exe.mapping[conv].size(), 64u);  // channel-blocked: several slices per tile
+  for (const ComputeSet& cs : exe.computeSets) {
+    if (exe.graph.op(cs.op).kind != OpKind::Conv2d) continue;
+    std::map<int, std::set<std::pair<i64, i64>>> windows;
+    for (const Vertex& v : cs.vertices)
+      for (const Window& win : v.inputs)
+        if (win.buffer == x && win.gather) windows[v.tile].insert({win.begin, win.end});
+    for (const auto& [tile, ws] : windows) EXPECT_EQ(ws.size(), 1u) << "tile " << tile;
   }
 }
 
