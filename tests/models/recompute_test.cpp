@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <regex>
 
 #include "ipu_backend/compiler/compiler.h"
 #include "ipu_backend/compiler/recompute.h"
+#include "ipu_backend/cost/cost_model.h"
 #include "ipu_backend/engine/engine.h"
 #include "models/resnet50/resnet50.h"
 #include "models/small_cnn/small_cnn.h"
@@ -126,6 +128,40 @@ TEST(Recomputation, SmallResNet50TrainsToTheSameBitsWithFewerPeakBytes) {
     expectSameBits(plain, re);
     EXPECT_LT(re.peakLiveBytes, plain.peakLiveBytes);
   }
+}
+
+// The cost model prices the recomputed segments: the step's multiply-accumulates grow by exactly
+// the recomputed ones, and so does its time.
+TEST(Recomputation, TheCostModelPricesTheRecomputedForward) {
+  const models::ResNetGraph rg =
+      models::buildTraining(models::ResNetConfig::small(), 4, models::resnetSgdOptions());
+  Graph re = rg.graph;
+  const RecomputationReport rep = applyRecomputation(
+      re, rg.loss, {"stage1_unit1_relu3", "stage2_unit1_relu3", "stage3_unit1_relu3"});
+  const Target t = Target::mk2();
+  const cost::StepCost plain = cost::estimateGraph(rg.graph, t, {cost::CostOptions{}}, 0)[0];
+  const cost::StepCost with = cost::estimateGraph(re, t, {cost::CostOptions{}}, 0)[0];
+  EXPECT_GT(with.deviceSeconds, plain.deviceSeconds);
+  // Every recomputed compute set costs what its original costs, and the step grows by their sum.
+  std::map<std::string, const cost::ComputeSetCost*> original;
+  for (const cost::ComputeSetCost& cs : plain.computeSets) original[cs.name] = &cs;
+  const std::regex copy("/recomputed_[0-9]+");
+  double extraCycles = 0, extraMacs = 0;
+  int copies = 0;
+  for (const cost::ComputeSetCost& cs : with.computeSets) {
+    if (cs.name.find("/recomputed") == std::string::npos) continue;
+    const std::string name = std::regex_replace(cs.name, copy, "");
+    ASSERT_TRUE(original.count(name)) << cs.name;
+    EXPECT_DOUBLE_EQ(cs.computeCycles, original[name]->computeCycles) << cs.name;
+    EXPECT_DOUBLE_EQ(cs.macs, original[name]->macs) << cs.name;
+    extraCycles += cs.computeCycles;
+    extraMacs += cs.macs;
+    ++copies;
+  }
+  EXPECT_GE(copies, rep.recomputedOps);
+  EXPECT_GT(extraMacs, 0);
+  EXPECT_NEAR(with.macs - plain.macs, extraMacs, 1e-6 * with.macs);
+  EXPECT_NEAR(with.computeCycles - plain.computeCycles, extraCycles, 1e-6 * with.computeCycles);
 }
 
 TEST(Recomputation, StageBoundariesAreTheTensorsCrossingThem) {
