@@ -129,6 +129,10 @@ struct MemoryDetail {
 struct CompileOptions {
   int deviceIterations = 1;
   bool checkMemory = true;  // false: report only (the report still says which tiles overflow)
+  // false: stop after the tile memory (mappings, vertices, arenas): a fit verdict. The exchange
+  // copies change no tile's bytes; without them the program cannot run and its exchange is
+  // priced from the windows (cost::ExchangeModel other than AsCompiled).
+  bool planExchanges = true;
   // Ops from updateFirstOp on form the once-per-step update part of the program (see Program);
   // -1: none. Set by the replication pass (ipu_backend/replication).
   int accumulationSteps = 1;
