@@ -1,5 +1,6 @@
 #include "harness/full_scale_projection.h"
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <tuple>
@@ -9,6 +10,7 @@
 #include "harness/benchmark_registry.h"
 #include "harness/run_benchmark_plan.h"
 #include "ipu_backend/compiler/compiler.h"
+#include "ipu_backend/compiler/recompute.h"
 #include "ipu_backend/cost/cost_model.h"
 #include "ipu_backend/replication/replicate.h"
 #include "models/resnet50/resnet50.h"
@@ -29,11 +31,53 @@ cost::Precision costPrecision(const std::string& preset) {
   return cost::Precision::F32;
 }
 
+ProgramMemory memoryOf(const Executable& exe) {
+  ProgramMemory m;
+  m.capacity = exe.target.bytesPerTile;
+  for (const TileMemory& t : exe.tileMemory) m.tiles_over += t.total() > m.capacity;
+  const MemoryDetail& d = exe.memoryDetail;
+  if (!d.liveBytes.empty())
+    m.peak_live_bytes = *std::max_element(d.liveBytes.begin(), d.liveBytes.end());
+  if (!d.worstTiles.empty()) {
+    const TileDetail& w = d.worstTiles.front();
+    m.worst_tile = w.tile;
+    m.worst_tile_bytes = w.memory.total();
+    m.always_live = w.memory.alwaysLive;
+    m.code_and_vertex_state = w.codeAndVertexState;
+    m.peak_not_always_live = w.memory.peakNotAlwaysLive;
+    m.peak_compute_set = w.peakComputeSet >= 0 ? exe.computeSets[w.peakComputeSet].name
+                                               : std::string("the host stream copies");
+    if (!w.occupants.empty())
+      m.largest_occupant = fmt::format("{} {} B", w.occupants[0].name, w.occupants[0].bytes);
+  }
+  m.fits = m.tiles_over == 0;
+
+  return m;
+}
+
+}  // namespace
+
+Json ProgramMemory::json() const {
+  return {{"fits", fits},
+          {"worst_tile", worst_tile},
+          {"worst_tile_bytes", worst_tile_bytes},
+          {"tile_capacity_bytes", capacity},
+          {"always_live_bytes", always_live},
+          {"code_and_vertex_state_bytes", code_and_vertex_state},
+          {"peak_not_always_live_bytes", peak_not_always_live},
+          {"peak_live_bytes_all_tiles", peak_live_bytes},
+          {"tiles_over_capacity", tiles_over},
+          {"peak_compute_set", peak_compute_set},
+          {"largest_occupant", largest_occupant}};
+}
+
 // One replica's programs as run_benchmark would run them, compiled for the Mk2 with the
-// tile-memory check: the training step replicated (cross-replica reduction, accumulation),
-// then the evaluation forward pass. A program that does not fit stops at the verdict (seconds);
-// one that fits is compiled completely.
-FitVerdict checkFit(const PodPreset& p, const ProgramReportSink& report) {
+// tile-memory check: the training step (recomputed from the published checkpoints) replicated
+// (cross-replica reduction, accumulation), then the evaluation forward pass. A program that does
+// not fit stops at the verdict; one that fits is planned up to its tile memory (its exchange
+// copies change no tile's bytes and are not planned).
+FitVerdict checkFit(const PodPreset& p, const FitOptions& options,
+                    const ProgramReportSink& report) {
   const auto t0 = std::chrono::steady_clock::now();
   FitVerdict v;
   const Target target = Target::mk2();
@@ -42,16 +86,26 @@ FitVerdict checkFit(const PodPreset& p, const ProgramReportSink& report) {
   const std::string title = fmt::format("{}, {} replicas x micro-batch {} x accumulation {}, {}",
                                         podTopology(p.pod_size).name, p.replicas, p.micro_batch,
                                         p.gradient_accumulation, p.precision);
-  const cost::CostOptions costOpts{.precision = costPrecision(p.precision)};
+  // The checked programs have no exchange copies (a verdict needs none): their pages price the
+  // exchange from the vertices' windows.
+  const cost::CostOptions costOpts{.precision = costPrecision(p.precision),
+                                   .exchange = cost::ExchangeModel::Planned};
   auto pageName = [&](const char* program) { return fmt::format("pod{}_{}", p.pod_size, program); };
-  auto compileChecked = [&](const char* name, auto&& compileIt) {
+  // Compiles one program; its memory goes to `memory`; the first program that does not fit
+  // gives the verdict's tile, bytes and message.
+  auto compileChecked = [&](const char* name, ProgramMemory& memory, bool verdict,
+                            auto&& compileIt) {
     try {
       const Executable exe = compileIt();
-      if (report) report(pageName(name), exe, false, title + ": " + name + " program", costOpts);
+      memory = memoryOf(exe);
+      if (report && verdict)
+        report(pageName(name), exe, false, title + ": " + name + " program", costOpts);
       return true;
     } catch (const CompileError& e) {
-      if (e.tile() < 0) throw;  // not a tile-memory verdict
-      if (report && e.partial())
+      if (e.tile() < 0 || !e.partial()) throw;  // not a tile-memory verdict
+      memory = memoryOf(*e.partial());
+      if (!verdict) return false;
+      if (report)
         report(pageName(name), *e.partial(), true, title + ": " + name + " program", costOpts);
       if (v.program.empty()) {
         v.program = name;
@@ -63,20 +117,39 @@ FitVerdict checkFit(const PodPreset& p, const ProgramReportSink& report) {
       return false;
     }
   };
+  auto compileTraining = [&](const Graph& graph) {
+    CompileOptions co;
+    co.planExchanges = false;
+    if (p.replicas > 1 || p.gradient_accumulation > 1) {
+      const replication::ReplicatedGraph rg =
+          replication::replicate(graph, {p.replicas, p.gradient_accumulation, false});
+      rg.configure(co, p.gradient_accumulation);
+      return compile(rg.graph, target, co);
+    }
+    return compile(graph, target, co);
+  };
   auto check = [&] {
-    const ModelInstance model = findBenchmarkEntry(p.benchmark).build(request);
-    v.train_fits = compileChecked("training", [&] {
+    ModelInstance model = findBenchmarkEntry(p.benchmark).build(request);
+    if (options.compare_without_recomputation) {
+      ProgramMemory without;
+      compileChecked("training", without, false,
+                     [&] { return compileTraining(model.train.graph); });
+      v.training_without_recomputation = without;
+    }
+    if (options.recompute && p.benchmark == Benchmark::kResNet50) {
+      v.recomputation_checkpoints = models::publishedRecomputationCheckpoints();
+      const RecomputationReport r =
+          applyRecomputation(model.train.graph, model.train.loss, v.recomputation_checkpoints);
+      v.recomputed_forward_fraction =
+          r.forwardMacs > 0 ? static_cast<double>(r.recomputedMacs) / r.forwardMacs : 0;
+    }
+    v.train_fits = compileChecked("training", v.training, true,
+                                  [&] { return compileTraining(model.train.graph); });
+    v.eval_fits = compileChecked("evaluation", v.evaluation, true, [&] {
       CompileOptions co;
-      if (p.replicas > 1 || p.gradient_accumulation > 1) {
-        const replication::ReplicatedGraph rg =
-            replication::replicate(model.train.graph, {p.replicas, p.gradient_accumulation, false});
-        rg.configure(co, p.gradient_accumulation);
-        return compile(rg.graph, target, co);
-      }
-      return compile(model.train.graph, target, co);
+      co.planExchanges = false;
+      return compile(model.eval.graph, target, co);
     });
-    v.eval_fits =
-        compileChecked("evaluation", [&] { return compile(model.eval.graph, target, {}); });
   };
   try {
     check();
@@ -99,6 +172,8 @@ FitVerdict checkFit(const PodPreset& p, const ProgramReportSink& report) {
   return v;
 }
 
+namespace {
+
 // The cost model's price of one micro-batch (training) and one evaluation batch.
 struct Priced {
   cost::StepCost step, eval;
@@ -111,8 +186,10 @@ Priced price(const PodPreset& p) {
   const models::ResNetConfig full = models::ResNetConfig::resnet50();
   // The update is priced as SGD with momentum (LARS, which the published runs use, adds a
   // per-tensor norm: a few more elementwise passes over the weights, small beside the step).
-  const models::ResNetGraph train =
+  // The forward segments between the published checkpoints run twice (recomputation).
+  models::ResNetGraph train =
       models::buildTraining(full, p.micro_batch, models::resnetSgdOptions());
+  applyRecomputation(train.graph, train.loss, models::publishedRecomputationCheckpoints());
   Priced r;
   r.parameters = train.parameterCount();
   r.step = cost::estimateGraph(train.graph, target, {opts}, kOpsPerSegment)[0];
@@ -216,7 +293,7 @@ std::vector<FullScaleProjection> projectFullScale(Benchmark benchmark,
   std::vector<FullScaleProjection> out;
   for (const PodPreset* p : presets) {
     const auto t0 = std::chrono::steady_clock::now();
-    FitVerdict fit = checkFit(*p, report);
+    FitVerdict fit = checkFit(*p, {}, report);
     const auto key = std::make_tuple(p->micro_batch, p->precision);
     auto it = priced.find(key);
     if (it == priced.end()) it = priced.emplace(key, price(*p)).first;
@@ -253,6 +330,27 @@ std::string FullScaleProjection::describe() const {
         fit.eval_fits ? "fits" : "does not fit", firstLine);
   }
   if (!fit.deviation.empty()) s += fmt::format("  fit check: {}\n", fit.deviation);
+  auto memoryLine = [](const char* what, const ProgramMemory& m) {
+    return fmt::format(
+        "  {}: worst tile {} {} B of {} B ({} B always live, {} B of it code and vertex state; "
+        "peak {} B during {}); {} tile(s) over; all tiles' peak {:.1f} MB\n",
+        what, m.worst_tile, m.worst_tile_bytes, m.capacity, m.always_live, m.code_and_vertex_state,
+        m.peak_not_always_live, m.peak_compute_set, m.tiles_over,
+        static_cast<double>(m.peak_live_bytes) / 1e6);
+  };
+  if (!fit.recomputation_checkpoints.empty()) {
+    std::string names;
+    for (const std::string& n : fit.recomputation_checkpoints)
+      names += (names.empty() ? "" : ", ") + n;
+    s += fmt::format(
+        "  recomputation: checkpoints {} (Graphcore's [b1/0,b1/2,b2/0,b2/2,b3/0,b3/3]/relu); "
+        "{:.0f}% of the forward pass's multiply-accumulates run again before their backward\n",
+        names, 100 * fit.recomputed_forward_fraction);
+  }
+  if (fit.training.worst_tile >= 0) s += memoryLine("training program", fit.training);
+  if (fit.training_without_recomputation)
+    s += memoryLine("training program without recomputation", *fit.training_without_recomputation);
+  if (fit.evaluation.worst_tile >= 0) s += memoryLine("evaluation program", fit.evaluation);
   const StepBreakdown& b = breakdown;
   s += fmt::format(
       "  modeled step {:.2f} ms = compute {:.2f} + exchange {:.2f} + sync {:.2f} + host I/O "
@@ -291,6 +389,12 @@ Json FullScaleProjection::json() const {
                   {"target", Target::mk2().name},
                   {"priced_as_if_fitting", !fit.fits()}};
   if (!fit.deviation.empty()) fitJson["deviation"] = fit.deviation;
+  fitJson["recomputation_checkpoints"] = fit.recomputation_checkpoints;
+  fitJson["recomputed_forward_fraction"] = fit.recomputed_forward_fraction;
+  fitJson["training_memory"] = fit.training.json();
+  fitJson["evaluation_memory"] = fit.evaluation.json();
+  if (fit.training_without_recomputation)
+    fitJson["training_memory_without_recomputation"] = fit.training_without_recomputation->json();
   if (!fit.fits()) {
     fitJson["program"] = fit.program;
     fitJson["worst_tile"] = fit.tile;

@@ -20,8 +20,24 @@
 
 namespace ipu::harness {
 
+// Tile memory of one compiled program (what the verdict and the reports quote).
+struct ProgramMemory {
+  bool fits = false;
+  int worst_tile = -1;
+  std::int64_t worst_tile_bytes = 0, capacity = 0;
+  std::int64_t always_live = 0;            // on the worst tile: variables, code, vertex state
+  std::int64_t code_and_vertex_state = 0;  // part of always_live
+  std::int64_t peak_not_always_live = 0;   // on the worst tile
+  std::int64_t peak_live_bytes = 0;        // not always live, all tiles, at the fullest set
+  int tiles_over = 0;
+  std::string peak_compute_set;  // of the worst tile
+  std::string largest_occupant;  // of the worst tile at its peak
+  Json json() const;
+};
+
 // Whether one replica's programs, exactly as a run would compile them (the preset's precision
-// and optimizer, replicated with gradient accumulation), fit in the tile memory of an IPU-Mk2.
+// and optimizer, replicated with gradient accumulation, recomputation from the published
+// checkpoints), fit in the tile memory of an IPU-Mk2.
 struct FitVerdict {
   bool train_fits = false, eval_fits = false;
   // The first program that does not fit ("training" or "evaluation"; empty when both fit), its
@@ -34,8 +50,24 @@ struct FitVerdict {
   // stand-in (batch norm per replica); says why.
   std::string deviation;
   double seconds = 0;  // host time of the check
+  // The training program's recomputation checkpoints (the published configuration's) and the
+  // share of the forward pass's multiply-accumulates it runs a second time.
+  std::vector<std::string> recomputation_checkpoints;
+  double recomputed_forward_fraction = 0;
+  ProgramMemory training, evaluation;
+  // The same training program without recomputation (FitOptions::compare_without_recomputation).
+  std::optional<ProgramMemory> training_without_recomputation;
   bool fits() const { return train_fits && eval_fits; }
 };
+
+struct FitOptions {
+  bool recompute = true;                       // the published checkpoints
+  bool compare_without_recomputation = false;  // also check the training program without them
+};
+
+// The fit check of one preset (what --project-only prints; the benchmarks time it).
+FitVerdict checkFit(const PodPreset& preset, const FitOptions& options = {},
+                    const ProgramReportSink& report = {});
 
 // One weight update of the whole system, in seconds: the parts sum to TimeToTrain::stepSeconds.
 struct StepBreakdown {

@@ -30,8 +30,11 @@ add_library(ipu_backend STATIC
   ${CMAKE_CURRENT_LIST_DIR}/compiler/op_shapes.cpp
   ${CMAKE_CURRENT_LIST_DIR}/compiler/compiler.cpp
   ${CMAKE_CURRENT_LIST_DIR}/compiler/first_fit.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/compiler/recompute.cpp
   ${CMAKE_CURRENT_LIST_DIR}/compiler/mixed_precision.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/compiler/pipeline.cpp
   ${CMAKE_CURRENT_LIST_DIR}/engine/engine.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/engine/pipeline_engine.cpp
   ${CMAKE_CURRENT_LIST_DIR}/optimizers/lowering.cpp
   ${CMAKE_CURRENT_LIST_DIR}/optimizers/adam_moments.cpp
   ${CMAKE_CURRENT_LIST_DIR}/optimizers/sgd.cpp

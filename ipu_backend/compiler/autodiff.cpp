@@ -204,7 +204,13 @@ GradientResult backwardFrom(Graph& g, int loss, const std::vector<int>& wrt,
 
   GradBuilder gb(g);
   Builder b(g);
+  // Every added op records the forward op it differentiates (the seed: the loss's producer).
+  auto tagSince = [&g](size_t first, int forwardTensor) {
+    for (size_t o = first; o < g.ops().size(); ++o)
+      g.setGradientOf(static_cast<int>(o), forwardTensor);
+  };
   gb.accumulate(loss, makeSeed(b, L));
+  tagSince(nOpsBefore, loss);
   for (size_t i = nOpsBefore; i-- > 0;) {
     const Op op = g.op(static_cast<int>(i));  // copy: adding ops may reallocate
     bool hasGrad =
@@ -217,7 +223,10 @@ GradientResult backwardFrom(Graph& g, int loss, const std::vector<int>& wrt,
       needs[k] = fromWrt[t] && toLoss[t] && isFloat(g.tensor(t).dtype);
       anyNeed = anyNeed || needs[k];
     }
-    if (anyNeed) gb.rule(op, needs);
+    if (!anyNeed) continue;
+    const size_t first = g.ops().size();
+    gb.rule(op, needs);
+    tagSince(first, op.outputs.empty() ? op.inputs[0] : op.outputs[0]);
   }
   GradientResult r;
   for (int t : wrt)

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <tuple>
@@ -122,7 +123,7 @@ class Planner : public ops::PlanApi {
     }
     buildProgram();
     allocateArenas();
-    planExchanges();
+    if (exe_.options.planExchanges) planExchanges();
   }
 
  private:
@@ -136,7 +137,7 @@ class Planner : public ops::PlanApi {
     for (const Op& op : g_.ops())
       if (op.kind == OpKind::Conv2d) {
         auto cs = convShapeOf(g_, op);
-        const i64 kg = outputChannelsPerTile(cs);
+        const i64 kg = outputChannelsPerTile(op, cs);
         if (kg < cs.k)
           exe_.mapping[op.outputs[0]] =
               channelBlockedMapping(cs.n * cs.outH() * cs.outW(), cs.k, kg, t_);
@@ -146,12 +147,31 @@ class Planner : public ops::PlanApi {
   static i64 weightBytesPerOutputChannel(const kernels::Conv2dShape& s) {
     return s.r * s.s * s.cPerGroup() * 4;
   }
-  // How many output channels one tile may compute so that their weights fit the window budget;
-  // K itself when a linear mapping's slices (which may span all channels) already fit.
-  i64 outputChannelsPerTile(const kernels::Conv2dShape& s) const {
+  // How many output channels one tile computes: K itself when a linear mapping's slices (which
+  // may span all channels) fit the window budget with all the weights; otherwise the kg that
+  // minimises what a tile gathers: the weights of its kg channels plus the input rows of its
+  // block of pixels (T / ceil(K / kg) blocks), in the operands' stored dtypes. Few channels per
+  // tile make every tile read the input rows of many pixels; many make it read many weights.
+  i64 outputChannelsPerTile(const Op& op, const kernels::Conv2dShape& s) const {
     const i64 perK = weightBytesPerOutputChannel(s);
     if (perK * s.k <= windowBudgetBytes()) return s.k;
-    return std::clamp<i64>(windowBudgetBytes() / perK, 1, s.k);
+    const double xBytes = static_cast<double>(sizeOf(g_.tensor(op.inputs[0]).dtype));
+    const double wBytes = static_cast<double>(sizeOf(g_.tensor(op.inputs[1]).dtype));
+    const i64 pixels = s.n * s.outH() * s.outW(), span = s.dilH * (s.r - 1) + 1;
+    i64 best = 1;
+    double bestBytes = std::numeric_limits<double>::infinity();
+    for (i64 kg = 1; kg <= s.k; ++kg) {
+      const i64 groups = ceilDiv(s.k, kg);
+      if (kg > 1 && ceilDiv(s.k, kg - 1) == groups) continue;  // same groups, more weights
+      const i64 blocks = std::clamp<i64>(t_.numTiles / groups, 1, pixels);
+      const i64 pixelsPerTile = ceilDiv(pixels, blocks);
+      const i64 outRows = std::min(s.n * s.outH(), ceilDiv(pixelsPerTile, s.outW()) + 1);
+      const i64 inRows = std::min(s.n * s.h, (outRows - 1) * s.strideH + span);
+      const double bytes = static_cast<double>(inRows * s.w * s.c) * xBytes +
+                           static_cast<double>(kg * s.r * s.s * s.cPerGroup()) * wBytes;
+      if (bytes < bestBytes) bestBytes = bytes, best = kg;
+    }
+    return best;
   }
   // A [parts, elems] partials buffer: row p is spread over its own group of tiles, so that the
   // vertices of one part (which share that part's slice of the reduced operand, e.g. a block of
@@ -171,20 +191,36 @@ class Planner : public ops::PlanApi {
     exe_.mapping.push_back(std::move(m));
     return static_cast<int>(exe_.buffers.size() - 1);
   }
-  // Two partial rows per part ([parts][2][c]: sums and sums of squares), following `like` ([c]).
-  int addPairPartials(const std::string& name, int like, i64 parts, i64 c) {
+  // Two partial rows per part ([parts][2][c]: sums and sums of squares); part p's pair of rows
+  // is one tile's, the parts spread over the tiles, so that one vertex per part computes every
+  // channel of its rows and no row block is gathered once per channel slice.
+  int addPairPartials(const std::string& name, i64 parts, i64 c) {
     Buffer b{name, parts * 2 * c, DType::F32, -1, false};
     exe_.buffers.push_back(b);
     std::vector<TileSlice> m;
-    i64 shift = std::max<i64>(1, t_.numTiles / parts);
-    for (i64 p = 0; p < parts; ++p)
-      for (int half = 0; half < 2; ++half)
-        for (const TileSlice& s : exe_.mapping[like])
-          m.push_back({static_cast<int>((s.tile + p * shift) % t_.numTiles),
-                       (p * 2 + half) * c + s.begin, (p * 2 + half) * c + s.end, 0});
-    std::sort(m.begin(), m.end(), [](auto& a, auto& b) { return a.begin < b.begin; });
+    const i64 T = t_.numTiles;
+    const i64 start = static_cast<i64>((static_cast<std::uint64_t>(c) * 2654435761ULL) %
+                                       static_cast<std::uint64_t>(T));
+    for (i64 p = 0; p < parts; ++p) {
+      const int tile = static_cast<int>((start + (parts <= T ? p * T / parts : p)) % T);
+      m.push_back({tile, p * 2 * c, p * 2 * c + c, 0});
+      m.push_back({tile, p * 2 * c + c, (p + 1) * 2 * c, 0});
+    }
     exe_.mapping.push_back(std::move(m));
     return static_cast<int>(exe_.buffers.size() - 1);
+  }
+  // Maps the [c] statistics `outA` and `outB` in runs of `perTile` channels over consecutive
+  // tiles (at least their linear mapping's runs are split), so that the combining vertex of each
+  // run gathers only its channels of every part.
+  void mapStatisticsInRuns(int outA, int outB, i64 c, i64 perTile) {
+    const i64 grain = std::max<i64>(1, t_.grainBytes / sizeOf(exe_.buffers[outA].dtype));
+    perTile = std::max(grain, perTile / grain * grain);
+    std::vector<TileSlice> m;
+    const i64 start = exe_.mapping[outA].front().tile;
+    for (i64 b = 0, i = 0; b < c; b += perTile, ++i)
+      m.push_back({static_cast<int>((start + i) % t_.numTiles), b, std::min(c, b + perTile), 0});
+    exe_.mapping[outA] = m;
+    exe_.mapping[outB] = std::move(m);
   }
 
   ComputeSet& newComputeSet(const Op& op, int phase, const std::string& what) {
@@ -297,32 +333,36 @@ class Planner : public ops::PlanApi {
   }
 
   // Batch-norm style per-channel sums over rows with partials [P][2][C] then a finalize set.
-  // phase 0 windows(channels, rows); finalize writes outA/outB per channel slice.
+  // Phase 0: one vertex per part (a block of rows, every channel) writes its part's pair of
+  // partial rows; `bytesPerRow` (what one row adds to a part's windows, in the stored dtypes)
+  // sets P so that a part's windows fit the window budget. Phase 1: the statistics outA/outB
+  // are mapped in runs of channels small enough that a run's partials of all P parts fit the
+  // budget too, so no tile gathers a whole partials tensor (P x 2C floats: 0.8 MB for the
+  // first batch norm's backward of ResNet-50 at micro-batch 20).
   template <typename F, typename G>
-  void channelSums(const Op& op, i64 rows, i64 c, i64 bytesPerRow, int like, F windows,
-                   G finalizeWindows, int outA, int outB) {
-    i64 parts = std::clamp<i64>(
-        std::max(ceilDiv(bytesPerRow * rows, windowBudgetBytes()),
-                 std::min<i64>(16, t_.numTiles / static_cast<i64>(exe_.mapping[like].size()))),
-        1, rows);
-    int partials = addPairPartials(exe_.buffers[outA].name + "/partial_sums", like, parts, c);
+  void channelSums(const Op& op, i64 rows, i64 c, i64 bytesPerRow, F windows, G finalizeWindows,
+                   int outA, int outB) {
+    const i64 statSlices = static_cast<i64>(exe_.mapping[outA].size());
+    const i64 parts = std::clamp<i64>(std::max(ceilDiv(bytesPerRow * rows, windowBudgetBytes()),
+                                               std::min<i64>(16 * statSlices, t_.numTiles)),
+                                      1, rows);
+    const i64 perTile = std::max<i64>(1, windowBudgetBytes() / (parts * 2 * 4));
+    if (perTile < c / statSlices) mapStatisticsInRuns(outA, outB, c, perTile);
+    int partials = addPairPartials(exe_.buffers[outA].name + "/partial_sums", parts, c);
     {
       ComputeSet& cs = newComputeSet(op, 0, "channel_sums");
+      const Range ch{0, c};
       for (i64 p = 0; p < parts; ++p) {
         Range red{rows * p / parts, rows * (p + 1) / parts};
-        for (const TileSlice& s : exe_.mapping[like]) {
-          Range ch{s.begin, s.end};
-          int tile = exe_.sliceOf(partials, p * 2 * c + s.begin).tile;
-          cs.vertices.push_back(
-              vertexOn(tile, windows(ch, red),
-                       {{partials, p * 2 * c + s.begin, p * 2 * c + s.end},
-                        {partials, (p * 2 + 1) * c + s.begin, (p * 2 + 1) * c + s.end}},
-                       ch, red, static_cast<int>(p)));
-        }
+        const int tile = exe_.sliceOf(partials, p * 2 * c).tile;
+        cs.vertices.push_back(vertexOn(
+            tile, windows(ch, red),
+            {{partials, p * 2 * c, p * 2 * c + c}, {partials, (p * 2 + 1) * c, (p * 2 + 2) * c}},
+            ch, red, static_cast<int>(p)));
       }
     }
     ComputeSet& cs = newComputeSet(op, 1, "finalize");
-    for (const TileSlice& s : exe_.mapping[like]) {
+    for (const TileSlice& s : exe_.mapping[outA]) {
       std::vector<NeedWindow> ins = finalizeWindows(Range{s.begin, s.end});
       for (i64 p = 0; p < parts; ++p) {
         ins.push_back({partials, p * 2 * c + s.begin, p * 2 * c + s.end});
@@ -362,11 +402,21 @@ class Planner : public ops::PlanApi {
       case OpKind::Conv2d: {
         // Output slices are channel-blocked when the weights are large (see
         // createTensorBuffers): a vertex reads its input rows and its channels' weight rows.
+        // The vertices of one tile read one window of input rows, the rows of all their output
+        // rows (one gather per tile, not one per output row: neighbouring rows' windows overlap).
         auto s = convShapeOf(g_, op);
         i64 oRowLen = s.outW() * s.k, iRowLen = s.w * s.c, wPerK = s.r * s.s * s.cPerGroup();
+        std::vector<Range> tileRows(static_cast<size_t>(t_.numTiles), Range{0, 0});
+        for (const TileSlice& sl : exe_.mapping[out]) {
+          const Range rows = rowsOf({sl.begin, sl.end}, oRowLen);
+          Range& u = tileRows[static_cast<size_t>(sl.tile)];
+          u = u.size() == 0 ? rows
+                            : Range{std::min(u.begin, rows.begin), std::max(u.end, rows.end)};
+        }
         perOutputSlice(op, out, [&, s, oRowLen, iRowLen, wPerK](Range r) {
-          Range rows = inputRowsForOutputRows(rowsOf(r, oRowLen), s.outH(), s.h, s.strideH,
-                                              s.padTop, s.dilH * (s.r - 1) + 1);
+          const Range& outRows = tileRows[static_cast<size_t>(exe_.sliceOf(out, r.begin).tile)];
+          Range rows = inputRowsForOutputRows(outRows, s.outH(), s.h, s.strideH, s.padTop,
+                                              s.dilH * (s.r - 1) + 1);
           Range ks = channelsOf(r, s.k);
           return std::vector<NeedWindow>{{in(0), rows.begin * iRowLen, rows.end * iRowLen},
                                          {in(1), ks.begin * wPerK, ks.end * wPerK}};
@@ -462,7 +512,7 @@ class Planner : public ops::PlanApi {
         auto [rows, c] = rowsChannelsOf(g_, in(0));
         int mean = op.outputs[1], var = op.outputs[2];
         channelSums(
-            op, rows, c, c * 4, mean,
+            op, rows, c, c * sizeOf(g_.tensor(in(0)).dtype),
             [&, c](Range ch, Range red) {
               return std::vector<NeedWindow>{
                   {in(0), red.begin * c + ch.begin, (red.end - 1) * c + ch.end}};
@@ -483,7 +533,7 @@ class Planner : public ops::PlanApi {
         auto [rows, c] = rowsChannelsOf(g_, in(0));
         int dgamma = op.outputs[1], dbeta = op.outputs[2];
         channelSums(
-            op, rows, c, 2 * c * 4, dbeta,
+            op, rows, c, c * (sizeOf(g_.tensor(in(0)).dtype) + sizeOf(g_.tensor(in(1)).dtype)),
             [&, c](Range ch, Range red) {
               i64 b = red.begin * c + ch.begin, e = (red.end - 1) * c + ch.end;
               return std::vector<NeedWindow>{
@@ -683,16 +733,28 @@ class Planner : public ops::PlanApi {
     for (const ComputeSet& cs : exe_.computeSets) phases = std::max(phases, cs.phase + 1);
     const size_t kinds = static_cast<size_t>(ops::kindCount());
     std::vector<std::vector<char>> codelets(T, std::vector<char>(kinds * phases, 0));
+    // Vertex state: a compute set runs at most one vertex per worker on a tile; the planner's
+    // further vertices there are regions on the workers' work lists (a pointer and a size per
+    // operand each), as Poplar's multi-region ("2D") and convolution vertices take them; a
+    // window the tile gathers once for several regions is one pointer.
+    std::vector<int> verticesOnTile(T, 0);
     for (const ComputeSet& cs : exe_.computeSets) {
       if (isReplicaOp(g_.op(cs.op).kind)) continue;  // no tile code: IPU-Links / host side
       const size_t key = static_cast<size_t>(g_.op(cs.op).kind) * phases + cs.phase;
       for (const Vertex& v : cs.vertices) {
-        fixed[v.tile] += t_.vertexStateBytes;
+        if (++verticesOnTile[v.tile] <= t_.workersPerTile)
+          fixed[v.tile] += t_.vertexStateBytes;
+        else {  // an input window another region of the tile gathers too is the worker's
+          i64 operands = static_cast<i64>(v.outputs.size());
+          for (const Window& w : v.inputs) operands += !(w.gather && w.shared);
+          fixed[v.tile] += t_.workListBytesPerOperand * operands;
+        }
         if (!codelets[v.tile][key]) {
           codelets[v.tile][key] = 1;
           fixed[v.tile] += t_.codeBytesPerCodelet;
         }
       }
+      for (const Vertex& v : cs.vertices) verticesOnTile[v.tile] = 0;
     }
 
     exe_.arenaBytes.assign(T, 0);

@@ -129,6 +129,10 @@ struct MemoryDetail {
 struct CompileOptions {
   int deviceIterations = 1;
   bool checkMemory = true;  // false: report only (the report still says which tiles overflow)
+  // false: stop after the tile memory (mappings, vertices, arenas): a fit verdict. The exchange
+  // copies change no tile's bytes; without them the program cannot run and its exchange is
+  // priced from the windows (cost::ExchangeModel other than AsCompiled).
+  bool planExchanges = true;
   // Ops from updateFirstOp on form the once-per-step update part of the program (see Program);
   // -1: none. Set by the replication pass (ipu_backend/replication).
   int accumulationSteps = 1;
@@ -150,6 +154,10 @@ struct Executable {
   std::vector<bool> optimizerOp;  // per IR op: part of a lowered optimizer update
   i64 optimizerStateBytes = 0;    // per replica (sharded state: this replica's chunks)
   MemoryDetail memoryDetail;      // occupants of the fullest tiles, live bytes over the program
+  // Per IR tensor: the id stochastic rounding keys its writes on. Empty: the tensor's own id. A
+  // pipeline IPU's program keys on the training graph's ids, so that it rounds as the
+  // unpipelined program does (ipu_backend/compiler/pipeline.h).
+  std::vector<int> roundingKeys = {};
 
   // JSON compile report: per-tile memory (max, mean, histogram), vertex and compute-set counts,
   // exchange bytes, the largest buffers.

@@ -162,12 +162,12 @@ struct Engine::Impl {
   bool buildingInPlaceOp = false;  // tile: outputs are read-modify-write (update ops)
   const Op* buildingOp = nullptr;
 
-  Impl(const Executable& e, EngineMode m, ReplicaContext rc)
+  Impl(const Executable& e, EngineMode m, ReplicaContext rc, bool microBatchesInterleaved)
       : exe(e), g(e.graph), mode(m), replica(rc) {
     inputs.assign(g.tensors().size(), nullptr);
     outputs.assign(g.tensors().size(), nullptr);
     if (mode == EngineMode::Fused) {
-      fusion = planHostFusions(g, {fz::bf16PrimitivesAvailable()});
+      fusion = planHostFusions(g, {fz::bf16PrimitivesAvailable(), !microBatchesInterleaved});
       allocateFusedTensors();
       allocateFusedScratch();
       for (const Op& op : g.ops())
@@ -521,10 +521,11 @@ struct Engine::Impl {
       if (written) {
         void* dst = tensorMem[t];
         bool sr = stochasticWrites(op);
+        const int key = roundingKeyOf(t);
         std::uint64_t* stepPtr = &step;
         const std::uint64_t* basePtr = &roundingSeedBase;
         post.push_back(
-            [=] { narrow(dt, f, dst, n, sr, sr ? roundingSeed(*basePtr, *stepPtr, t) : 0, 0); });
+            [=] { narrow(dt, f, dst, n, sr, sr ? roundingSeed(*basePtr, *stepPtr, key) : 0, 0); });
       }
     }
     auto fn = makeFused(op);
@@ -812,12 +813,13 @@ struct Engine::Impl {
       float* f = buf->data();
       if (buildingInPlaceOp) preConvert.push_back([=] { widen(dt, dst, f, n); });
       bool sr = stochasticWrites(*buildingOp);
-      int t = exe.buffers[o.buffer].tensor;
+      const int key = roundingKeyOf(exe.buffers[o.buffer].tensor);
       std::uint64_t* stepPtr = &step;
       const std::uint64_t* basePtr = &roundingSeedBase;
       i64 first = o.begin;
-      postConvert.push_back(
-          [=] { narrow(dt, f, dst, n, sr, sr ? roundingSeed(*basePtr, *stepPtr, t) : 0, first); });
+      postConvert.push_back([=] {
+        narrow(dt, f, dst, n, sr, sr ? roundingSeed(*basePtr, *stepPtr, key) : 0, first);
+      });
       return f;
     }
     return reinterpret_cast<float*>(sliceAddr(tile, o.buffer, o.begin));
@@ -1024,6 +1026,24 @@ struct Engine::Impl {
     }
   }
 
+  int roundingKeyOf(int t) const {
+    return exe.roundingKeys.empty() || t < 0 ? t : exe.roundingKeys[static_cast<size_t>(t)];
+  }
+
+  void runSegment(int firstOp, int endOp, std::uint64_t stepIndex) {
+    step = stepIndex;
+    for (const Program::Step& st : exe.program.body) {
+      if (st.kind != Program::Step::Kind::Execute) continue;
+      const ComputeSet& cs = exe.computeSets[st.index];
+      if (cs.op < firstOp || cs.op >= endOp) continue;
+      if (mode == EngineMode::Fused) {
+        if (cs.phase == 0) fusedSteps[cs.op]();
+      } else {
+        runComputeSet(st.index);
+      }
+    }
+  }
+
   // body[begin, end) with host stream slot `it`.
   void runSteps(size_t begin, size_t end, int it) {
     const Program& p = exe.program;
@@ -1070,11 +1090,12 @@ struct Engine::Impl {
   }
 };
 
-Engine::Engine(std::shared_ptr<const Executable> exe, EngineMode mode, ReplicaContext replica)
+Engine::Engine(std::shared_ptr<const Executable> exe, EngineMode mode, ReplicaContext replica,
+               bool microBatchesInterleaved)
     : exe_(std::move(exe)),
       mode_(mode),
       replica_(replica),
-      impl_(std::make_unique<Impl>(*exe_, mode, replica)) {}
+      impl_(std::make_unique<Impl>(*exe_, mode, replica, microBatchesInterleaved)) {}
 
 Engine::~Engine() = default;
 
@@ -1175,6 +1196,10 @@ const std::vector<double>& Engine::opSeconds() const {
 
 void Engine::run() {
   impl_->run();
+}
+
+void Engine::runSegment(int firstOp, int endOp, std::uint64_t step) {
+  impl_->runSegment(firstOp, endOp, step);
 }
 
 }  // namespace ipu

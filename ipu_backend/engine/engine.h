@@ -26,8 +26,11 @@ class Engine {
  public:
   // `replica`: which replica this engine runs and the Collective joining it to the others
   // (needed when the program has cross-replica ops for more than one replica).
+  // `microBatchesInterleaved`: the caller runs segments of the program for several
+  // micro-batches in turn (a pipeline stage's forward of micro-batch m+1 before its backward of
+  // m), so no host fusion may keep state from a forward kernel to its backward.
   Engine(std::shared_ptr<const Executable> exe, EngineMode mode = EngineMode::Fused,
-         ReplicaContext replica = {});
+         ReplicaContext replica = {}, bool microBatchesInterleaved = false);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -73,6 +76,11 @@ class Engine {
   // Runs the program once: deviceIterations training steps (each of accumulationSteps
   // micro-batches when the program accumulates gradients).
   void run();
+  // Runs the compute sets of ops [firstOp, endOp) once, without host streams (the caller writes
+  // their inputs and reads their results): one segment of a pipelined program
+  // (ipu_backend/engine/pipeline_engine.h). `step` keys the stochastic rounding as run()'s
+  // step counter would (one count per micro-batch and one per update part).
+  void runSegment(int firstOp, int endOp, std::uint64_t step);
 
  private:
   struct Impl;

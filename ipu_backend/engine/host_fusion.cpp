@@ -171,7 +171,8 @@ HostFusionPlan planHostFusions(const Graph& g, const HostFusionOptions& options)
       // x is the relu output of a fused batch_norm_train -> add -> relu: read its bits.
       const int relu = g.tensor(grad->inputs[0]).producer;
       const int fwdAdd = relu < 0 ? -1 : g.tensor(g.op(relu).inputs[0]).producer;
-      if (fwdAdd >= 0 && p.role[static_cast<size_t>(fwdAdd)] == Role::kAddBatchNormRelu &&
+      if (options.stateFromForwardToBackward && fwdAdd >= 0 &&
+          p.role[static_cast<size_t>(fwdAdd)] == Role::kAddBatchNormRelu &&
           p.reluOut[static_cast<size_t>(fwdAdd)] == grad->inputs[0] && y.back() % 16 == 0) {
         p.reluBitsFrom[op.id] = fwdAdd;
         p.writesReluBits[static_cast<size_t>(fwdAdd)] = true;
@@ -181,7 +182,7 @@ HostFusionPlan planHostFusions(const Graph& g, const HostFusionOptions& options)
       ++p.absorbedOps;
     } else if (op.kind == OpKind::BatchNormBackward) {
       const auto d = batchNormDtype(op);
-      if (!d) continue;
+      if (!d || !options.stateFromForwardToBackward) continue;
       // relu_grad(relu output, g) -> dy -> batch_norm_backward(x, dy, gamma, mean, var) whose
       // forward is a fused batch norm + relu over the same x: the mask is in its workspace.
       const int dy = op.inputs[1];

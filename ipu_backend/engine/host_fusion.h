@@ -68,6 +68,10 @@ struct HostFusionPlan {
 
 struct HostFusionOptions {
   bool bf16BatchNorm = false;  // native bf16 batch norm kernels (x, y bf16; parameters f32)
+  // Fusions whose backward kernel reads what its forward kernel left in the engine (the oneDNN
+  // ReLU mask, the ReLU bits). Off when a pipeline runs the forward of later micro-batches
+  // before the backward of earlier ones (that state is not stashed per micro-batch).
+  bool stateFromForwardToBackward = true;
 };
 
 HostFusionPlan planHostFusions(const Graph& g, const HostFusionOptions& options = {});

@@ -136,6 +136,10 @@ struct Op {
   std::vector<int> inputs;   // tensor ids
   std::vector<int> outputs;  // tensor ids (empty for pure side-effect ops)
   Attrs attrs;
+  // Backward ops: the first output of the forward op whose gradient rule added this op (tensor
+  // ids survive reordering). -1 for every other op. The pipeline pass puts a backward op on the
+  // stage of its forward op (ipu_backend/compiler/pipeline.h). Not part of the text form.
+  int gradientOf = -1;
 };
 
 class Graph {
@@ -180,6 +184,8 @@ class Graph {
   // Gives op `op` new inputs and attributes of the same kind (compiler lowering passes). They are
   // checked like addOp's and must infer the outputs the op already has (GraphError otherwise).
   void rewriteOp(int op, std::vector<int> inputs, Attrs attrs);
+  // Records that op `op` belongs to the gradient of the forward op producing `tensor`.
+  void setGradientOf(int op, int tensor) { ops_.at(static_cast<size_t>(op)).gradientOf = tensor; }
   // A unique tensor name with the given stem ("conv_3", "conv_4", ...).
   std::string uniqueName(const std::string& stem) const;
 

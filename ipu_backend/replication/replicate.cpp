@@ -128,6 +128,8 @@ ReplicatedGraph replicate(const Graph& src, const ReplicationOptions& o) {
     }
     const int nid = g.addOp(op.kind, map(op.inputs), attrs, names);
     for (size_t i = 0; i < op.outputs.size(); ++i) id[op.outputs[i]] = g.op(nid).outputs[i];
+    if (auto f = id.find(op.gradientOf); op.gradientOf >= 0 && f != id.end())
+      g.setGradientOf(nid, f->second);
   }
   if (!replicated) {  // the plain step, in the source's form
     for (int t : src.outputs()) g.markOutput(id.at(t));

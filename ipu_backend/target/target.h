@@ -24,7 +24,10 @@ struct Target {
   double hostLinkBytesPerSec = 64e9;  // PCIe Gen4 x16 equivalent through the M2000 gateway
   // Fixed per-tile costs the compiler reserves (code and vertex state estimates).
   std::int64_t codeBytesPerCodelet = 1024;  // per distinct kernel type used on a tile
-  std::int64_t vertexStateBytes = 48;       // per vertex on a tile
+  std::int64_t vertexStateBytes = 48;       // per vertex on a tile (up to one per worker)
+  // Per operand of each further region a compute set's workers process on a tile (a 32-bit
+  // pointer and a size in their work lists).
+  std::int64_t workListBytesPerOperand = 8;
   // Smallest unit the planner maps onto a tile, in bytes (Poplar maps in grains; 8 bytes keeps
   // 64-bit loads aligned for f32 and f16 alike).
   std::int64_t grainBytes = 8;
@@ -36,8 +39,8 @@ struct Target {
   // A small target for tests: few tiles, little memory, same per-tile rates.
   static Target small(std::int64_t tiles, std::int64_t bytesPerTile) {
     Target t;
-    t.name = "test target (" + std::to_string(tiles) + " tiles x " +
-             std::to_string(bytesPerTile) + " B)";
+    t.name = "test target (" + std::to_string(tiles) + " tiles x " + std::to_string(bytesPerTile) +
+             " B)";
     t.numTiles = tiles;
     t.bytesPerTile = bytesPerTile;
     return t;

@@ -165,6 +165,13 @@ i64 ResNetGraph::parameterCount() const {
   return n;
 }
 
+std::vector<std::string> publishedRecomputationCheckpoints() {
+  std::vector<std::string> names;
+  for (auto [stage, unit] : {std::pair{1, 0}, {1, 2}, {2, 0}, {2, 2}, {3, 0}, {3, 3}})
+    names.push_back(unitPrefix(stage, unit + 1) + "relu3");
+  return names;
+}
+
 std::vector<std::string> resnetParameterNames(const ResNetConfig& c) {
   std::vector<std::string> names = {"conv0_weight", "bn0_gamma", "bn0_beta"};
   for (size_t s = 0; s < c.blocks.size(); ++s) {

@@ -144,6 +144,12 @@ SgdOptions resnetSgdOptions(double momentum = 0.9, double weightDecay = 5e-5);
 // <random> distributions (mt19937_64 per tensor, own Box-Muller).
 std::map<std::string, std::vector<float>> initWeights(const ResNetGraph& rg, std::uint64_t seed);
 
+// The recomputation checkpoints of Graphcore's MLPerf v1.1 ResNet-50 (configs.yml
+// `mk2_resnet50_mlperf_pod*_lars`: pipeline splits [b1/0, b1/2, b2/0, b2/2, b3/0, b3/3]/relu on
+// one IPU, Sequential, recomputation on): the output ReLUs of those blocks, in our names (their
+// b<s>/<u> is stage s, unit u counted from 0; ours counts units from 1).
+std::vector<std::string> publishedRecomputationCheckpoints();
+
 // Multiply-accumulates of the conv2d and matmul ops of a graph (whole batch). Call it on a
 // forward or inference graph: a training graph's backward matmuls would count too.
 double forwardMacs(const Graph& g);

@@ -162,6 +162,24 @@ def test_project_only_verdict_breakdown_and_time_to_train(all_pods):
             assert fit["worst_tile_bytes"] > fit["tile_capacity_bytes"] > 0
             assert "DOES NOT FIT one IPU-Mk2" in block and "AS IF THEY FIT" in block
             assert f'needs {fit["worst_tile_bytes"]} B of {fit["tile_capacity_bytes"]} B' in block
+        # The training program recomputes from Graphcore's six checkpoints (a block's output
+        # ReLU after [b1/0,b1/2,b2/0,b2/2,b3/0,b3/3]), about two thirds of the forward pass.
+        assert fit["recomputation_checkpoints"] == [
+            "stage1_unit1_relu3", "stage1_unit3_relu3", "stage2_unit1_relu3",
+            "stage2_unit3_relu3", "stage3_unit1_relu3", "stage3_unit4_relu3"]
+        assert 0.5 < fit["recomputed_forward_fraction"] < 0.8
+        assert "recomputation: checkpoints stage1_unit1_relu3" in block
+        for program in ("training", "evaluation"):
+            mem = fit[f"{program}_memory"]
+            assert mem["fits"] == fit[f"{program}_program_fits"]
+            assert mem["tile_capacity_bytes"] == 638976
+            assert 0 < mem["code_and_vertex_state_bytes"] < mem["always_live_bytes"]
+            assert mem["worst_tile_bytes"] == (mem["always_live_bytes"]
+                                               + mem["peak_not_always_live_bytes"])
+            assert f'{program} program: worst tile {mem["worst_tile"]} ' \
+                   f'{mem["worst_tile_bytes"]} B of 638976 B' in block
+        if not fit["training_program_fits"]:
+            assert fit["training_memory"]["worst_tile_bytes"] == fit["worst_tile_bytes"]
         # The breakdown adds up to the step; single-IPU replicas have no pipeline ramp.
         parts = p["step_breakdown_seconds"]
         assert set(parts) == {"compute", "exchange", "sync", "host_io", "weight_update",
