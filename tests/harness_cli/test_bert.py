@@ -98,6 +98,25 @@ def test_bert_mini_run_passes_the_checker(division, two_words, tmp_path):
         assert code == 0 and "SUCCESS" in last, f"{ruleset}: {failed_checks(text)}\n{text[-3000:]}"
 
 
+@needs_checker
+def test_bert_replicas_with_accumulation_run_and_pass_the_checker(two_words, tmp_path):
+    # 4 replicas x accumulation 2 x micro-batch 1 = the closed run's global batch of 8 (the
+    # replication pass on the BERT graph with LAMB's global-norm clipping; that the numbers equal
+    # one replica's is tests/models/bert_replication_test.cpp).
+    results = tmp_path / "results"
+    config = dict(SHORT, micro_batch_size=1, gradient_accumulation_steps=2)
+    r = run(["--benchmark", "bert_large", "--division", "closed", "--pod-size", "4",
+             "--results-dir", str(results), "--data-dir", str(two_words / "data"), "--config",
+             write_config(tmp_path / "c.json", config), "--threads", "2"], timeout=900)
+    assert r.returncode == 0, r.stdout + r.stderr
+    log = pathlib.Path(results) / ORG / "results" / "ipu-pod4-emulated" / "bert" / "result_0.txt"
+    value = {e["key"]: e["value"] for e in events(log)}
+    assert value["global_batch_size"] == 8 and value["gradient_accumulation_steps"] == 2
+    assert 0.72 <= value["eval_accuracy"] < 1.0
+    code, text, last = checker(log, "1.1.0")
+    assert code == 0 and "SUCCESS" in last, f"{failed_checks(text)}\n{text[-3000:]}"
+
+
 REFUSALS = {
     # name: (extra args, config, needles)
     "closed_poly_power": (["--division", "closed"],
@@ -109,11 +128,6 @@ REFUSALS = {
                                     ["mini_target_accuracy must be >= 0.72"]),
     "warmup_names_disagree": (["--division", "open"], {"num_warmup_steps": 5},
                               ["num_warmup_steps must be equal to opt_learning_rate_warmup_steps"]),
-    # The backend's replication pass cannot build the BERT graph yet: said, not crashed.
-    "replicas": (["--division", "open", "--pod-size", "4"], {},
-                 ["bert_large/mini/POD4: 4 replica(s)", "replication pass"]),
-    "accumulation": (["--division", "open"], {"gradient_accumulation_steps": 2},
-                     ["gradient accumulation 2", "replication pass"]),
     # Open allows another length, but the shards were made for 128 tokens.
     "shard_for_another_sequence_length": (
         ["--division", "open"], {"max_sequence_length": 64},
