@@ -128,6 +128,11 @@ REFUSALS = {
                                     ["mini_target_accuracy must be >= 0.72"]),
     "warmup_names_disagree": (["--division", "open"], {"num_warmup_steps": 5},
                               ["num_warmup_steps must be equal to opt_learning_rate_warmup_steps"]),
+    # Open allows another length, but not beyond the position table (refused before any data
+    # is built for it).
+    "sequence_longer_than_positions": (["--division", "open"], {"max_sequence_length": 1024},
+                                       ["max_sequence_length 1024", "longer than the model allows",
+                                        "512 positions"]),
     # Open allows another length, but the shards were made for 128 tokens.
     "shard_for_another_sequence_length": (
         ["--division", "open"], {"max_sequence_length": 64},
