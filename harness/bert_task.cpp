@@ -361,6 +361,14 @@ BertDataPlan planBertData(const std::string& dataDir, Scale scale, const Json& h
   const int seq = hp.value(keys::kMaxSequenceLength, 512);
   if (seq < 8)
     throw std::invalid_argument(fmt::format("max_sequence_length {}: must be >= 8", seq));
+  // Before any data is built for it: the reference's position table has 512 rows.
+  const int positions = models::BertConfig::large().maxPositions;
+  if (seq > positions)
+    throw std::invalid_argument(fmt::format(
+        "max_sequence_length {}: longer than the model allows (BERT's position embeddings hold "
+        "{} positions, max_position_embeddings of the reference's bert_config.json); use a "
+        "length <= {}",
+        seq, positions, positions));
   p.text.sequence_length = seq;
   p.text.max_per_pack = kMaxPerPack;
   // What prepare_bert_data's packing gives this length (78 at 512, as Graphcore's; 20 at 128).

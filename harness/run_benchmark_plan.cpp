@@ -569,13 +569,6 @@ BenchmarkPlan makePlan(const CliOptions& cli) {
   RunPlan& r = plan.run;
   r.model = resolveModel(cli, choice.scale, preset, hp);
   if (choice.benchmark == Benchmark::kBertLarge) {
-    if (preset.preset.replicas > 1 || preset.preset.gradient_accumulation > 1)
-      throw Refusal(fmt::format(
-          "{}: {} replica(s) x gradient accumulation {}: the backend's replication pass "
-          "(ipu_backend/replication) cannot build the BERT training graph yet (its op reordering "
-          "fails on the gradient of the position embeddings); run --pod-size 1 with "
-          "gradient_accumulation_steps 1",
-          preset.preset.name(), preset.preset.replicas, preset.preset.gradient_accumulation));
     // The data must have been made for the model: checked, and its sample counts logged.
     BertDataPlan bp;
     try {

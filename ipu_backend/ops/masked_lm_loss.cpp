@@ -7,6 +7,7 @@
 //     = dloss_p * w_p / (sum_q w_q + 1e-5) * (softmax(logits_p) - onehot(label_p))
 // A label outside [0, V) is an error: the fused kernels throw naming it; tile vertices, which
 // cannot throw, write NaN.
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <limits>
@@ -65,27 +66,39 @@ void throwBadLabel(const Graph& g, const Op& op, i64 pos, i64 v, const std::int3
                                       g.tensor(op.inputs[1]).name, v));
 }
 
+// The rows are split into parts (a splitReduction over the rows, as gather's multi-slice): each
+// part's vertices compute the terms of its rows and write 0 for the others, and a second phase
+// sums the parts. So no tile gathers more logits rows than its window budget holds (at least
+// one row), where one vertex per slice of the small [P] output would gather all of them.
 void planForward(PlanApi& p, const Op& op) {
-  const i64 v = p.graph().tensor(op.inputs[0]).shape[1];
-  p.perSlice(op, 0, {op.outputs[0]}, [&p, op, v](Range r) {
-    return Windows{{op.inputs[0], r.begin * v, r.end * v},
+  const Shape& s = p.graph().tensor(op.inputs[0]).shape;
+  const i64 rows = s[0], v = s[1];
+  p.splitReduction(op, 0, op.outputs[0], rows, v * 4, [&p, op, v](Range r, Range red) {
+    // The part's rows within this output slice (none: a one-element window).
+    const i64 lo = std::max(r.begin, red.begin), hi = std::max(lo, std::min(r.end, red.end));
+    const i64 first = lo < hi ? lo : red.begin;
+    return Windows{{op.inputs[0], first * v, (lo < hi ? hi : first) * v},
                    {op.inputs[1], r.begin, r.end},
                    p.whole(op.inputs[2])};
   });
 }
 
 std::function<void()> vertexForward(const VertexArgs& a) {
+  if (a.phase == 1) return sumPartials(a);
   const Shape s = a.g.tensor(a.op.inputs[0]).shape;
   const i64 np = s[0], v = s[1];
-  return [W = a.in, lb = a.ints[1], y = a.out[0], work = a.work, np, v] {
+  return [W = a.in, lb = a.ints[1], y = a.out[0], work = a.work, red = a.red, np, v] {
     const double norm = normaliser([&](i64 q) { return W[2][q]; }, np);
     for (i64 p = work.begin; p < work.end; ++p) {
       const i64 l = lb[p];
-      y[p - work.begin] =
-          l < 0 || l >= v
-              ? std::numeric_limits<float>::quiet_NaN()
-              : static_cast<float>(W[2][p] *
-                                   (logSumExp(&W[0][p * v], v, nullptr) - W[0][p * v + l]) / norm);
+      float& out = y[p - work.begin];
+      if (p < red.begin || p >= red.end)
+        out = 0.0f;  // another part's row
+      else if (l < 0 || l >= v)
+        out = std::numeric_limits<float>::quiet_NaN();
+      else
+        out = static_cast<float>(W[2][p] * (logSumExp(&W[0][p * v], v, nullptr) - W[0][p * v + l]) /
+                                 norm);
     }
   };
 }
@@ -185,7 +198,8 @@ IPU_REGISTER_OPS(masked_lm_loss) {
   f.plan = planForward;
   f.vertex = vertexForward;
   f.fused = fusedForward;
-  f.cost = [](const Op&, int) { return 11.0; };  // max, subtract, exp, sum, log per logit
+  // max, subtract, exp, sum, log per logit; then the sum of the parts
+  f.cost = [](const Op&, int phase) { return phase == 0 ? 11.0 : 1.0; };
   registerOp(std::move(f));
 
   OpInfo b;

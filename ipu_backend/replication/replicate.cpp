@@ -1,5 +1,6 @@
 #include "ipu_backend/replication/replicate.h"
 
+#include <algorithm>
 #include <map>
 #include <numeric>
 #include <set>
@@ -165,9 +166,15 @@ ReplicatedGraph replicate(const Graph& src, const ReplicationOptions& o) {
                               w.name + "/grad_accum_zero");
     g.addOp(OpKind::Assign, {reduced[i], zero}, {});
   };
-  if (sourceFlag >= 0) {
-    // Loss scaled: every mean gradient first, then the flag over all of them, then the updates
-    // (none may run before the flag is known).
+  // Every mean gradient first, then the updates, when an update reads more than its own mean:
+  // loss scaled (the overflow flag over all of them: no update may run before it is known) or
+  // clipped to the global norm (LAMB's max_grad_norm: one norm over every clipped gradient,
+  // computed before the first clipped update). Otherwise each update follows its own reduction,
+  // so a mean dies as soon as its update has read it.
+  const bool clipped = std::any_of(updates.begin(), updates.end(), [](const Op* u) {
+    return u->attrs.getFloat("max_grad_norm", 0.0) > 0.0;
+  });
+  if (sourceFlag >= 0 || clipped) {
     std::vector<int> means;
     int flag = -1;
     for (size_t i = 0; i < updates.size(); ++i) {
@@ -177,6 +184,7 @@ ReplicatedGraph replicate(const Graph& src, const ReplicationOptions& o) {
       const int mean = g.addOp1(OpKind::CrossReplicaAllGather, {chunk},
                                 Attrs{{"replicas", R}, {"shape", w.shape}}, w.name + "/grad_mean");
       means.push_back(mean);
+      if (sourceFlag < 0) continue;
       std::vector<i64> axes(w.shape.size());
       std::iota(axes.begin(), axes.end(), 0);
       int term = b.scale(mean, 0.0);  // 0, or NaN where the mean is Inf/NaN
@@ -184,8 +192,10 @@ ReplicatedGraph replicate(const Graph& src, const ReplicationOptions& o) {
       if (g.tensor(term).shape != Shape{}) term = b.reshape(term, {});
       flag = flag < 0 ? term : b.add(flag, term);
     }
-    flag = b.unary("identity", flag, src.tensor(sourceFlag).name);
-    g.markOutput(flag);
+    if (sourceFlag >= 0) {
+      flag = b.unary("identity", flag, src.tensor(sourceFlag).name);
+      g.markOutput(flag);
+    }
     for (size_t i = 0; i < updates.size(); ++i) {
       const Op& u = *updates[i];
       const Tensor& w = src.tensor(u.inputs[0]);

@@ -108,8 +108,9 @@ def gelu_tanh(x):
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
-def bert_pretraining(w, c, b):
-    """b: dict of int64 tensors [rows, S] / [rows, P] / [rows, K] in the packed layout."""
+def bert_pretraining(w, c, b, per_sequence=True):
+    """b: dict of int64 tensors [rows, S] / [rows, P] / [rows, K] in the packed layout.
+    per_sequence=False leaves out the open division's per-sequence averages (a loop in Python)."""
     rows, S = b["input_ids"].shape
     H, nh = c["hidden"], c["heads"]
     d = H // nh
@@ -160,6 +161,9 @@ def bert_pretraining(w, c, b):
     nsp = (nw * ce).sum() / nw.sum()
     hit = (mlm_logits.argmax(-1) == labels).to(x.dtype)
     correct = (hit * weights).sum()
+    if not per_sequence:
+        return dict(mlm_logits=mlm_logits, nsp_logits=nsp_logits, mlm_loss=mlm, nsp_loss=nsp,
+                    loss=mlm + nsp, mlm_correct_count=correct, mlm_weight_sum=weights.sum())
     # The open division's averaging: each sequence's mean over its masked tokens, averaged over
     # the sequences (row, sequence index) that have any.
     seq_id = (torch.arange(rows)[:, None] * 1000 + b["masked_sequence"]).reshape(-1)

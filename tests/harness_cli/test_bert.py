@@ -10,6 +10,7 @@ convergence on real text: the default data set's curve is the nightly's
 
 Environment (tests/harness_cli/CMakeLists.txt): RUN_BENCHMARK, PREPARE_BERT_DATA, IPU_SOURCE_DIR.
 """
+import csv
 import json
 import os
 import pathlib
@@ -18,8 +19,8 @@ import subprocess
 
 import pytest
 
-from test_run_benchmark import (ORG, SYSTEM, checker, events, failed_checks, files_under,
-                                needs_checker, run, write_config)
+from test_run_benchmark import (ORG, SYSTEM, VENV_PYTHON, checker, events, failed_checks,
+                                files_under, needs_checker, result_dir, run, write_config)
 
 PREPARE = os.environ.get("PREPARE_BERT_DATA", "")
 VOCAB = 512  # the mini model's (harness/bert_task.h kBertMiniVocab)
@@ -98,6 +99,25 @@ def test_bert_mini_run_passes_the_checker(division, two_words, tmp_path):
         assert code == 0 and "SUCCESS" in last, f"{ruleset}: {failed_checks(text)}\n{text[-3000:]}"
 
 
+@needs_checker
+def test_bert_replicas_with_accumulation_run_and_pass_the_checker(two_words, tmp_path):
+    # 4 replicas x accumulation 2 x micro-batch 1 = the closed run's global batch of 8 (the
+    # replication pass on the BERT graph with LAMB's global-norm clipping; that the numbers equal
+    # one replica's is tests/models/bert_replication_test.cpp).
+    results = tmp_path / "results"
+    config = dict(SHORT, micro_batch_size=1, gradient_accumulation_steps=2)
+    r = run(["--benchmark", "bert_large", "--division", "closed", "--pod-size", "4",
+             "--results-dir", str(results), "--data-dir", str(two_words / "data"), "--config",
+             write_config(tmp_path / "c.json", config), "--threads", "2"], timeout=900)
+    assert r.returncode == 0, r.stdout + r.stderr
+    log = pathlib.Path(results) / ORG / "results" / "ipu-pod4-emulated" / "bert" / "result_0.txt"
+    value = {e["key"]: e["value"] for e in events(log)}
+    assert value["global_batch_size"] == 8 and value["gradient_accumulation_steps"] == 2
+    assert 0.72 <= value["eval_accuracy"] < 1.0
+    code, text, last = checker(log, "1.1.0")
+    assert code == 0 and "SUCCESS" in last, f"{failed_checks(text)}\n{text[-3000:]}"
+
+
 REFUSALS = {
     # name: (extra args, config, needles)
     "closed_poly_power": (["--division", "closed"],
@@ -109,11 +129,11 @@ REFUSALS = {
                                     ["mini_target_accuracy must be >= 0.72"]),
     "warmup_names_disagree": (["--division", "open"], {"num_warmup_steps": 5},
                               ["num_warmup_steps must be equal to opt_learning_rate_warmup_steps"]),
-    # The backend's replication pass cannot build the BERT graph yet: said, not crashed.
-    "replicas": (["--division", "open", "--pod-size", "4"], {},
-                 ["bert_large/mini/POD4: 4 replica(s)", "replication pass"]),
-    "accumulation": (["--division", "open"], {"gradient_accumulation_steps": 2},
-                     ["gradient accumulation 2", "replication pass"]),
+    # Open allows another length, but not beyond the position table (refused before any data
+    # is built for it).
+    "sequence_longer_than_positions": (["--division", "open"], {"max_sequence_length": 1024},
+                                       ["max_sequence_length 1024", "longer than the model allows",
+                                        "512 positions"]),
     # Open allows another length, but the shards were made for 128 tokens.
     "shard_for_another_sequence_length": (
         ["--division", "open"], {"max_sequence_length": 64},
@@ -160,3 +180,39 @@ def test_bert_data_dir_without_eval_folder_is_refused(two_words, tmp_path):
              str(tmp_path / "results"), "--data-dir", str(tmp_path / "data")])
     assert r.returncode == 1
     assert "no eval folder" in r.stderr and "prepare_bert_data" in r.stderr, r.stderr
+
+
+@needs_checker
+def test_bert_closed_package_of_ten_runs_passes_package_checker_and_summarizer(two_words,
+                                                                                tmp_path):
+    """MLPerf's BERT run count: 10 closed runs (seeds 21..30) into one package, which the
+    package checker accepts (ruleset 5.0.0, the last with BERT; 4.0.0 too; the RCP check is
+    bypassed: MLPerf has no reference convergence points for a global batch of 8) and whose
+    result_summarizer score is the olympic mean of the runs' times (fastest and slowest dropped).
+    About 1 CPU-minute; in harness_cli.bert_package, which the nightly runs (not CI)."""
+    results = tmp_path / "results"
+    r = run(["--benchmark", "bert_large", "--division", "closed", "--runs", "10", "--seed", "21",
+             "--results-dir", str(results), "--data-dir", str(two_words / "data"), "--config",
+             write_config(tmp_path / "c.json", SHORT), "--threads", "1"], timeout=1800)
+    assert r.returncode == 0, r.stdout + r.stderr
+    logs = sorted(result_dir(results).parent.glob("bert/result_*.txt"))
+    assert len(logs) == 10, logs
+    org = results / ORG
+    for ruleset in ("5.0.0", "4.0.0"):
+        c = subprocess.run([str(VENV_PYTHON), "-m", "mlperf_logging.package_checker", str(org),
+                            "training", ruleset, "--rcp-bypass"],
+                           capture_output=True, text=True, cwd=tmp_path)
+        assert "PACKAGE CHECKER FOUND NO ERRORS, SUCCESS" in c.stdout + c.stderr, c.stdout + c.stderr
+    csv_path = tmp_path / "summary.csv"
+    s = subprocess.run([str(VENV_PYTHON), "-m", "mlperf_logging.result_summarizer", str(org),
+                        "training", "5.0.0", "-csv", str(csv_path)],
+                       capture_output=True, text=True, cwd=tmp_path)
+    with open(csv_path) as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 1, s.stdout + s.stderr
+    minutes = []
+    for log in logs:
+        t = {e["key"]: e["time_ms"] for e in events(log) if e["key"] in ("run_start", "run_stop")}
+        minutes.append((t["run_stop"] - t["run_start"]) / 60000.0)
+    minutes.sort()
+    assert float(rows[0]["bert"]) == pytest.approx(sum(minutes[1:-1]) / 8, rel=1e-9, abs=1e-9)
