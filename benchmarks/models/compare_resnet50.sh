@@ -54,7 +54,9 @@ trap 'rm -rf "$TMP"' EXIT
 /usr/bin/python3 "$ROOT/benchmarks/models/host_isa.py" --text "$OMP_NUM_THREADS"
 /usr/bin/python3 "$ROOT/benchmarks/models/host_isa.py" "$OMP_NUM_THREADS" >"$TMP/host.json"
 TORCH_ISA="$(DNNL_VERBOSE=1 /usr/bin/python3 -c 'import torch
-torch.nn.functional.conv2d(torch.ones(1, 8, 8, 8), torch.ones(8, 8, 3, 3))' 2>/dev/null |
+cl = torch.channels_last  # a convolution PyTorch hands to oneDNN
+torch.nn.functional.conv2d(torch.ones(2, 64, 16, 16).to(memory_format=cl),
+                           torch.ones(64, 64, 3, 3).to(memory_format=cl), padding=1)' 2>/dev/null |
   grep -m1 -o 'isa:[^,]*')"
 echo "ours: $BENCH (IPU_MARCH=${MARCH:-?}); PyTorch's oneDNN: ${TORCH_ISA:-unknown}" \
   "ATEN_CPU_CAPABILITY=${ATEN_CPU_CAPABILITY:-default} OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-default}"

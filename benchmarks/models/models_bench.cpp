@@ -107,6 +107,7 @@ void resnet50TrainStep(benchmark::State& state, kernels::fused::ConvAlgorithm al
   Engine engine(exe, EngineMode::Fused);
   const double setupS =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::fprintf(stderr, "kernel rule: %s\n", exe->hostKernelRule.c_str());
   for (auto& [name, v] : initWeights(rg, 1)) engine.writeTensor(name, v);
 
   std::vector<float> images(static_cast<size_t>(exe->graph.tensor(rg.images).elements()));
