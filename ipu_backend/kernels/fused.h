@@ -46,13 +46,13 @@ enum class Conv3x3Kernel { OnednnWinograd, OwnWinograd, Direct };
 // ISA (and of the ConvAlgorithm override) alone, so it is fixed when the kernels are created and
 // the same in every process on the same ISA. AVX-512: oneDNN's Winograd (faster there than
 // ours). AVX2: ours (oneDNN has no Winograd at AVX2). Older: direct. The pointwise / strided /
-// im2col matmul routes of fused_onednn.cpp are the same on every ISA. reluMaskVector: the
-// batch-norm + add + ReLU mask loops run AVX-512 code (compiled in by -march, see
-// docs/ARCHITECTURE.md "Instruction sets"), else their scalar form.
+// im2col matmul routes of fused_onednn.cpp are the same on every ISA. reluMaskLoops: the vector
+// code the batch-norm + add + ReLU mask loops were compiled with ("avx512", "avx2" or "scalar":
+// chosen by -march, see docs/ARCHITECTURE.md "Instruction sets").
 struct KernelRule {
   KernelIsa isa = KernelIsa::Avx512;
   Conv3x3Kernel conv3x3 = Conv3x3Kernel::OnednnWinograd;
-  bool reluMaskVector = false;
+  const char* reluMaskLoops = "scalar";
 };
 KernelRule kernelRule(KernelIsa isa, ConvAlgorithm algorithm);
 // The rule the kernels created now follow: kernelRule(kernelIsa(), convAlgorithm()).

@@ -501,8 +501,10 @@ KernelRule kernelRule(KernelIsa isa, ConvAlgorithm algorithm) {
                                            : Conv3x3Kernel::Direct;
       break;
   }
-#ifdef __AVX512F__
-  r.reluMaskVector = true;
+#if defined(__AVX512F__)
+  r.reluMaskLoops = "avx512";
+#elif defined(__AVX2__) && defined(__FMA__)
+  r.reluMaskLoops = "avx2";
 #endif
   return r;
 }
@@ -523,7 +525,7 @@ std::string describe(const KernelRule& rule) {
          "; pointwise <= " + std::to_string(kPointwiseMatMulMaxPixels) +
          " pixels, strided pointwise, im2col onto <= 4x4 = matmul (oneDNN); other convs = direct " +
          "(oneDNN); batch norm + relu, + add + relu = fused loops (mask bits " +
-         (rule.reluMaskVector ? "avx512" : "scalar") + ")";
+         rule.reluMaskLoops + ")";
 }
 
 struct Conv2dForward::Impl : ConvKernel {
