@@ -571,7 +571,9 @@ void BM_OursShortcutBackwardFilter(benchmark::State& state) {
 void convArgs(benchmark::internal::Benchmark* b) {
   b->ArgNames({"hw", "c"})
       ->Args({56, 64})
+      ->Args({28, 128})
       ->Args({14, 256})
+      ->Args({7, 512})
       ->UseRealTime()
       ->Unit(benchmark::kMillisecond);
 }

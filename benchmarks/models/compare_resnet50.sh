@@ -8,13 +8,38 @@
 #       batch 32 and 8 at 224x224, interleaved repetitions (REPS, default 3), medians; plus our
 #       f16 step (f16 via conversion: no f16 conv kernel on CPUs) next to our f32 step
 #       (BATCHES, F32_BATCHES select the batches)
+#   ISA=avx2 ...   both sides held to AVX2 on any host (an AVX-512 host then behaves as an
+#       AVX2-only one): oneDNN limited by ONEDNN_MAX_CPU_ISA=AVX2 (ours and PyTorch's), PyTorch's
+#       own kernels by ATEN_CPU_CAPABILITY=avx2 and its OpenBLAS by OPENBLAS_CORETYPE=Haswell; ours
+#       from a build configured with -DIPU_MARCH=x86-64-v3 (default BUILD_DIR: build-avx2), e.g.
+#       ISA=avx2 REPS=3 CONFIGS="224 32;32 32" bash benchmarks/models/compare_resnet50.sh
+# Every run first prints the ISA both sides run with and its f32 peak (host_isa.py: threads x
+# clock x flop per cycle), and the summary the fraction of that peak each side reaches.
 # Peer configuration per ../shared/docs/PEER.md (the team docs beside the checkout): Debian python3-torch, jemalloc preloaded,
 # channels_last, 2 threads, warm-up 3, median of 10.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 MODE=fp32
 if [[ "${1:-}" == "--bf16" ]]; then MODE=bf16; shift; fi
-BUILD="${1:-$ROOT/build}"
+ISA="${ISA:-native}"
+case "$ISA" in
+  native) BUILD="${1:-$ROOT/build}" ;;
+  avx2)
+    BUILD="${1:-$ROOT/build-avx2}"
+    export ONEDNN_MAX_CPU_ISA=AVX2 DNNL_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 \
+      OPENBLAS_CORETYPE=Haswell
+    [[ "$MODE" == bf16 ]] && { echo "ISA=avx2 has no bf16 mode (no bf16 kernels at AVX2)" >&2; exit 1; }
+    ;;
+  *) echo "ISA=$ISA: expected 'native' (the host's own) or 'avx2'" >&2; exit 1 ;;
+esac
+# The -march our loops were compiled for (IPU_MARCH in the build's CMake cache).
+MARCH="$(sed -n 's/^IPU_MARCH:[A-Z]*=//p' "$BUILD/CMakeCache.txt" 2>/dev/null)"
+if [[ "$ISA" == avx2 && "$MARCH" != x86-64-v3 ]]; then
+  echo "ISA=avx2 needs a build of our loops for AVX2; $BUILD has IPU_MARCH='${MARCH:-?}'." >&2
+  echo "  cmake -S . -B build-avx2 -G Ninja -DCMAKE_BUILD_TYPE=Release -DIPU_MARCH=x86-64-v3 &&" \
+    "ninja -C build-avx2 models_bench" >&2
+  exit 1
+fi
 BENCH="$BUILD/benchmarks/models/models_bench"
 [[ -x "$BENCH" ]] || BENCH="$(find "$BUILD" -name models_bench -type f -perm -u+x | head -1)"
 [[ -x "$BENCH" ]] || { echo "models_bench not found under $BUILD" >&2; exit 1; }
@@ -23,6 +48,18 @@ JEMALLOC=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2
 export OMP_NUM_THREADS=2
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
+
+# Where the figures come from: the ISA and its peak, our build's -march, and the ISA oneDNN
+# reports inside PyTorch (its verbose mode names it as it creates the first primitive).
+/usr/bin/python3 "$ROOT/benchmarks/models/host_isa.py" --text "$OMP_NUM_THREADS"
+/usr/bin/python3 "$ROOT/benchmarks/models/host_isa.py" "$OMP_NUM_THREADS" >"$TMP/host.json"
+TORCH_ISA="$(DNNL_VERBOSE=1 /usr/bin/python3 -c 'import torch
+cl = torch.channels_last  # a convolution PyTorch hands to oneDNN
+torch.nn.functional.conv2d(torch.ones(2, 64, 16, 16).to(memory_format=cl),
+                           torch.ones(64, 64, 3, 3).to(memory_format=cl), padding=1)' 2>/dev/null |
+  grep -m1 -o 'isa:[^,]*')"
+echo "ours: $BENCH (IPU_MARCH=${MARCH:-?}); PyTorch's oneDNN: ${TORCH_ISA:-unknown}" \
+  "ATEN_CPU_CAPABILITY=${ATEN_CPU_CAPABILITY:-default} OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-default}"
 
 # Prints the img/s of a models_bench JSON as it is written (a partial run still reports).
 show() {
@@ -120,8 +157,11 @@ done
 /usr/bin/python3 - "$TMP" "$REPS" "${CONFIGS[@]}" <<'PY'
 import json, statistics, sys
 d, reps, configs = sys.argv[1], int(sys.argv[2]), [tuple(map(int, c.split())) for c in sys.argv[3:]]
-print(f"{'workload':26s} {'ours img/s':>10s} {'GFLOP/s':>8s} {'peak GB':>8s} {'direct':>8s} "
-      f"{'torch img/s':>11s} {'GFLOP/s':>8s} {'peak GB':>8s} {'ratio':>6s} {'direct':>6s}")
+host = json.load(open(f"{d}/host.json"))
+peak = host["peak_gflops"]
+print(f"{'workload':26s} {'ours img/s':>10s} {'GFLOP/s':>8s} {'%peak':>6s} {'peak GB':>8s} "
+      f"{'direct':>8s} {'torch img/s':>11s} {'GFLOP/s':>8s} {'%peak':>6s} {'peak GB':>8s} "
+      f"{'ratio':>6s} {'direct':>6s}")
 def load(path):
     runs = {}
     try:  # a run killed for memory leaves a truncated file
@@ -138,19 +178,29 @@ for hw, b in configs:
     ours = [x for x in o if x]
     mid = sorted(ours, key=lambda x: x["images/s"])[len(ours) // 2] if ours else None
     tm = sorted(t, key=lambda x: x["images_per_s"])[len(t) // 2]
+    # Both sides' GFLOP/s from our exact count of the step (6 x forward MACs x 2 flop) where
+    # ours ran; PyTorch's own figure scales 224x224's by the pixels (the stem's rounding aside).
+    flop_per_image = mid["GFLOP/s"] / mid["images/s"] if mid else None
+    torch_gflops = (tm["images_per_s"] * flop_per_image if flop_per_image
+                    else tm["gflops_approx"])
     cell = lambda r, k, f: format(r[k], f) if r else "failed"
+    pct = lambda g: format(100 * g / peak, "6.1f") if g and peak else "-"
     ratio = statistics.median(ratios) if ratios else None
     print(f"{f'ResNet-50 {hw}x{hw} batch {b}':26s} {cell(mid, 'images/s', '10.2f'):>10s} "
-          f"{cell(mid, 'GFLOP/s', '8.1f'):>8s} {cell(mid, 'peak_rss_GB', '8.2f'):>8s} "
+          f"{cell(mid, 'GFLOP/s', '8.1f'):>8s} {pct(mid['GFLOP/s'] if mid else None):>6s} "
+          f"{cell(mid, 'peak_rss_GB', '8.2f'):>8s} "
           f"{cell(dc, 'images/s', '8.2f'):>8s} {tm['images_per_s']:11.2f} "
-          f"{tm['gflops_approx']:8.1f} {tm.get('peak_rss_gb', 0):8.2f} "
+          f"{torch_gflops:8.1f} {pct(torch_gflops):>6s} {tm.get('peak_rss_gb', 0):8.2f} "
           f"{(format(ratio, '6.3f') if ratio else '-'):>6s} "
           f"{(format(dc['images/s'] / t[0]['images_per_s'], '6.3f') if dc else '-'):>6s}")
     if reps > 1:
         print("  per repetition: " + ", ".join(
-            f"{x['images/s']:.2f} vs {y['images_per_s']:.2f}" if x else "failed"
-            for x, y in zip(o, t)))
-print(f"ratio: ours (Winograd for 3x3 stride 1, the default) / PyTorch, the median of {reps} "
-      "interleaved repetition(s); direct: ours with direct convolutions only / PyTorch (first "
-      "repetition). img/s: medians. peak GB: peak resident memory of each process.")
+            f"{x['images/s']:.2f} vs {y['images_per_s']:.2f} ({x['images/s'] / y['images_per_s']:.3f})"
+            if x else "failed" for x, y in zip(o, t)))
+names = {"avx2": "AVX2", "avx512": "AVX-512", "amx": "AMX", "sse41": "SSE4.1"}
+print(f"ratio: ours (the kernel rule of {names[host['isa']]}, the default) / PyTorch, the median of "
+      f"{reps} interleaved repetition(s); direct: ours with direct convolutions only / PyTorch "
+      "(first repetition). img/s: medians. %peak: of the f32 peak of "
+      f"{names[host['isa']]} on {host['threads']} threads ({peak} GFLOP/s; host_isa.py). "
+      "peak GB: peak resident memory of each process.")
 PY

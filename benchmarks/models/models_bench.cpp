@@ -7,6 +7,8 @@
 //   peak_rss_GB  the process's peak resident memory so far (compile, engine and kernels)
 // MODELS_BENCH_PROFILE=1 prints, after each step benchmark, the host time per op kind and the
 // slowest ops of two profiled steps (stderr; MODELS_BENCH_PROFILE_TOP=N lists N of them).
+// MODELS_BENCH_THREADS=n runs the steps on n threads instead of 2 (on a loaded host, 1 thread's CPU
+// time per step is a measure that time-slicing does not inflate).
 // MODELS_BENCH_REPORT=DIR writes the report page of the Mk2 compile (check 0: the whole plan) to
 // DIR/resnet50_mk2_b<batch>.html.
 #include <benchmark/benchmark.h>
@@ -83,6 +85,11 @@ void maybePrintProfile(Engine& engine, const std::string& what) {
   }
 }
 
+int benchThreads() {
+  const char* n = std::getenv("MODELS_BENCH_THREADS");
+  return n ? std::max(1, std::atoi(n)) : 2;
+}
+
 // The fused engine runs whole ops, so the tile plan is irrelevant to its timing: a 16-tile target
 // with large tiles keeps the planner small (the Mk2 plan of batch 32 at 224 takes ~14 GB).
 Target fusedTimingTarget() {
@@ -90,7 +97,7 @@ Target fusedTimingTarget() {
 }
 
 void resnet50TrainStep(benchmark::State& state, kernels::fused::ConvAlgorithm algorithm) {
-  kernels::fused::setNumThreads(2);
+  kernels::fused::setNumThreads(benchThreads());
   kernels::fused::setConvAlgorithm(algorithm);
   const i64 kBatch = state.range(1);
   ResNetConfig c = ResNetConfig::resnet50();
@@ -107,6 +114,7 @@ void resnet50TrainStep(benchmark::State& state, kernels::fused::ConvAlgorithm al
   Engine engine(exe, EngineMode::Fused);
   const double setupS =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::fprintf(stderr, "kernel rule: %s\n", exe->hostKernelRule.c_str());
   for (auto& [name, v] : initWeights(rg, 1)) engine.writeTensor(name, v);
 
   std::vector<float> images(static_cast<size_t>(exe->graph.tensor(rg.images).elements()));
@@ -211,7 +219,7 @@ BENCHMARK(BM_ResNet50CompileMk2)
 //   1 fp16   f16 compute, f32 masters, dynamic loss scaling: no CPU has f16 conv kernels
 //            here, so every op converts f16 <-> f32 around an f32 kernel (the conversion cost).
 void BM_ResNet50TrainStepPrecision(benchmark::State& state) {
-  kernels::fused::setNumThreads(2);
+  kernels::fused::setNumThreads(benchThreads());
   const i64 kBatch = state.range(1);
   const char* policyName = state.range(2) == 0 ? "bf16" : "fp16";
   const auto policy = precision::PrecisionPolicy::parse(policyName);

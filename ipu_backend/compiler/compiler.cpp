@@ -13,6 +13,7 @@
 #include "ipu_backend/compiler/first_fit.h"
 #include "ipu_backend/compiler/op_shapes.h"
 #include "ipu_backend/ir/op_defs.h"
+#include "ipu_backend/kernels/fused.h"
 #include "ipu_backend/ops/op_info.h"
 #include "ipu_backend/optimizers/optimizer.h"
 
@@ -1078,6 +1079,7 @@ nlohmann::json Executable::report() const {
       {"optimizer_state_bytes", stateBytes},
       {"accumulation_steps", program.updateBegin >= 0 ? program.accumulationSteps : 1}};
   r["compile_seconds"] = compileSeconds;
+  r["host_kernel_rule"] = hostKernelRule;
   std::vector<std::pair<i64, std::string>> big;
   for (const Buffer& b : buffers) big.emplace_back(b.bytes(), b.name);
   std::sort(big.rbegin(), big.rend());
@@ -1102,7 +1104,7 @@ Executable compile(Graph graph, const Target& target, const CompileOptions& opti
   // Each optimizer_update becomes its ordinary ops and apply_updates, where it was (after
   // updateFirstOp, the updates' part, so that index stays valid).
   const ExpandedOptimizers lowered = expandOptimizers(graph);
-  Executable exe{std::move(graph), target, options, {}, {}, {}, {}, {}, {}, {}, 0.0, {}, 0, {}};
+  Executable exe{std::move(graph), target, options, {}, {}, {}, {}, {}, {}, {}, 0.0, {}, {}, 0, {}};
   exe.optimizerStateBytes = lowered.stateBytes;
   std::vector<bool> produced(exe.graph.tensors().size(), false);
   for (int t : lowered.producedTensors) produced[t] = true;
@@ -1111,6 +1113,7 @@ Executable compile(Graph graph, const Target& target, const CompileOptions& opti
                               (!op.outputs.empty() && produced[op.outputs[0]]));
   Planner(exe).run();
   exe.compileSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  exe.hostKernelRule = kernels::fused::describe(kernels::fused::activeKernelRule());
   return exe;
 }
 

@@ -151,6 +151,8 @@ struct Executable {
   std::vector<i64> arenaBytes;         // per tile: bytes the tile engine allocates
   Program program;
   double compileSeconds = 0;
+  // The fused engine's kernel rule for this host's ISA (kernels::fused::describe), fixed here.
+  std::string hostKernelRule;
   std::vector<bool> optimizerOp;  // per IR op: part of a lowered optimizer update
   i64 optimizerStateBytes = 0;    // per replica (sharded state: this replica's chunks)
   MemoryDetail memoryDetail;      // occupants of the fullest tiles, live bytes over the program

@@ -284,6 +284,20 @@ void batchNormAddReluRows(const float* x, const float* affine, const float* othe
       const __mmask16 on = _mm512_cmp_ps_mask(z, _mm512_setzero_ps(), _CMP_GT_OQ);
       _mm512_storeu_ps(out + o + j, _mm512_maskz_mov_ps(on, z));
       const std::uint16_t bits = on;
+#elif defined(__AVX2__) && defined(__FMA__)
+      std::uint16_t bits = 0;
+      for (i64 h = 0; h < 16; h += 8) {  // two 8-lane halves: the same fma, add and compare
+        __m256 y2 = _mm256_loadu_ps(other + o + j + h);
+        if constexpr (kOtherBn)
+          y2 = _mm256_fmadd_ps(y2, _mm256_loadu_ps(a2 + j + h), _mm256_loadu_ps(b2 + j + h));
+        const __m256 z =
+            _mm256_add_ps(_mm256_fmadd_ps(_mm256_loadu_ps(x + o + j + h),
+                                          _mm256_loadu_ps(a + j + h), _mm256_loadu_ps(b + j + h)),
+                          y2);
+        const __m256 on = _mm256_cmp_ps(z, _mm256_setzero_ps(), _CMP_GT_OQ);
+        _mm256_storeu_ps(out + o + j + h, _mm256_and_ps(on, z));
+        bits = static_cast<std::uint16_t>(bits | (_mm256_movemask_ps(on) << h));
+      }
 #else
       std::uint16_t bits = 0;
       for (i64 k = j; k < j + 16; ++k) {

@@ -22,14 +22,44 @@ namespace ipu::kernels::fused {
 void setNumThreads(int threads);
 int numThreads();
 
-// Convolution algorithm of the fused conv kernels. Auto: Winograd F(4x4, 3x3) for 3x3
-// stride-1 convolutions with >= 64 input and output channels and outputs of at least 7x7
-// where oneDNN has it (AVX-512:
-// about 2.25x fewer MACs, activations reordered from NHWC to its blocked layout and back),
-// direct otherwise. Direct: always direct. Takes effect for kernels created afterwards.
-enum class ConvAlgorithm { Auto, Direct };
+// Convolution algorithm of the fused conv kernels. Auto: the kernel rule of the CPU's ISA
+// (kernelRule below); Direct: always direct; OwnWinograd: our Winograd F(4x4, 3x3) for the 3x3
+// convolutions the rule's shape test admits, on any ISA (to test and time it on an AVX-512
+// host). Takes effect for kernels created afterwards.
+enum class ConvAlgorithm { Auto, Direct, OwnWinograd };
 void setConvAlgorithm(ConvAlgorithm a);
 ConvAlgorithm convAlgorithm();
+
+// The instruction set the fused kernels are chosen for: oneDNN's effective ISA, which
+// ONEDNN_MAX_CPU_ISA (or DNNL_MAX_CPU_ISA) limits, read once per process. AMX counts as AVX-512
+// (no f32 kernel of its own).
+enum class KernelIsa { Avx512, Avx2, Older };
+KernelIsa kernelIsa();
+const char* isaName(KernelIsa isa);
+
+// How the f32 3x3 stride-1 convolutions with >= 64 input and output channels and outputs of at
+// least 7x7 run (every pass): oneDNN's Winograd F(4x4, 3x3) (AVX-512 only), ours (winograd.h,
+// any ISA with its batched GEMMs in oneDNN), or oneDNN's direct kernels.
+enum class Conv3x3Kernel { OnednnWinograd, OwnWinograd, Direct };
+
+// The per-ISA kernel rule: which algorithm each convolution and loop takes, a function of the
+// ISA (and of the ConvAlgorithm override) alone, so it is fixed when the kernels are created and
+// the same in every process on the same ISA. AVX-512: oneDNN's Winograd (faster there than
+// ours). AVX2: ours (oneDNN has no Winograd at AVX2). Older: direct. The pointwise / strided /
+// im2col matmul routes of fused_onednn.cpp are the same on every ISA. reluMaskLoops: the vector
+// code the batch-norm + add + ReLU mask loops were compiled with ("avx512", "avx2" or "scalar":
+// chosen by -march, see docs/ARCHITECTURE.md "Instruction sets").
+struct KernelRule {
+  KernelIsa isa = KernelIsa::Avx512;
+  Conv3x3Kernel conv3x3 = Conv3x3Kernel::OnednnWinograd;
+  const char* reluMaskLoops = "scalar";
+};
+KernelRule kernelRule(KernelIsa isa, ConvAlgorithm algorithm);
+// The rule the kernels created now follow: kernelRule(kernelIsa(), convAlgorithm()).
+KernelRule activeKernelRule();
+// One line, e.g. "isa avx2: conv3x3 stride 1 = winograd F(4x4,3x3) ours + oneDNN batched
+// matmul; pointwise <= 4096 pixels = matmul; ...".
+std::string describe(const KernelRule& rule);
 
 // Convolutions over activations and weights stored as `t` (f32, or bf16 where
 // bf16PrimitivesAvailable(): accumulated in f32, each result rounded to bf16 once). One kernel

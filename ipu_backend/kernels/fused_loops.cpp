@@ -94,6 +94,15 @@ void addReluBackwardBits(const float* a, const float* b, const std::uint8_t* rel
       const __m512 sum = _mm512_add_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i));
       const __m512 gate = _mm512_maskz_mov_ps(bits, _mm512_set1_ps(1.0f));
       _mm512_storeu_ps(dx + i, _mm512_mul_ps(sum, gate));  // * 0, not a select: NaN stays NaN
+#elif defined(__AVX2__)
+      const __m256i lane = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+      for (int h = 0; h < 16; h += 8) {  // two 8-lane halves, each gated by its byte of bits
+        const __m256i set = _mm256_and_si256(_mm256_set1_epi32((bits >> h) & 0xff), lane);
+        const __m256 gate = _mm256_and_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(set, lane)),
+                                          _mm256_set1_ps(1.0f));
+        const __m256 sum = _mm256_add_ps(_mm256_loadu_ps(a + i + h), _mm256_loadu_ps(b + i + h));
+        _mm256_storeu_ps(dx + i + h, _mm256_mul_ps(sum, gate));
+      }
 #else
       for (int k = 0; k < 16; ++k)
         dx[i + k] = (a[i + k] + b[i + k]) * ((bits >> k) & 1 ? 1.0f : 0.0f);

@@ -13,6 +13,7 @@
 #include "ipu_backend/kernels/fused.h"
 #include "ipu_backend/kernels/onednn_common.h"
 #include "ipu_backend/kernels/strided_pixels.h"
+#include "ipu_backend/kernels/winograd.h"
 
 namespace ipu::kernels::fused {
 
@@ -91,10 +92,12 @@ dnnl::convolution_forward::primitive_desc convForwardPd(const ConvDescs& d, cons
   return dnnl::convolution_forward::primitive_desc(desc, attr, detail::cpuEngine());
 }
 
-// f32: Winograd where allowed and implemented on this CPU (oneDNN refuses the descriptor
-// otherwise), else direct on the user's layout. bf16: direct (oneDNN has no bf16 Winograd).
+// f32: oneDNN's Winograd where the kernel rule says so and oneDNN implements it on this CPU (it
+// refuses the descriptor otherwise), else direct on the user's layout. bf16: direct (oneDNN has
+// no bf16 Winograd).
 ConvPlan choosePlan(const Conv2dShape& s, const ConvDescs& d, ElementType t) {
-  if (t != ElementType::F32 || gConvAlgorithm.load() != ConvAlgorithm::Auto || !winogradShape(s))
+  if (t != ElementType::F32 || activeKernelRule().conv3x3 != Conv3x3Kernel::OnednnWinograd ||
+      !winogradShape(s))
     return directPlan(d);
   ConvPlan w{dnnl::algorithm::convolution_winograd, memory::desc(d.src.dims(), Dt::f32, Tag::any),
              memory::desc(d.dst.dims(), Dt::f32, Tag::any)};
@@ -260,8 +263,9 @@ enum class ConvPass {
 };
 
 // How a pass runs: a oneDNN convolution primitive, or a matmul over the pixels as they are
-// (pointwise), over the im2col patch matrix (f32 only) or over the strided pixels.
-enum class ConvRoute { Primitive, Pointwise, Im2col, Strided };
+// (pointwise), over the im2col patch matrix (f32 only) or over the strided pixels, or our
+// Winograd F(4x4, 3x3) (f32 only; winograd.h).
+enum class ConvRoute { Primitive, Pointwise, Im2col, Strided, Winograd };
 
 // The rules above, per pass and element type (a fixed rule, not a timing: every process picks
 // the same kernels).
@@ -271,6 +275,8 @@ ConvRoute convRoute(ConvPass pass, const Conv2dShape& s, ElementType t) {
     if (detail::pointwiseStrided(s)) return ConvRoute::Strided;
     return ConvRoute::Primitive;
   }
+  if (winogradShape(s) && activeKernelRule().conv3x3 == Conv3x3Kernel::OwnWinograd)
+    return ConvRoute::Winograd;
   const bool gemm =
       pass == ConvPass::BackwardData ? pointwiseDataGradAsMatMul(s) : pointwiseAsMatMul(s);
   if (gemm) return ConvRoute::Pointwise;
@@ -287,6 +293,15 @@ class ConvKernel {
     detail::syncThreads();
     if (route_ == ConvRoute::Primitive) {
       makePrimitive(s, t);
+      return;
+    }
+    if (route_ == ConvRoute::Winograd) {
+      winograd_ = std::make_unique<detail::WinogradF43>(
+          pass == ConvPass::Forward        ? detail::WinogradPass::Forward
+          : pass == ConvPass::BackwardData ? detail::WinogradPass::BackwardData
+                                           : detail::WinogradPass::BackwardFilter,
+          s);
+      implementation_ = "winograd F(4x4,3x3) (ours) + batched matmul";
       return;
     }
     // The gemm's rows: the pixels; its inner columns: C (or the R*S*C patch of im2col).
@@ -322,6 +337,9 @@ class ConvKernel {
       case ConvRoute::Im2col:
       case ConvRoute::Strided:
         return runGathered(in0, in1, out);
+      case ConvRoute::Winograd:
+        return winograd_->run(static_cast<const float*>(in0), static_cast<const float*>(in1),
+                              static_cast<float*>(out));
     }
   }
 
@@ -424,6 +442,7 @@ class ConvKernel {
   std::unique_ptr<detail::MatMulPrimitive> gemm_;
   std::unique_ptr<Im2col> patches_;
   std::unique_ptr<detail::StridedPixels> pixels_;
+  std::unique_ptr<detail::WinogradF43> winograd_;
 };
 
 }  // namespace
@@ -433,6 +452,80 @@ void setConvAlgorithm(ConvAlgorithm a) {
 }
 ConvAlgorithm convAlgorithm() {
   return gConvAlgorithm.load();
+}
+
+KernelIsa kernelIsa() {
+  static const KernelIsa isa = [] {
+    switch (dnnl::get_effective_cpu_isa()) {
+      case dnnl::cpu_isa::avx512_core:
+      case dnnl::cpu_isa::avx512_core_vnni:
+      case dnnl::cpu_isa::avx512_core_bf16:
+      case dnnl::cpu_isa::avx512_core_amx:
+      case dnnl::cpu_isa::all:
+        return KernelIsa::Avx512;
+      case dnnl::cpu_isa::avx2:
+      case dnnl::cpu_isa::avx2_vnni:
+        return KernelIsa::Avx2;
+      default:
+        return KernelIsa::Older;
+    }
+  }();
+  return isa;
+}
+
+const char* isaName(KernelIsa isa) {
+  switch (isa) {
+    case KernelIsa::Avx512:
+      return "avx512";
+    case KernelIsa::Avx2:
+      return "avx2";
+    case KernelIsa::Older:
+      break;
+  }
+  return "older than avx2";
+}
+
+KernelRule kernelRule(KernelIsa isa, ConvAlgorithm algorithm) {
+  KernelRule r;
+  r.isa = isa;
+  switch (algorithm) {
+    case ConvAlgorithm::Direct:
+      r.conv3x3 = Conv3x3Kernel::Direct;
+      break;
+    case ConvAlgorithm::OwnWinograd:
+      r.conv3x3 = Conv3x3Kernel::OwnWinograd;
+      break;
+    case ConvAlgorithm::Auto:
+      r.conv3x3 = isa == KernelIsa::Avx512 ? Conv3x3Kernel::OnednnWinograd
+                  : isa == KernelIsa::Avx2 ? Conv3x3Kernel::OwnWinograd
+                                           : Conv3x3Kernel::Direct;
+      break;
+  }
+#if defined(__AVX512F__)
+  r.reluMaskLoops = "avx512";
+#elif defined(__AVX2__) && defined(__FMA__)
+  r.reluMaskLoops = "avx2";
+#endif
+  return r;
+}
+
+KernelRule activeKernelRule() {
+  return kernelRule(kernelIsa(), convAlgorithm());
+}
+
+std::string describe(const KernelRule& rule) {
+  const char* conv3x3 = rule.conv3x3 == Conv3x3Kernel::OnednnWinograd
+                            ? "winograd F(4x4,3x3) (oneDNN)"
+                        : rule.conv3x3 == Conv3x3Kernel::OwnWinograd
+                            ? "winograd F(4x4,3x3) (ours) + oneDNN batched matmul"
+                            : "direct (oneDNN)";
+  return std::string("isa ") + isaName(rule.isa) +
+         ": f32 conv 3x3 stride 1 (>= 64 channels, >= " + std::to_string(kWinogradMinSide) + "x" +
+         std::to_string(kWinogradMinSide) + " outputs) = " + conv3x3 +
+         "; pointwise <= " + std::to_string(kPointwiseMatMulMaxPixels) +
+         " pixels, strided pointwise, im2col onto <= 4x4 = matmul (oneDNN); other convs = direct " +
+         "(oneDNN); batch norm + relu, + add + relu = fused loops (mask bits " +
+         rule.reluMaskLoops + ")";
 }
 
 struct Conv2dForward::Impl : ConvKernel {

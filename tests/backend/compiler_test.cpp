@@ -8,6 +8,7 @@
 #include "ipu_backend/compiler/compiler.h"
 #include "ipu_backend/engine/engine.h"
 #include "ipu_backend/ir/builder.h"
+#include "ipu_backend/kernels/fused.h"
 #include "ipu_backend/ops/op_info.h"
 #include "ipu_backend/optimizers/optimizer.h"
 
@@ -325,6 +326,10 @@ TEST(Compiler, ReportCountsVerticesComputeSetsAndExchange) {
   EXPECT_GT(r["program"]["exchange_bytes"].get<i64>(), 0);  // conv halos and weights move
   EXPECT_EQ(r["memory"]["histogram_tenths_of_capacity"].size(), 10u);
   EXPECT_NE(exe.program.describe(exe).find("Execute(conv1/conv2d"), std::string::npos);
+  // The fused engine's kernel rule, fixed at compile time for this host's ISA.
+  EXPECT_EQ(r["host_kernel_rule"].get<std::string>(),
+            kernels::fused::describe(kernels::fused::activeKernelRule()));
+  EXPECT_EQ(r["host_kernel_rule"].get<std::string>().find("isa "), 0u);
 }
 
 TEST(Compiler, DeviceIterationsRepeatTheStep) {

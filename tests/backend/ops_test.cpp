@@ -12,6 +12,7 @@
 
 #include "ipu_backend/compiler/op_shapes.h"
 #include "ipu_backend/ir/text.h"
+#include "ipu_backend/kernels/fused.h"
 #include "ipu_backend/kernels/reference.h"
 #include "ipu_backend/ops/op_info.h"
 #include "ipu_backend/precision/stochastic_rounding.h"
@@ -40,6 +41,14 @@ struct Case {
   double fwdTol = 1e-5, tileTol = 1e-5, tileGradTol = 1e-4, fdTol = 2e-2;
   // Registered op kinds this case exercises (forward op first, then what its gradient adds).
   std::vector<std::string> covers;
+  // The fused convolutions' algorithm while the case's engines are built (Auto: the ISA's rule).
+  kernels::fused::ConvAlgorithm convAlgorithm = kernels::fused::ConvAlgorithm::Auto;
+};
+
+// Sets a case's convolution algorithm for the kernels created in its scope.
+struct ConvAlgorithmScope {
+  explicit ConvAlgorithmScope(const Case& c) { kernels::fused::setConvAlgorithm(c.convAlgorithm); }
+  ~ConvAlgorithmScope() { kernels::fused::setConvAlgorithm(kernels::fused::ConvAlgorithm::Auto); }
 };
 
 // A case of registered op kinds: tolerances from the first one's OpInfo for the op's dtype.
@@ -540,6 +549,16 @@ std::vector<Case> allCases() {
     c.op.tileBytes = 8192;
     cs.push_back(c);
   }
+  {  // ResNet's 3x3 stride-1 shape class (>= 64 channels, >= 7x7): Winograd F(4x4, 3x3), the
+     // ISA's own (oneDNN's on AVX-512, ours on AVX2) and ours forced on any ISA.
+    Case c =
+        convCase("conv_3x3_winograd", {1, 9, 9, 64}, {64, 3, 3, 64}, Conv2dOptions::make(1, 1));
+    c.fwdTol = c.tileTol = 1e-4;  // Winograd rounds differently from the direct sums
+    cs.push_back(c);
+    c.op.name = "conv_3x3_own_winograd";
+    c.convAlgorithm = kernels::fused::ConvAlgorithm::OwnWinograd;
+    cs.push_back(c);
+  }
   cs.push_back(matmulCase("matmul", {5, 7}, {7, 3}, false, false));
   cs.push_back(matmulCase("matmul_ta", {7, 5}, {7, 3}, true, false));
   cs.push_back(matmulCase("matmul_tb", {5, 7}, {3, 7}, false, true));
@@ -802,6 +821,7 @@ void expectNear(const std::vector<float>& got, const std::vector<float>& want, d
 
 TEST_P(OpCheck, ForwardMatchesReference) {
   Case c = allCases()[GetParam()];
+  ConvAlgorithmScope algorithm(c);
   OpHarness h(c.op, /*withGrads=*/false);
   auto want = c.reference(h.values());
   expectNear(h.run(EngineMode::Fused).output, want, c.fwdTol, c.op.name + " fused forward");
@@ -811,6 +831,7 @@ TEST_P(OpCheck, ForwardMatchesReference) {
 
 TEST_P(OpCheck, TileModeEqualsFusedMode) {
   Case c = allCases()[GetParam()];
+  ConvAlgorithmScope algorithm(c);
   OpHarness h(c.op);
   OpRun f = h.run(EngineMode::Fused), t = h.run(EngineMode::Tile);
   expectNear(t.output, f.output, c.tileTol, c.op.name + " output");
@@ -821,6 +842,7 @@ TEST_P(OpCheck, TileModeEqualsFusedMode) {
 
 TEST_P(OpCheck, BackwardMatchesFiniteDifferences) {
   Case c = allCases()[GetParam()];
+  ConvAlgorithmScope algorithm(c);
   // Central differences of a 16-bit op are rounding noise: those cases check the gradient
   // through tile == fused and their f32 twin's finite differences.
   if (std::any_of(c.op.dtypes.begin(), c.op.dtypes.end(), [](DType t) { return t != DType::F32; }))

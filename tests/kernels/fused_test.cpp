@@ -3,12 +3,15 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
+#include <stdexcept>
 
 #include <string>
 
 #include "ipu_backend/kernels/fused.h"
 #include "ipu_backend/kernels/fused_bf16.h"
+#include "ipu_backend/kernels/winograd.h"
 #include "ipu_backend/precision/half.h"
 #include "tests/kernels/test_util.h"
 
@@ -171,6 +174,110 @@ TEST_F(Fused, Conv2dAlgorithmChoice) {
   EXPECT_EQ(direct.implementation().find("wino"), std::string::npos) << direct.implementation();
   direct.run(x.data(), w.data(), y.data());
   EXPECT_TRUE(closeRel(y, testing::refConvFwd(s, x, w), kTol));
+}
+
+// Our Winograd F(4x4, 3x3), every pass against the reference: ResNet-50's 3x3 shapes (whole
+// and partial 4x4 tiles, channels beyond one 64-channel transform chunk) through the public
+// kernels with the algorithm forced (Auto takes it on AVX2 only), and the kernel itself on
+// padding 0 / 2 / asymmetric and odd channel counts, which the rule never gives it.
+TEST_F(Fused, OwnWinogradAllPasses) {
+  std::vector<ConvCase> cases = {
+      {"resnet56", conv(2, 16, 64, 64, 3, 1, 1)},   // 4x4 tiles exactly
+      {"resnet14", conv(2, 14, 64, 128, 3, 1, 1)},  // a partial tile at each edge
+      {"resnet7", conv(3, 7, 192, 64, 3, 1, 1)},    // 2x2 tiles of 7x7, 3 chunks of C
+      {"rect", conv(1, 9, 128, 80, 3, 1, 1)},
+  };
+  unsigned seed = 300;
+  fused::setConvAlgorithm(fused::ConvAlgorithm::OwnWinograd);
+  for (const auto& [name, s] : cases) {
+    SCOPED_TRACE(name);
+    const Vec x = randomVec(s.inputElems(), seed++), w = randomVec(s.weightElems(), seed++),
+              dy = randomVec(s.outputElems(), seed++);
+    Vec y(s.outputElems()), dx(s.inputElems()), dw(s.weightElems());
+    fused::Conv2dForward fwd(s);
+    EXPECT_EQ(fwd.implementation(), "winograd F(4x4,3x3) (ours) + batched matmul");
+    fused::Conv2dBackwardData bwdData(s);
+    fused::Conv2dBackwardFilter bwdFilter(s);
+    for (int rep = 0; rep < 2; ++rep) {
+      fwd.run(x.data(), w.data(), y.data());
+      bwdData.run(dy.data(), w.data(), dx.data());
+      bwdFilter.run(x.data(), dy.data(), dw.data());
+    }
+    EXPECT_TRUE(closeRel(y, testing::refConvFwd(s, x, w), kTol));
+    EXPECT_TRUE(closeRel(dx, testing::refConvBwdData(s, dy, w), kTol));
+    EXPECT_TRUE(closeRel(dw, testing::refConvBwdFilter(s, x, dy), kTol));
+  }
+  // Shapes the rule keeps direct (stride 2, few channels) stay direct under the override.
+  EXPECT_EQ(fused::Conv2dForward(conv(2, 14, 64, 64, 3, 2, 1)).implementation().find("ours"),
+            std::string::npos);
+  fused::setConvAlgorithm(fused::ConvAlgorithm::Auto);
+
+  Conv2dShape asym = conv(2, 10, 5, 7, 3, 1, 0);
+  asym.w = 13, asym.padTop = 2, asym.padBottom = 0, asym.padLeft = 1, asym.padRight = 2;
+  for (const auto& [name, s] : std::vector<ConvCase>{{"pad0", conv(1, 11, 3, 9, 3, 1, 0)},
+                                                     {"pad2", conv(2, 6, 17, 70, 3, 1, 2)},
+                                                     {"asymmetric", asym}}) {
+    SCOPED_TRACE(name);
+    using fused::detail::WinogradF43;
+    using fused::detail::WinogradPass;
+    const Vec x = randomVec(s.inputElems(), seed++), w = randomVec(s.weightElems(), seed++),
+              dy = randomVec(s.outputElems(), seed++);
+    Vec y(s.outputElems()), dx(s.inputElems()), dw(s.weightElems());
+    WinogradF43(WinogradPass::Forward, s).run(x.data(), w.data(), y.data());
+    WinogradF43(WinogradPass::BackwardData, s).run(dy.data(), w.data(), dx.data());
+    WinogradF43(WinogradPass::BackwardFilter, s).run(x.data(), dy.data(), dw.data());
+    EXPECT_TRUE(closeRel(y, testing::refConvFwd(s, x, w), kTol));
+    EXPECT_TRUE(closeRel(dx, testing::refConvBwdData(s, dy, w), kTol));
+    EXPECT_TRUE(closeRel(dw, testing::refConvBwdFilter(s, x, dy), kTol));
+  }
+  EXPECT_THROW(
+      fused::detail::WinogradF43(fused::detail::WinogradPass::Forward, conv(1, 8, 4, 4, 3, 2, 1)),
+      std::invalid_argument);
+}
+
+// The per-ISA kernel rule: a function of the ISA and the override alone.
+TEST(KernelRule, ConvolutionAlgorithmPerIsa) {
+  using fused::Conv3x3Kernel;
+  using fused::ConvAlgorithm;
+  using fused::KernelIsa;
+  EXPECT_EQ(fused::kernelRule(KernelIsa::Avx512, ConvAlgorithm::Auto).conv3x3,
+            Conv3x3Kernel::OnednnWinograd);
+  EXPECT_EQ(fused::kernelRule(KernelIsa::Avx2, ConvAlgorithm::Auto).conv3x3,
+            Conv3x3Kernel::OwnWinograd);
+  EXPECT_EQ(fused::kernelRule(KernelIsa::Older, ConvAlgorithm::Auto).conv3x3,
+            Conv3x3Kernel::Direct);
+  for (KernelIsa isa : {KernelIsa::Avx512, KernelIsa::Avx2, KernelIsa::Older}) {
+    EXPECT_EQ(fused::kernelRule(isa, ConvAlgorithm::Direct).conv3x3, Conv3x3Kernel::Direct);
+    EXPECT_EQ(fused::kernelRule(isa, ConvAlgorithm::OwnWinograd).conv3x3,
+              Conv3x3Kernel::OwnWinograd);
+  }
+  const std::string avx2 = fused::describe(fused::kernelRule(KernelIsa::Avx2, ConvAlgorithm::Auto));
+  EXPECT_EQ(avx2.find("isa avx2: f32 conv 3x3 stride 1"), 0u) << avx2;
+  EXPECT_NE(avx2.find("winograd F(4x4,3x3) (ours)"), std::string::npos) << avx2;
+  EXPECT_NE(fused::describe(fused::kernelRule(KernelIsa::Avx512, ConvAlgorithm::Auto))
+                .find("winograd F(4x4,3x3) (oneDNN)"),
+            std::string::npos);
+}
+
+// The rule in force follows oneDNN's ISA, which ONEDNN_MAX_CPU_ISA limits: `ctest` runs this on
+// the host's ISA, and under ONEDNN_MAX_CPU_ISA=AVX2 (kernels_test.avx2) on AVX2, where a ResNet
+// 3x3 convolution must then run our Winograd.
+TEST(KernelRule, ActiveRuleFollowsTheIsaLimit) {
+  const char* limit = std::getenv("ONEDNN_MAX_CPU_ISA");
+  const fused::KernelRule rule = fused::activeKernelRule();
+  if (limit && std::string(limit) == "AVX2") {
+    EXPECT_EQ(rule.isa, fused::KernelIsa::Avx2);
+  }
+  const std::string impl = fused::Conv2dForward(conv(2, 14, 64, 64, 3, 1, 1)).implementation();
+  if (rule.isa == fused::KernelIsa::Avx2) {
+    EXPECT_EQ(impl, "winograd F(4x4,3x3) (ours) + batched matmul");
+  }
+  if (rule.isa == fused::KernelIsa::Avx512) {
+    EXPECT_NE(impl.find("wino"), std::string::npos) << impl;
+  }
+  EXPECT_EQ(impl.find("ours") != std::string::npos,
+            rule.conv3x3 == fused::Conv3x3Kernel::OwnWinograd)
+      << impl;
 }
 
 TEST_F(Fused, MatMul) {
