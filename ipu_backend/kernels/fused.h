@@ -188,6 +188,21 @@ class AvgPoolBackward {
   std::unique_ptr<Impl> impl_;
 };
 
+// GELU in BERT's tanh form, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), over `count`
+// elements: oneDNN's eltwise_gelu_tanh primitives (vectorised, threaded), forward y = gelu(x)
+// and backward dx = dy * gelu'(x) from x.
+class GeluTanh {
+ public:
+  explicit GeluTanh(i64 count);
+  ~GeluTanh();
+  void forward(const float* x, float* y);
+  void backward(const float* x, const float* dy, float* dx);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 // ---- loops (stateless; whole tensors) ------------------------------------------------------
 void unary(UnaryKind kind, float alpha, const float* x, float* y, i64 count);
 void unaryGrad(UnaryKind kind, float alpha, const float* x, const float* dy, float* dx, i64 count);
