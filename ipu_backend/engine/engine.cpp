@@ -685,6 +685,12 @@ struct Engine::Impl {
         return [=] { k->run(x, dy, ga, mean, var, dx, dga, dbe, mask); };
       }
       case OpKind::Unary: {
+        if (fusion.role[op.id] == HostFusionPlan::Role::kSquareSum) {
+          const float* x = F(in(0));
+          float* sum = F(fusion.sumOut[op.id]);
+          const i64 n = g.tensor(out).elements();
+          return [=] { *sum = fz::sumOfSquares(x, n); };
+        }
         auto kind = unaryKindOf(op);
         float alpha = static_cast<float>(op.attrs.getFloat("alpha", 1.0));
         float *x = F(in(0)), *y = F(out);

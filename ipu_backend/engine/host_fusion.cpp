@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <optional>
 
+#include "ipu_backend/ir/op_defs.h"
+
 namespace ipu {
 namespace {
 
@@ -44,6 +46,8 @@ std::vector<int> HostFusionPlan::outputsOf(const Op& op) const {
     case Role::kAddReluBackward:
     case Role::kAddBatchNormRelu:
       return {reluOut[op.id]};
+    case Role::kSquareSum:
+      return {sumOut[op.id]};
     case Role::kBatchNormStatistics:
       return {op.outputs[1], op.outputs[2]};
     default:
@@ -64,6 +68,7 @@ HostFusionPlan planHostFusions(const Graph& g, const HostFusionOptions& options)
   p.otherBn.assign(nOps, -1);
   p.reluBitsFrom.assign(nOps, -1);
   p.writesReluBits.assign(nOps, false);
+  p.sumOut.assign(nOps, -1);
   p.elided.assign(nTensors, false);
 
   const auto consumers = g.consumers();
@@ -177,6 +182,18 @@ HostFusionPlan planHostFusions(const Graph& g, const HostFusionOptions& options)
         p.writesReluBits[static_cast<size_t>(fwdAdd)] = true;
       }
       p.role[grad->id] = Role::kAbsorbed;
+      p.elided[static_cast<size_t>(op.outputs[0])] = true;
+      ++p.absorbedOps;
+    } else if (isFn(op, OpKind::Unary, "square") && all(op, DType::F32)) {
+      // square -> reduce(fn=sum) to one element (so over every axis of size > 1): one pass,
+      // the squares elided.
+      const Op* sum = soleReader(op.outputs[0]);
+      if (!sum || opName(sum->kind) != "reduce" || sum->attrs.getString("fn") != "sum" ||
+          !all(*sum, DType::F32) || g.tensor(sum->outputs[0]).elements() != 1)
+        continue;
+      p.role[op.id] = Role::kSquareSum;
+      p.sumOut[op.id] = sum->outputs[0];
+      p.role[sum->id] = Role::kAbsorbed;
       p.elided[static_cast<size_t>(op.outputs[0])] = true;
       ++p.absorbedOps;
     } else if (op.kind == OpKind::BatchNormBackward) {

@@ -207,6 +207,9 @@ class GeluTanh {
 void unary(UnaryKind kind, float alpha, const float* x, float* y, i64 count);
 void unaryGrad(UnaryKind kind, float alpha, const float* x, const float* dy, float* dx, i64 count);
 void binary(BinaryKind kind, const BroadcastShape& s, const float* a, const float* b, float* y);
+// sum(x^2) over `count` elements in one read: per-thread double partials, added in thread order
+// (deterministic for a thread count).
+float sumOfSquares(const float* x, i64 count);
 // Serial loops over one chunk of same-shape operands (the caller parallelises over chunks):
 // the 16-bit elementwise path widens a chunk, computes with these and rounds it back.
 void unaryChunk(UnaryKind kind, float alpha, const float* x, float* y, i64 n);

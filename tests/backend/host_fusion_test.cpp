@@ -259,5 +259,50 @@ TEST(HostFusion, ReadingATensorFusedAwayNamesItAndTheFix) {
   EXPECT_NO_THROW((void)tile.engine->readFloats("bn1"));
 }
 
+// square -> reduce sum over every axis (the optimizers' norms) runs as one pass; a square that
+// anything else reads stays unfused. Both sums equal tile mode and a double-precision sum.
+TEST(HostFusion, SquareThenSumIsOnePass) {
+  kernels::fused::setNumThreads(2);
+  Graph g("sum_of_squares");
+  Builder B(g);
+  const i64 rows = 300, cols = 301;  // past the parallel threshold: both threads take part
+  const int x = B.input("x", {rows, cols});
+  const int sq = B.unary("square", x, "squared");
+  const int sum = B.reduceSum(sq, {0, 1}, false, "sum");
+  const int kept = B.unary("square", x, "kept_squared");
+  const int keptSum = B.reduceSum(kept, {0, 1}, false, "kept_sum");
+  for (int t : {sum, kept, keptSum}) g.markOutput(t);
+  const HostFusionPlan plan = planHostFusions(g);
+  EXPECT_EQ(plan.role[static_cast<size_t>(g.tensor(sq).producer)],
+            HostFusionPlan::Role::kSquareSum);
+  EXPECT_EQ(plan.sumOut[static_cast<size_t>(g.tensor(sq).producer)], sum);
+  EXPECT_TRUE(plan.elided[static_cast<size_t>(sq)]);
+  EXPECT_EQ(plan.role[static_cast<size_t>(g.tensor(kept).producer)], HostFusionPlan::Role::kNone)
+      << "kept_squared is a graph output";
+  EXPECT_EQ(plan.absorbedOps, 1);
+
+  std::vector<float> xs(static_cast<size_t>(rows * cols));
+  double want = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    xs[i] = std::sin(0.01f * static_cast<float>(i)) * 3.0f;
+    want += static_cast<double>(xs[i]) * xs[i];
+  }
+  auto exe = std::make_shared<const Executable>(compile(g, Target::small(16, 1 << 22)));
+  for (EngineMode mode : {EngineMode::Fused, EngineMode::Tile}) {
+    Engine e(exe, mode);
+    float got = 0, gotKept = 0;
+    std::vector<float> keptValues(xs.size());
+    e.connectInput(exe->graph.get("x"), xs.data());
+    e.connectOutput(exe->graph.get("sum"), &got);
+    e.connectOutput(exe->graph.get("kept_sum"), &gotKept);
+    e.connectOutput(exe->graph.get("kept_squared"), keptValues.data());
+    e.run();
+    EXPECT_NEAR(got, want, 1e-5 * want) << engineModeName(mode);
+    EXPECT_NEAR(gotKept, want, 1e-5 * want) << engineModeName(mode);
+    EXPECT_FLOAT_EQ(keptValues[7], xs[7] * xs[7]);
+    EXPECT_EQ(e.hostFusedOps(), mode == EngineMode::Fused ? 1 : 0);
+  }
+}
+
 }  // namespace
 }  // namespace ipu
