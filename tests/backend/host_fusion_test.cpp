@@ -304,5 +304,73 @@ TEST(HostFusion, SquareThenSumIsOnePass) {
   }
 }
 
+// LAMB's update arithmetic u = (m / c1) / (sqrt(v / c2) + eps) + wd w as the optimizer lowers
+// it runs as two chains (their links never written); every value equals tile mode's.
+TEST(HostFusion, ElementwiseChainRunsAsOneLoopWithTileModesValues) {
+  kernels::fused::setNumThreads(2);
+  Graph g("lamb_arithmetic");
+  Builder B(g);
+  const i64 n = 20000;  // past the parallel threshold, not a multiple of the chunk
+  const int m = B.input("m", {n}), v = B.input("v", {n}), w = B.input("w", {n});
+  const int c1 = B.input("c1", {}), c2 = B.input("c2", {});
+  const int mHat = B.binary("div", m, c1, "m_hat");
+  const int vHat = B.binary("div", v, c2, "v_hat");
+  const int root = B.unary("sqrt", vHat, "v_sqrt");
+  const int denom = B.add(root, B.constant({}, 1e-6, DType::F32, "eps"), "denominator");
+  const int step = B.binary("div", mHat, denom, "adam_step");
+  const int decayed = B.scale(w, 0.01, "decay");
+  const int u = B.add(step, decayed, "u");
+  // A link that is a graph output keeps its pair apart: m + v is written, its sqrt is not
+  // chained to it.
+  const int kept = B.add(m, v, "sum_kept");
+  const int keptRoot = B.unary("sqrt", kept, "sqrt_kept");
+  for (int t : {u, kept, keptRoot}) g.markOutput(t);
+  const HostFusionPlan plan = planHostFusions(g);
+  // Chains start at the first op in program order: m / c1 -> m^ / . -> + wd w, and
+  // v / c2 -> sqrt -> + eps (whose reader, the division, is in the first chain already).
+  auto producers = [&](std::vector<int> ts) {
+    for (int& t : ts) t = g.tensor(t).producer;
+    return ts;
+  };
+  const int last = g.tensor(u).producer, lastB = g.tensor(denom).producer;
+  ASSERT_EQ(plan.role[static_cast<size_t>(last)], HostFusionPlan::Role::kElementwiseChain);
+  ASSERT_EQ(plan.role[static_cast<size_t>(lastB)], HostFusionPlan::Role::kElementwiseChain);
+  EXPECT_EQ(plan.chain[static_cast<size_t>(last)], producers({mHat, step, u}));
+  EXPECT_EQ(plan.chain[static_cast<size_t>(lastB)], producers({vHat, root, denom}));
+  for (int t : {mHat, step, vHat, root}) EXPECT_TRUE(plan.elided[static_cast<size_t>(t)]);
+  EXPECT_FALSE(plan.elided[static_cast<size_t>(denom)]) << "read by the other chain";
+  EXPECT_EQ(plan.role[static_cast<size_t>(g.tensor(keptRoot).producer)],
+            HostFusionPlan::Role::kNone);
+  EXPECT_FALSE(plan.elided[static_cast<size_t>(kept)]);
+  EXPECT_EQ(plan.absorbedOps, 4);
+
+  std::vector<float> ms(n), vs(n), ws(n);
+  for (i64 i = 0; i < n; ++i) {
+    ms[i] = std::sin(0.3f * static_cast<float>(i));
+    vs[i] = 1e-4f * (1.5f + std::cos(0.11f * static_cast<float>(i)));
+    ws[i] = std::cos(0.05f * static_cast<float>(i));
+  }
+  float c1v = 0.1f, c2v = 0.001f;
+  auto exe = std::make_shared<const Executable>(compile(g, Target::small(16, 1 << 22)));
+  std::vector<std::vector<float>> got;
+  for (EngineMode mode : {EngineMode::Fused, EngineMode::Tile}) {
+    Engine e(exe, mode);
+    std::vector<float> out(n);
+    e.connectInput(exe->graph.get("m"), ms.data());
+    e.connectInput(exe->graph.get("v"), vs.data());
+    e.connectInput(exe->graph.get("w"), ws.data());
+    e.connectInput(exe->graph.get("c1"), &c1v);
+    e.connectInput(exe->graph.get("c2"), &c2v);
+    e.connectOutput(exe->graph.get("u"), out.data());
+    e.run();
+    got.push_back(out);
+  }
+  for (i64 i = 0; i < n; ++i) {
+    const double ref = (ms[i] / c1v) / (std::sqrt(vs[i] / c2v) + 1e-6) + 0.01 * ws[i];
+    ASSERT_NEAR(got[0][i], ref, 1e-5 * std::max(1.0, std::abs(ref))) << i;
+    ASSERT_EQ(got[0][i], got[1][i]) << "fused and tile mode differ at " << i;
+  }
+}
+
 }  // namespace
 }  // namespace ipu
