@@ -628,6 +628,7 @@ struct Engine::Impl {
     std::vector<Step> steps;
     for (size_t i = 0; i < ids.size(); ++i) {
       const Op& op = g.op(ids[i]);
+      if (op.kind == OpKind::ApplyUpdate) break;  // the end (below)
       Step s;
       s.binary = op.kind == OpKind::Binary;
       if (s.binary) {
@@ -645,9 +646,24 @@ struct Engine::Impl {
       }
       steps.push_back(s);
     }
-    float* y = F(last.outputs[0]);
-    const i64 n = g.tensor(last.outputs[0]).elements();
-    return [steps, y, n] {
+    // An apply_update ending the chain: its addends (the link among them) into its target.
+    const bool update = last.kind == OpKind::ApplyUpdate;
+    UpdateForm u;
+    std::array<const float*, 3> addends{};  // nullptr: the link
+    const float *factor = nullptr, *skip = nullptr;
+    if (update) {
+      u = updateForm(last);
+      const int link = g.op(ids[ids.size() - 2]).outputs[0];
+      for (int i = 0; i < u.k; ++i)
+        addends[static_cast<size_t>(i)] =
+            last.inputs[static_cast<size_t>(1 + i)] == link ? nullptr : F(last.inputs[1 + i]);
+      factor = u.factorInput >= 0 ? F(last.inputs[u.factorInput]) : nullptr;
+      skip = u.skipInput >= 0 ? F(last.inputs[u.skipInput]) : nullptr;
+    }
+    float* y = F(update ? last.inputs[0] : last.outputs[0]);
+    const i64 n = g.tensor(update ? last.inputs[0] : last.outputs[0]).elements();
+    return [steps, y, n, update, u, addends, factor, skip] {
+      if (update && skip && *skip != 0.0f) return;  // as apply_update: NaN (overflow) too
       constexpr i64 kChunk = 2048;
       const i64 chunks = (n + kChunk - 1) / kChunk;
       const int team = n < (i64{1} << 14) ? 1 : fz::numThreads();
@@ -669,11 +685,20 @@ struct Engine::Impl {
               x[static_cast<size_t>(k)] = p + b;
             }
           }
-          float* out = i + 1 == steps.size() ? y + b : link;
+          float* out = i + 1 == steps.size() && !update ? y + b : link;
           if (s.binary)
             fz::binaryChunk(s.binaryKind, x[0], x[1], out, len);
           else
             fz::unaryChunk(s.unary, s.alpha, x[0], out, len);
+        }
+        if (update) {
+          std::array<const float*, 3> xb{};
+          for (int i = 0; i < u.k; ++i) {
+            const float* a = addends[static_cast<size_t>(i)];
+            xb[static_cast<size_t>(i)] = a ? a + b : link;
+          }
+          kernels::applyUpdate(u.keep, factor ? *factor : 1.0f, u.k, xb.data(), u.c.data(), y + b,
+                               len);
         }
       }
     };

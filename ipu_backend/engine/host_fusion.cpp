@@ -60,7 +60,8 @@ std::vector<int> HostFusionPlan::outputsOf(const Op& op) const {
 namespace {
 
 // Chains of f32 unary / binary ops over n elements (operands: n elements or one value), each
-// op the sole reader of the previous one's output, none already fused. The chain runs at its
+// op the sole reader of the previous one's output, none already fused; an apply_update that
+// adds the last link into its target may end one. The chain runs at its
 // last op, so no op between its first and last may update in place a tensor the chain reads.
 template <typename SoleReader>
 void planElementwiseChains(const Graph& g, HostFusionPlan& p, SoleReader soleReader) {
@@ -78,6 +79,17 @@ void planElementwiseChains(const Graph& g, HostFusionPlan& p, SoleReader soleRea
     }
     return true;
   };
+  // apply_update (in place on its target) ends a chain whose link is one of its addends.
+  auto endsChain = [&](const Op& op, int link, i64 n) {
+    if (op.kind != OpKind::ApplyUpdate || p.role[op.id] != Role::kNone || op.inputs[0] == link ||
+        g.tensor(op.inputs[0]).elements() != n)
+      return false;
+    for (int t : op.inputs) {
+      const Tensor& x = g.tensor(t);
+      if (x.dtype != DType::F32 || (x.elements() != n && x.elements() != 1)) return false;
+    }
+    return true;
+  };
   auto writes = [&](const Op& op) {
     std::vector<int> w;
     for (int i : opDef(op.kind).writesInputs) w.push_back(op.inputs[static_cast<size_t>(i)]);
@@ -92,7 +104,7 @@ void planElementwiseChains(const Graph& g, HostFusionPlan& p, SoleReader soleRea
     for (;;) {
       const Op& last = g.op(chain.back());
       const Op* next = soleReader(last.outputs[0]);
-      if (!next || !eligible(*next, n)) break;
+      if (!next || (!eligible(*next, n) && !endsChain(*next, last.outputs[0], n))) break;
       bool clobbered = false;  // an in-place update between the two of what the chain reads
       for (int id = last.id + 1; id < next->id && !clobbered; ++id)
         for (int t : writes(g.op(id)))
@@ -101,6 +113,7 @@ void planElementwiseChains(const Graph& g, HostFusionPlan& p, SoleReader soleRea
       chain.push_back(next->id);
       for (int t : next->inputs)
         if (t != last.outputs[0]) read.push_back(t);
+      if (next->kind == OpKind::ApplyUpdate) break;
     }
     if (chain.size() < 2) continue;
     for (size_t i = 0; i + 1 < chain.size(); ++i) {

@@ -20,7 +20,8 @@
 //                                     of those elements or single values): one loop over
 //                                     cache-sized chunks at the last op, the links never
 //                                     written (the optimizers' update arithmetic: LAMB's
-//                                     v / c2 -> sqrt -> + eps -> m^ / . -> + wd w); f32
+//                                     v / c2 -> sqrt -> + eps, g^2 -> the v update); an
+//                                     apply_update adding the last link may end one; f32
 //   square -> reduce sum              sum(x^2) over the whole tensor in one read of x (the
 //                                     squares are never written): the optimizers' norms
 //                                     (LAMB's trust ratio and global gradient clip, LARS); f32

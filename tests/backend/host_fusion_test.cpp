@@ -372,5 +372,53 @@ TEST(HostFusion, ElementwiseChainRunsAsOneLoopWithTileModesValues) {
   }
 }
 
+// A lowered LAMB step: g^2 -> the v update is a chain ending in the apply_update (the squares
+// never written), as is v / c2 -> sqrt -> + eps; three steps leave every variable as tile mode.
+TEST(HostFusion, LambStepChainsEndInTheStateUpdateAndEqualTileMode) {
+  kernels::fused::setNumThreads(2);
+  Graph g("lamb_step");
+  Builder B(g);
+  const int x = B.input("x", {64, 300});
+  const int lr = B.input("lr", {});
+  const int w = B.variable("w", {300, 80});
+  const int y = B.matmul(x, w);
+  const int loss = B.reduceMean(B.mul(y, y), {0, 1}, false, "loss");
+  g.markOutput(loss);
+  const GradientResult gr = appendBackward(g, loss, {w});
+  OptimizerOptions o;
+  o.kind = "lamb";
+  o.weightDecay = 0.01;
+  o.maxGradNorm = 1.0;
+  appendOptimizer(g, gr.grads, lr, o);
+  auto exe = std::make_shared<const Executable>(compile(g, Target::small(16, 1 << 22)));
+  const HostFusionPlan plan = planHostFusions(exe->graph);
+  int endsInUpdate = 0;
+  for (const Op& op : exe->graph.ops())
+    if (plan.role[static_cast<size_t>(op.id)] == HostFusionPlan::Role::kElementwiseChain &&
+        op.kind == OpKind::ApplyUpdate)
+      ++endsInUpdate;
+  EXPECT_GE(endsInUpdate, 1);
+
+  std::vector<float> xs(64 * 300), ws(300 * 80);
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = std::sin(0.013f * static_cast<float>(i));
+  for (size_t i = 0; i < ws.size(); ++i) ws[i] = 0.05f * std::cos(0.7f * static_cast<float>(i));
+  float rate = 0.01f;
+  std::vector<std::vector<float>> got;
+  for (EngineMode mode : {EngineMode::Fused, EngineMode::Tile}) {
+    Engine e(exe, mode);
+    e.writeTensor("w", ws);
+    e.connectInput(exe->graph.get("x"), xs.data());
+    e.connectInput(exe->graph.get("lr"), &rate);
+    for (int step = 0; step < 3; ++step) e.run();
+    got.push_back(e.readFloats("w"));
+  }
+  double scale = 0;
+  for (float v : got[1]) scale = std::max(scale, static_cast<double>(std::abs(v)));
+  for (size_t i = 0; i < ws.size(); ++i) {
+    ASSERT_NEAR(got[0][i], got[1][i], 1e-5 * scale) << i;
+    ASSERT_NE(got[0][i], ws[i]) << "the step must move every weight";
+  }
+}
+
 }  // namespace
 }  // namespace ipu
