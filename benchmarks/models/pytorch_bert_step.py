@@ -83,7 +83,10 @@ class Bert(nn.Module):
         flat = x.reshape(b * s, H)
         pooled = torch.tanh(self.pooler(flat[torch.arange(b) * s]))
         nsp_loss = F.cross_entropy(self.nsp(pooled), nsp_labels)
-        m = self.transform_ln(F.gelu(self.transform(flat[masked_rows]), approximate="tanh"))
+        # .float(): torch 1.13's CPU autocast runs layer_norm in the input's type and refuses
+        # a bf16 input with f32 parameters (the encoder's residual adds are f32 already).
+        m = self.transform_ln(
+            F.gelu(self.transform(flat[masked_rows]), approximate="tanh").float())
         logits = F.linear(m, self.word.weight, self.output_bias)
         nll = F.cross_entropy(logits.float(), masked_ids, reduction="none")
         return (nll * masked_w).sum() / (masked_w.sum() + 1e-5) + nsp_loss
