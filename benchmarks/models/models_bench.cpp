@@ -32,6 +32,7 @@
 #include "ipu_backend/kernels/fused.h"
 #include "ipu_backend/kernels/fused_bf16.h"
 #include "ipu_backend/report/report.h"
+#include "models/bert_large/bert.h"
 #include "models/resnet50/resnet50.h"
 
 namespace {
@@ -292,6 +293,111 @@ BENCHMARK(BM_ResNet50TrainStepPrecision)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->MinTime(10.0);
+
+// One BERT-Large training step (forward + backward + LAMB, one graph) on the fused engine: the
+// full width (1024 hidden, 16 heads, FFN 4096, vocabulary 30,522 with the tied MLM decoder, NSP
+// head) with `layers` encoder layers, `batch` unpacked sequences of `seq` tokens (20 masked
+// slots at 128, 76 at 512: MLPerf's max_predictions_per_seq), 2 threads. Fourth argument: 0 f32,
+// 1 the bf16 policy (bf16 activations and gradients, f32 master weights and LAMB state).
+// benchmarks/models/pytorch_bert_step.py is the peer (compare_bert.sh runs both).
+//   seq/s  batch / mean step time;  median_s  median step;  GFLOP/s  3 x forward matmul flops
+//   (2 per MAC). LAMB clips to global gradient norm 1 (the reference).
+BertHostBatch bertBenchBatch(const BertConfig& c, const BertShape& s) {
+  BertHostBatch b;
+  const i64 B = s.batch, S = s.seqLength, P = s.maskedSlots;
+  for (i64 r = 0; r < B; ++r) {
+    for (i64 t = 0; t < S; ++t) {
+      b.inputIds.push_back(static_cast<std::int32_t>(5 + (r * 7919 + t * 104729) % (c.vocab - 5)));
+      b.segmentIds.push_back(t < S / 2 ? 0 : 1);
+      b.positions.push_back(static_cast<std::int32_t>(t));
+      b.sequenceIndex.push_back(1);
+    }
+    for (i64 p = 0; p < P; ++p) {
+      b.maskedPositions.push_back(static_cast<std::int32_t>(1 + p * (S - 1) / P));
+      b.maskedIds.push_back(static_cast<std::int32_t>(5 + (r * 31 + p * 577) % (c.vocab - 5)));
+      b.maskedSequence.push_back(1);
+    }
+    b.clsPositions.push_back(0);
+    b.nspLabels.push_back(static_cast<std::int32_t>(r % 2));
+    b.nspWeights.push_back(1);
+  }
+  return b;
+}
+
+void BM_BertTrainStep(benchmark::State& state) {
+  kernels::fused::setNumThreads(2);
+  BertConfig c = BertConfig::large();
+  c.layers = static_cast<int>(state.range(2));
+  BertShape s;
+  s.seqLength = state.range(0);
+  s.batch = state.range(1);
+  s.maskedSlots = s.seqLength >= 512 ? 76 : 20;
+  const char* policyName = state.range(3) == 0 ? "fp32" : "bf16";
+  const auto policy = precision::PrecisionPolicy::parse(policyName);
+  const double flopsPerStep = 6.0 * forwardMacs(buildBertForward(c, s).graph);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  OptimizerOptions lamb = bertLambOptions();
+  lamb.maxGradNorm = 1.0;  // the reference clips to global norm 1
+  BertGraph bg = buildBertTraining(c, s, lamb, policy);
+  CompileOptions opts;
+  opts.checkMemory = false;
+  auto exe = std::make_shared<const Executable>(compile(bg.graph, fusedTimingTarget(), opts));
+  Engine engine(exe, EngineMode::Fused);
+  const double setupS =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (auto& [name, v] : initBertWeights(bg, 1)) engine.writeTensor(name, v);
+
+  const BertFeeds f = makeBertFeeds(bg, bertBenchBatch(c, s));
+  float lr = 1e-4f, loss = 0, scale = policy.lossScaling.scale, inv = 1.0f / scale, overflow = 0;
+  engine.connectInput(bg.inputIds, f.inputIds.data());
+  engine.connectInput(bg.segmentIds, f.segmentIds.data());
+  engine.connectInput(bg.positionIds, f.positionIds.data());
+  engine.connectInput(bg.sequenceIndex, f.sequenceIndex.data());
+  engine.connectInput(bg.maskedRows, f.maskedRows.data());
+  engine.connectInput(bg.maskedLabels, f.maskedLabels.data());
+  engine.connectInput(bg.maskedWeights, f.maskedWeights.data());
+  engine.connectInput(bg.maskedLabelIndex, f.maskedLabelIndex.data());
+  engine.connectInput(bg.clsRows, f.clsRows.data());
+  engine.connectInput(bg.nspLabels, f.nspLabels.data());
+  engine.connectInput(bg.nspWeights, f.nspWeights.data());
+  engine.connectInput(bg.lr, &lr);
+  engine.connectOutput(bg.loss, &loss);
+  if (bg.lossScale >= 0) {
+    engine.connectInput(bg.lossScale, &scale);
+    engine.connectInput(bg.lossScaleInverse, &inv);
+    engine.connectOutput(bg.overflow, &overflow);
+  }
+  for (int i = 0; i < 3; ++i) engine.run();  // warm-up
+
+  std::vector<double> stepS;  // the median step is what compare_bert.sh compares
+  for (auto _ : state) {
+    const auto s0 = std::chrono::steady_clock::now();
+    engine.run();
+    benchmark::DoNotOptimize(loss);
+    stepS.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count());
+  }
+  std::sort(stepS.begin(), stepS.end());
+  state.counters["median_s"] = stepS[stepS.size() / 2];
+  state.counters["seq/s"] = benchmark::Counter(static_cast<double>(s.batch),
+                                               benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flopsPerStep / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["compile_s"] = setupS;
+  state.counters["loss"] = loss;
+  state.counters["tensor_GB"] = static_cast<double>(engine.tensorMemoryBytes()) / 1e9;
+  state.counters["peak_rss_GB"] = peakRssGB();
+  const std::string what = fmt::format("BERT {} x 1024, {} batch {} at sequence {}", c.layers,
+                                       policyName, s.batch, s.seqLength);
+  maybePrintProfile(engine, what);
+  state.SetLabel(fmt::format("{}, {:.1f} GFLOP/step", what, flopsPerStep / 1e9));
+}
+BENCHMARK(BM_BertTrainStep)
+    ->ArgsProduct({{128, 512}, {2}, {2, 4, 24}, {0, 1}})
+    ->ArgNames({"seq", "batch", "layers", "precision"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->Iterations(3);  // multi-second steps: 3 warm-up + 3 timed, as the peer
 
 }  // namespace
 

@@ -612,7 +612,102 @@ struct Engine::Impl {
     return k.get();
   }
 
+  // An elementwise chain (host_fusion.h): all its ops over one cache-sized chunk at a time, the
+  // links in a chunk buffer, never in memory; the same element loops as the ops run one by one
+  // (a single-value operand is spread over a chunk), so the results are the same bits.
+  std::function<void()> makeElementwiseChain(const Op& last) {
+    struct Step {
+      bool binary = false;
+      kernels::UnaryKind unary{};
+      kernels::BinaryKind binaryKind{};
+      float alpha = 1.0f;
+      int arity = 1;
+      std::array<const float*, 2> in{};  // nullptr: the previous op's output (the link)
+      std::array<bool, 2> single{};      // a one-element operand
+    };
+    const std::vector<int>& ids = fusion.chain[last.id];
+    std::vector<Step> steps;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const Op& op = g.op(ids[i]);
+      if (op.kind == OpKind::ApplyUpdate) break;  // the end (below)
+      Step s;
+      s.binary = op.kind == OpKind::Binary;
+      if (s.binary) {
+        s.binaryKind = binaryKindOf(op);
+      } else {
+        s.unary = unaryKindOf(op);
+        s.alpha = static_cast<float>(op.attrs.getFloat("alpha", 1.0));
+      }
+      s.arity = static_cast<int>(op.inputs.size());
+      for (int k = 0; k < s.arity; ++k) {
+        const int t = op.inputs[static_cast<size_t>(k)];
+        const bool link = i > 0 && t == g.op(ids[i - 1]).outputs[0];
+        s.in[static_cast<size_t>(k)] = link ? nullptr : F(t);
+        s.single[static_cast<size_t>(k)] = !link && g.tensor(t).elements() == 1;
+      }
+      steps.push_back(s);
+    }
+    // An apply_update ending the chain: its addends (the link among them) into its target.
+    const bool update = last.kind == OpKind::ApplyUpdate;
+    UpdateForm u;
+    std::array<const float*, 3> addends{};  // nullptr: the link
+    const float *factor = nullptr, *skip = nullptr;
+    if (update) {
+      u = updateForm(last);
+      const int link = g.op(ids[ids.size() - 2]).outputs[0];
+      for (int i = 0; i < u.k; ++i)
+        addends[static_cast<size_t>(i)] =
+            last.inputs[static_cast<size_t>(1 + i)] == link ? nullptr : F(last.inputs[1 + i]);
+      factor = u.factorInput >= 0 ? F(last.inputs[u.factorInput]) : nullptr;
+      skip = u.skipInput >= 0 ? F(last.inputs[u.skipInput]) : nullptr;
+    }
+    float* y = F(update ? last.inputs[0] : last.outputs[0]);
+    const i64 n = g.tensor(update ? last.inputs[0] : last.outputs[0]).elements();
+    return [steps, y, n, update, u, addends, factor, skip] {
+      if (update && skip && *skip != 0.0f) return;  // as apply_update: NaN (overflow) too
+      constexpr i64 kChunk = 2048;
+      const i64 chunks = (n + kChunk - 1) / kChunk;
+      const int team = n < (i64{1} << 14) ? 1 : fz::numThreads();
+#pragma omp parallel for schedule(static) num_threads(team)
+      for (i64 c = 0; c < chunks; ++c) {
+        float link[kChunk], spread[2][kChunk];
+        const i64 b = c * kChunk, len = std::min(kChunk, n - b);
+        for (size_t i = 0; i < steps.size(); ++i) {
+          const Step& s = steps[i];
+          std::array<const float*, 2> x{};
+          for (int k = 0; k < s.arity; ++k) {
+            const float* p = s.in[static_cast<size_t>(k)];
+            if (!p) {
+              x[static_cast<size_t>(k)] = link;
+            } else if (s.single[static_cast<size_t>(k)]) {
+              std::fill(spread[k], spread[k] + len, *p);
+              x[static_cast<size_t>(k)] = spread[k];
+            } else {
+              x[static_cast<size_t>(k)] = p + b;
+            }
+          }
+          float* out = i + 1 == steps.size() && !update ? y + b : link;
+          if (s.binary)
+            fz::binaryChunk(s.binaryKind, x[0], x[1], out, len);
+          else
+            fz::unaryChunk(s.unary, s.alpha, x[0], out, len);
+        }
+        if (update) {
+          std::array<const float*, 3> xb{};
+          for (int i = 0; i < u.k; ++i) {
+            const float* a = addends[static_cast<size_t>(i)];
+            xb[static_cast<size_t>(i)] = a ? a + b : link;
+          }
+          kernels::applyUpdate(u.keep, factor ? *factor : 1.0f, u.k, xb.data(), u.c.data(), y + b,
+                               len);
+        }
+      }
+    };
+  }
+
   std::function<void()> makeFused(const Op& op) {
+    if (fusion.role[op.id] == HostFusionPlan::Role::kElementwiseChain)
+      return makeElementwiseChain(op);
     if (const ops::OpInfo* info = ops::find(op.kind)) {
       ops::FusedArgs a{g, op, {}, {}, {}};
       for (int t : op.inputs) {
@@ -686,6 +781,12 @@ struct Engine::Impl {
         return [=] { k->run(x, dy, ga, mean, var, dx, dga, dbe, mask); };
       }
       case OpKind::Unary: {
+        if (fusion.role[op.id] == HostFusionPlan::Role::kSquareSum) {
+          const float* x = F(in(0));
+          float* sum = F(fusion.sumOut[op.id]);
+          const i64 n = g.tensor(out).elements();
+          return [=] { *sum = fz::sumOfSquares(x, n); };
+        }
         auto kind = unaryKindOf(op);
         float alpha = static_cast<float>(op.attrs.getFloat("alpha", 1.0));
         float *x = F(in(0)), *y = F(out);

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <optional>
 
+#include "ipu_backend/ir/op_defs.h"
+
 namespace ipu {
 namespace {
 
@@ -16,6 +18,8 @@ std::vector<int> HostFusionPlan::inputsOf(const Op& op) const {
   switch (role[op.id]) {
     case Role::kAbsorbed:
       return {};
+    case Role::kElementwiseChain:
+      return chainInputs[op.id];
     case Role::kBatchNormReluBackward: {
       std::vector<int> in = op.inputs;
       in[1] = reluGradIn[op.id];  // the relu's gradient replaces the batch norm's dy
@@ -44,12 +48,86 @@ std::vector<int> HostFusionPlan::outputsOf(const Op& op) const {
     case Role::kAddReluBackward:
     case Role::kAddBatchNormRelu:
       return {reluOut[op.id]};
+    case Role::kSquareSum:
+      return {sumOut[op.id]};
     case Role::kBatchNormStatistics:
       return {op.outputs[1], op.outputs[2]};
     default:
       return op.outputs;
   }
 }
+
+namespace {
+
+// Chains of f32 unary / binary ops over n elements (operands: n elements or one value), each
+// op the sole reader of the previous one's output, none already fused; an apply_update that
+// adds the last link into its target may end one. The chain runs at its
+// last op, so no op between its first and last may update in place a tensor the chain reads.
+template <typename SoleReader>
+void planElementwiseChains(const Graph& g, HostFusionPlan& p, SoleReader soleReader) {
+  using Role = HostFusionPlan::Role;
+  auto eligible = [&](const Op& op, i64 n) {
+    if ((op.kind != OpKind::Unary && op.kind != OpKind::Binary) || op.outputs.size() != 1 ||
+        p.role[op.id] != Role::kNone)
+      return false;
+    const Tensor& y = g.tensor(op.outputs[0]);
+    if (y.dtype != DType::F32 || (n >= 0 && y.elements() != n)) return false;
+    for (int t : op.inputs) {
+      const Tensor& x = g.tensor(t);
+      if (x.dtype != DType::F32 || (x.elements() != y.elements() && x.elements() != 1))
+        return false;
+    }
+    return true;
+  };
+  // apply_update (in place on its target) ends a chain whose link is one of its addends.
+  auto endsChain = [&](const Op& op, int link, i64 n) {
+    if (op.kind != OpKind::ApplyUpdate || p.role[op.id] != Role::kNone || op.inputs[0] == link ||
+        g.tensor(op.inputs[0]).elements() != n)
+      return false;
+    for (int t : op.inputs) {
+      const Tensor& x = g.tensor(t);
+      if (x.dtype != DType::F32 || (x.elements() != n && x.elements() != 1)) return false;
+    }
+    return true;
+  };
+  auto writes = [&](const Op& op) {
+    std::vector<int> w;
+    for (int i : opDef(op.kind).writesInputs) w.push_back(op.inputs[static_cast<size_t>(i)]);
+    return w;
+  };
+  for (const Op& first : g.ops()) {
+    if (!eligible(first, -1)) continue;
+    const i64 n = g.tensor(first.outputs[0]).elements();
+    if (n < 2) continue;
+    std::vector<int> chain = {first.id};
+    std::vector<int> read(first.inputs.begin(), first.inputs.end());
+    for (;;) {
+      const Op& last = g.op(chain.back());
+      const Op* next = soleReader(last.outputs[0]);
+      if (!next || (!eligible(*next, n) && !endsChain(*next, last.outputs[0], n))) break;
+      bool clobbered = false;  // an in-place update between the two of what the chain reads
+      for (int id = last.id + 1; id < next->id && !clobbered; ++id)
+        for (int t : writes(g.op(id)))
+          clobbered = clobbered || std::find(read.begin(), read.end(), t) != read.end();
+      if (clobbered) break;
+      chain.push_back(next->id);
+      for (int t : next->inputs)
+        if (t != last.outputs[0]) read.push_back(t);
+      if (next->kind == OpKind::ApplyUpdate) break;
+    }
+    if (chain.size() < 2) continue;
+    for (size_t i = 0; i + 1 < chain.size(); ++i) {
+      p.role[static_cast<size_t>(chain[i])] = Role::kAbsorbed;
+      p.elided[static_cast<size_t>(g.op(chain[i]).outputs[0])] = true;
+      ++p.absorbedOps;
+    }
+    p.role[static_cast<size_t>(chain.back())] = Role::kElementwiseChain;
+    p.chain[static_cast<size_t>(chain.back())] = chain;
+    p.chainInputs[static_cast<size_t>(chain.back())] = read;
+  }
+}
+
+}  // namespace
 
 HostFusionPlan planHostFusions(const Graph& g, const HostFusionOptions& options) {
   const size_t nOps = g.ops().size(), nTensors = g.tensors().size();
@@ -64,6 +142,9 @@ HostFusionPlan planHostFusions(const Graph& g, const HostFusionOptions& options)
   p.otherBn.assign(nOps, -1);
   p.reluBitsFrom.assign(nOps, -1);
   p.writesReluBits.assign(nOps, false);
+  p.sumOut.assign(nOps, -1);
+  p.chain.assign(nOps, {});
+  p.chainInputs.assign(nOps, {});
   p.elided.assign(nTensors, false);
 
   const auto consumers = g.consumers();
@@ -180,6 +261,18 @@ HostFusionPlan planHostFusions(const Graph& g, const HostFusionOptions& options)
       p.role[grad->id] = Role::kAbsorbed;
       p.elided[static_cast<size_t>(op.outputs[0])] = true;
       ++p.absorbedOps;
+    } else if (isFn(op, OpKind::Unary, "square") && all(op, DType::F32)) {
+      // square -> reduce(fn=sum) to one element (so over every axis of size > 1): one pass,
+      // the squares elided.
+      const Op* sum = soleReader(op.outputs[0]);
+      if (!sum || opName(sum->kind) != "reduce" || sum->attrs.getString("fn") != "sum" ||
+          !all(*sum, DType::F32) || g.tensor(sum->outputs[0]).elements() != 1)
+        continue;
+      p.role[op.id] = Role::kSquareSum;
+      p.sumOut[op.id] = sum->outputs[0];
+      p.role[sum->id] = Role::kAbsorbed;
+      p.elided[static_cast<size_t>(op.outputs[0])] = true;
+      ++p.absorbedOps;
     } else if (op.kind == OpKind::BatchNormBackward) {
       const auto d = batchNormDtype(op);
       if (!d || !options.stateFromForwardToBackward) continue;
@@ -207,6 +300,7 @@ HostFusionPlan planHostFusions(const Graph& g, const HostFusionOptions& options)
       ++p.absorbedOps;
     }
   }
+  planElementwiseChains(g, p, soleReader);
   return p;
 }
 

@@ -15,6 +15,16 @@
 //                                     the other operand (a block's last batch norm, its
 //                                     residual add and output ReLU; f32); a projection
 //                                     shortcut's batch norm folds in the same way
+//   elementwise chains                unary / binary ops, each the sole reader of the one
+//                                     before, over the same elements (other operands: tensors
+//                                     of those elements or single values): one loop over
+//                                     cache-sized chunks at the last op, the links never
+//                                     written (the optimizers' update arithmetic: LAMB's
+//                                     v / c2 -> sqrt -> + eps, g^2 -> the v update); an
+//                                     apply_update adding the last link may end one; f32
+//   square -> reduce sum              sum(x^2) over the whole tensor in one read of x (the
+//                                     squares are never written): the optimizers' norms
+//                                     (LAMB's trust ratio and global gradient clip, LARS); f32
 // The tensor between the two ops is never materialised (elided). A tensor that is a graph
 // output, or that any other op reads, keeps its pair unfused. Operands: f32; the batch-norm
 // pairs also in bf16 where the CPU has oneDNN's bf16 batch norm (`bf16BatchNorm`); add + relu
@@ -39,6 +49,9 @@ struct HostFusionPlan {
     kAddBatchNormRelu,       // add writing relu(normX * a + b + addOther) to `reluOut`, the
                              // map from its kBatchNormStatistics op `forwardOp` (with
                              // `otherBn`: + addOther * a' + b', that op's map)
+    kSquareSum,              // unary square writing the sum of its squares to `sumOut`
+                             // (the reduce over all axes that alone reads them)
+    kElementwiseChain,       // the last op of a chain: runs every op of `chain` chunk by chunk
     kAbsorbed,               // its work is done by another op's kernel: runs nothing
   };
   std::vector<Role> role;       // per op id
@@ -58,7 +71,12 @@ struct HostFusionPlan {
   // x (1/32 of the bytes). reluBitsFrom: per op id, the writer (or -1); writesReluBits: per op.
   std::vector<int> reluBitsFrom;
   std::vector<bool> writesReluBits;
-  std::vector<bool> elided;  // per tensor id: never written nor read
+  std::vector<int> sumOut;  // per op id: kSquareSum: the reduce's output (one element)
+  // per op id: kElementwiseChain: the chain's ops in program order (this op last); each op's
+  // output is the next one's input, and only that.
+  std::vector<std::vector<int>> chain;
+  std::vector<std::vector<int>> chainInputs;  // per op id: the tensors the chain reads
+  std::vector<bool> elided;                   // per tensor id: never written nor read
   int absorbedOps = 0;
 
   // The tensors an op's kernel reads and writes under this plan (absorbed ops: none).

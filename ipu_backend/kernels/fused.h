@@ -218,10 +218,28 @@ class AvgPoolBackward {
   std::unique_ptr<Impl> impl_;
 };
 
+// GELU in BERT's tanh form, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), over `count`
+// elements: oneDNN's eltwise_gelu_tanh primitives (vectorised, threaded), forward y = gelu(x)
+// and backward dx = dy * gelu'(x) from x.
+class GeluTanh {
+ public:
+  explicit GeluTanh(i64 count);
+  ~GeluTanh();
+  void forward(const float* x, float* y);
+  void backward(const float* x, const float* dy, float* dx);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 // ---- loops (stateless; whole tensors) ------------------------------------------------------
 void unary(UnaryKind kind, float alpha, const float* x, float* y, i64 count);
 void unaryGrad(UnaryKind kind, float alpha, const float* x, const float* dy, float* dx, i64 count);
 void binary(BinaryKind kind, const BroadcastShape& s, const float* a, const float* b, float* y);
+// sum(x^2) over `count` elements in one read: per-thread double partials, added in thread order
+// (deterministic for a thread count).
+float sumOfSquares(const float* x, i64 count);
 // Serial loops over one chunk of same-shape operands (the caller parallelises over chunks):
 // the 16-bit elementwise path widens a chunk, computes with these and rounds it back.
 void unaryChunk(UnaryKind kind, float alpha, const float* x, float* y, i64 n);

@@ -381,6 +381,23 @@ void binary(BinaryKind kind, const BroadcastShape& s, const float* a, const floa
   dispatchBinary(kind, [&]<BinaryKind K>() { binaryLoop<K>(c, a, b, y); });
 }
 
+float sumOfSquares(const float* x, i64 count) {
+  const int nt = count < detail::kParallelMin ? 1 : numThreads();
+  std::vector<double> part(static_cast<size_t>(nt), 0.0);
+#pragma omp parallel num_threads(nt)
+  {
+    const i64 t = omp_get_thread_num(), tn = omp_get_num_threads();
+    const i64 b = count * t / tn, e = count * (t + 1) / tn;
+    double acc = 0;
+#pragma omp simd reduction(+ : acc)
+    for (i64 i = b; i < e; ++i) acc += static_cast<double>(x[i]) * x[i];
+    part[static_cast<size_t>(t)] = acc;
+  }
+  double total = 0;
+  for (double v : part) total += v;
+  return static_cast<float>(total);
+}
+
 void unaryChunk(UnaryKind kind, float alpha, const float* x, float* y, i64 n) {
   dispatchUnary(kind, [&]<UnaryKind K>() {
 #pragma omp simd

@@ -710,4 +710,53 @@ void AvgPoolBackward::run(const float* dy, float* dx) {
   detail::waitStream();
 }
 
+// ---- GELU (tanh form) ----------------------------------------------------------------------
+
+struct GeluTanh::Impl {
+  memory x, y, dy, dx;
+  Prim forward, backward;
+};
+
+GeluTanh::GeluTanh(i64 count) : impl_(std::make_unique<Impl>()) {
+  detail::syncThreads();
+  const memory::desc md({count}, Dt::f32, Tag::a);
+  const dnnl::eltwise_forward::desc fd(dnnl::prop_kind::forward_training,
+                                       dnnl::algorithm::eltwise_gelu_tanh, md, 0.f, 0.f);
+  const dnnl::eltwise_forward::primitive_desc fpd(fd, detail::userScratchpadAttr(),
+                                                  detail::cpuEngine());
+  const dnnl::eltwise_backward::desc bd(dnnl::algorithm::eltwise_gelu_tanh, md, md, 0.f, 0.f);
+  const dnnl::eltwise_backward::primitive_desc bpd(bd, detail::userScratchpadAttr(),
+                                                   detail::cpuEngine(), fpd);
+  impl_->x = userMemory(md);
+  impl_->y = userMemory(md);
+  impl_->dy = userMemory(md);
+  impl_->dx = userMemory(md);
+  impl_->forward = Prim(fpd, dnnl::eltwise_forward(fpd));
+  impl_->forward.arg(DNNL_ARG_SRC, impl_->x);
+  impl_->forward.arg(DNNL_ARG_DST, impl_->y);
+  impl_->backward = Prim(bpd, dnnl::eltwise_backward(bpd));
+  impl_->backward.arg(DNNL_ARG_SRC, impl_->x);
+  impl_->backward.arg(DNNL_ARG_DIFF_DST, impl_->dy);
+  impl_->backward.arg(DNNL_ARG_DIFF_SRC, impl_->dx);
+}
+
+GeluTanh::~GeluTanh() = default;
+
+void GeluTanh::forward(const float* x, float* y) {
+  detail::syncThreads();
+  bind(impl_->x, x);
+  bind(impl_->y, y);
+  impl_->forward.execute();
+  detail::waitStream();
+}
+
+void GeluTanh::backward(const float* x, const float* dy, float* dx) {
+  detail::syncThreads();
+  bind(impl_->x, x);
+  bind(impl_->dy, dy);
+  bind(impl_->dx, dx);
+  impl_->backward.execute();
+  detail::waitStream();
+}
+
 }  // namespace ipu::kernels::fused

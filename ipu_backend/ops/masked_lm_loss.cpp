@@ -103,6 +103,22 @@ std::function<void()> vertexForward(const VertexArgs& a) {
   };
 }
 
+// Fused mode, one row: exp(x - max) in float into e (when given), the sum in double; returns
+// logsumexp. The tile vertices keep logSumExp's double form.
+double rowExpSum(const float* x, i64 v, float* e, double* sum) {
+  float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+  for (i64 j = 0; j < v; ++j) mx = std::max(mx, x[j]);
+  double s = 0;
+  for (i64 j = 0; j < v; ++j) {
+    const float t = std::exp(x[j] - mx);
+    if (e) e[j] = t;
+    s += t;
+  }
+  *sum = s;
+  return mx + std::log(s);
+}
+
 std::function<void()> fusedForward(const FusedArgs& a) {
   const Shape s = a.g.tensor(a.op.inputs[0]).shape;
   const i64 np = s[0], v = s[1];
@@ -111,9 +127,11 @@ std::function<void()> fusedForward(const FusedArgs& a) {
       if (lb[p] < 0 || lb[p] >= v) throwBadLabel(g, op, p, v, lb);
     const double norm = normaliser([&](i64 q) { return w[q]; }, np);
 #pragma omp parallel for schedule(static)
-    for (i64 p = 0; p < np; ++p)
-      y[p] =
-          static_cast<float>(w[p] * (logSumExp(lg + p * v, v, nullptr) - lg[p * v + lb[p]]) / norm);
+    for (i64 p = 0; p < np; ++p) {
+      double sum = 0;
+      const double lse = rowExpSum(lg + p * v, v, nullptr, &sum);
+      y[p] = static_cast<float>(w[p] * (lse - lg[p * v + lb[p]]) / norm);
+    }
   };
 }
 
@@ -169,13 +187,16 @@ std::function<void()> fusedBackward(const FusedArgs& a) {
     for (i64 p = 0; p < np; ++p)
       if (lb[p] < 0 || lb[p] >= v) throwBadLabel(g, op, p, v, lb);
     const double norm = normaliser([&](i64 q) { return w[q]; }, np);
-#pragma omp parallel
-    {
-      std::vector<double> sm(static_cast<size_t>(v));
-#pragma omp for schedule(static)
-      for (i64 p = 0; p < np; ++p)
-        rowGrad(lg + p * v, lb[p], dl[p] * w[p] / norm, p, v, p * v, (p + 1) * v, sm.data(),
-                y + p * v);
+#pragma omp parallel for schedule(static)
+    for (i64 p = 0; p < np; ++p) {  // scale * (softmax - onehot(label)), the exps in y's row
+      float* out = y + p * v;
+      double sum = 0;
+      rowExpSum(lg + p * v, v, out, &sum);
+      const double scale = dl[p] * w[p] / norm;
+      const float f = static_cast<float>(scale / sum), eLabel = out[lb[p]];
+#pragma omp simd
+      for (i64 j = 0; j < v; ++j) out[j] *= f;
+      out[lb[p]] = static_cast<float>(scale * (eLabel / sum - 1.0));
     }
   };
 }

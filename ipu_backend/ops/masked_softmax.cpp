@@ -103,15 +103,36 @@ std::function<void()> vertex(const VertexArgs& a) {
   };
 }
 
+// Fused mode: a row at a time in float (exp in float, the sum in double), the mask row found
+// once per row (along C it is contiguous or one value); the tile vertex above keeps the
+// element-wise double form.
 std::function<void()> fused(const FusedArgs& a) {
   const Shape xs = a.g.tensor(a.op.inputs[0]).shape;
   const i64 c = xs.back(), n = numElements(xs) / c;
-  return [x = a.in[0], m = a.in[1], y = a.out[0], c, n,
-          mm = maskMap(xs, a.g.tensor(a.op.inputs[1]).shape)] {
-#pragma omp parallel for schedule(static)
-    for (i64 r = 0; r < n; ++r)
-      rows(
-          mm, c, r, r + 1, [&](i64 i) { return x[i]; }, [&](i64 i) { return m[i]; }, y + r * c);
+  const MaskMap mm = maskMap(xs, a.g.tensor(a.op.inputs[1]).shape);
+  std::vector<i64> maskRow(static_cast<size_t>(n));
+  for (i64 r = 0; r < n; ++r) maskRow[static_cast<size_t>(r)] = mm.at(r * c);
+  const i64 maskStep = mm.maskStrides.back();  // 1 or 0 along C
+  return [x = a.in[0], m = a.in[1], y = a.out[0], c, n, maskRow = std::move(maskRow), maskStep] {
+#pragma omp parallel
+    {
+      std::vector<float> e(static_cast<size_t>(c));
+#pragma omp for schedule(static)
+      for (i64 r = 0; r < n; ++r) {
+        const float* xr = x + r * c;
+        const float* mr = m + maskRow[static_cast<size_t>(r)];
+        float mx = -INFINITY;
+        for (i64 j = 0; j < c; ++j) {
+          e[j] = xr[j] + mr[j * maskStep];
+          mx = std::max(mx, e[j]);
+        }
+        double s = 0;
+        for (i64 j = 0; j < c; ++j) s += (e[j] = std::exp(e[j] - mx));
+        const double inv = 1.0 / s;
+        float* yr = y + r * c;
+        for (i64 j = 0; j < c; ++j) yr[j] = static_cast<float>(e[j] * inv);
+      }
+    }
   };
 }
 

@@ -259,5 +259,166 @@ TEST(HostFusion, ReadingATensorFusedAwayNamesItAndTheFix) {
   EXPECT_NO_THROW((void)tile.engine->readFloats("bn1"));
 }
 
+// square -> reduce sum over every axis (the optimizers' norms) runs as one pass; a square that
+// anything else reads stays unfused. Both sums equal tile mode and a double-precision sum.
+TEST(HostFusion, SquareThenSumIsOnePass) {
+  kernels::fused::setNumThreads(2);
+  Graph g("sum_of_squares");
+  Builder B(g);
+  const i64 rows = 300, cols = 301;  // past the parallel threshold: both threads take part
+  const int x = B.input("x", {rows, cols});
+  const int sq = B.unary("square", x, "squared");
+  const int sum = B.reduceSum(sq, {0, 1}, false, "sum");
+  const int kept = B.unary("square", x, "kept_squared");
+  const int keptSum = B.reduceSum(kept, {0, 1}, false, "kept_sum");
+  for (int t : {sum, kept, keptSum}) g.markOutput(t);
+  const HostFusionPlan plan = planHostFusions(g);
+  EXPECT_EQ(plan.role[static_cast<size_t>(g.tensor(sq).producer)],
+            HostFusionPlan::Role::kSquareSum);
+  EXPECT_EQ(plan.sumOut[static_cast<size_t>(g.tensor(sq).producer)], sum);
+  EXPECT_TRUE(plan.elided[static_cast<size_t>(sq)]);
+  EXPECT_EQ(plan.role[static_cast<size_t>(g.tensor(kept).producer)], HostFusionPlan::Role::kNone)
+      << "kept_squared is a graph output";
+  EXPECT_EQ(plan.absorbedOps, 1);
+
+  std::vector<float> xs(static_cast<size_t>(rows * cols));
+  double want = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    xs[i] = std::sin(0.01f * static_cast<float>(i)) * 3.0f;
+    want += static_cast<double>(xs[i]) * xs[i];
+  }
+  auto exe = std::make_shared<const Executable>(compile(g, Target::small(16, 1 << 22)));
+  for (EngineMode mode : {EngineMode::Fused, EngineMode::Tile}) {
+    Engine e(exe, mode);
+    float got = 0, gotKept = 0;
+    std::vector<float> keptValues(xs.size());
+    e.connectInput(exe->graph.get("x"), xs.data());
+    e.connectOutput(exe->graph.get("sum"), &got);
+    e.connectOutput(exe->graph.get("kept_sum"), &gotKept);
+    e.connectOutput(exe->graph.get("kept_squared"), keptValues.data());
+    e.run();
+    EXPECT_NEAR(got, want, 1e-5 * want) << engineModeName(mode);
+    EXPECT_NEAR(gotKept, want, 1e-5 * want) << engineModeName(mode);
+    EXPECT_FLOAT_EQ(keptValues[7], xs[7] * xs[7]);
+    EXPECT_EQ(e.hostFusedOps(), mode == EngineMode::Fused ? 1 : 0);
+  }
+}
+
+// LAMB's update arithmetic u = (m / c1) / (sqrt(v / c2) + eps) + wd w as the optimizer lowers
+// it runs as two chains (their links never written); every value equals tile mode's.
+TEST(HostFusion, ElementwiseChainRunsAsOneLoopWithTileModesValues) {
+  kernels::fused::setNumThreads(2);
+  Graph g("lamb_arithmetic");
+  Builder B(g);
+  const i64 n = 20000;  // past the parallel threshold, not a multiple of the chunk
+  const int m = B.input("m", {n}), v = B.input("v", {n}), w = B.input("w", {n});
+  const int c1 = B.input("c1", {}), c2 = B.input("c2", {});
+  const int mHat = B.binary("div", m, c1, "m_hat");
+  const int vHat = B.binary("div", v, c2, "v_hat");
+  const int root = B.unary("sqrt", vHat, "v_sqrt");
+  const int denom = B.add(root, B.constant({}, 1e-6, DType::F32, "eps"), "denominator");
+  const int step = B.binary("div", mHat, denom, "adam_step");
+  const int decayed = B.scale(w, 0.01, "decay");
+  const int u = B.add(step, decayed, "u");
+  // A link that is a graph output keeps its pair apart: m + v is written, its sqrt is not
+  // chained to it.
+  const int kept = B.add(m, v, "sum_kept");
+  const int keptRoot = B.unary("sqrt", kept, "sqrt_kept");
+  for (int t : {u, kept, keptRoot}) g.markOutput(t);
+  const HostFusionPlan plan = planHostFusions(g);
+  // Chains start at the first op in program order: m / c1 -> m^ / . -> + wd w, and
+  // v / c2 -> sqrt -> + eps (whose reader, the division, is in the first chain already).
+  auto producers = [&](std::vector<int> ts) {
+    for (int& t : ts) t = g.tensor(t).producer;
+    return ts;
+  };
+  const int last = g.tensor(u).producer, lastB = g.tensor(denom).producer;
+  ASSERT_EQ(plan.role[static_cast<size_t>(last)], HostFusionPlan::Role::kElementwiseChain);
+  ASSERT_EQ(plan.role[static_cast<size_t>(lastB)], HostFusionPlan::Role::kElementwiseChain);
+  EXPECT_EQ(plan.chain[static_cast<size_t>(last)], producers({mHat, step, u}));
+  EXPECT_EQ(plan.chain[static_cast<size_t>(lastB)], producers({vHat, root, denom}));
+  for (int t : {mHat, step, vHat, root}) EXPECT_TRUE(plan.elided[static_cast<size_t>(t)]);
+  EXPECT_FALSE(plan.elided[static_cast<size_t>(denom)]) << "read by the other chain";
+  EXPECT_EQ(plan.role[static_cast<size_t>(g.tensor(keptRoot).producer)],
+            HostFusionPlan::Role::kNone);
+  EXPECT_FALSE(plan.elided[static_cast<size_t>(kept)]);
+  EXPECT_EQ(plan.absorbedOps, 4);
+
+  std::vector<float> ms(n), vs(n), ws(n);
+  for (i64 i = 0; i < n; ++i) {
+    ms[i] = std::sin(0.3f * static_cast<float>(i));
+    vs[i] = 1e-4f * (1.5f + std::cos(0.11f * static_cast<float>(i)));
+    ws[i] = std::cos(0.05f * static_cast<float>(i));
+  }
+  float c1v = 0.1f, c2v = 0.001f;
+  auto exe = std::make_shared<const Executable>(compile(g, Target::small(16, 1 << 22)));
+  std::vector<std::vector<float>> got;
+  for (EngineMode mode : {EngineMode::Fused, EngineMode::Tile}) {
+    Engine e(exe, mode);
+    std::vector<float> out(n);
+    e.connectInput(exe->graph.get("m"), ms.data());
+    e.connectInput(exe->graph.get("v"), vs.data());
+    e.connectInput(exe->graph.get("w"), ws.data());
+    e.connectInput(exe->graph.get("c1"), &c1v);
+    e.connectInput(exe->graph.get("c2"), &c2v);
+    e.connectOutput(exe->graph.get("u"), out.data());
+    e.run();
+    got.push_back(out);
+  }
+  for (i64 i = 0; i < n; ++i) {
+    const double ref = (ms[i] / c1v) / (std::sqrt(vs[i] / c2v) + 1e-6) + 0.01 * ws[i];
+    ASSERT_NEAR(got[0][i], ref, 1e-5 * std::max(1.0, std::abs(ref))) << i;
+    ASSERT_EQ(got[0][i], got[1][i]) << "fused and tile mode differ at " << i;
+  }
+}
+
+// A lowered LAMB step: g^2 -> the v update is a chain ending in the apply_update (the squares
+// never written), as is v / c2 -> sqrt -> + eps; three steps leave every variable as tile mode.
+TEST(HostFusion, LambStepChainsEndInTheStateUpdateAndEqualTileMode) {
+  kernels::fused::setNumThreads(2);
+  Graph g("lamb_step");
+  Builder B(g);
+  const int x = B.input("x", {64, 300});
+  const int lr = B.input("lr", {});
+  const int w = B.variable("w", {300, 80});
+  const int y = B.matmul(x, w);
+  const int loss = B.reduceMean(B.mul(y, y), {0, 1}, false, "loss");
+  g.markOutput(loss);
+  const GradientResult gr = appendBackward(g, loss, {w});
+  OptimizerOptions o;
+  o.kind = "lamb";
+  o.weightDecay = 0.01;
+  o.maxGradNorm = 1.0;
+  appendOptimizer(g, gr.grads, lr, o);
+  auto exe = std::make_shared<const Executable>(compile(g, Target::small(16, 1 << 22)));
+  const HostFusionPlan plan = planHostFusions(exe->graph);
+  int endsInUpdate = 0;
+  for (const Op& op : exe->graph.ops())
+    if (plan.role[static_cast<size_t>(op.id)] == HostFusionPlan::Role::kElementwiseChain &&
+        op.kind == OpKind::ApplyUpdate)
+      ++endsInUpdate;
+  EXPECT_GE(endsInUpdate, 1);
+
+  std::vector<float> xs(64 * 300), ws(300 * 80);
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = std::sin(0.013f * static_cast<float>(i));
+  for (size_t i = 0; i < ws.size(); ++i) ws[i] = 0.05f * std::cos(0.7f * static_cast<float>(i));
+  float rate = 0.01f;
+  std::vector<std::vector<float>> got;
+  for (EngineMode mode : {EngineMode::Fused, EngineMode::Tile}) {
+    Engine e(exe, mode);
+    e.writeTensor("w", ws);
+    e.connectInput(exe->graph.get("x"), xs.data());
+    e.connectInput(exe->graph.get("lr"), &rate);
+    for (int step = 0; step < 3; ++step) e.run();
+    got.push_back(e.readFloats("w"));
+  }
+  double scale = 0;
+  for (float v : got[1]) scale = std::max(scale, static_cast<double>(std::abs(v)));
+  for (size_t i = 0; i < ws.size(); ++i) {
+    ASSERT_NEAR(got[0][i], got[1][i], 1e-5 * scale) << i;
+    ASSERT_NE(got[0][i], ws[i]) << "the step must move every weight";
+  }
+}
+
 }  // namespace
 }  // namespace ipu
