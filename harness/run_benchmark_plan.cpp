@@ -222,8 +222,11 @@ OptimizerOptions optimizerOf(const Json& hp) {
     o.epsilon = hp.value(keys::kOptEpsilon, 1e-8);
     o.weightDecay = hp.value(keys::kOptWeightDecay, 0.0);
   }
-  // The evaluation's weight EMA: EfficientNet's model_eval_ema_factor, else our key.
+  // The evaluation's weight EMA: EfficientNet's model_eval_ema_factor, else our key. Both warm
+  // up as TensorFlow's ExponentialMovingAverage with num_updates (the EfficientNet reference):
+  // at 0.9999 a fixed decay would leave a short run's average near the initial weights.
   o.emaDecay = hp.value(keys::kModelEvalEmaFactor, hp.value(kWeightEmaKey, 0.0));
+  o.emaWarmup = o.emaDecay > 0;
   return o;
 }
 

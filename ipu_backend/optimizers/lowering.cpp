@@ -145,12 +145,19 @@ void lowerOne(Graph& g, int u, int clip) {
     fail(W.name, fmt::format("unknown optimizer '{}' (valid: {})", kind,
                              fmt::join(optimizerNames(), ", ")));
   const double emaDecay = op.attrs.getFloat("ema_decay", 0.0);
+  const bool emaWarmup = op.attrs.getBool("ema_warmup", false);
   const size_t slots = def->slots.size();
-  if (uo.state.size() != slots + (emaDecay > 0 ? 1 : 0))
+  const size_t emaSlots = emaDecay > 0 ? (emaWarmup ? 2 : 1) : 0;
+  if (uo.state.size() != slots + emaSlots)
     fail(W.name, fmt::format("{} takes {} state variables{}, got {}", kind, slots,
-                             emaDecay > 0 ? " and the EMA" : "", uo.state.size()));
+                             emaSlots == 2   ? ", the EMA's update count and the EMA"
+                             : emaSlots == 1 ? " and the EMA"
+                                             : "",
+                             uo.state.size()));
   if (emaDecay < 0 || emaDecay >= 1)
     fail(W.name, fmt::format("ema_decay {} is not in [0, 1)", emaDecay));
+  if (emaWarmup && emaDecay == 0)
+    fail(W.name, "ema_warmup is set without an ema_decay (the warm-up shapes the EMA's decay)");
   const i64 replicas = op.attrs.getInt("replicas", 1);
   if (replicas > 1 && (def->needsWholeWeight || emaDecay > 0))
     fail(W.name, fmt::format("{} cannot be sharded over replicas: {} (turn sharding off)", kind,
@@ -181,8 +188,8 @@ void lowerOne(Graph& g, int u, int clip) {
   def->lower(s);
   if (s.newWeight < 0) fail(W.name, fmt::format("internal: {} did not update the weight", kind));
   if (emaDecay > 0) {
-    s.state.push_back(widen(uo.state.back()));
-    emaStep(s, slots, emaDecay);
+    for (size_t i = slots; i < uo.state.size(); ++i) s.state.push_back(widen(uo.state[i]));
+    emaStep(s, uo.state.size() - 1, emaDecay, emaWarmup);
   }
   if (replicas > 1) {  // all-gather the new chunks and write the whole weight
     const int full = g.addOp1(OpKind::CrossReplicaAllGather, {s.newWeight},
@@ -235,6 +242,10 @@ OptimizerState appendOptimizer(Graph& g, const std::map<int, int>& grads, int lr
                s.scalar || s.f32 ? DType::F32 : w.dtype, s.init);
     if (opts.emaDecay > 0.0) {
       a.set("ema_decay", opts.emaDecay);
+      if (opts.emaWarmup) {
+        a.set("ema_warmup", true);
+        addState("ema_updates", Shape{}, DType::F32, StateInit::Zero);
+      }
       addState("ema", w.shape, w.dtype, StateInit::Weight);
     }
     if (opts.lossScaling.inverseScale >= 0) {

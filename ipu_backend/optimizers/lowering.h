@@ -91,7 +91,8 @@ const OptimizerDef* findOptimizer(std::string_view name);
 
 // SGD with momentum at learning rate `lr` (LARS calls it with the trust-scaled rate).
 void sgdStep(Step& s, int lr);
-// The EMA wrapper (ema.cpp): ema = d ema + (1 - d) w_new, state slot `slot`.
-void emaStep(Step& s, size_t slot, double decay);
+// The EMA wrapper (ema.cpp): ema = d ema + (1 - d) w_new, the EMA in state slot `slot`. With
+// `warmup`, slot `slot - 1` counts the updates n and d = min(decay, (1 + n) / (10 + n)).
+void emaStep(Step& s, size_t slot, double decay, bool warmup);
 
 }  // namespace ipu::optimizers

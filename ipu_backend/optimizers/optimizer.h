@@ -51,6 +51,11 @@ struct OptimizerOptions {
   double maxGradNorm = 0.0;
   // > 0: keep `<weight>/ema`, an exponential moving average of the weight with this decay.
   double emaDecay = 0.0;
+  // TensorFlow's ExponentialMovingAverage with num_updates (the EfficientNet reference passes
+  // the global step): the n-th update (n = 1, 2, ...) uses min(emaDecay, (1 + n) / (10 + n)),
+  // so the average of a short run is not stuck near the initial weights. The count is
+  // `<weight>/ema_updates`, an f32 scalar.
+  bool emaWarmup = false;
   // Round 16-bit weight and state writes stochastically (the IPU's 16.16 setting).
   bool stochasticRounding = false;
   // Set: the update unscales the gradients and is skipped on overflow.
