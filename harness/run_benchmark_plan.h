@@ -131,7 +131,8 @@ Json resolveHyperparameters(const CliChoice& choice, const ResolvedPreset& prese
 // pod's), and --shard-optimizer-state only for optimizers that can be sharded.
 // optimizerOf: opt_name onto ipu_backend/optimizers (sgd_opt_*, lars_opt_* with TensorFlow's
 // trust coefficient, opt_lamb_* with the reference's clipping to global norm 1, opt_rmsprop_*,
-// adam), plus a weight EMA from "ipu_weight_ema_decay" (our key).
+// adam), plus a weight EMA from model_eval_ema_factor or "ipu_weight_ema_decay" (our key),
+// with TensorFlow's num_updates warm-up.
 OptimizerOptions optimizerOf(const Json& hp);
 ModelRequest modelRequestOf(const PodPreset& preset, const Json& hp, Scale scale,
                             const precision::PrecisionPolicy& policy);

@@ -1,6 +1,9 @@
 // One ResNet-50 training step (forward + backward + SGD momentum update, one graph) on the
 // fused engine, batch 32 (and 8) at 224x224 and batch 32 at 32x32 (the ImageNet stem on CIFAR-sized
 // images, as benchmarks/models/pytorch_resnet50_step.py runs the peer). 2 threads.
+// BM_EfficientNetB4TrainStep: the EfficientNet-B4 step (RMSProp in TensorFlow's form with the
+// weight EMA, label smoothing, dropout, stochastic depth) at 380x380 batch 8 and 32x32 batch 32,
+// f32 and bf16 (benchmarks/models/pytorch_efficientnet_step.py is the peer).
 //   images/s   batch / step time
 //   GFLOP/s    3 x forward (2 flop per MAC; 24.5 GFLOP per 224x224 image)
 //   tensor_GB  the engine's tensor memory (fused: activations share an arena by lifetime)
@@ -33,6 +36,7 @@
 #include "ipu_backend/kernels/fused_bf16.h"
 #include "ipu_backend/report/report.h"
 #include "models/bert_large/bert.h"
+#include "models/efficientnet_b4/efficientnet.h"
 #include "models/resnet50/resnet50.h"
 
 namespace {
@@ -398,6 +402,88 @@ BENCHMARK(BM_BertTrainStep)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->Iterations(3);  // multi-second steps: 3 warm-up + 3 timed, as the peer
+
+// The EfficientNet-B4 training step as run_benchmark trains it (models/efficientnet_b4 with the
+// closed recipe's optimizer: RMSProp 0.9 / 0.9 / 1e-3, weight decay 1e-5 off the norm
+// parameters, the 0.9999 weight EMA with warm-up; label smoothing 0.1, dropout 0.4, stochastic
+// depth 0.2), third argument the precision: 0 f32, 1 bf16 (bf16 activations and gradients, f32
+// master weights and optimizer: the peer's bf16 autocast).
+void BM_EfficientNetB4TrainStep(benchmark::State& state) {
+  namespace en = models::efficientnet;
+  kernels::fused::setNumThreads(2);
+  const i64 kBatch = state.range(1);
+  const bool bf16 = state.range(2) != 0;
+  const auto policy = precision::PrecisionPolicy::parse(bf16 ? "bf16" : "fp32");
+  en::Config c = en::Config::b4();
+  c.inputH = c.inputW = static_cast<int>(state.range(0));
+  c.labelSmoothing = 0.1;
+  OptimizerOptions o;
+  o.kind = "rmsprop";
+  o.rho = 0.9;
+  o.momentum = 0.9;
+  o.epsilon = 1e-3;
+  o.weightDecay = 1e-5;
+  o.emaDecay = 0.9999;
+  o.emaWarmup = true;
+  const double flopsPerImage = 6.0 * forwardMacs(en::buildInference(c, 1).graph);
+  en::EfficientNetGraph eg = en::buildTraining(c, kBatch, o, policy);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  CompileOptions opts;
+  opts.checkMemory = false;
+  auto exe = std::make_shared<const Executable>(compile(eg.graph, fusedTimingTarget(), opts));
+  Engine engine(exe, EngineMode::Fused);
+  const double setupS =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  auto values = en::initWeights(eg, 1);
+  applyOptimizerStateInit(eg.graph, eg.optimizer, values);
+  for (auto& [name, v] : values)
+    if (exe->graph.find(name) >= 0) engine.writeTensor(name, v);
+
+  std::vector<float> images(static_cast<size_t>(exe->graph.tensor(eg.images).elements()));
+  for (size_t i = 0; i < images.size(); ++i) images[i] = static_cast<float>(i % 251) / 251.0f;
+  std::vector<std::int32_t> labels(kBatch), key = {0, 0};
+  for (i64 i = 0; i < kBatch; ++i) labels[i] = static_cast<std::int32_t>((i * 37) % 1000);
+  float lr = 0.001f, loss = 0, scale = policy.lossScaling.scale, inv = 1.0f / scale, overflow = 0;
+  engine.connectInput(eg.images, images.data());
+  engine.connectInput(eg.labels, labels.data());
+  engine.connectInput(eg.lr, &lr);
+  if (eg.dropoutKey >= 0) engine.connectInput(eg.dropoutKey, key.data());
+  engine.connectOutput(eg.loss, &loss);
+  if (eg.lossScale >= 0) {
+    engine.connectInput(eg.lossScale, &scale);
+    engine.connectInput(eg.lossScaleInverse, &inv);
+    engine.connectOutput(eg.overflow, &overflow);
+  }
+  for (int i = 0; i < 3; ++i) engine.run();  // warm-up
+
+  for (auto _ : state) {
+    ++key[0];  // a new dropout draw each step, as training
+    engine.run();
+    benchmark::DoNotOptimize(loss);
+  }
+  state.counters["images/s"] = benchmark::Counter(static_cast<double>(kBatch),
+                                                  benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] = benchmark::Counter(kBatch * flopsPerImage / 1e9,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["compile_s"] = setupS;
+  state.counters["loss"] = loss;
+  state.counters["tensor_GB"] = static_cast<double>(engine.tensorMemoryBytes()) / 1e9;
+  state.counters["peak_rss_GB"] = peakRssGB();
+  const std::string what =
+      fmt::format("{} batch {} at {}x{}", bf16 ? "bf16" : "f32", kBatch, c.inputH, c.inputW);
+  maybePrintProfile(engine, "EfficientNet-B4 " + what);
+  state.SetLabel(fmt::format("EfficientNet-B4 {}, {:.2f} GFLOP/img", what, flopsPerImage / 1e9));
+}
+BENCHMARK(BM_EfficientNetB4TrainStep)
+    ->Args({380, 8, 0})
+    ->Args({32, 32, 0})
+    ->Args({380, 8, 1})
+    ->Args({32, 32, 1})
+    ->ArgNames({"hw", "batch", "bf16"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(5.0);
 
 }  // namespace
 

@@ -74,7 +74,8 @@ const std::vector<OpDef>& table() {
         {"max_grad_norm", A::Float, false},
         {"loss_scaled", A::Bool, false},
         {"replicas", A::Int, false},
-        {"ema_decay", A::Float, false}}},
+        {"ema_decay", A::Float, false},
+        {"ema_warmup", A::Bool, false}}},
       // x (any shape, n elements) -> this replica's chunk [ceil(n/R)] of scale * sum over replicas.
       {OpKind::CrossReplicaReduceScatter, "cross_replica_reduce_scatter", 1, 1, {},
        {{"replicas", A::Int, true}, {"scale", A::Float, false}}},
@@ -187,7 +188,6 @@ WindowGeometry windowGeometry(const Shape& x, i64 r, i64 s, const Attrs& a,
                             effR, effS, hp, wp, shapeStr(x)));
   return {(hp - effR) / st[0] + 1, (wp - effS) / st[1] + 1};
 }
-
 
 const OpDef& opDef(OpKind kind) {
   if (const ops::OpInfo* info = ops::find(kind)) return info->def;

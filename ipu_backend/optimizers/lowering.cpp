@@ -134,8 +134,9 @@ int globalClipFactor(Graph& g, const std::vector<int>& us) {
                   freshName(g, "optimizer/clip_factor"));
 }
 
-// Lowers one optimizer_update (appending its ops); `clip`: LAMB's global clip factor, or -1.
-void lowerOne(Graph& g, int u, int clip) {
+// Lowers one optimizer_update (appending its ops); `clip`: LAMB's global clip factor, or -1;
+// `emaRate`: the warm-up EMA's 1 - d (emaWarmupRates), or -1 for the fixed decay.
+void lowerOne(Graph& g, int u, int clip, int emaRate) {
   const Op op = g.op(u);  // copies: adding ops reallocates
   const UpdateOperands uo = updateOperands(op);
   const Tensor W = g.tensor(uo.weight);
@@ -182,7 +183,7 @@ void lowerOne(Graph& g, int u, int clip) {
   if (s.newWeight < 0) fail(W.name, fmt::format("internal: {} did not update the weight", kind));
   if (emaDecay > 0) {
     s.state.push_back(widen(uo.state.back()));
-    emaStep(s, slots, emaDecay);
+    emaStep(s, slots, emaDecay, emaRate);
   }
   if (replicas > 1) {  // all-gather the new chunks and write the whole weight
     const int full = g.addOp1(OpKind::CrossReplicaAllGather, {s.newWeight},
@@ -214,6 +215,16 @@ OptimizerState appendOptimizer(Graph& g, const std::map<int, int>& grads, int lr
     throw GraphError(fmt::format("appendOptimizer: unknown optimizer '{}' (valid: {})", opts.kind,
                                  fmt::join(optimizerNames(), ", ")));
   OptimizerState st;
+  if (opts.emaDecay > 0.0 && opts.emaWarmup && !grads.empty()) {
+    if (g.find(kOptimizerEmaUpdates) >= 0)
+      throw GraphError(fmt::format(
+          "appendOptimizer: the graph already has '{}' (one warm-up EMA per graph: append every "
+          "weight's update in one call)",
+          kOptimizerEmaUpdates));
+    st.stateVariables.push_back(g.addVariable(kOptimizerEmaUpdates, {}, DType::F32));
+    st.init.push_back(StateInit::Zero);
+    st.weightOf.push_back(grads.begin()->first);
+  }
   for (const auto& [var, grad] : grads) {
     const Tensor w = g.tensor(var);  // copy: adding variables reallocates
     const bool decays = opts.decay(w);
@@ -235,6 +246,7 @@ OptimizerState appendOptimizer(Graph& g, const std::map<int, int>& grads, int lr
                s.scalar || s.f32 ? DType::F32 : w.dtype, s.init);
     if (opts.emaDecay > 0.0) {
       a.set("ema_decay", opts.emaDecay);
+      if (opts.emaWarmup) a.set("ema_warmup", true);
       addState("ema", w.shape, w.dtype, StateInit::Weight);
     }
     if (opts.lossScaling.inverseScale >= 0) {
@@ -251,11 +263,16 @@ ExpandedOptimizers expandOptimizers(Graph& g) {
   using namespace optimizers;
   ExpandedOptimizers r;
   const int n = static_cast<int>(g.ops().size());
-  std::vector<int> updates, clipped;
+  std::vector<int> updates, clipped, warm;
+  std::vector<double> warmDecays;
   for (const Op& op : g.ops())
     if (op.kind == OpKind::OptimizerUpdate) {
       updates.push_back(op.id);
       if (op.attrs.getFloat("max_grad_norm", 0.0) > 0.0) clipped.push_back(op.id);
+      if (op.attrs.getBool("ema_warmup", false)) {
+        warm.push_back(op.id);
+        warmDecays.push_back(op.attrs.getFloat("ema_decay", 0.0));
+      }
       const UpdateOperands uo = updateOperands(op);
       for (int t : uo.state) r.stateBytes += g.tensor(t).bytes();
     }
@@ -298,10 +315,36 @@ ExpandedOptimizers expandOptimizers(Graph& g) {
     clip = globalClipFactor(g, clipped);
     placeBefore(clipped.front(), first);
   }
+  // The warm-up EMA's rates from the step counter, which is incremented after every update.
+  std::map<double, int> emaRates;
+  std::vector<int> atEnd;
+  if (!warm.empty()) {
+    const int count = g.find(kOptimizerEmaUpdates);
+    const std::string& w = g.tensor(g.op(warm.front()).inputs[0]).name;
+    if (count < 0 || g.tensor(count).kind != TensorKind::Variable)
+      fail(w, fmt::format("ema_warmup needs the step counter variable '{}' (appendOptimizer "
+                          "creates it)",
+                          kOptimizerEmaUpdates));
+    for (double d : warmDecays)
+      if (!(d > 0))
+        fail(w, "ema_warmup is set without an ema_decay (the warm-up shapes the EMA's decay)");
+    int first = static_cast<int>(g.ops().size());
+    emaRates = emaWarmupRates(g, count, warmDecays);
+    placeBefore(warm.front(), first);
+    first = static_cast<int>(g.ops().size());
+    Attrs none;
+    Step inc(g, kOptimizerEmaUpdates, none);
+    applyUpdate(inc, count, {{inc.constant(1.0, "one")}}, 1.0, -1);  // n + 1, after every reader
+    for (int i = first; i < static_cast<int>(g.ops().size()); ++i) atEnd.push_back(i);
+  }
   for (int u : updates) {
     const int first = static_cast<int>(g.ops().size());
     const bool clips = std::find(clipped.begin(), clipped.end(), u) != clipped.end();
-    lowerOne(g, u, clips ? clip : -1);
+    const Op& op = g.op(u);
+    const int rate = op.attrs.getBool("ema_warmup", false)
+                         ? emaRates.at(op.attrs.getFloat("ema_decay", 0.0))
+                         : -1;
+    lowerOne(g, u, clips ? clip : -1, rate);
     placeBefore(u, first);
   }
 
@@ -310,6 +353,7 @@ ExpandedOptimizers expandOptimizers(Graph& g) {
     for (int o : before[i]) order.push_back(o);
     order.push_back(i);
   }
+  for (int o : atEnd) order.push_back(o);
   g.reorderOps(order);
   g.removeOps([&](const Op& op) { return op.kind == OpKind::OptimizerUpdate; });
   for (int t = tensorsBefore; t < static_cast<int>(g.tensors().size()); ++t)

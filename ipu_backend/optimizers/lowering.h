@@ -4,6 +4,7 @@
 // and give every write the loss-scaling skip flag.
 #pragma once
 
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -91,7 +92,11 @@ const OptimizerDef* findOptimizer(std::string_view name);
 
 // SGD with momentum at learning rate `lr` (LARS calls it with the trust-scaled rate).
 void sgdStep(Step& s, int lr);
-// The EMA wrapper (ema.cpp): ema = d ema + (1 - d) w_new, state slot `slot`.
-void emaStep(Step& s, size_t slot, double decay);
+// The EMA wrapper (ema.cpp): ema = d ema + (1 - d) w_new, the EMA in state slot `slot`; `rate`:
+// -1 for the fixed decay `decay`, else an f32 scalar tensor 1 - d (emaWarmupRates).
+void emaStep(Step& s, size_t slot, double decay, int rate);
+// The warm-up's 1 - min(decay, (1 + n) / (10 + n)) per distinct decay, n = count + 1 for the
+// step counter `count` (not yet incremented this step): shared scalars, appended to g.
+std::map<double, int> emaWarmupRates(Graph& g, int count, const std::vector<double>& decays);
 
 }  // namespace ipu::optimizers

@@ -51,6 +51,12 @@ struct OptimizerOptions {
   double maxGradNorm = 0.0;
   // > 0: keep `<weight>/ema`, an exponential moving average of the weight with this decay.
   double emaDecay = 0.0;
+  // TensorFlow's ExponentialMovingAverage with num_updates (the EfficientNet reference passes
+  // the global step): the n-th update (n = 1, 2, ...) uses min(emaDecay, (1 + n) / (10 + n)),
+  // so the average of a short run is not stuck near the initial weights. One f32 scalar state
+  // variable, kOptimizerEmaUpdates, counts the steps for all weights (the decay is computed once
+  // a step: per-weight scalars would all land on one tile).
+  bool emaWarmup = false;
   // Round 16-bit weight and state writes stochastically (the IPU's 16.16 setting).
   bool stochasticRounding = false;
   // Set: the update unscales the gradients and is skipped on overflow.
@@ -59,12 +65,15 @@ struct OptimizerOptions {
 // The name the ResNet-50 code and its tests grew up with.
 using SgdOptions = OptimizerOptions;
 
+// The step count of the EMA warm-up (OptimizerOptions::emaWarmup), shared by all weights.
+inline constexpr char kOptimizerEmaUpdates[] = "optimizer/ema_updates";
+
 enum class StateInit : std::uint8_t { Zero, One, Weight };  // Weight: a copy of the weight
 
 struct OptimizerState {
   std::vector<int> stateVariables;  // every state variable the optimizer created
   std::vector<StateInit> init;      // per state variable: its value before the first step
-  std::vector<int> weightOf;        // per state variable: its weight
+  std::vector<int> weightOf;  // per state variable: its weight (shared ones: the first weight)
 };
 
 // For each (variable, grad): creates the optimizer's state variables `<variable>/<slot>` and

@@ -41,6 +41,7 @@ double roundTo(DType dt, double x) {
 struct RefTensor {
   std::vector<double> w, s0, s1, ema;
   double t = 0;
+  double emaUpdates = 0;
 };
 
 double norm(const std::vector<double>& x) {
@@ -94,8 +95,13 @@ void referenceStep(const OptimizerOptions& o, bool decays, RefTensor& r,
     }
     for (size_t i = 0; i < n; ++i) r.w[i] -= lr * trust * u[i];
   }
-  if (o.emaDecay > 0)
-    for (size_t i = 0; i < n; ++i) r.ema[i] = o.emaDecay * r.ema[i] + (1 - o.emaDecay) * r.w[i];
+  if (o.emaDecay > 0) {
+    // TensorFlow's ExponentialMovingAverage(decay, num_updates = the incremented global step).
+    r.emaUpdates += 1;
+    const double d =
+        o.emaWarmup ? std::min(o.emaDecay, (1 + r.emaUpdates) / (10 + r.emaUpdates)) : o.emaDecay;
+    for (size_t i = 0; i < n; ++i) r.ema[i] = d * r.ema[i] + (1 - d) * r.w[i];
+  }
 }
 
 struct Case {
@@ -152,6 +158,14 @@ std::vector<Case> cases() {
     o.kind = "adam";
     o.epsilon = 1e-8;
     o.emaDecay = 0.9;
+  });
+  // EfficientNet's recipe: TensorFlow's RMSProp, the evaluation EMA at 0.9999 with warm-up.
+  add("rmsprop_with_weight_ema_warmup", [](OptimizerOptions& o) {
+    o.kind = "rmsprop";
+    o.epsilon = 1e-3;
+    o.weightDecay = 1e-5;
+    o.emaDecay = 0.9999;
+    o.emaWarmup = true;
   });
   return c;
 }
@@ -270,6 +284,12 @@ TEST_P(OptimizerReference, MatchesOverSeveralStepsInBothModes) {
     for (size_t i = 0; i < w0.size(); ++i)
       moved = std::max(moved, std::fabs(ref["w"].w[i] - w0[i]));
     EXPECT_GT(moved, 20 * tol) << where;
+    if (o.emaWarmup) {  // at 0.9999 without the warm-up, five updates leave the EMA at w0
+      double emaMoved = 0;
+      for (size_t i = 0; i < w0.size(); ++i)
+        emaMoved = std::max(emaMoved, std::fabs(ref["w"].ema[i] - w0[i]));
+      EXPECT_GT(emaMoved, 20 * tol) << where;
+    }
   }
 }
 

@@ -301,6 +301,33 @@ TEST(Trainer, RmsPropStateStartsAtOneAndEvaluationReadsTheWeightEma) {
   EXPECT_EQ(trainer.evalEngine().readFloats("w"), ema) << "evaluation reads the average";
 }
 
+TEST(Trainer, WarmedUpEmaCountsTheTrainersSteps) {
+  kernels::fused::setNumThreads(1);
+  OptimizerOptions opt;
+  opt.kind = "rmsprop";
+  opt.emaDecay = 0.9999;
+  opt.emaWarmup = true;
+  const models::TaskGraph train = buildFake(8, true, opt);
+  auto values = initFake(train.graph);
+  models::applyOptimizerStateInit(train.graph, train.optimizer, values);
+  EXPECT_EQ(values.at(kOptimizerEmaUpdates), std::vector<float>(1, 0.0f));
+  const std::vector<float> w0 = values.at("w");
+  Trainer trainer(train, buildFake(8, false), smallTarget(8));
+  trainer.initialise(values);
+  FakeEpoch epoch(trainer.geometry(), 1, 5);
+  trainer.train(epoch, 0, [](std::int64_t) { return 0.05f; });
+  EXPECT_EQ(trainer.trainEngine().readFloats(kOptimizerEmaUpdates), std::vector<float>(1, 5.0f));
+  // With the warm-up the average has left the initial weights (0.9999 alone: 5e-4 of the way).
+  const std::vector<float> ema = trainer.trainEngine().readFloats("w/ema");
+  const std::vector<float> w = trainer.trainEngine().readFloats("w");
+  double towards = 0, moved = 0;
+  for (size_t i = 0; i < w.size(); ++i) {
+    towards += std::fabs(ema[i] - w0[i]);
+    moved += std::fabs(w[i] - w0[i]);
+  }
+  EXPECT_GT(towards, 0.3 * moved);
+}
+
 TEST(Trainer, AWrongNameOrDtypeIsAClearError) {
   std::vector<std::byte> bytes(32);
   const MicroBatch mb({HostSlot{"labels", DType::I32, {8}, bytes}});

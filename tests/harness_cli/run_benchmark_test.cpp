@@ -310,6 +310,7 @@ TEST(RunBenchmarkPlanSteps, OptimizerOfMapsEveryBackendOptimizer) {
   EXPECT_EQ(rms.rho, 0.9);
   EXPECT_EQ(rms.epsilon, 0.001);
   EXPECT_EQ(rms.emaDecay, 0.97);
+  EXPECT_TRUE(rms.emaWarmup) << "TensorFlow's EMA with num_updates, as the reference";
   EXPECT_EQ(optimizerOf(Json{{"opt_name", "adam"}}).kind, "adam");
   try {
     optimizerOf(Json{{"opt_name", "adagrad"}});
