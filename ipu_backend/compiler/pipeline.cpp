@@ -166,7 +166,7 @@ std::vector<std::vector<SegmentRun>> scheduleCycles(Schedule s, int stages, int 
 bool splitMatches(const std::string& name, const std::string& split) {
   return name == split ||
          (name.size() > split.size() && name.compare(0, split.size(), split) == 0 &&
-          (name[split.size()] == '/' || name[split.size()] == '_'));
+          (name[split.size()] == '/' || name[split.size()] == '_' || name[split.size()] == '.'));
 }
 
 namespace {
@@ -212,11 +212,16 @@ struct Assignment {
   int stages = 1;
 };
 
-Assignment assignStages(const Graph& g, int updateFirst, const std::vector<std::string>& splits) {
+// `recomputedStage[op]` >= 0: a recomputed forward op, which runs in that stage's backward.
+Assignment assignStages(const Graph& g, int updateFirst, const std::vector<std::string>& splits,
+                        const std::vector<int>& recomputedStage = {}) {
+  auto recomputedIn = [&](int op) {
+    return recomputedStage.empty() ? -1 : recomputedStage[static_cast<size_t>(op)];
+  };
   const int nOps = static_cast<int>(g.ops().size());
   int forwardEnd = std::min(updateFirst, nOps);
   for (int i = 0; i < forwardEnd; ++i)
-    if (g.op(i).gradientOf >= 0) {
+    if (g.op(i).gradientOf >= 0 || recomputedIn(i) >= 0) {
       forwardEnd = i;
       break;
     }
@@ -265,8 +270,8 @@ Assignment assignStages(const Graph& g, int updateFirst, const std::vector<std::
   // Backward: the forward op's stage, else the stage of what it writes or reads.
   for (int i = forwardEnd; i < backwardEnd; ++i) {
     const Op& op = g.op(i);
-    int stage = -1;
-    if (op.gradientOf >= 0) stage = tensorStage[static_cast<size_t>(op.gradientOf)];
+    int stage = recomputedIn(i);
+    if (stage < 0 && op.gradientOf >= 0) stage = tensorStage[static_cast<size_t>(op.gradientOf)];
     std::vector<int> written;
     for (int w : opDef(op.kind).writesInputs) written.push_back(op.inputs[static_cast<size_t>(w)]);
     for (int w : written)
@@ -405,8 +410,44 @@ PipelinedExecutable compilePipeline(const Graph& training, const Target& ipu,
           g.name(), op.id, opName(op.kind)));
   pe.zeroInitialised = rg.zeroInitialised;
 
-  // 2. Stages, IPUs, schedule.
-  Assignment a = assignStages(g, updateFirst, options.splits);
+  // 2. Stages (with recomputation: the stage boundaries and the explicit checkpoints cut the
+  //    forward; every recomputed op runs in the backward of the stage of the op it copies), IPUs,
+  //    schedule.
+  std::vector<int> recomputedStage;
+  if (options.recompute) {
+    const Assignment before = assignStages(g, updateFirst, options.splits);
+    std::vector<int> forwardStage(g.ops().size(), -1);
+    int loss = -1;
+    for (const Op& op : g.ops()) {
+      if (before.opPhase[static_cast<size_t>(op.id)] == Phase::Forward)
+        forwardStage[static_cast<size_t>(op.id)] = before.opStage[static_cast<size_t>(op.id)];
+      else if (loss < 0 && op.gradientOf >= 0)
+        loss = op.gradientOf;  // the backward starts with the loss's seed
+    }
+    if (loss < 0)
+      throw PipelineError(fmt::format(
+          "'{}': recomputation needs a training graph (forward, backward from a loss, updates)",
+          g.name()));
+    std::vector<std::string> checkpoints = stageBoundaryCheckpoints(g, forwardStage);
+    checkpoints.insert(checkpoints.end(), options.checkpoints.begin(), options.checkpoints.end());
+    try {
+      pe.recomputation = applyRecomputation(g, loss, checkpoints);
+    } catch (const GraphError& e) {
+      throw PipelineError(e.what());
+    }
+    updateFirst += pe.recomputation.recomputedOps;  // the copies run before the updates
+    recomputedStage.assign(g.ops().size(), -1);
+    for (const auto& [copy, original] : pe.recomputation.copies)
+      recomputedStage[static_cast<size_t>(copy)] = forwardStage[static_cast<size_t>(
+          original - static_cast<int>(std::count_if(
+                         pe.recomputation.copies.begin(), pe.recomputation.copies.end(),
+                         [&](const std::pair<int, int>& c) { return c.first < original; })))];
+  } else if (!options.checkpoints.empty()) {
+    throw PipelineError(
+        "recomputation checkpoints are given but recomputation is off: set recompute, or drop "
+        "the checkpoints");
+  }
+  Assignment a = assignStages(g, updateFirst, options.splits, recomputedStage);
   const int N = a.stages;
   pe.stages = N;
   pe.stageIpu = options.stageIpu;
@@ -651,6 +692,7 @@ PipelinedExecutable compilePipeline(const Graph& training, const Target& ipu,
                          fmt::join(prog.stages, ","), ipu.name);
     CompileOptions co;
     co.checkMemory = options.checkMemory;
+    co.planExchanges = options.planExchanges;
     co.updateFirstOp = static_cast<int>(sub.ops().size());
     for (int u : pe.updateSegments)
       if (pe.segments[static_cast<size_t>(u)].ipu == prog.ipu) {

@@ -109,6 +109,7 @@ RecomputationReport applyRecomputation(Graph& g, int loss,
   // everything produced outside the segment and of the checkpoints.
   std::vector<std::vector<int>> copiesBefore(numOps + 1);  // new op ids to run before op i
   std::map<int, int> copyOf;                               // original tensor -> recomputed
+  std::vector<std::pair<int, int>> copies;                 // (copy, original), old op ids
   for (int k = 0; k < recomputed; ++k) {
     if (redirect[k].empty()) continue;
     std::vector<bool> need(numOps, false);
@@ -137,6 +138,7 @@ RecomputationReport applyRecomputation(Graph& g, int loss,
       const int id = g.addOp(op.kind, std::move(inputs), op.attrs, std::move(names));
       for (size_t j = 0; j < op.outputs.size(); ++j) copyOf[op.outputs[j]] = g.op(id).outputs[j];
       copiesBefore[insertAt[k]].push_back(id);
+      copies.emplace_back(id, o);
       ++rep.recomputedOps;
       rep.recomputedMacs += macsOf(g, op);
     }
@@ -153,6 +155,7 @@ RecomputationReport applyRecomputation(Graph& g, int loss,
   g.reorderOps(order);
   std::vector<int> newId(order.size());
   for (size_t i = 0; i < order.size(); ++i) newId[order[i]] = static_cast<int>(i);
+  for (const auto& [copy, original] : copies) rep.copies.emplace_back(newId[copy], newId[original]);
   for (const auto& readers : redirect)
     for (const auto& [t, c] : readers) {
       Op reader = g.op(newId[c]);
