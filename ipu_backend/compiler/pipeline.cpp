@@ -309,6 +309,19 @@ Assignment assignStages(const Graph& g, int updateFirst, const std::vector<std::
         }
     }
   }
+  // State that no weight write reads directly (LAMB's and Adam's per-weight step count, read
+  // through the bias corrections) lives with its weight by name: `<weight>/<slot>`.
+  for (const Tensor& t : g.tensors()) {
+    if (t.kind != TensorKind::Variable || tensorStage[static_cast<size_t>(t.id)] >= 0) continue;
+    for (size_t cut = t.name.rfind('/'); cut != std::string::npos && cut > 0;
+         cut = t.name.rfind('/', cut - 1)) {
+      const int owner = g.find(t.name.substr(0, cut));
+      if (owner >= 0 && tensorStage[static_cast<size_t>(owner)] >= 0) {
+        tensorStage[static_cast<size_t>(t.id)] = tensorStage[static_cast<size_t>(owner)];
+        break;
+      }
+    }
+  }
   for (int i = backwardEnd; i < nOps; ++i) {
     const Op& op = g.op(i);
     a.opPhase[static_cast<size_t>(i)] = Phase::Update;
@@ -372,9 +385,12 @@ std::string PipelinedExecutable::describe() const {
     const i64 cap = p.exe->target.bytesPerTile;
     s += fmt::format(
         "  IPU {}: stages [{}], fullest tile {} holds {} B of {} B ({:.1f}%), "
-        "activation stashes {} B\n",
+        "activation stashes {} B{}\n",
         p.ipu, fmt::join(p.stages, ","), p.worstTile, p.peakTileBytes, cap,
-        100.0 * static_cast<double>(p.peakTileBytes) / static_cast<double>(cap), p.stashBytes);
+        100.0 * static_cast<double>(p.peakTileBytes) / static_cast<double>(cap), p.stashBytes,
+        p.offChipStateBytes > 0
+            ? fmt::format(", optimizer state off-chip {} B", p.offChipStateBytes)
+            : std::string());
   }
   s += fmt::format("  inter-IPU copies: {} B per micro-batch, {} B per step (update part)\n",
                    interIpuBytesPerMicroBatch(), interIpuBytesPerStep());
@@ -691,7 +707,8 @@ PipelinedExecutable compilePipeline(const Graph& training, const Target& ipu,
     t.name = fmt::format("IPU {} of {} of the pipeline (stages {}) of {}", prog.ipu, pe.ipus,
                          fmt::join(prog.stages, ","), ipu.name);
     CompileOptions co;
-    co.checkMemory = options.checkMemory;
+    // Off-chip state: the check below, once the state's bytes are known.
+    co.checkMemory = options.checkMemory && !options.optimizerStateOffChip;
     co.planExchanges = options.planExchanges;
     co.updateFirstOp = static_cast<int>(sub.ops().size());
     for (int u : pe.updateSegments)
@@ -722,13 +739,43 @@ PipelinedExecutable compilePipeline(const Graph& training, const Target& ipu,
                           prog.ipu, fmt::join(prog.stages, ","), prog.stashBytes),
           prog.ipu, prog.stages);
     }
+    // Off-chip optimizer state: per tile, the bytes of the variables only update ops touch.
+    std::vector<i64> offChip(prog.exe->tileMemory.size(), 0);
+    if (options.optimizerStateOffChip) {
+      const Graph& pg = prog.exe->graph;
+      std::vector<bool> updateOnly(pg.tensors().size(), true);
+      for (const Op& op : pg.ops())
+        if (op.id < co.updateFirstOp)
+          for (int t : op.inputs) updateOnly[static_cast<size_t>(t)] = false;
+      for (const Tensor& T : pg.tensors()) {
+        if (T.kind != TensorKind::Variable || !updateOnly[static_cast<size_t>(T.id)] ||
+            T.name.ends_with("/stash"))
+          continue;
+        prog.offChipStateBytes += T.bytes();
+        for (const TileSlice& sl : prog.exe->mapping[static_cast<size_t>(T.id)])
+          offChip[static_cast<size_t>(sl.tile)] += (sl.end - sl.begin) * sizeOf(T.dtype);
+      }
+    }
     i64 worst = -1;
     for (size_t tile = 0; tile < prog.exe->tileMemory.size(); ++tile)
-      if (prog.exe->tileMemory[tile].total() > worst) {
-        worst = prog.exe->tileMemory[tile].total();
+      if (prog.exe->tileMemory[tile].total() - offChip[tile] > worst) {
+        worst = prog.exe->tileMemory[tile].total() - offChip[tile];
         prog.worstTile = static_cast<int>(tile);
       }
     prog.peakTileBytes = worst;
+    if (options.checkMemory && options.optimizerStateOffChip && worst > t.bytesPerTile)
+      throw IpuDoesNotFit(
+          CompileError(
+              fmt::format("'{}': tile {} holds {} B of {} B with the optimizer state "
+                          "({} B on this IPU) off-chip",
+                          t.name, prog.worstTile, worst, t.bytesPerTile, prog.offChipStateBytes),
+              prog.worstTile, worst, t.bytesPerTile),
+          fmt::format("'{}': tile {} holds {} B of {} B with the optimizer state ({} B on this "
+                      "IPU) off-chip\n  pipeline hint: IPU {} holds stages [{}]; move split "
+                      "points so that it holds fewer layers or use recomputation",
+                      t.name, prog.worstTile, worst, t.bytesPerTile, prog.offChipStateBytes,
+                      prog.ipu, fmt::join(prog.stages, ",")),
+          prog.ipu, prog.stages);
   }
   pe.graph = std::move(g);
   return pe;

@@ -86,6 +86,12 @@ struct PipelineOptions {
   // stage's activations live from its recomputation to its backward. Same bits as without.
   bool recompute = false;
   std::vector<std::string> checkpoints;
+  // Optimizer state in streaming memory (Graphcore's `offload_weight_update_variables`, BERT on
+  // POD16): the variables only the update reads and writes (optimizer slots, weight averages)
+  // are planned as usual but not counted in the tile memory the verdict checks; the update
+  // streams them in and out once per step (priced by cost::estimatePipelineStep). The
+  // streaming buffers of the update itself are not modeled.
+  bool optimizerStateOffChip = false;
 };
 
 // Whether a forward op's output `name` is covered by split point `split` (equal, or `split`
@@ -142,6 +148,7 @@ struct IpuProgram {
   i64 stashBytes = 0;                    // FIFO slots of this IPU's activation stashes
   i64 peakTileBytes = 0;                 // fullest tile (stashes included)
   int worstTile = 0;
+  i64 offChipStateBytes = 0;  // optimizer state kept in streaming memory (not in peakTileBytes)
 };
 
 struct Transfer {

@@ -130,7 +130,9 @@ RecomputationReport applyRecomputation(Graph& g, int loss,
       const Op op = g.op(o);  // copy: addOp may reallocate
       std::vector<int> inputs;
       for (int in : op.inputs) {
-        auto it = copyOf.find(in);
+        // Only this segment's copies: another segment's run at its own (possibly later) place.
+        const int p = g.tensor(in).producer;
+        auto it = p >= 0 && segment[p] == k ? copyOf.find(in) : copyOf.end();
         inputs.push_back(it != copyOf.end() ? it->second : in);
       }
       std::vector<std::string> names;
