@@ -146,7 +146,7 @@ PipelineOptions bertOptions(const models::BertPlacement& p) {
   return o;
 }
 
-TEST(PipelineVerdictsNightly, BertLargeFitsGraphcorePod16PlacementAndNotOneIpu) {
+TEST(BertNightly, LargeFitsGraphcorePod16PipelineAndNotOneIpu) {
   const Graph training = bertLargeTraining();
   const models::BertConfig c = models::BertConfig::large();
   EXPECT_TRUE(verdictOf(training, bertOptions(models::bertAttentionFfnPlacement(c, {7, 6, 7, 4},
@@ -184,7 +184,7 @@ PipelineOptions efficientNetOptions(bool g16, const std::vector<std::string>& bl
   return o;
 }
 
-TEST(PipelineVerdictsNightly, EfficientNetB4FitsGraphcoreFourIpuPipelineAndNotOneIpu) {
+TEST(EfficientNetNightly, B4FitsGraphcoreFourIpuPipelineAndNotOneIpu) {
   const Graph training = efficientNetTraining(false, 3);
   EXPECT_TRUE(
       verdictOf(training, efficientNetOptions(false, {"block2b", "block4b", "block6c"})).fits);
@@ -193,7 +193,7 @@ TEST(PipelineVerdictsNightly, EfficientNetB4FitsGraphcoreFourIpuPipelineAndNotOn
   EXPECT_FALSE(verdictOf(training, one).fits);
 }
 
-TEST(PipelineVerdictsNightly, EfficientNetG16FitsGraphcoreFourIpuPipeline) {
+TEST(EfficientNetNightly, G16FitsGraphcoreFourIpuPipeline) {
   EXPECT_TRUE(verdictOf(efficientNetTraining(true, 5),
                         efficientNetOptions(true, {"block2c", "block4c", "block6a"}))
                   .fits);
