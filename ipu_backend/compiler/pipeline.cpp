@@ -166,7 +166,7 @@ std::vector<std::vector<SegmentRun>> scheduleCycles(Schedule s, int stages, int 
 bool splitMatches(const std::string& name, const std::string& split) {
   return name == split ||
          (name.size() > split.size() && name.compare(0, split.size(), split) == 0 &&
-          (name[split.size()] == '/' || name[split.size()] == '_'));
+          (name[split.size()] == '/' || name[split.size()] == '_' || name[split.size()] == '.'));
 }
 
 namespace {
@@ -212,11 +212,16 @@ struct Assignment {
   int stages = 1;
 };
 
-Assignment assignStages(const Graph& g, int updateFirst, const std::vector<std::string>& splits) {
+// `recomputedStage[op]` >= 0: a recomputed forward op, which runs in that stage's backward.
+Assignment assignStages(const Graph& g, int updateFirst, const std::vector<std::string>& splits,
+                        const std::vector<int>& recomputedStage = {}) {
+  auto recomputedIn = [&](int op) {
+    return recomputedStage.empty() ? -1 : recomputedStage[static_cast<size_t>(op)];
+  };
   const int nOps = static_cast<int>(g.ops().size());
   int forwardEnd = std::min(updateFirst, nOps);
   for (int i = 0; i < forwardEnd; ++i)
-    if (g.op(i).gradientOf >= 0) {
+    if (g.op(i).gradientOf >= 0 || recomputedIn(i) >= 0) {
       forwardEnd = i;
       break;
     }
@@ -265,8 +270,8 @@ Assignment assignStages(const Graph& g, int updateFirst, const std::vector<std::
   // Backward: the forward op's stage, else the stage of what it writes or reads.
   for (int i = forwardEnd; i < backwardEnd; ++i) {
     const Op& op = g.op(i);
-    int stage = -1;
-    if (op.gradientOf >= 0) stage = tensorStage[static_cast<size_t>(op.gradientOf)];
+    int stage = recomputedIn(i);
+    if (stage < 0 && op.gradientOf >= 0) stage = tensorStage[static_cast<size_t>(op.gradientOf)];
     std::vector<int> written;
     for (int w : opDef(op.kind).writesInputs) written.push_back(op.inputs[static_cast<size_t>(w)]);
     for (int w : written)
@@ -302,6 +307,19 @@ Assignment assignStages(const Graph& g, int updateFirst, const std::vector<std::
           tensorStage[static_cast<size_t>(t)] = stage;
           changed = true;
         }
+    }
+  }
+  // State that no weight write reads directly (LAMB's and Adam's per-weight step count, read
+  // through the bias corrections) lives with its weight by name: `<weight>/<slot>`.
+  for (const Tensor& t : g.tensors()) {
+    if (t.kind != TensorKind::Variable || tensorStage[static_cast<size_t>(t.id)] >= 0) continue;
+    for (size_t cut = t.name.rfind('/'); cut != std::string::npos && cut > 0;
+         cut = t.name.rfind('/', cut - 1)) {
+      const int owner = g.find(t.name.substr(0, cut));
+      if (owner >= 0 && tensorStage[static_cast<size_t>(owner)] >= 0) {
+        tensorStage[static_cast<size_t>(t.id)] = tensorStage[static_cast<size_t>(owner)];
+        break;
+      }
     }
   }
   for (int i = backwardEnd; i < nOps; ++i) {
@@ -367,9 +385,12 @@ std::string PipelinedExecutable::describe() const {
     const i64 cap = p.exe->target.bytesPerTile;
     s += fmt::format(
         "  IPU {}: stages [{}], fullest tile {} holds {} B of {} B ({:.1f}%), "
-        "activation stashes {} B\n",
+        "activation stashes {} B{}\n",
         p.ipu, fmt::join(p.stages, ","), p.worstTile, p.peakTileBytes, cap,
-        100.0 * static_cast<double>(p.peakTileBytes) / static_cast<double>(cap), p.stashBytes);
+        100.0 * static_cast<double>(p.peakTileBytes) / static_cast<double>(cap), p.stashBytes,
+        p.offChipStateBytes > 0
+            ? fmt::format(", optimizer state off-chip {} B", p.offChipStateBytes)
+            : std::string());
   }
   s += fmt::format("  inter-IPU copies: {} B per micro-batch, {} B per step (update part)\n",
                    interIpuBytesPerMicroBatch(), interIpuBytesPerStep());
@@ -405,8 +426,44 @@ PipelinedExecutable compilePipeline(const Graph& training, const Target& ipu,
           g.name(), op.id, opName(op.kind)));
   pe.zeroInitialised = rg.zeroInitialised;
 
-  // 2. Stages, IPUs, schedule.
-  Assignment a = assignStages(g, updateFirst, options.splits);
+  // 2. Stages (with recomputation: the stage boundaries and the explicit checkpoints cut the
+  //    forward; every recomputed op runs in the backward of the stage of the op it copies), IPUs,
+  //    schedule.
+  std::vector<int> recomputedStage;
+  if (options.recompute) {
+    const Assignment before = assignStages(g, updateFirst, options.splits);
+    std::vector<int> forwardStage(g.ops().size(), -1);
+    int loss = -1;
+    for (const Op& op : g.ops()) {
+      if (before.opPhase[static_cast<size_t>(op.id)] == Phase::Forward)
+        forwardStage[static_cast<size_t>(op.id)] = before.opStage[static_cast<size_t>(op.id)];
+      else if (loss < 0 && op.gradientOf >= 0)
+        loss = op.gradientOf;  // the backward starts with the loss's seed
+    }
+    if (loss < 0)
+      throw PipelineError(fmt::format(
+          "'{}': recomputation needs a training graph (forward, backward from a loss, updates)",
+          g.name()));
+    std::vector<std::string> checkpoints = stageBoundaryCheckpoints(g, forwardStage);
+    checkpoints.insert(checkpoints.end(), options.checkpoints.begin(), options.checkpoints.end());
+    try {
+      pe.recomputation = applyRecomputation(g, loss, checkpoints);
+    } catch (const GraphError& e) {
+      throw PipelineError(e.what());
+    }
+    updateFirst += pe.recomputation.recomputedOps;  // the copies run before the updates
+    recomputedStage.assign(g.ops().size(), -1);
+    for (const auto& [copy, original] : pe.recomputation.copies)
+      recomputedStage[static_cast<size_t>(copy)] = forwardStage[static_cast<size_t>(
+          original - static_cast<int>(std::count_if(
+                         pe.recomputation.copies.begin(), pe.recomputation.copies.end(),
+                         [&](const std::pair<int, int>& c) { return c.first < original; })))];
+  } else if (!options.checkpoints.empty()) {
+    throw PipelineError(
+        "recomputation checkpoints are given but recomputation is off: set recompute, or drop "
+        "the checkpoints");
+  }
+  Assignment a = assignStages(g, updateFirst, options.splits, recomputedStage);
   const int N = a.stages;
   pe.stages = N;
   pe.stageIpu = options.stageIpu;
@@ -650,7 +707,9 @@ PipelinedExecutable compilePipeline(const Graph& training, const Target& ipu,
     t.name = fmt::format("IPU {} of {} of the pipeline (stages {}) of {}", prog.ipu, pe.ipus,
                          fmt::join(prog.stages, ","), ipu.name);
     CompileOptions co;
-    co.checkMemory = options.checkMemory;
+    // Off-chip state: the check below, once the state's bytes are known.
+    co.checkMemory = options.checkMemory && !options.optimizerStateOffChip;
+    co.planExchanges = options.planExchanges;
     co.updateFirstOp = static_cast<int>(sub.ops().size());
     for (int u : pe.updateSegments)
       if (pe.segments[static_cast<size_t>(u)].ipu == prog.ipu) {
@@ -680,13 +739,43 @@ PipelinedExecutable compilePipeline(const Graph& training, const Target& ipu,
                           prog.ipu, fmt::join(prog.stages, ","), prog.stashBytes),
           prog.ipu, prog.stages);
     }
+    // Off-chip optimizer state: per tile, the bytes of the variables only update ops touch.
+    std::vector<i64> offChip(prog.exe->tileMemory.size(), 0);
+    if (options.optimizerStateOffChip) {
+      const Graph& pg = prog.exe->graph;
+      std::vector<bool> updateOnly(pg.tensors().size(), true);
+      for (const Op& op : pg.ops())
+        if (op.id < co.updateFirstOp)
+          for (int t : op.inputs) updateOnly[static_cast<size_t>(t)] = false;
+      for (const Tensor& T : pg.tensors()) {
+        if (T.kind != TensorKind::Variable || !updateOnly[static_cast<size_t>(T.id)] ||
+            T.name.ends_with("/stash"))
+          continue;
+        prog.offChipStateBytes += T.bytes();
+        for (const TileSlice& sl : prog.exe->mapping[static_cast<size_t>(T.id)])
+          offChip[static_cast<size_t>(sl.tile)] += (sl.end - sl.begin) * sizeOf(T.dtype);
+      }
+    }
     i64 worst = -1;
     for (size_t tile = 0; tile < prog.exe->tileMemory.size(); ++tile)
-      if (prog.exe->tileMemory[tile].total() > worst) {
-        worst = prog.exe->tileMemory[tile].total();
+      if (prog.exe->tileMemory[tile].total() - offChip[tile] > worst) {
+        worst = prog.exe->tileMemory[tile].total() - offChip[tile];
         prog.worstTile = static_cast<int>(tile);
       }
     prog.peakTileBytes = worst;
+    if (options.checkMemory && options.optimizerStateOffChip && worst > t.bytesPerTile)
+      throw IpuDoesNotFit(
+          CompileError(
+              fmt::format("'{}': tile {} holds {} B of {} B with the optimizer state "
+                          "({} B on this IPU) off-chip",
+                          t.name, prog.worstTile, worst, t.bytesPerTile, prog.offChipStateBytes),
+              prog.worstTile, worst, t.bytesPerTile),
+          fmt::format("'{}': tile {} holds {} B of {} B with the optimizer state ({} B on this "
+                      "IPU) off-chip\n  pipeline hint: IPU {} holds stages [{}]; move split "
+                      "points so that it holds fewer layers or use recomputation",
+                      t.name, prog.worstTile, worst, t.bytesPerTile, prog.offChipStateBytes,
+                      prog.ipu, fmt::join(prog.stages, ",")),
+          prog.ipu, prog.stages);
   }
   pe.graph = std::move(g);
   return pe;

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "ipu_backend/compiler/compiler.h"
+#include "ipu_backend/compiler/recompute.h"
 
 namespace ipu::pipeline {
 
@@ -64,8 +65,8 @@ Schedule parseSchedule(std::string_view s);  // "grouped" | "interleaved" | "seq
 
 struct PipelineOptions {
   // Stage boundaries in forward order: stage k ends after the last forward op with an output
-  // named splits[k] or starting with splits[k] + "/" or "_" (a layer's name prefix, e.g.
-  // "stage2_unit1"). N = splits + 1.
+  // named splits[k] or starting with splits[k] + "/", "_" or "." (a layer's name prefix, e.g.
+  // "stage2_unit1", "features.2.1"). N = splits + 1.
   std::vector<std::string> splits;
   // Stage -> IPU (several stages may share one IPU); empty: stage s on IPU s.
   std::vector<int> stageIpu;
@@ -75,10 +76,26 @@ struct PipelineOptions {
   int replicas = 1;      // R: data-parallel copies of the whole pipeline
   bool shardOptimizerState = false;
   bool checkMemory = true;  // false: plan and report every IPU, even one that overflows
+  // false: stop every IPU's compile at its tile memory (a fit verdict; price the exchange with
+  // cost::ExchangeModel::Planned). Such a pipeline cannot run.
+  bool planExchanges = true;
+  // Recomputation (Graphcore's "recompute all forward pipeline stages"): every stage but the
+  // last runs its forward again at the start of its backward, from the tensors that cross the
+  // stage boundaries (its inputs, and its outputs where its backward reads them) and the
+  // explicit `checkpoints` (tensor names of the forward). Only those are stashed; the rest of a
+  // stage's activations live from its recomputation to its backward. Same bits as without.
+  bool recompute = false;
+  std::vector<std::string> checkpoints;
+  // Optimizer state in streaming memory (Graphcore's `offload_weight_update_variables`, BERT on
+  // POD16): the variables only the update reads and writes (optimizer slots, weight averages)
+  // are planned as usual but not counted in the tile memory the verdict checks; the update
+  // streams them in and out once per step (priced by cost::estimatePipelineStep). The
+  // streaming buffers of the update itself are not modeled.
+  bool optimizerStateOffChip = false;
 };
 
 // Whether a forward op's output `name` is covered by split point `split` (equal, or `split`
-// followed by '/' or '_').
+// followed by '/', '_' or '.').
 bool splitMatches(const std::string& name, const std::string& split);
 
 // Graphcore's `layers_per_ipu`: layer names in forward order (each a tensor-name prefix) and the
@@ -131,6 +148,7 @@ struct IpuProgram {
   i64 stashBytes = 0;                    // FIFO slots of this IPU's activation stashes
   i64 peakTileBytes = 0;                 // fullest tile (stashes included)
   int worstTile = 0;
+  i64 offChipStateBytes = 0;  // optimizer state kept in streaming memory (not in peakTileBytes)
 };
 
 struct Transfer {
@@ -156,6 +174,7 @@ struct PipelinedExecutable {
   std::vector<std::string> zeroInitialised;  // variables the replication pass created (start at 0)
   std::vector<int> graphInputs;              // training-graph host inputs (per micro-batch)
   std::vector<int> graphOutputs;             // training-graph outputs
+  RecomputationReport recomputation;         // what PipelineOptions::recompute copied
 
   // Bytes copied between IPUs per micro-batch (forward and backward), and once per step.
   i64 interIpuBytesPerMicroBatch() const;

@@ -109,6 +109,7 @@ RecomputationReport applyRecomputation(Graph& g, int loss,
   // everything produced outside the segment and of the checkpoints.
   std::vector<std::vector<int>> copiesBefore(numOps + 1);  // new op ids to run before op i
   std::map<int, int> copyOf;                               // original tensor -> recomputed
+  std::vector<std::pair<int, int>> copies;                 // (copy, original), old op ids
   for (int k = 0; k < recomputed; ++k) {
     if (redirect[k].empty()) continue;
     std::vector<bool> need(numOps, false);
@@ -129,7 +130,9 @@ RecomputationReport applyRecomputation(Graph& g, int loss,
       const Op op = g.op(o);  // copy: addOp may reallocate
       std::vector<int> inputs;
       for (int in : op.inputs) {
-        auto it = copyOf.find(in);
+        // Only this segment's copies: another segment's run at its own (possibly later) place.
+        const int p = g.tensor(in).producer;
+        auto it = p >= 0 && segment[p] == k ? copyOf.find(in) : copyOf.end();
         inputs.push_back(it != copyOf.end() ? it->second : in);
       }
       std::vector<std::string> names;
@@ -137,6 +140,7 @@ RecomputationReport applyRecomputation(Graph& g, int loss,
       const int id = g.addOp(op.kind, std::move(inputs), op.attrs, std::move(names));
       for (size_t j = 0; j < op.outputs.size(); ++j) copyOf[op.outputs[j]] = g.op(id).outputs[j];
       copiesBefore[insertAt[k]].push_back(id);
+      copies.emplace_back(id, o);
       ++rep.recomputedOps;
       rep.recomputedMacs += macsOf(g, op);
     }
@@ -153,6 +157,7 @@ RecomputationReport applyRecomputation(Graph& g, int loss,
   g.reorderOps(order);
   std::vector<int> newId(order.size());
   for (size_t i = 0; i < order.size(); ++i) newId[order[i]] = static_cast<int>(i);
+  for (const auto& [copy, original] : copies) rep.copies.emplace_back(newId[copy], newId[original]);
   for (const auto& readers : redirect)
     for (const auto& [t, c] : readers) {
       Op reader = g.op(newId[c]);

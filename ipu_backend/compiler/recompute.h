@@ -11,6 +11,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ipu_backend/ir/graph.h"
@@ -23,6 +24,8 @@ struct RecomputationReport {
   i64 recomputedMacs = 0;        // multiply-accumulates of the copied convolutions and matmuls
   i64 forwardMacs = 0;           // the same over the whole forward pass
   std::vector<int> checkpoints;  // tensor ids, in forward order
+  // (recomputed op, the forward op it copies), op ids of the rewritten graph.
+  std::vector<std::pair<int, int>> copies;
 };
 
 // Rewrites `g` (forward ops the loss depends on, then the backward and update ops) so that the

@@ -18,7 +18,8 @@
 //   * sequential: no overlap: per micro-batch every stage forward and backward in turn with a
 //     copy at every boundary; G micro-batches;
 //   * the update part once per step after ramp-down: the slowest IPU's update ops (the cross-
-//     replica collectives inside it are priced by the cost model as for replication).
+//     replica collectives inside it are priced by the cost model as for replication), plus,
+//     with the optimizer state off-chip, its bytes read and written at the host link's rate.
 #pragma once
 
 #include <vector>
@@ -38,7 +39,8 @@ struct PipelineStepCost {
   int cycles = 0;                    // pipeline cycles per step (ramp-up to ramp-down)
   double cycleSeconds = 0;           // one cycle in the steady state
   double rampFraction = 0;           // share of cycles not in the steady state
-  double updateSeconds = 0;          // once per step
+  double updateSeconds = 0;          // once per step (off-chip state traffic included)
+  double offChipStateSeconds = 0;    // optimizer state streamed in and out, slowest IPU
   double seconds = 0;                // one step: cycles x cycleSeconds + update
   int slowestStage = 0;              // argmax of forward + backward
   nlohmann::json report() const;

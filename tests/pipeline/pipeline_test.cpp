@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -238,6 +239,53 @@ TEST(PipelineNumerics, SmallResNetThreeStagesGivesTheUnpipelinedWeightsBitForBit
   expectBitEqual(trainPipelined(m, options({"stage1_unit1", "stage3_unit1"}, Schedule::Grouped, 6),
                                 steps, EngineMode::Fused),
                  reference);
+}
+
+// Recomputation inside the pipeline: only what crosses the stage boundaries is stashed, and the
+// recomputed forwards give the same bits.
+TEST(PipelineRecompute, StashesOnlyTheStageBoundariesWithTheSameBits) {
+  const Model m = smallResNet(2);
+  const int steps = 2;
+  const Values reference = trainUnpipelined(m, 6, steps, EngineMode::Fused, true);
+  ASSERT_TRUE(weightsChanged(reference, m));
+  PipelineOptions plain = options({"stage1_unit1", "stage3_unit1"}, Schedule::Grouped, 6);
+  PipelineOptions recomputed = plain;
+  recomputed.recompute = true;
+  expectBitEqual(trainPipelined(m, recomputed, steps, EngineMode::Fused), reference);
+
+  const PipelinedExecutable without = compilePipeline(m.graph, testIpu(), plain);
+  const PipelinedExecutable with = compilePipeline(m.graph, testIpu(), recomputed);
+  EXPECT_GT(with.recomputation.recomputedOps, 0);
+  EXPECT_GT(with.recomputation.recomputedMacs, 0);
+  // The last stage is not recomputed: its activations are read right after its forward.
+  EXPECT_LT(with.recomputation.recomputedMacs, with.recomputation.forwardMacs);
+  i64 stashWithout = 0, stashWith = 0;
+  for (const IpuProgram& p : without.programs) stashWithout += p.stashBytes;
+  for (const IpuProgram& p : with.programs) stashWith += p.stashBytes;
+  EXPECT_LT(stashWith, stashWithout / 2) << without.describe() << with.describe();
+  std::printf("activation stashes: %lld B without recomputation, %lld B with\n",
+              static_cast<long long>(stashWithout), static_cast<long long>(stashWith));
+  // What a stage's backward reads from the forwards is now only what crosses its boundaries.
+  const auto consumers = with.graph.consumers();
+  for (const Transfer& t : with.transfers) {
+    const Segment& from = with.segments[static_cast<size_t>(t.fromSegment < 0 ? 0 : t.fromSegment)];
+    const Segment& to = with.segments[static_cast<size_t>(t.toSegment)];
+    if (t.fromSegment < 0 || from.phase != Phase::Forward || to.phase != Phase::Backward ||
+        to.stage == with.stages - 1)
+      continue;
+    const int producer = with.graph.tensor(t.tensor).producer;
+    bool crosses = false;
+    for (int c : consumers[static_cast<size_t>(t.tensor)])
+      crosses = crosses || (with.opPhase[static_cast<size_t>(c)] == Phase::Forward &&
+                            with.opStage[static_cast<size_t>(c)] !=
+                                with.opStage[static_cast<size_t>(producer)]);
+    EXPECT_TRUE(crosses) << "stage " << to.stage << " stashes '" << with.graph.tensor(t.tensor).name
+                         << "', which no other stage reads";
+  }
+
+  PipelineOptions bad = plain;
+  bad.checkpoints = {"stage2_unit1_relu3"};
+  EXPECT_THROW(compilePipeline(m.graph, testIpu(), bad), PipelineError);
 }
 
 TEST(PipelineNumerics, SmallCnnInSixteenSixteenMatchesUnpipelined) {

@@ -1,0 +1,185 @@
+// Fit verdicts of Graphcore's published pipelines on Mk2 IPUs (compile only): every IPU's
+// fullest tile and what holds it, the activation stashes, the compile time and the modeled
+// pipelined step. The placements are Graphcore's (../shared/docs/PIPELINING_FACTS.md section 2).
+//   pipeline_verdicts --model bert            BERT-Large, seq 512, 2 packs, 16.16, POD16 att/FFN
+//   pipeline_verdicts --model bert-3777       the same over layers_per_ipu [3,7,7,7]
+//   pipeline_verdicts --model b4 | g16        EfficientNet-B4 mb 3 / G16 mb 5, 16.32, 4 IPUs
+//   --one-ipu                                 the same training step on one IPU (no pipeline)
+//   --no-recompute                            stash everything the backward reads
+//   --state on-chip|off-chip                  BERT's default off-chip (Graphcore's POD16),
+//                                             EfficientNet's on-chip (offloading disabled)
+// The optimizer state is not sharded over the replicas (16-bit loss-scaled updates cannot be).
+#include <chrono>
+#include <cstdio>
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include "ipu_backend/compiler/pipeline.h"
+#include "ipu_backend/cost/pipeline_cost.h"
+#include "models/bert_large/bert_pipeline.h"
+#include "models/efficientnet_b4/efficientnet_pipeline.h"
+
+using namespace ipu;
+
+namespace {
+
+struct Model {
+  Graph graph;
+  std::string precision;
+  pipeline::PipelineOptions options;
+  std::string placement;
+};
+
+Model bert(bool layersPerIpu, int microBatch) {
+  const models::BertConfig c = models::BertConfig::large();
+  models::BertShape s;
+  s.batch = microBatch;
+  s.seqLength = 512;
+  s.maskedSlots = 78;  // 76 + 3 - 1 per pack of up to 3 sequences (Graphcore's packing)
+  s.maxPerPack = 3;
+  Model m;
+  m.precision = "16.16";
+  m.graph = models::buildBertTraining(c, s, models::bertLambOptions(),
+                                      precision::PrecisionPolicy::parse(m.precision))
+                .graph;
+  const models::BertPlacement p =
+      layersPerIpu ? models::bertLayersPerIpuPlacement(c, {3, 7, 7, 7})
+                   : models::bertAttentionFfnPlacement(c, {7, 6, 7, 4}, {6, 7, 6, 5});
+  m.options.splits = p.splits;
+  m.options.stageIpu = p.stageIpu;
+  m.options.ipus = p.ipus;
+  m.placement = p.describe();
+  return m;
+}
+
+Model efficientNet(bool g16, int microBatch) {
+  namespace en = models::efficientnet;
+  en::Config c = g16 ? en::Config::b4G16() : en::Config::b4();
+  c.norm = en::Norm::Group;  // Graphcore: GroupNorm, 4 groups
+  c.normGroups = 4;
+  OptimizerOptions o;
+  o.kind = "rmsprop";
+  o.epsilon = 1e-3;
+  o.rho = 0.953125;
+  o.weightDecay = 1e-5;
+  o.emaDecay = 0.97;  // weight averaging
+  Model m;
+  m.precision = "16.32";
+  m.graph =
+      en::buildTraining(c, microBatch, o, precision::PrecisionPolicy::parse(m.precision)).graph;
+  const std::vector<std::string> blocks =
+      g16 ? std::vector<std::string>{"block2c", "block4c", "block6a"}
+          : std::vector<std::string>{"block2b", "block4b", "block6c"};
+  m.options.splits = en::splitPrefixes(c, blocks);
+  m.placement = fmt::format(
+      "Graphcore's splits {} (first block of the next IPU) = stages ending "
+      "at {}",
+      fmt::join(blocks, ","), fmt::join(m.options.splits, ","));
+  return m;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app("Fit verdicts of Graphcore's published pipelines (Mk2, compile only)");
+  std::string which = "bert";
+  int microBatch = 0, replicas = 4, accumulation = 0;
+  bool oneIpu = false, noRecompute = false;
+  std::string state;
+  app.add_option("--model", which, "bert | bert-3777 | b4 | g16")->required();
+  app.add_option("--micro-batch", microBatch, "0: the published (BERT 2 packs, B4 3, G16 5)");
+  app.add_option("--replicas", replicas,
+                 "data-parallel replicas (their all-reduce is in the update)");
+  app.add_option("--accumulation", accumulation, "G (0: the schedule's smallest valid count)");
+  app.add_flag("--one-ipu", oneIpu, "compile the training step on one IPU instead");
+  app.add_flag("--no-recompute", noRecompute, "no recomputation at the stage boundaries");
+  app.add_option("--state", state, "on-chip | off-chip (default: as Graphcore ran the model)");
+  CLI11_PARSE(app, argc, argv);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  auto seconds = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  try {
+    Model m = which == "bert"        ? bert(false, microBatch > 0 ? microBatch : 2)
+              : which == "bert-3777" ? bert(true, microBatch > 0 ? microBatch : 2)
+              : which == "b4"        ? efficientNet(false, microBatch > 0 ? microBatch : 3)
+              : which == "g16"
+                  ? efficientNet(true, microBatch > 0 ? microBatch : 5)
+                  : throw std::invalid_argument("--model: bert | bert-3777 | b4 | g16");
+    const double buildSeconds = seconds();
+    pipeline::PipelineOptions& o = m.options;
+    if (oneIpu) {
+      o.splits.clear();
+      o.stageIpu.clear();
+      o.ipus = 0;
+      m.placement = "one IPU";
+    }
+    const int stages = static_cast<int>(o.splits.size()) + 1;
+    o.accumulation =
+        accumulation > 0 ? accumulation : pipeline::smallestAccumulation(o.schedule, stages);
+    o.replicas = replicas;
+    o.optimizerStateOffChip = state.empty() ? which.starts_with("bert") : state == "off-chip";
+    o.recompute = !noRecompute && stages > 1;
+    o.checkMemory = false;
+    o.planExchanges = false;
+    const pipeline::PipelinedExecutable pe = pipeline::compilePipeline(m.graph, Target::mk2(), o);
+    const double compileSeconds = seconds() - buildSeconds;
+    cost::CostOptions co;
+    co.precision = cost::parsePrecision(m.precision);
+    co.exchange = cost::ExchangeModel::Planned;
+    const cost::PipelineStepCost pc = cost::estimatePipelineStep(pe, co);
+    std::printf("%s, %s, micro-batch %d, %d replicas, optimizer state %s, recomputation %s\n",
+                which.c_str(), m.precision.c_str(),
+                microBatch > 0 ? microBatch
+                               : (which == "b4"    ? 3
+                                  : which == "g16" ? 5
+                                                   : 2),
+                replicas, o.optimizerStateOffChip ? "off-chip" : "on-chip",
+                o.recompute ? "at the stage boundaries" : "off");
+    std::printf("placement: %s\n%s", m.placement.c_str(), pe.describe().c_str());
+    bool fits = true;
+    for (const pipeline::IpuProgram& p : pe.programs) {
+      const i64 cap = p.exe->target.bytesPerTile;
+      const bool ok = p.peakTileBytes <= cap;
+      fits = fits && ok;
+      i64 total = 0;
+      for (const TileMemory& t : p.exe->tileMemory) total += t.total();
+      std::printf(
+          "  IPU %d: %s, fullest tile %d %.1f KiB of %.1f KiB (%+.1f KiB), all tiles %.1f "
+          "MiB, optimizer state %.1f MiB\n",
+          p.ipu, ok ? "fits" : "DOES NOT FIT", p.worstTile, p.peakTileBytes / 1024.0, cap / 1024.0,
+          (p.peakTileBytes - cap) / 1024.0, total / 1048576.0,
+          p.exe->optimizerStateBytes / 1048576.0);
+      if (!p.exe->memoryDetail.worstTiles.empty()) {
+        const TileDetail& d = p.exe->memoryDetail.worstTiles.front();
+        std::string occ;
+        for (size_t k = 0; k < std::min<size_t>(4, d.occupants.size()); ++k)
+          occ += fmt::format("{}{} {} B{}", k ? ", " : "", d.occupants[k].name,
+                             d.occupants[k].bytes, d.occupants[k].alwaysLive ? " (always)" : "");
+        std::printf(
+            "    tile %d: always-live %lld B (code+vertex state %lld B), peak live %lld "
+            "B; largest: %s\n",
+            d.tile, static_cast<long long>(d.memory.alwaysLive),
+            static_cast<long long>(d.codeAndVertexState),
+            static_cast<long long>(d.memory.peakNotAlwaysLive), occ.c_str());
+      }
+    }
+    if (o.recompute)
+      std::printf("  recomputed: %d ops, %.1f%% of the forward multiply-accumulates\n",
+                  pe.recomputation.recomputedOps,
+                  100.0 * static_cast<double>(pe.recomputation.recomputedMacs) /
+                      static_cast<double>(std::max<i64>(1, pe.recomputation.forwardMacs)));
+    std::printf("verdict: %s\n", fits ? "FITS" : "DOES NOT FIT");
+    std::printf(
+        "step (G = %d): %d cycles x %.3f ms + update %.3f ms (off-chip state %.3f ms) = %.3f ms\n",
+        o.accumulation, pc.cycles, pc.cycleSeconds * 1e3, pc.updateSeconds * 1e3,
+        pc.offChipStateSeconds * 1e3, pc.seconds * 1e3);
+    std::printf("host: graph %.1f s, pipeline compile %.1f s\n", buildSeconds, compileSeconds);
+    return fits ? 0 : 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
+}

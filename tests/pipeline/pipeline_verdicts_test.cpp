@@ -1,0 +1,202 @@
+// Graphcore's published pipeline placements of BERT and EfficientNet (models/bert_large/
+// bert_pipeline.h, models/efficientnet_b4/efficientnet_pipeline.h) and the fit verdicts they give
+// on Mk2 IPUs. Small configs of the same code run in CI; the full-size verdicts (BERT-Large at
+// sequence 512, EfficientNet-B4 at 380) are the nightly's (*Nightly.*).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <stdexcept>
+
+#include "ipu_backend/compiler/pipeline.h"
+#include "ipu_backend/precision/precision_policy.h"
+#include "models/bert_large/bert_pipeline.h"
+#include "models/efficientnet_b4/efficientnet_pipeline.h"
+
+namespace ipu {
+namespace {
+
+using pipeline::compilePipeline;
+using pipeline::PipelinedExecutable;
+using pipeline::PipelineOptions;
+
+TEST(BertPlacement, GraphcorePod16AttentionFfnPlacement) {
+  const models::BertConfig c = models::BertConfig::large();
+  const models::BertPlacement p = models::bertAttentionFfnPlacement(c, {7, 6, 7, 4}, {6, 7, 6, 5});
+  // Embedding alone on IPU0; IPU1 attention 0..6 + FFN 0..5; IPU2 attention 7..12 + FFN 6..12;
+  // IPU3 attention 13..19 + FFN 13..18; IPU0 again attention 20..23 + FFN 19..23 and the heads.
+  EXPECT_EQ(p.splits,
+            (std::vector<std::string>{"bert/embeddings", "bert/encoder/layer_6/attention",
+                                      "bert/encoder/layer_12", "bert/encoder/layer_19/attention"}));
+  EXPECT_EQ(p.stageIpu, (std::vector<int>{0, 1, 2, 3, 0}));
+  EXPECT_EQ(p.ipus, 4);
+  EXPECT_NE(p.describe().find("stage 4 on IPU 0: FFN 19 .. FFN 23, pooler"), std::string::npos)
+      << p.describe();
+  const models::BertPlacement l = models::bertLayersPerIpuPlacement(c, {3, 7, 7, 7});
+  EXPECT_EQ(l.splits, (std::vector<std::string>{"bert/encoder/layer_2", "bert/encoder/layer_9",
+                                                "bert/encoder/layer_16", "bert/encoder/layer_23"}));
+  EXPECT_EQ(l.stageIpu, (std::vector<int>{0, 1, 2, 3, 0}));
+}
+
+TEST(BertPlacement, CountsThatDoNotAddUpOrPutAnFfnBeforeItsAttentionAreRefused) {
+  const models::BertConfig c = models::BertConfig::large();
+  EXPECT_THROW(models::bertAttentionFfnPlacement(c, {7, 6, 7, 3}, {6, 7, 6, 5}),
+               std::invalid_argument);
+  EXPECT_THROW(models::bertAttentionFfnPlacement(c, {6, 7, 7, 4}, {7, 6, 6, 5}),
+               std::invalid_argument);  // FFN 6 before attention 6
+  EXPECT_THROW(models::bertAttentionFfnPlacement(c, {7, 6, 7}, {6, 7, 6, 5}),
+               std::invalid_argument);
+  EXPECT_THROW(models::bertLayersPerIpuPlacement(c, {3, 7, 7, 6}), std::invalid_argument);
+  try {
+    models::bertLayersPerIpuPlacement(c, {3, 7, 7, 6});
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("add up to 24"), std::string::npos) << e.what();
+  }
+}
+
+TEST(EfficientNetPlacement, GraphcoreBlockNamesStartTheNextIpu) {
+  namespace en = models::efficientnet;
+  const en::Config c = en::Config::b4();
+  // B4 repeats (x1.8): stages 1..7 have 2, 4, 4, 6, 6, 8, 2 blocks.
+  EXPECT_EQ(en::splitPrefixes(c, {"block2b", "block4b", "block6c"}),
+            (std::vector<std::string>{"features.2.0", "features.4.0", "features.6.1"}));
+  EXPECT_EQ(en::splitPrefixes(c, {"block2c", "block4c", "block6a"}),
+            (std::vector<std::string>{"features.2.1", "features.4.1", "features.5.5"}));
+  EXPECT_EQ(en::splitPrefix(c, "block1a"), "features.0");
+  EXPECT_THROW(en::splitPrefix(c, "block7c"), std::invalid_argument);  // stage 7 has 2 blocks
+  EXPECT_THROW(en::splitPrefix(c, "block8a"), std::invalid_argument);
+  EXPECT_THROW(en::splitPrefix(c, "features.2.1"), std::invalid_argument);
+}
+
+// A small BERT (5 layers) through Graphcore's kind of placement: 5 stages on 4 IPUs, the
+// embedding and the heads sharing IPU0 (the tied word embeddings), recomputation at the stage
+// boundaries shrinking every IPU's stashes.
+TEST(BertPipeline, SmallBertOverFourIpusWithTheHeadsBackOnIpu0) {
+  models::BertConfig c = models::BertConfig::small();
+  c.layers = 5;
+  models::BertShape s;
+  s.batch = 2;
+  s.seqLength = 32;
+  s.maskedSlots = 6;
+  s.maxPerPack = 3;
+  const Graph training = models::buildBertTraining(c, s, models::bertLambOptions()).graph;
+  const models::BertPlacement p = models::bertAttentionFfnPlacement(c, {2, 1, 1, 1}, {1, 2, 1, 1});
+  PipelineOptions o;
+  o.splits = p.splits;
+  o.stageIpu = p.stageIpu;
+  o.accumulation = pipeline::smallestAccumulation(o.schedule, static_cast<int>(p.stageIpu.size()));
+  o.replicas = 2;
+  const PipelinedExecutable plain = compilePipeline(training, Target::small(16, 8 << 20), o);
+  o.recompute = true;
+  const PipelinedExecutable re = compilePipeline(training, Target::small(16, 8 << 20), o);
+  ASSERT_EQ(re.programs.size(), 4u);
+  EXPECT_EQ(re.programs[0].stages, (std::vector<int>{0, 4}));
+  EXPECT_GT(re.recomputation.recomputedOps, 0);
+  for (size_t i = 0; i < re.programs.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_LE(re.programs[i].stashBytes, plain.programs[i].stashBytes);
+    EXPECT_LE(re.programs[i].peakTileBytes, plain.programs[i].peakTileBytes);
+  }
+  EXPECT_LT(re.programs[1].stashBytes, plain.programs[1].stashBytes);
+  // The word embeddings live on IPU0 only: the decoder of the last stage reads them there.
+  const int word = re.graph.find("bert/embeddings/word_embeddings");
+  ASSERT_GE(word, 0);
+  EXPECT_GE(re.programs[0].localOf.count(word), 1u);
+  for (size_t i = 1; i < re.programs.size(); ++i) EXPECT_EQ(re.programs[i].localOf.count(word), 0u);
+}
+
+// ---- full size (nightly) ----------------------------------------------------------------------
+
+struct Verdict {
+  bool fits = true;
+  std::vector<i64> peaks;
+};
+Verdict verdictOf(const Graph& training, PipelineOptions o) {
+  o.checkMemory = false;
+  o.planExchanges = false;
+  const PipelinedExecutable pe = compilePipeline(training, Target::mk2(), o);
+  Verdict v;
+  for (const auto& p : pe.programs) {
+    v.peaks.push_back(p.peakTileBytes);
+    v.fits = v.fits && p.peakTileBytes <= p.exe->target.bytesPerTile;
+  }
+  std::printf("%s", pe.describe().c_str());
+  return v;
+}
+
+Graph bertLargeTraining() {
+  models::BertShape s;
+  s.batch = 2;  // packs
+  s.seqLength = 512;
+  s.maskedSlots = 78;
+  s.maxPerPack = 3;
+  return models::buildBertTraining(models::BertConfig::large(), s, models::bertLambOptions(),
+                                   precision::PrecisionPolicy::parse("16.16"))
+      .graph;
+}
+
+PipelineOptions bertOptions(const models::BertPlacement& p) {
+  PipelineOptions o;
+  o.splits = p.splits;
+  o.stageIpu = p.stageIpu;
+  o.ipus = p.ipus;
+  o.accumulation = pipeline::smallestAccumulation(o.schedule, static_cast<int>(p.stageIpu.size()));
+  o.replicas = 4;
+  o.optimizerStateOffChip = true;  // Graphcore's POD16
+  o.recompute = true;
+  return o;
+}
+
+TEST(BertNightly, LargeFitsGraphcorePod16PipelineAndNotOneIpu) {
+  const Graph training = bertLargeTraining();
+  const models::BertConfig c = models::BertConfig::large();
+  EXPECT_TRUE(verdictOf(training, bertOptions(models::bertAttentionFfnPlacement(c, {7, 6, 7, 4},
+                                                                                {6, 7, 6, 5})))
+                  .fits);
+  EXPECT_TRUE(
+      verdictOf(training, bertOptions(models::bertLayersPerIpuPlacement(c, {3, 7, 7, 7}))).fits);
+  PipelineOptions one;
+  one.replicas = 4;
+  one.optimizerStateOffChip = true;
+  EXPECT_FALSE(verdictOf(training, one).fits);
+}
+
+Graph efficientNetTraining(bool g16, i64 microBatch) {
+  namespace en = models::efficientnet;
+  en::Config c = g16 ? en::Config::b4G16() : en::Config::b4();
+  c.norm = en::Norm::Group;
+  c.normGroups = 4;
+  OptimizerOptions o;
+  o.kind = "rmsprop";
+  o.epsilon = 1e-3;
+  o.rho = 0.953125;
+  o.weightDecay = 1e-5;
+  o.emaDecay = 0.97;
+  return en::buildTraining(c, microBatch, o, precision::PrecisionPolicy::parse("16.32")).graph;
+}
+
+PipelineOptions efficientNetOptions(bool g16, const std::vector<std::string>& blocks) {
+  namespace en = models::efficientnet;
+  PipelineOptions o;
+  o.splits = en::splitPrefixes(g16 ? en::Config::b4G16() : en::Config::b4(), blocks);
+  o.accumulation = pipeline::smallestAccumulation(o.schedule, 4);
+  o.replicas = 4;
+  o.recompute = true;
+  return o;
+}
+
+TEST(EfficientNetNightly, B4FitsGraphcoreFourIpuPipelineAndNotOneIpu) {
+  const Graph training = efficientNetTraining(false, 3);
+  EXPECT_TRUE(
+      verdictOf(training, efficientNetOptions(false, {"block2b", "block4b", "block6c"})).fits);
+  PipelineOptions one;
+  one.replicas = 4;
+  EXPECT_FALSE(verdictOf(training, one).fits);
+}
+
+TEST(EfficientNetNightly, G16FitsGraphcoreFourIpuPipeline) {
+  EXPECT_TRUE(verdictOf(efficientNetTraining(true, 5),
+                        efficientNetOptions(true, {"block2c", "block4c", "block6a"}))
+                  .fits);
+}
+}  // namespace
+}  // namespace ipu
