@@ -34,6 +34,12 @@ constexpr int kMaxAugmentPadding = 8;
 constexpr char kEvalPeriodKey[] = "eval_period";
 constexpr char kEvalOffsetKey[] = "eval_offset";
 constexpr char kMaxCorruptEvalKey[] = "max_corrupt_eval_fraction";
+constexpr char kIpusPerReplicaKey[] = "ipus_per_replica";
+constexpr char kPipelineSplitsKey[] = "pipeline_splits";
+constexpr char kPipelineStageIpusKey[] = "pipeline_stage_ipus";
+constexpr char kPipelineScheduleKey[] = "pipeline_schedule";
+constexpr char kPipelineAutoKey[] = "pipeline_auto";
+constexpr char kRecomputeKey[] = "recompute";
 constexpr char kResnetRule[] = "MLPerf Training rules v4.0, ResNet-50 closed";
 constexpr double kClosedResnetTarget = 0.759;  // the checker's closed_resnet.yaml target
 constexpr double kClosedBertTarget = 0.720;    // the checker's closed_bert.yaml target
@@ -255,7 +261,30 @@ Json runSettingKeys(const PodPreset& preset) {
               {kAugmentPaddingKey, 0},
               {kEvalPeriodKey, 4},
               {kEvalOffsetKey, 0},
-              {kMaxCorruptEvalKey, RunSettings{}.max_corrupt_eval_fraction}};
+              {kMaxCorruptEvalKey, RunSettings{}.max_corrupt_eval_fraction},
+              // Pipelining, as the flags of the same names (--ipus-per-replica, ...).
+              {kIpusPerReplicaKey, 1},
+              {kPipelineSplitsKey, ""},
+              {kPipelineStageIpusKey, ""},
+              {kPipelineScheduleKey, "grouped"},
+              {kPipelineAutoKey, false},
+              {kRecomputeKey, false}};
+}
+
+CliOptions pipelineFlagsOf(const CliOptions& cli, const Json& keys) {
+  const CliOptions defaults;
+  CliOptions o = cli;
+  const auto take = [&](auto& field, const auto& fallback, const char* key) {
+    using T = std::remove_reference_t<decltype(field)>;
+    if (field == fallback && keys.contains(key)) field = keys[key].template get<T>();
+  };
+  take(o.ipus_per_replica, defaults.ipus_per_replica, kIpusPerReplicaKey);
+  take(o.pipeline_splits, defaults.pipeline_splits, kPipelineSplitsKey);
+  take(o.pipeline_stage_ipus, defaults.pipeline_stage_ipus, kPipelineStageIpusKey);
+  take(o.pipeline_schedule, defaults.pipeline_schedule, kPipelineScheduleKey);
+  take(o.pipeline_auto, defaults.pipeline_auto, kPipelineAutoKey);
+  take(o.recompute, defaults.recompute, kRecomputeKey);
+  return o;
 }
 
 namespace {
@@ -465,6 +494,9 @@ ResolvedPreset resolvePreset(const CliOptions& cli, const CliChoice& choice) {
   s.eval_period = settingsJson[kEvalPeriodKey].get<int>();
   s.eval_offset = settingsJson[kEvalOffsetKey].get<int>();
   s.max_corrupt_eval_fraction = settingsJson[kMaxCorruptEvalKey].get<double>();
+  for (const char* k : {kIpusPerReplicaKey, kPipelineSplitsKey, kPipelineStageIpusKey,
+                        kPipelineScheduleKey, kPipelineAutoKey, kRecomputeKey})
+    r.pipeline_keys[k] = settingsJson[k];
   r.precision = resolvePrecision(cli, r.preset);
   return r;
 }
@@ -671,11 +703,12 @@ EvalCadence evalCadenceOf(Benchmark benchmark, const RunSettings& settings,
 BenchmarkPlan makePlan(const CliOptions& cli) {
   BenchmarkPlan plan;
   plan.cli = cli;
-  const CliChoice choice = validateCli(cli);
+  CliChoice choice = validateCli(cli);
   plan.benchmark = choice.benchmark;
   plan.division = choice.division;
   plan.scale = choice.scale;
   ResolvedPreset preset = resolvePreset(cli, choice);
+  resolvePipeline(pipelineFlagsOf(cli, preset.pipeline_keys), choice);  // --config's keys too
   plan.precision = preset.precision;
   ResolvedData data = resolveData(cli, choice.scale, choice.corrupt_policy);
   Json hp = resolveHyperparameters(choice, preset, data);

@@ -127,7 +127,12 @@ struct ResolvedPreset {
   PodPreset preset;
   RunSettings settings;
   precision::PrecisionPolicy precision;
+  // The pipeline keys of --config (ipus_per_replica, pipeline_splits, pipeline_stage_ipus,
+  // pipeline_schedule, pipeline_auto, recompute): the flags' equivalents; a flag given on the
+  // command line wins. pipelineFlagsOf folds them into the options resolvePipeline reads.
+  Json pipeline_keys = Json::object();
 };
+CliOptions pipelineFlagsOf(const CliOptions& cli, const Json& pipelineKeys);
 ResolvedPreset resolvePreset(const CliOptions& cli, const CliChoice& choice);
 precision::PrecisionPolicy resolvePrecision(const CliOptions& cli, PodPreset& preset);
 
