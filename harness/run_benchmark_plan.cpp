@@ -303,6 +303,7 @@ std::vector<std::string> splitList(const std::string& text) {
 }  // namespace
 
 void resolvePipeline(const CliOptions& cli, CliChoice& c) {
+  c.pipeline = {};  // resolved again once --config's keys are known
   TrainerPipeline& p = c.pipeline;
   const int S = cli.ipus_per_replica;
   if (S < 1) throw Refusal(fmt::format("--ipus-per-replica must be >= 1, got {}", S));

@@ -6,6 +6,8 @@ unpipelined run of the same global batch, with a log the official checker accept
 
 Environment (tests/harness_cli/CMakeLists.txt): RUN_BENCHMARK = the binary, IPU_SOURCE_DIR.
 """
+import json
+
 import pytest
 
 from test_run_benchmark import (OPEN_SHORT, checker, events, files_under, have_checker,
@@ -50,7 +52,7 @@ REFUSALS = {
     "stage_does_not_fit": (
         ["--ipus-per-replica", "2", "--pipeline-splits", "stage3_unit1"],
         {"micro_batch_size": 64, "model_bn_span": 64}, 3,
-        ["does not fit in IPU tile memory", "IPU"]),
+        ["does not fit in IPU tile memory", "pipeline hint: IPU"]),
 }
 
 
@@ -72,10 +74,18 @@ def short_run(tmp_path, name, extra, overrides=None, pod_size=1):
     results = tmp_path / name
     config = write_config(tmp_path / f"{name}.json", {**SHORT, **(overrides or {})})
     r = run([*OPEN, "--pod-size", str(pod_size), "--results-dir", str(results), "--max-epochs",
-             "1", "--config", config, *extra], timeout=600)
+             "1", "--config", config, "--report", str(tmp_path / f"{name}_reports"), *extra],
+            timeout=600)
     assert r.returncode in (0, 2), r.stdout + r.stderr
     system = f"ipu-pod{pod_size}-emulated"
     return r, result_dir(results, system) / "result_0.txt"
+
+
+def loss_curve(tmp_path, name):
+    """The run page's loss after every step (--report)."""
+    text = (tmp_path / f"{name}_reports" / "resnet50_mini_pod1_run0.html").read_text()
+    data = json.loads(text.split("const REPORT = ", 1)[1].split(";\nwindow.onerror", 1)[0])
+    return [p["loss"] for p in data["views"][0]["run"]["loss"]]
 
 
 def values(log, key):
@@ -95,6 +105,13 @@ def test_pipeline_two_ipus_grouped_gives_the_unpipelined_bits_and_passes_the_che
     assert [e["metadata"]["ipu"] for e in peaks] == [0, 1]
     assert all(e["value"] > 0 for e in peaks)
     assert values(plain, "ipu_pipeline_ipus_per_replica") == []
+    # One report page per IPU of the pipeline, each with its own memory verdict.
+    for ipu in (0, 1):
+        view = tmp_path / "piped_reports" / f"resnet50_mini_pod1_training_ipu{ipu}.json"
+        assert json.loads(view.read_text())["memory"]["fits"], view
+    # The loss after every step: the same curve, bit for bit (4 steps of global batch 32).
+    curve = loss_curve(tmp_path, "piped")
+    assert len(curve) == 4 and curve == loss_curve(tmp_path, "plain")
     # Same global batch, same samples: the same accuracy and the same final weights, bit for bit.
     assert values(piped, "eval_accuracy") == values(plain, "eval_accuracy")
     crc = values(piped, "ipu_weights_crc32")
