@@ -377,7 +377,8 @@ int main(int argc, char** argv) {
                "slowest stage's modeled time is smallest");
   app.add_flag("--recompute", o.recompute,
                "recomputation checkpoints at the stage boundaries (with one IPU: the "
-               "--pipeline-splits are only checkpoints)");
+               "--pipeline-splits are only checkpoints; resnet50 without splits: Graphcore's "
+               "six published checkpoints)");
   app.add_flag("--project-full-scale", o.project_full_scale,
                "after the runs, also print the modeled time-to-train at full scale on this pod "
                "size: the published configuration (full-scale preset), full ResNet-50 compiled "

@@ -18,6 +18,7 @@
 #include "ipu_backend/cost/pipeline_cost.h"
 #include "ipu_backend/cost/pipeline_search.h"
 #include "ipu_backend/replication/replica_group.h"
+#include "models/resnet50/resnet50.h"
 
 namespace ipu::harness {
 namespace {
@@ -302,7 +303,8 @@ std::vector<std::string> splitList(const std::string& text) {
 
 }  // namespace
 
-void resolvePipeline(const CliOptions& cli, CliChoice& c) {
+void resolvePipeline(const CliOptions& cli, CliChoice& c,
+                     const std::vector<std::string>* checkpoints) {
   c.pipeline = {};  // resolved again once --config's keys are known
   TrainerPipeline& p = c.pipeline;
   const int S = cli.ipus_per_replica;
@@ -374,11 +376,14 @@ void resolvePipeline(const CliOptions& cli, CliChoice& c) {
                     "--pipeline-splits a,b,... ({} names) or --pipeline-auto",
                     S, S - 1));
   p.recompute = cli.recompute;
-  if (cli.recompute && p.splits.empty() && !cli.pipeline_auto)
-    throw Refusal(
-        "--recompute puts its checkpoints at the stage boundaries: give "
-        "--pipeline-splits (on one IPU the splits are only checkpoints) or "
-        "--pipeline-auto");
+  if (cli.recompute && p.splits.empty() && !cli.pipeline_auto && checkpoints) {
+    if (checkpoints->empty())
+      throw Refusal(
+          "--recompute puts its checkpoints at the stage boundaries: give --pipeline-splits (on "
+          "one IPU the splits are only checkpoints) or --pipeline-auto; only resnet50 has "
+          "published checkpoints to default to");
+    p.splits = *checkpoints;  // one IPU: the published checkpoints
+  }
   // One IPU and only checkpoints: the replica is not pipelined (TrainerPipeline::pipelined).
   if (S == 1 && p.stageIpu.empty()) p.ipus = 1;
 }
@@ -709,7 +714,11 @@ BenchmarkPlan makePlan(const CliOptions& cli) {
   plan.division = choice.division;
   plan.scale = choice.scale;
   ResolvedPreset preset = resolvePreset(cli, choice);
-  resolvePipeline(pipelineFlagsOf(cli, preset.pipeline_keys), choice);  // --config's keys too
+  // --config's keys too; ResNet-50's --recompute defaults to Graphcore's six checkpoints.
+  const std::vector<std::string> checkpoints = choice.benchmark == Benchmark::kResNet50
+                                                   ? models::publishedRecomputationCheckpoints()
+                                                   : std::vector<std::string>{};
+  resolvePipeline(pipelineFlagsOf(cli, preset.pipeline_keys), choice, &checkpoints);
   plan.precision = preset.precision;
   ResolvedData data = resolveData(cli, choice.scale, choice.corrupt_policy);
   Json hp = resolveHyperparameters(choice, preset, data);

@@ -117,7 +117,11 @@ CliChoice validateCli(const CliOptions& cli);
 // The pipeline flags parsed and checked against each other (a stage map for more stages than
 // IPUs, IPUs in range, --recompute with split points); the schedule's rule on the accumulation
 // count is checkPipelineAccumulation's, once the preset's count is known.
-void resolvePipeline(const CliOptions& cli, CliChoice& choice);
+// `checkpoints`: the benchmark's published recomputation checkpoints, what --recompute without
+// split points uses (ResNet-50: Graphcore's six, models::publishedRecomputationCheckpoints);
+// null (validateCli, before the benchmark's model is known): that check waits for makePlan.
+void resolvePipeline(const CliOptions& cli, CliChoice& choice,
+                     const std::vector<std::string>* checkpoints = nullptr);
 void checkPipelineAccumulation(const CliChoice& choice, int accumulation);
 
 // 2. The pod preset with the user's --config applied, the run settings, and the precision
