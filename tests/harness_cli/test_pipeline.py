@@ -96,7 +96,8 @@ def values(log, key):
     return [e["value"] for e in events(log) if e["key"] == key]
 
 
-def test_pipeline_two_ipus_grouped_gives_the_unpipelined_bits_and_passes_the_checker(tmp_path):
+def test_pipeline_two_ipus_and_recomputation_give_the_unpipelined_bits_and_pass_the_checker(
+        tmp_path):
     _, plain = short_run(tmp_path, "plain", [])
     r, piped = short_run(tmp_path, "piped",
                          ["--ipus-per-replica", "2", "--pipeline-splits", "stage3_unit1"])
@@ -123,3 +124,11 @@ def test_pipeline_two_ipus_grouped_gives_the_unpipelined_bits_and_passes_the_che
     if have_checker():
         code, text, verdict = checker(piped, "4.0.0")
         assert code == 0 and "SUCCESS" in verdict, text
+    # Recomputation on one IPU from Graphcore's six checkpoints (--recompute without splits):
+    # the same bits again.
+    r, recomputed = short_run(tmp_path, "recomputed", ["--recompute"])
+    assert "recomputation checkpoints at the stage boundaries of splits stage1_unit1_relu3," \
+        in r.stderr, r.stderr
+    assert values(recomputed, "ipu_pipeline_recompute") == [True]
+    assert values(recomputed, "ipu_weights_crc32") == crc
+    assert loss_curve(tmp_path, "recomputed") == curve
