@@ -454,9 +454,10 @@ ResolvedPreset resolvePreset(const CliOptions& cli, const CliChoice& choice) {
   }
   if (base->ipus_per_replica > 1) {
     throw Refusal(fmt::format(
-        "--pod-size {}: the {} preset needs {} replica(s) x {} IPU(s) per replica, but "
-        "pipelining (a replica over several IPUs) is not implemented in the backend yet; it will "
-        "not be run on one IPU per replica instead (that would be a different configuration).",
+        "--pod-size {}: the {} preset needs {} replica(s) x {} IPU(s) per replica, and its "
+        "published placement is not run by run_benchmark yet (pipelining runs through "
+        "--ipus-per-replica at mini scale); it will not be run on one IPU per replica instead "
+        "(that would be a different configuration).",
         cli.pod_size, base->name(), base->replicas, base->ipus_per_replica));
   }
 
