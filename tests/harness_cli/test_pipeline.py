@@ -132,3 +132,31 @@ def test_pipeline_two_ipus_and_recomputation_give_the_unpipelined_bits_and_pass_
     assert values(recomputed, "ipu_pipeline_recompute") == [True]
     assert values(recomputed, "ipu_weights_crc32") == crc
     assert loss_curve(tmp_path, "recomputed") == curve
+
+
+def test_pipeline_replicas_over_two_mpi_processes_give_the_log_of_one(tmp_path):
+    """R x S: the 4 replicas of POD4, each a 2-IPU pipeline, in threads of one process and as
+    2 per process under `mpirun -np 2` write the same log (times aside), final weights included;
+    and the weights of the unpipelined 4 replicas of the same global batch."""
+    import subprocess
+    from test_mpi import MPIRUN, env, log_of, mpirun, without_times
+    if MPIRUN is None:
+        pytest.skip("Open MPI missing: run scripts/setup.sh")
+    from test_run_benchmark import BINARY
+    cfg = write_config(tmp_path / "c.json", {**SHORT, "mini_train_samples": 256})  # 2 steps
+    pipe = ["--ipus-per-replica", "2", "--pipeline-splits", "stage3_unit1"]
+    common = [*OPEN, "--pod-size", "4", "--max-epochs", "1", "--config", cfg]
+    one = subprocess.run([BINARY, *common, *pipe, "--results-dir", str(tmp_path / "one")],
+                         capture_output=True, text=True, timeout=600, env=env())
+    two = subprocess.run([*mpirun(2), BINARY, *common, *pipe, "--results-dir",
+                          str(tmp_path / "two")],
+                         capture_output=True, text=True, timeout=600, env=env())
+    plain = subprocess.run([BINARY, *common, "--results-dir", str(tmp_path / "plain")],
+                           capture_output=True, text=True, timeout=600, env=env())
+    for r in (one, two, plain):
+        assert r.returncode in (0, 2), r.stdout + r.stderr
+    la = without_times(log_of(tmp_path / "one"))
+    assert la == without_times(log_of(tmp_path / "two"))
+    crc = [l for l in la if '"key": "ipu_weights_crc32"' in l]
+    assert crc and crc == [l for l in without_times(log_of(tmp_path / "plain"))
+                           if '"key": "ipu_weights_crc32"' in l]
