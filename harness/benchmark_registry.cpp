@@ -54,11 +54,12 @@ const std::vector<BenchmarkEntry>& benchmarkRegistry() {
        makeImageClassificationData},
       {Benchmark::kBertLarge, true, "bert_large", "", false,
        "BERT-Large at sequence 512 runs pipelined over 4 or 8 IPUs per replica (Graphcore's "
-       "placement, in the presets), and pipelined execution is not implemented in the backend yet",
+       "placement, in the presets); pipelined execution (--ipus-per-replica) runs at mini scale, "
+       "the full-size model's run is not wired to it yet",
        buildBert, makeBertData},
       {Benchmark::kEfficientNetB4, true, "efficientnet_b4", "", false,
-       "EfficientNet-B4's published configurations are 4-IPU pipelines, which the backend does "
-       "not implement yet",
+       "EfficientNet-B4's published configurations are 4-IPU pipelines; pipelined execution "
+       "(--ipus-per-replica) runs at mini scale, the full-size run is not wired to it yet",
        buildEfficientNet, makeEfficientNetData},
   };
   return kEntries;

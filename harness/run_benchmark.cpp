@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <fmt/chrono.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <unistd.h>
@@ -355,6 +356,29 @@ int main(int argc, char** argv) {
   app.add_option("--loss-scaling", o.loss_scaling,
                  "none | static:S | dynamic[:S0[:growth interval]]; default: the preset's, or "
                  "the --precision policy's");
+  app.add_option("--ipus-per-replica", o.ipus_per_replica,
+                 "IPUs one replica spans (pipelining); S > 1 needs --pipeline-splits or "
+                 "--pipeline-auto")
+      ->capture_default_str();
+  app.add_option("--pipeline-splits", o.pipeline_splits,
+                 "split points a,b,...: a stage ends after the last forward op whose output is "
+                 "named a, or a/... or a_... (a layer prefix, e.g. stage2_unit1)")
+      ->type_name("NAMES");
+  app.add_option("--pipeline-stage-ipus", o.pipeline_stage_ipus,
+                 "stage -> IPU map, e.g. 0,1,2,3,0 (several stages may share an IPU); default: "
+                 "stage s on IPU s")
+      ->type_name("IPUS");
+  app.add_option("--pipeline-schedule", o.pipeline_schedule,
+                 "grouped | interleaved | sequential (each has its rule on "
+                 "gradient_accumulation_steps)")
+      ->capture_default_str();
+  app.add_flag("--pipeline-auto", o.pipeline_auto,
+               "search the split points over --ipus-per-replica IPUs: every IPU fits, the "
+               "slowest stage's modeled time is smallest");
+  app.add_flag("--recompute", o.recompute,
+               "recomputation checkpoints at the stage boundaries (with one IPU: the "
+               "--pipeline-splits are only checkpoints; resnet50 without splits: Graphcore's "
+               "six published checkpoints)");
   app.add_flag("--project-full-scale", o.project_full_scale,
                "after the runs, also print the modeled time-to-train at full scale on this pod "
                "size: the published configuration (full-scale preset), full ResNet-50 compiled "
@@ -408,6 +432,14 @@ int main(int argc, char** argv) {
                  plan.run.preset.name(), plan.run.trainer.batch);
     const double seconds = preflightCompile(plan);
     if (rank == 0) fmt::print(stderr, "fits: compiled in {:.1f} s\n", seconds);
+    if (rank == 0 && !plan.pipeline_description.empty())
+      fmt::print(stderr, "pipeline placement ({} schedule, splits {}):\n{}",
+                 ipu::pipeline::scheduleName(plan.run.trainer.pipeline.schedule),
+                 fmt::join(plan.run.trainer.pipeline.splits, ","), plan.pipeline_description);
+    else if (rank == 0 && plan.run.trainer.pipeline.recompute)
+      fmt::print(stderr,
+                 "recomputation checkpoints at the stage boundaries of splits {} (one IPU)\n",
+                 fmt::join(plan.run.trainer.pipeline.splits, ","));
     if (rank == 0)
       for (const fs::path& page : plan.report_pages)
         fmt::print(stderr, "report: {}\n", page.string());

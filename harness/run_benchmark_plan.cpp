@@ -1,6 +1,7 @@
 #include "harness/run_benchmark_plan.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <chrono>
 
@@ -14,7 +15,10 @@
 #include "harness/report_pages.h"
 #include "harness/rules/efficientnet_rules.h"
 #include "ipu_backend/cost/cost_model.h"
+#include "ipu_backend/cost/pipeline_cost.h"
+#include "ipu_backend/cost/pipeline_search.h"
 #include "ipu_backend/replication/replica_group.h"
+#include "models/resnet50/resnet50.h"
 
 namespace ipu::harness {
 namespace {
@@ -31,6 +35,12 @@ constexpr int kMaxAugmentPadding = 8;
 constexpr char kEvalPeriodKey[] = "eval_period";
 constexpr char kEvalOffsetKey[] = "eval_offset";
 constexpr char kMaxCorruptEvalKey[] = "max_corrupt_eval_fraction";
+constexpr char kIpusPerReplicaKey[] = "ipus_per_replica";
+constexpr char kPipelineSplitsKey[] = "pipeline_splits";
+constexpr char kPipelineStageIpusKey[] = "pipeline_stage_ipus";
+constexpr char kPipelineScheduleKey[] = "pipeline_schedule";
+constexpr char kPipelineAutoKey[] = "pipeline_auto";
+constexpr char kRecomputeKey[] = "recompute";
 constexpr char kResnetRule[] = "MLPerf Training rules v4.0, ResNet-50 closed";
 constexpr double kClosedResnetTarget = 0.759;  // the checker's closed_resnet.yaml target
 constexpr double kClosedBertTarget = 0.720;    // the checker's closed_bert.yaml target
@@ -255,7 +265,144 @@ Json runSettingKeys(const PodPreset& preset) {
               {kAugmentPaddingKey, 0},
               {kEvalPeriodKey, 4},
               {kEvalOffsetKey, 0},
-              {kMaxCorruptEvalKey, RunSettings{}.max_corrupt_eval_fraction}};
+              {kMaxCorruptEvalKey, RunSettings{}.max_corrupt_eval_fraction},
+              // Pipelining, as the flags of the same names (--ipus-per-replica, ...).
+              {kIpusPerReplicaKey, 1},
+              {kPipelineSplitsKey, ""},
+              {kPipelineStageIpusKey, ""},
+              {kPipelineScheduleKey, "grouped"},
+              {kPipelineAutoKey, false},
+              {kRecomputeKey, false}};
+}
+
+CliOptions pipelineFlagsOf(const CliOptions& cli, const Json& keys) {
+  const CliOptions defaults;
+  CliOptions o = cli;
+  const auto take = [&](auto& field, const auto& fallback, const char* key) {
+    using T = std::remove_reference_t<decltype(field)>;
+    if (field == fallback && keys.contains(key)) field = keys[key].template get<T>();
+  };
+  take(o.ipus_per_replica, defaults.ipus_per_replica, kIpusPerReplicaKey);
+  take(o.pipeline_splits, defaults.pipeline_splits, kPipelineSplitsKey);
+  take(o.pipeline_stage_ipus, defaults.pipeline_stage_ipus, kPipelineStageIpusKey);
+  take(o.pipeline_schedule, defaults.pipeline_schedule, kPipelineScheduleKey);
+  take(o.pipeline_auto, defaults.pipeline_auto, kPipelineAutoKey);
+  take(o.recompute, defaults.recompute, kRecomputeKey);
+  return o;
+}
+
+namespace {
+
+std::vector<std::string> splitList(const std::string& text) {
+  std::vector<std::string> out;
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    const size_t end = std::min(text.find(',', begin), text.size());
+    out.push_back(text.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+void resolvePipeline(const CliOptions& cli, CliChoice& c,
+                     const std::vector<std::string>* checkpoints) {
+  c.pipeline = {};  // resolved again once --config's keys are known
+  TrainerPipeline& p = c.pipeline;
+  const int S = cli.ipus_per_replica;
+  if (S < 1) throw Refusal(fmt::format("--ipus-per-replica must be >= 1, got {}", S));
+  p.ipus = S;
+  try {
+    p.schedule = pipeline::parseSchedule(cli.pipeline_schedule);
+  } catch (const std::exception& e) {
+    throw Refusal(
+        fmt::format("--pipeline-schedule {}: {} (valid: grouped, interleaved, "
+                    "sequential)",
+                    cli.pipeline_schedule, e.what()));
+  }
+  if (!cli.pipeline_splits.empty()) {
+    p.splits = splitList(cli.pipeline_splits);
+    for (const std::string& s : p.splits)
+      if (s.empty())
+        throw Refusal(
+            fmt::format("--pipeline-splits {}: an empty split name; give op or layer "
+                        "names separated by commas, e.g. stage2_unit1,stage4_unit1",
+                        cli.pipeline_splits));
+  }
+  c.pipeline_auto = cli.pipeline_auto;
+  if (cli.pipeline_auto && !p.splits.empty())
+    throw Refusal(
+        "--pipeline-auto searches the split points: give it or --pipeline-splits, "
+        "not both");
+  if (cli.pipeline_auto && S < 2)
+    throw Refusal(
+        "--pipeline-auto places stages on several IPUs: add --ipus-per-replica S "
+        "(S >= 2)");
+  if (!cli.pipeline_stage_ipus.empty()) {
+    if (cli.pipeline_auto)
+      throw Refusal("--pipeline-auto puts stage s on IPU s: drop --pipeline-stage-ipus");
+    for (const std::string& t : splitList(cli.pipeline_stage_ipus)) {
+      int ipu = -1;
+      try {
+        size_t used = 0;
+        ipu = std::stoi(t, &used);
+        if (used != t.size()) ipu = -1;
+      } catch (const std::exception&) {
+        ipu = -1;
+      }
+      if (ipu < 0 || ipu >= S)
+        throw Refusal(
+            fmt::format("--pipeline-stage-ipus {}: '{}' is not an IPU of the replica (0 to {} with "
+                        "--ipus-per-replica {})",
+                        cli.pipeline_stage_ipus, t, S - 1, S));
+      p.stageIpu.push_back(ipu);
+    }
+    const size_t stages = p.splits.size() + 1;
+    if (p.stageIpu.size() != stages)
+      throw Refusal(fmt::format(
+          "--pipeline-stage-ipus {}: {} IPU(s) for the {} stage(s) of --pipeline-splits {}; give "
+          "one IPU per stage",
+          cli.pipeline_stage_ipus, p.stageIpu.size(), stages, cli.pipeline_splits));
+  }
+  const int stages = static_cast<int>(p.splits.size()) + 1;
+  if (!cli.pipeline_auto && p.stageIpu.empty() && !p.splits.empty() && !cli.recompute &&
+      stages != S)
+    throw Refusal(fmt::format(
+        "--pipeline-splits {} makes {} stages for --ipus-per-replica {}: without "
+        "--pipeline-stage-ipus stage s runs on IPU s, so give {} split point(s), or map the "
+        "stages onto the IPUs (e.g. --pipeline-stage-ipus {})",
+        cli.pipeline_splits, stages, S, S - 1, stages > S ? "0,1,...,0" : "0,1"));
+  if (S > 1 && p.splits.empty() && !cli.pipeline_auto)
+    throw Refusal(
+        fmt::format("--ipus-per-replica {} needs the stages' split points: "
+                    "--pipeline-splits a,b,... ({} names) or --pipeline-auto",
+                    S, S - 1));
+  p.recompute = cli.recompute;
+  if (cli.recompute && p.splits.empty() && !cli.pipeline_auto && checkpoints) {
+    if (checkpoints->empty())
+      throw Refusal(
+          "--recompute puts its checkpoints at the stage boundaries: give --pipeline-splits (on "
+          "one IPU the splits are only checkpoints) or --pipeline-auto; only resnet50 has "
+          "published checkpoints to default to");
+    p.splits = *checkpoints;  // one IPU: the published checkpoints
+  }
+  // One IPU and only checkpoints: the replica is not pipelined (TrainerPipeline::pipelined).
+  if (S == 1 && p.stageIpu.empty()) p.ipus = 1;
+}
+
+void checkPipelineAccumulation(const CliChoice& choice, int accumulation) {
+  const TrainerPipeline& p = choice.pipeline;
+  if (!p.pipelined()) return;
+  const int stages = choice.pipeline_auto ? p.ipus : static_cast<int>(p.splits.size()) + 1;
+  std::vector<int> stageIpu = p.stageIpu;
+  for (int s = static_cast<int>(stageIpu.size()); s < stages; ++s) stageIpu.push_back(s);
+  try {
+    pipeline::checkSchedule(p.schedule, stages, stageIpu, accumulation);
+  } catch (const std::exception& e) {
+    throw Refusal(fmt::format("{} (gradient_accumulation_steps is {}: set it in --config)",
+                              e.what(), accumulation));
+  }
 }
 
 CliChoice validateCli(const CliOptions& cli) {
@@ -296,6 +443,7 @@ CliChoice validateCli(const CliOptions& cli) {
   } catch (const std::exception& e) {
     throw Refusal(fmt::format("--engine {}: {}", cli.engine, e.what()));
   }
+  resolvePipeline(cli, c);
   return c;
 }
 
@@ -309,9 +457,10 @@ ResolvedPreset resolvePreset(const CliOptions& cli, const CliChoice& choice) {
   }
   if (base->ipus_per_replica > 1) {
     throw Refusal(fmt::format(
-        "--pod-size {}: the {} preset needs {} replica(s) x {} IPU(s) per replica, but "
-        "pipelining (a replica over several IPUs) is not implemented in the backend yet; it will "
-        "not be run on one IPU per replica instead (that would be a different configuration).",
+        "--pod-size {}: the {} preset needs {} replica(s) x {} IPU(s) per replica, and its "
+        "published placement is not run by run_benchmark yet (pipelining runs through "
+        "--ipus-per-replica at mini scale); it will not be run on one IPU per replica instead "
+        "(that would be a different configuration).",
         cli.pod_size, base->name(), base->replicas, base->ipus_per_replica));
   }
 
@@ -355,6 +504,9 @@ ResolvedPreset resolvePreset(const CliOptions& cli, const CliChoice& choice) {
   s.eval_period = settingsJson[kEvalPeriodKey].get<int>();
   s.eval_offset = settingsJson[kEvalOffsetKey].get<int>();
   s.max_corrupt_eval_fraction = settingsJson[kMaxCorruptEvalKey].get<double>();
+  for (const char* k : {kIpusPerReplicaKey, kPipelineSplitsKey, kPipelineStageIpusKey,
+                        kPipelineScheduleKey, kPipelineAutoKey, kRecomputeKey})
+    r.pipeline_keys[k] = settingsJson[k];
   r.precision = resolvePrecision(cli, r.preset);
   return r;
 }
@@ -561,11 +713,16 @@ EvalCadence evalCadenceOf(Benchmark benchmark, const RunSettings& settings,
 BenchmarkPlan makePlan(const CliOptions& cli) {
   BenchmarkPlan plan;
   plan.cli = cli;
-  const CliChoice choice = validateCli(cli);
+  CliChoice choice = validateCli(cli);
   plan.benchmark = choice.benchmark;
   plan.division = choice.division;
   plan.scale = choice.scale;
   ResolvedPreset preset = resolvePreset(cli, choice);
+  // --config's keys too; ResNet-50's --recompute defaults to Graphcore's six checkpoints.
+  const std::vector<std::string> checkpoints = choice.benchmark == Benchmark::kResNet50
+                                                   ? models::publishedRecomputationCheckpoints()
+                                                   : std::vector<std::string>{};
+  resolvePipeline(pipelineFlagsOf(cli, preset.pipeline_keys), choice, &checkpoints);
   plan.precision = preset.precision;
   ResolvedData data = resolveData(cli, choice.scale, choice.corrupt_policy);
   Json hp = resolveHyperparameters(choice, preset, data);
@@ -632,6 +789,9 @@ BenchmarkPlan makePlan(const CliOptions& cli) {
   r.trainer.accumulation = preset.preset.gradient_accumulation;
   r.trainer.shardOptimizerState = cli.shard_optimizer_state;
   r.trainer.threadsPerReplica = cli.threads;
+  checkPipelineAccumulation(choice, r.trainer.accumulation);
+  r.trainer.pipeline = choice.pipeline;
+  plan.pipeline_auto = choice.pipeline_auto;
   r.lr = schedule.lr;
   r.cadence = schedule.cadence;
   r.max_epochs = schedule.max_epochs;
@@ -662,9 +822,41 @@ double preflightCompile(BenchmarkPlan& plan) {
   try {
     ModelInstance model = plan.run.entry->build(plan.run.model);
     plan.model_description = model.description;
+    if (plan.pipeline_auto && plan.fit_check.pipeline.splits.empty()) {
+      // The split points that fit every IPU with the smallest slowest stage; the runs use them.
+      pipeline::PipelineOptions po;
+      po.schedule = plan.fit_check.pipeline.schedule;
+      po.accumulation = plan.fit_check.accumulation;
+      po.replicas = plan.fit_check.replicas;
+      po.shardOptimizerState = plan.fit_check.shardOptimizerState;
+      const cost::AutoSplit a = cost::autoSplit(model.train.graph, plan.fit_check.target,
+                                                plan.fit_check.pipeline.ipus, po);
+      plan.fit_check.pipeline.splits = a.splits;
+      plan.run.trainer.pipeline.splits = a.splits;
+    }
     TrainerPrograms programs = compileTrainerPrograms(model.train, model.eval, plan.fit_check);
-    const std::shared_ptr<const Executable> train = std::move(programs.train);
     const std::shared_ptr<const Executable> eval = std::move(programs.eval);
+    if (programs.pipelined) {
+      const pipeline::PipelinedExecutable& pe = *programs.pipelined;
+      const cost::PipelineStepCost pc = cost::estimatePipelineStep(pe);
+      plan.modeled_step_seconds = pc.seconds;
+      plan.modeled_eval_seconds = cost::estimateStep(*eval).seconds;
+      plan.pipeline_description = pe.describe();
+      if (!plan.cli.report_dir.empty() && plan.run.rank == 0) {
+        const ProgramReportSink write = reportSinkOf(plan);
+        for (const pipeline::IpuProgram& ipu : pe.programs) {
+          const nlohmann::json view =
+              write(fmt::format("training_ipu{}", ipu.ipu), *ipu.exe, false,
+                    fmt::format("{}: training step, IPU {} of the pipeline (stages {})",
+                                plan.run.preset.name(), ipu.ipu, fmt::join(ipu.stages, ", ")),
+                    {});
+          if (ipu.ipu == 0) plan.report_train_view = view;
+        }
+        write("evaluation", *eval, false, plan.run.preset.name() + ": evaluation batch", {});
+      }
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    const std::shared_ptr<const Executable> train = std::move(programs.train);
     if (plan.fit_check.replicas > 1) {
       // Each emulated IPU holds its own tensors: refuse, before anything is written, replicas
       // whose copies this host (this process's share under mpirun) cannot hold. One replica's
@@ -685,6 +877,11 @@ double preflightCompile(BenchmarkPlan& plan) {
           write("training", *train, false, plan.run.preset.name() + ": training step", {});
       write("evaluation", *eval, false, plan.run.preset.name() + ": evaluation batch", {});
     }
+  } catch (const pipeline::PipelineError& e) {
+    throw Refusal(fmt::format("the pipeline placement was refused before running: {}", e.what()));
+  } catch (const GraphError& e) {
+    if (!plan.fit_check.pipeline.recompute) throw;
+    throw Refusal(fmt::format("--recompute: the checkpoints were refused: {}", e.what()));
   } catch (const CompileError& e) {
     std::string report;
     if (!plan.cli.report_dir.empty() && plan.run.rank == 0 && e.partial()) {

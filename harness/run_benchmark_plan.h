@@ -41,6 +41,13 @@ struct CliOptions {
   std::string on_corrupt_image = "fail";  // full scale: fail | skip (reported by file name)
   int loader_threads = 0;                 // full scale: JPEG decoding threads (0: --threads)
   std::string report_dir;  // --report: the fit check's programs as report pages (empty: none)
+  // Pipelining (a replica over several IPUs) and recomputation; see TrainerPipeline.
+  int ipus_per_replica = 1;
+  std::string pipeline_splits;      // op or layer names, comma-separated
+  std::string pipeline_stage_ipus;  // stage -> IPU, comma-separated; empty: stage s on IPU s
+  std::string pipeline_schedule = "grouped";  // grouped | interleaved | sequential
+  bool pipeline_auto = false;                 // search the split points (cost::autoSplit)
+  bool recompute = false;                     // checkpoints at every stage boundary
 };
 
 // The ImageNet folders of `dataDir` for --scale full: train/ and val/ scanned (val labelled by
@@ -89,6 +96,8 @@ struct BenchmarkPlan {
   // program's view (the runs' pages add their curves to it).
   std::vector<std::filesystem::path> report_pages;
   nlohmann::json report_train_view;
+  bool pipeline_auto = false;        // preflightCompile searches the splits
+  std::string pipeline_description;  // set by preflightCompile: placement and per-IPU memory
 };
 
 // makePlan in its steps, each testable alone; each throws Refusal naming what it refuses.
@@ -100,8 +109,20 @@ struct CliChoice {
   Scale scale = Scale::kMini;
   datasets::CorruptPolicy corrupt_policy = datasets::CorruptPolicy::kFail;
   EngineMode engine = EngineMode::Fused;
+  TrainerPipeline pipeline;  // splits empty under --pipeline-auto (found by preflightCompile)
+  bool pipeline_auto = false;
 };
 CliChoice validateCli(const CliOptions& cli);
+
+// The pipeline flags parsed and checked against each other (a stage map for more stages than
+// IPUs, IPUs in range, --recompute with split points); the schedule's rule on the accumulation
+// count is checkPipelineAccumulation's, once the preset's count is known.
+// `checkpoints`: the benchmark's published recomputation checkpoints, what --recompute without
+// split points uses (ResNet-50: Graphcore's six, models::publishedRecomputationCheckpoints);
+// null (validateCli, before the benchmark's model is known): that check waits for makePlan.
+void resolvePipeline(const CliOptions& cli, CliChoice& choice,
+                     const std::vector<std::string>* checkpoints = nullptr);
+void checkPipelineAccumulation(const CliChoice& choice, int accumulation);
 
 // 2. The pod preset with the user's --config applied, the run settings, and the precision
 // policy (the preset's, or --precision / --loss-scaling, which resolvePrecision writes back
@@ -110,7 +131,12 @@ struct ResolvedPreset {
   PodPreset preset;
   RunSettings settings;
   precision::PrecisionPolicy precision;
+  // The pipeline keys of --config (ipus_per_replica, pipeline_splits, pipeline_stage_ipus,
+  // pipeline_schedule, pipeline_auto, recompute): the flags' equivalents; a flag given on the
+  // command line wins. pipelineFlagsOf folds them into the options resolvePipeline reads.
+  Json pipeline_keys = Json::object();
 };
+CliOptions pipelineFlagsOf(const CliOptions& cli, const Json& pipelineKeys);
 ResolvedPreset resolvePreset(const CliOptions& cli, const CliChoice& choice);
 precision::PrecisionPolicy resolvePrecision(const CliOptions& cli, PodPreset& preset);
 

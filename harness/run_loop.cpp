@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -172,16 +173,34 @@ std::vector<fs::path> fashionMnistFiles(const fs::path& dir, std::string* missin
   return files;
 }
 
-std::string variablesCrc32(const Engine& engine) {
+// Over the model's variables by name (as f32 values), so a pipelined run and an unpipelined
+// one of the same global batch can be compared: their programs hold different extra variables.
+std::string variablesCrc32(const Trainer& trainer) {
   uLong crc = crc32(0L, Z_NULL, 0);
-  std::vector<std::byte> buf;
-  for (const Tensor& t : engine.executable().graph.tensors()) {
-    if (t.kind != TensorKind::Variable) continue;
-    buf.resize(static_cast<size_t>(t.bytes()));
-    engine.readTensor(t.id, buf.data(), buf.size());
-    crc = crc32_z(crc, reinterpret_cast<const Bytef*>(buf.data()), buf.size());
+  for (const std::string& name : trainer.modelVariables()) {
+    const std::vector<float> v = trainer.readVariable(name);
+    crc = crc32_z(crc, reinterpret_cast<const Bytef*>(v.data()), v.size() * sizeof(float));
   }
   return fmt::format("{:08x}", crc);
+}
+
+// The placement of a pipelined (or recomputed) run: custom keys the checker accepts.
+static void logPipelinePlacement(MlLogger& log, const TrainerPipeline& p,
+                                 const pipeline::PipelinedExecutable* pe) {
+  if (!pe && !p.recompute) return;
+  log.event("ipu_pipeline_ipus_per_replica", pe ? pe->ipus : 1);
+  log.event("ipu_pipeline_splits", fmt::format("{}", fmt::join(p.splits, ",")));
+  log.event("ipu_pipeline_recompute", p.recompute);
+  if (!pe) return;
+  log.event("ipu_pipeline_schedule", std::string(pipeline::scheduleName(p.schedule)));
+  log.event("ipu_pipeline_stage_ipus", fmt::format("{}", fmt::join(pe->stageIpu, ",")));
+  for (const pipeline::IpuProgram& ipu : pe->programs)
+    log.event("ipu_pipeline_ipu_peak_tile_bytes", ipu.peakTileBytes,
+              Json{{"ipu", ipu.ipu},
+                   {"tile", ipu.worstTile},
+                   {"stash_bytes", ipu.stashBytes},
+                   {"stages", ipu.stages}});
+  log.event("ipu_pipeline_inter_ipu_bytes_per_micro_batch", pe->interIpuBytesPerMicroBatch());
 }
 
 const char* signalName(int sig) {
@@ -304,6 +323,7 @@ RunOutcome executeRun(const RunPlan& plan, const fs::path& logPath, int runIndex
     Trainer trainer(model.train, model.eval, to);
     if (stopSignal.load() != 0) throw Interrupted{};
     trainer.initialise(model.init(seed));
+    logPipelinePlacement(log, plan.trainer.pipeline, trainer.pipelinedExecutable());
     logWeightsInitialization(log, model.weight_tensor_names);
     state.initStop();
     out.init_seconds =
@@ -461,7 +481,7 @@ RunOutcome executeRun(const RunPlan& plan, const fs::path& logPath, int runIndex
                               : fmt::format("the target accuracy {} was not reached in {} epoch(s)",
                                             plan.settings.target_accuracy, plan.max_epochs);
     }
-    log.event("ipu_weights_crc32", variablesCrc32(trainer.trainEngine()),
+    log.event("ipu_weights_crc32", variablesCrc32(trainer),
               Json{{"epoch_num", out.epochs}, {"train_steps", out.train_steps}});
     stop(reached, out.message);
   } catch (const Interrupted&) {

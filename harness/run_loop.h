@@ -85,9 +85,10 @@ DataRequest dataRequestOf(const RunPlan& plan, std::uint64_t seed);
 std::vector<std::filesystem::path> fashionMnistFiles(const std::filesystem::path& dir,
                                                      std::string* missing = nullptr);
 
-// CRC-32 (zlib) of every variable of the engine's graph, in graph order, as 8 hex digits: the
-// weights, optimizer state and batch norm statistics, bit for bit.
-std::string variablesCrc32(const Engine& engine);
+// CRC-32 (zlib) of the model's variables (Trainer::modelVariables, in graph order, read as f32),
+// as 8 hex digits: the weights, optimizer state and batch norm statistics, bit for bit, the
+// same figure for a pipelined run and an unpipelined one holding the same values.
+std::string variablesCrc32(const Trainer& trainer);
 
 enum class RunStatus { kSuccess, kTargetNotReached, kDiverged, kInterrupted, kFailed };
 const char* toString(RunStatus status);

@@ -5,8 +5,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <exception>
 #include <stdexcept>
+#include <thread>
 
+#include <omp.h>
+
+#include "ipu_backend/compiler/recompute.h"
 #include "ipu_backend/replication/replicate.h"
 
 namespace ipu::harness {
@@ -83,12 +88,78 @@ void copyVariables(const Engine& src, Engine& dst, bool useEma) {
   }
 }
 
-TrainerPrograms compileTrainerPrograms(const models::TaskGraph& train,
+std::vector<std::string> splitCheckpoints(const Graph& g, int loss,
+                                          const std::vector<std::string>& splits) {
+  const std::vector<Op>& ops = g.ops();
+  int lossOp = -1;
+  for (const Op& op : ops)
+    if (std::find(op.outputs.begin(), op.outputs.end(), loss) != op.outputs.end()) lossOp = op.id;
+  const auto forward = [&](const Op& op) { return op.id <= lossOp && op.gradientOf < 0; };
+  std::vector<int> lastOf(splits.size(), -1);  // per split: its stage's last forward op
+  for (const Op& op : ops) {
+    if (!forward(op)) continue;
+    for (int t : op.outputs)
+      for (size_t k = 0; k < splits.size(); ++k)
+        if (pipeline::splitMatches(g.tensor(t).name, splits[k])) lastOf[k] = op.id;
+  }
+  for (size_t k = 0; k < splits.size(); ++k) {
+    if (lastOf[k] < 0)
+      throw pipeline::PipelineError(fmt::format(
+          "split point '{}' names no forward op of '{}' (a split is an op output's name or a "
+          "layer prefix followed by '/' or '_', e.g. 'stage2_unit1')",
+          splits[k], g.name()));
+    if (k > 0 && lastOf[k] <= lastOf[k - 1])
+      throw pipeline::PipelineError(
+          fmt::format("split points '{}' and '{}' are out of forward order: list them as the "
+                      "forward pass meets them",
+                      splits[k - 1], splits[k]));
+  }
+  std::vector<int> stage(ops.size(), -1);
+  int s = 0;
+  for (const Op& op : ops) {
+    if (!forward(op)) continue;
+    stage[static_cast<size_t>(op.id)] = s;
+    while (static_cast<size_t>(s) < splits.size() && lastOf[static_cast<size_t>(s)] == op.id) ++s;
+  }
+  return stageBoundaryCheckpoints(g, stage);
+}
+
+TrainerPrograms compileTrainerPrograms(const models::TaskGraph& model,
                                        const models::TaskGraph& eval, const TrainerOptions& opts) {
   TrainerPrograms p;
   CompileOptions co;
   co.checkMemory = opts.checkMemory;
   p.eval = std::make_shared<Executable>(compile(eval.graph, opts.target, co));
+  const TrainerPipeline& pl = opts.pipeline;
+  // Recomputation rewrites the training graph only: same inputs, variables and outputs.
+  models::TaskGraph recomputed;
+  const models::TaskGraph* trainPtr = &model;
+  if (pl.recompute) {
+    if (pl.splits.empty())
+      throw std::invalid_argument(
+          "recomputation checkpoints at stage boundaries need split points (--pipeline-splits "
+          "or --pipeline-auto)");
+    recomputed = model;
+    applyRecomputation(recomputed.graph, recomputed.loss,
+                       splitCheckpoints(model.graph, model.loss, pl.splits));
+    trainPtr = &recomputed;
+  }
+  const models::TaskGraph& train = *trainPtr;
+  if (pl.pipelined()) {
+    pipeline::PipelineOptions po;
+    po.splits = pl.splits;
+    po.stageIpu = pl.stageIpu;
+    po.ipus = pl.ipus;
+    po.schedule = pl.schedule;
+    po.accumulation = opts.accumulation;
+    po.replicas = opts.replicas;
+    po.shardOptimizerState = opts.shardOptimizerState;
+    po.checkMemory = opts.checkMemory;
+    p.pipelined = std::make_shared<const pipeline::PipelinedExecutable>(
+        pipeline::compilePipeline(train.graph, opts.target, po));
+    p.zeroInitialised = p.pipelined->zeroInitialised;
+    return p;
+  }
   if (opts.replicas > 1 || opts.accumulation > 1) {
     // The replicated step: same model graph, cross-replica reduction and accumulation added.
     // Each replica's graph sees its own micro-batch (batch norm statistics per replica).
@@ -134,8 +205,11 @@ Trainer::Trainer(models::TaskGraph train, models::TaskGraph eval, const TrainerO
   evalExe_ = std::move(programs.eval);
   trainExe_ = std::move(programs.train);
   zeroInitialised_ = std::move(programs.zeroInitialised);
+  pipelined_ = std::move(programs.pipelined);
   evalEngine_ = std::make_unique<Engine>(evalExe_, opts.mode);
-  if (opts.replicas > 1 || opts.accumulation > 1) {
+  if (pipelined_) {
+    setUpPipelines();
+  } else if (opts.replicas > 1 || opts.accumulation > 1) {
     setUpReplicas();
   } else {
     trainEngine_ = std::make_unique<Engine>(trainExe_, opts.mode);
@@ -214,18 +288,106 @@ void Trainer::setUpReplicas() {
   }
 }
 
+void Trainer::setUpPipelines() {
+  replication::ReplicaGroupOptions go;
+  go.replicas = opts_.replicas;
+  go.link = opts_.link;
+  const int local = replication::localReplicasOf(go);
+  firstReplica_ = (opts_.link ? opts_.link->rank() : 0) * local;
+  ring_ = std::make_unique<replication::RingCollective>(opts_.replicas, firstReplica_, local,
+                                                        opts_.link);
+  const Graph& g = pipelined_->graph;
+  const int micro = opts_.accumulation;
+  const auto name = [&](int t) -> const std::string& { return train_.graph.tensor(t).name; };
+  std::vector<int> inputs;
+  for (int t : train_.inputs) inputs.push_back(g.get(name(t)));
+  trainInputs_.resize(static_cast<size_t>(local));
+  for (HostTensors& h : trainInputs_) h.allocate(g, inputs, micro);
+  losses_.assign(local, std::vector<float>(static_cast<size_t>(micro)));
+  lr_.assign(static_cast<size_t>(micro), 0.0f);
+  scale_.assign(static_cast<size_t>(micro), 1.0f);
+  inverseScale_.assign(static_cast<size_t>(micro), 1.0f);
+  overflow_.assign(local, std::vector<float>(static_cast<size_t>(micro), 0.0f));
+  for (int l = 0; l < local; ++l) {
+    const ReplicaContext ctx{firstReplica_ + l, opts_.replicas > 1 ? ring_.get() : nullptr};
+    auto e = std::make_unique<pipeline::PipelineEngine>(pipelined_, opts_.mode, ctx);
+    for (size_t i = 0; i < train_.inputs.size(); ++i)
+      e->connectInput(name(train_.inputs[i]), trainInputs_[l].storage[i].data());
+    e->connectInput(name(train_.lr), lr_.data());
+    e->connectOutput(name(train_.loss), losses_[l].data());
+    e->setRoundingSeed(opts_.seed);  // as setUpReplicas: the same bits on every replica
+    if (train_.lossScale >= 0) {
+      e->connectInput(name(train_.lossScale), scale_.data());
+      e->connectInput(name(train_.lossScaleInverse), inverseScale_.data());
+      e->connectOutput(name(train_.overflow), overflow_[l].data());
+    }
+    pipelines_.push_back(std::move(e));
+  }
+}
+
+void Trainer::runPipelines() {
+  const auto runOne = [&](size_t l, std::exception_ptr& error) {
+    omp_set_num_threads(opts_.threadsPerReplica);
+    try {
+      pipelines_[l]->run();
+    } catch (const std::exception& e) {
+      error = std::current_exception();
+      ring_->abort(
+          fmt::format("replica {} failed: {}", firstReplica_ + static_cast<int>(l), e.what()));
+    }
+  };
+  std::vector<std::exception_ptr> errors(pipelines_.size());
+  {
+    // The replicas' collectives pair up, so every replica runs in its own thread.
+    std::vector<std::jthread> others;
+    for (size_t l = 1; l < pipelines_.size(); ++l)
+      others.emplace_back([&, l] { runOne(l, errors[l]); });
+    const int saved = omp_get_max_threads();
+    runOne(0, errors[0]);
+    omp_set_num_threads(saved);
+  }
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+const Executable& Trainer::trainExecutable() const {
+  if (!trainExe_)
+    throw std::logic_error("the training step is pipelined: see pipelinedExecutable()");
+  return *trainExe_;
+}
+
+Engine& Trainer::trainEngine() {
+  if (pipelined_)
+    throw std::logic_error("the training step is pipelined: read variables by readVariable()");
+  return group_ ? group_->engine(0) : *trainEngine_;
+}
+
+std::vector<std::string> Trainer::modelVariables() const {
+  std::vector<std::string> names;
+  for (const Tensor& t : train_.graph.tensors())
+    if (t.kind == TensorKind::Variable) names.push_back(t.name);
+  return names;
+}
+
+std::vector<float> Trainer::readVariable(const std::string& name) const {
+  if (!pipelines_.empty()) return pipelines_.front()->readFloats(name);
+  return group_ ? group_->engine(0).readFloats(name) : trainEngine_->readFloats(name);
+}
+
 BatchGeometry Trainer::geometry() const {
   BatchGeometry g;
   g.microBatch = opts_.batch;
   g.accumulation = opts_.accumulation;
   g.replicas = opts_.replicas;
-  g.firstReplica = group_ ? group_->firstReplica() : 0;
-  g.localReplicas = group_ ? group_->localReplicas() : 1;
+  g.firstReplica = group_ ? group_->firstReplica() : firstReplica_;
+  g.localReplicas = group_               ? group_->localReplicas()
+                    : pipelines_.empty() ? 1
+                                         : static_cast<int>(pipelines_.size());
   return g;
 }
 
 void Trainer::initialise(const std::map<std::string, std::vector<float>>& values) {
-  const Graph& g = trainExe_->graph;
+  const Graph& g = pipelined_ ? pipelined_->graph : trainExe_->graph;
   for (const Tensor& t : g.tensors()) {
     if (t.kind != TensorKind::Variable) continue;
     auto it = values.find(t.name);
@@ -246,7 +408,9 @@ void Trainer::initialise(const std::map<std::string, std::vector<float>>& values
       zeros.assign(static_cast<size_t>(t.elements()), 0.0f);
       v = &zeros;
     }
-    if (group_)
+    if (!pipelines_.empty())
+      for (auto& e : pipelines_) e->writeTensor(t.name, *v);
+    else if (group_)
       for (int l = 0; l < group_->localReplicas(); ++l) group_->engine(l).writeTensor(t.name, *v);
     else
       trainEngine_->writeTensor(t.name, *v);  // rounded to 16-bit variables' dtype
@@ -257,15 +421,18 @@ float Trainer::step(const std::function<float(std::int64_t)>& lr, EpochStats& st
   std::fill(lr_.begin(), lr_.end(), lr(steps_));
   std::fill(scale_.begin(), scale_.end(), scaler_.scale());
   std::fill(inverseScale_.begin(), inverseScale_.end(), scaler_.inverseScale());
-  if (group_) {
-    group_->run();
+  if (group_ || !pipelines_.empty()) {
+    if (group_)
+      group_->run();
+    else
+      runPipelines();
     // The update part streams the flag out once per step, after the last micro-batch.
     if (train_.overflow >= 0 && !scaler_.update(overflow_[0].back() != 0.0f)) ++st.skippedSteps;
     double loss = 0;
     for (const auto& ls : losses_)
       for (float x : ls) loss += x;
     loss_ = static_cast<float>(loss /
-                               static_cast<double>(group_->localReplicas() * opts_.accumulation));
+                               static_cast<double>(geometry().localReplicas * opts_.accumulation));
   } else {
     trainEngine_->run();
     loss_ = losses_[0][0];
@@ -306,8 +473,20 @@ EpochStats Trainer::train(BatchSource& source, std::int64_t maxSteps,
 EvalResult Trainer::evaluate(EvalSource& source, Metric& metric,
                              const std::function<void()>& onBatch) {
   const auto& init = train_.optimizer.init;
-  copyVariables(trainEngine(), *evalEngine_,
-                std::find(init.begin(), init.end(), StateInit::Weight) != init.end());
+  const bool useEma = std::find(init.begin(), init.end(), StateInit::Weight) != init.end();
+  if (pipelined_) {
+    // As copyVariables, from the IPU of the pipeline that holds each variable.
+    const Graph& pg = pipelined_->graph;
+    for (const Tensor& t : evalEngine_->executable().graph.tensors()) {
+      if (t.kind != TensorKind::Variable) continue;
+      std::string from = t.name;
+      if (useEma && pg.find(t.name + "/ema") >= 0) from = t.name + "/ema";
+      if (pg.find(from) < 0) continue;
+      evalEngine_->writeTensor(t.name, pipelines_.front()->readFloats(from));
+    }
+  } else {
+    copyVariables(trainEngine(), *evalEngine_, useEma);
+  }
   for (const std::string& role : metric.outputs()) (void)eval_.output(role);  // named if absent
   metric.reset();
   const MicroBatch& inputs = evalInputs_.slots[0];

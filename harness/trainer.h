@@ -18,12 +18,26 @@
 
 #include "datasets/image_dataset.h"
 #include "ipu_backend/compiler/compiler.h"
+#include "ipu_backend/compiler/pipeline.h"
 #include "ipu_backend/engine/engine.h"
+#include "ipu_backend/engine/pipeline_engine.h"
 #include "ipu_backend/precision/loss_scaling.h"
 #include "ipu_backend/replication/replica_group.h"
 #include "models/task_graph.h"
 
 namespace ipu::harness {
+
+// A replica over several IPUs (ipu_backend/compiler/pipeline.h): the forward pass cut at
+// `splits`, stage s on IPU stageIpu[s]. Without splits the replica is one IPU (unpipelined);
+// `recompute` then still applies: the splits become recomputation checkpoints on that IPU.
+struct TrainerPipeline {
+  std::vector<std::string> splits;
+  std::vector<int> stageIpu;  // empty: stage s on IPU s
+  int ipus = 1;               // IPUs per replica
+  pipeline::Schedule schedule = pipeline::Schedule::Grouped;
+  bool recompute = false;  // checkpoints at every stage boundary (recompute-then-backpropagate)
+  bool pipelined() const { return ipus > 1 || !stageIpu.empty(); }
+};
 
 struct TrainerOptions {
   std::int64_t batch = 64;
@@ -42,6 +56,7 @@ struct TrainerOptions {
   // Train-time augmentation of in-memory image datasets (off by default); the image task seeds
   // it per epoch from `seed` and the epoch's number.
   datasets::SmallImageAugment augment;
+  TrainerPipeline pipeline;
 };
 
 // The C++ type that holds one element of a dtype on the host: float (f32), std::int32_t (i32),
@@ -213,11 +228,19 @@ struct EvalResult {
 // The two programs a trainer runs, compiled for opts.target (the replicated training step when
 // opts has replicas or accumulation): what a fit check needs, without engines or host tensors.
 struct TrainerPrograms {
-  std::shared_ptr<Executable> train, eval;
+  std::shared_ptr<Executable> train, eval;                         // train: null when pipelined
+  std::shared_ptr<const pipeline::PipelinedExecutable> pipelined;  // opts.pipeline.pipelined()
   std::vector<std::string> zeroInitialised;  // variables the replication pass created
 };
 TrainerPrograms compileTrainerPrograms(const models::TaskGraph& train,
                                        const models::TaskGraph& eval, const TrainerOptions& opts);
+
+// The recomputation checkpoints of `splits` on a training graph: the tensors that cross a stage
+// boundary of its forward pass (the ops up to the one producing `loss`), stage k ending after the
+// last forward op whose output pipeline::splitMatches splits[k]. pipeline::PipelineError naming
+// a split that matches no forward op.
+std::vector<std::string> splitCheckpoints(const Graph& g, int loss,
+                                          const std::vector<std::string>& splits);
 
 class Trainer {
  public:
@@ -243,12 +266,18 @@ class Trainer {
 
   BatchGeometry geometry() const;
   const TrainerOptions& options() const { return opts_; }
-  const Executable& trainExecutable() const { return *trainExe_; }
+  // The unpipelined training program (std::logic_error when pipelined: see pipelinedExecutable).
+  const Executable& trainExecutable() const;
+  const pipeline::PipelinedExecutable* pipelinedExecutable() const { return pipelined_.get(); }
   const Executable& evalExecutable() const { return *evalExe_; }
   std::shared_ptr<const Executable> trainExecutablePtr() const { return trainExe_; }
   std::shared_ptr<const Executable> evalExecutablePtr() const { return evalExe_; }
-  // The first local replica's engine (every replica holds the same weights).
-  Engine& trainEngine() { return group_ ? group_->engine(0) : *trainEngine_; }
+  // The first local replica's engine (every replica holds the same weights); unpipelined only.
+  Engine& trainEngine();
+  // The training graph's variables (the model's, by name, in its order) as the first local
+  // replica holds them: the same names and values pipelined or not.
+  std::vector<std::string> modelVariables() const;
+  std::vector<float> readVariable(const std::string& name) const;
   Engine& evalEngine() { return *evalEngine_; }
   std::int64_t stepsDone() const { return steps_; }
   std::int64_t evalRunsDone() const { return evalRuns_; }  // inference program runs
@@ -267,6 +296,8 @@ class Trainer {
     void allocate(const Graph& g, const std::vector<int>& tensors, int slots);
   };
   void setUpReplicas();
+  void setUpPipelines();
+  void runPipelines();
   // One weight update on the inputs already filled; returns the step's loss (mean over the
   // micro-batches of this process's replicas).
   float step(const std::function<float(std::int64_t)>& lr, EpochStats& st);
@@ -288,6 +319,11 @@ class Trainer {
   std::int64_t evalRuns_ = 0;
   std::unique_ptr<replication::ReplicaGroup> group_;
   std::vector<std::string> zeroInitialised_;
+  // Pipelined: this process's replicas, each a PipelineEngine, joined by one ring.
+  std::shared_ptr<const pipeline::PipelinedExecutable> pipelined_;
+  std::unique_ptr<replication::RingCollective> ring_;
+  std::vector<std::unique_ptr<pipeline::PipelineEngine>> pipelines_;
+  int firstReplica_ = 0;
 };
 
 // Copies every variable of dst's graph from the same-named variable of src (converted when

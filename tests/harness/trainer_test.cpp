@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <tuple>
 
 #include "harness/schedule.h"
@@ -276,6 +277,81 @@ TEST(Trainer, SamplesCountedScheduleAndCadenceTrainAcrossEpochs) {
     EXPECT_EQ(std::get<2>(log[i]), static_cast<std::int64_t>(i)) << i;
   }
   EXPECT_EQ(stream.part(), 4);
+}
+
+// Trains 3 steps of R replicas x G micro-batches of 2 (threads), pipelined over 2 IPUs or not;
+// returns the losses, the model's variables and the evaluation's metric.
+struct FakeRun {
+  std::vector<float> losses;
+  std::map<std::string, std::vector<float>> variables;
+  MetricValue metric;
+};
+FakeRun trainFake(int replicas, int accumulation, const TrainerPipeline& pipeline,
+                  EngineMode mode) {
+  TrainerOptions o = smallTarget(2);
+  o.replicas = replicas;
+  o.accumulation = accumulation;
+  o.mode = mode;
+  o.pipeline = pipeline;
+  Trainer trainer(buildFake(2, true), buildFake(2, false), o);
+  EXPECT_EQ(trainer.pipelinedExecutable() != nullptr, pipeline.pipelined());
+  const Graph& g = trainer.pipelinedExecutable() ? trainer.pipelinedExecutable()->graph
+                                                 : trainer.trainExecutable().graph;
+  trainer.initialise(initFake(g));
+  FakeRun run;
+  FakeEpoch epoch(trainer.geometry(), 1, 3);
+  trainer.train(
+      epoch, 0, [](std::int64_t) { return 0.3f; },
+      [&](std::int64_t, float l) { run.losses.push_back(l); });
+  for (const std::string& name : trainer.modelVariables())
+    run.variables[name] = trainer.readVariable(name);
+  WeightedAccuracy metric;
+  FakeEval eval(12);
+  run.metric = trainer.evaluate(eval, metric).metric;
+  return run;
+}
+
+void expectSameBits(const FakeRun& a, const FakeRun& b) {
+  ASSERT_EQ(a.losses.size(), 3u);
+  EXPECT_EQ(0, std::memcmp(a.losses.data(), b.losses.data(), 3 * sizeof(float)));
+  ASSERT_EQ(a.variables.size(), b.variables.size());
+  for (const auto& [name, v] : a.variables) {
+    const std::vector<float>& w = b.variables.at(name);
+    ASSERT_EQ(v.size(), w.size()) << name;
+    EXPECT_EQ(0, std::memcmp(v.data(), w.data(), v.size() * sizeof(float))) << name;
+  }
+  EXPECT_EQ(a.metric.numerator, b.metric.numerator);
+  EXPECT_EQ(a.metric.denominator, b.metric.denominator);
+}
+
+TEST(Trainer, PipelinedReplicasGiveTheUnpipelinedBitsInFusedAndTileModes) {
+  kernels::fused::setNumThreads(1);
+  TrainerPipeline twoIpus;
+  twoIpus.ipus = 2;
+  twoIpus.splits = {"logits"};  // the dense layer on IPU 0, the loss on IPU 1
+  for (EngineMode mode : {EngineMode::Fused, EngineMode::Tile}) {
+    SCOPED_TRACE(mode == EngineMode::Fused ? "fused" : "tile");
+    const FakeRun plain = trainFake(2, 4, {}, mode);
+    ASSERT_NE(plain.variables.at("w"), initFake(Graph()).at("w")) << "training moved the weights";
+    expectSameBits(trainFake(2, 4, twoIpus, mode), plain);
+  }
+  // Recomputation from the split's checkpoint on one IPU: the same bits too.
+  TrainerPipeline recompute;
+  recompute.splits = {"logits"};
+  recompute.recompute = true;
+  expectSameBits(trainFake(1, 4, recompute, EngineMode::Fused),
+                 trainFake(1, 4, {}, EngineMode::Fused));
+}
+
+TEST(Trainer, APipelineSplitNamingNoOpIsRefused) {
+  TrainerOptions o = smallTarget(2);
+  o.accumulation = 4;
+  o.pipeline.ipus = 2;
+  o.pipeline.splits = {"no_such_layer"};
+  EXPECT_THROW(Trainer(buildFake(2, true), buildFake(2, false), o), pipeline::PipelineError);
+  o.pipeline.ipus = 1;
+  o.pipeline.recompute = true;
+  EXPECT_THROW(Trainer(buildFake(2, true), buildFake(2, false), o), pipeline::PipelineError);
 }
 
 TEST(Trainer, RmsPropStateStartsAtOneAndEvaluationReadsTheWeightEma) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <set>
 
 #include "datasets/fashion_mnist.h"
@@ -240,6 +241,39 @@ TEST(RunBenchmarkPlan, RunsReplicatedPresetsAndRefusesUnimplementedBenchmarks) {
   o.benchmark = "resnet50";
   o.scale = "full";
   EXPECT_THROW(makePlan(o), Refusal);
+}
+
+TEST(RunBenchmarkPlanSteps, PipelineFlagsAndConfigKeysReachTheTrainer) {
+  CliOptions o;
+  o.division = "open";
+  o.ipus_per_replica = 2;
+  o.pipeline_splits = "stage2_unit1,stage3_unit1";
+  o.pipeline_stage_ipus = "0,1,0";
+  CliChoice c = validateCli(o);
+  EXPECT_EQ(c.pipeline.ipus, 2);
+  EXPECT_EQ(c.pipeline.splits, (std::vector<std::string>{"stage2_unit1", "stage3_unit1"}));
+  EXPECT_EQ(c.pipeline.stageIpu, (std::vector<int>{0, 1, 0}));
+  EXPECT_TRUE(c.pipeline.pipelined());
+  // Grouped over 3 stages needs G a multiple of 6.
+  EXPECT_THROW(checkPipelineAccumulation(c, 4), Refusal);
+  EXPECT_NO_THROW(checkPipelineAccumulation(c, 6));
+  // The --config keys: a flag given on the command line wins.
+  const std::filesystem::path config =
+      std::filesystem::temp_directory_path() / "run_benchmark_test_pipeline_config.json";
+  std::ofstream(config) << R"({"gradient_accumulation_steps": 4, "ipus_per_replica": 2,
+    "pipeline_splits": "stage3_unit1", "pipeline_schedule": "sequential", "recompute": true})";
+  CliOptions k;
+  k.division = "open";
+  k.config = config.string();
+  k.pipeline_schedule = "interleaved";
+  const BenchmarkPlan plan = makePlan(k);
+  std::filesystem::remove(config);
+  const TrainerPipeline& p = plan.run.trainer.pipeline;
+  EXPECT_EQ(p.ipus, 2);
+  EXPECT_EQ(p.splits, std::vector<std::string>{"stage3_unit1"});
+  EXPECT_EQ(p.schedule, pipeline::Schedule::Interleaved);
+  EXPECT_TRUE(p.recompute);
+  EXPECT_EQ(plan.fit_check.pipeline.splits, p.splits);
 }
 
 TEST(RunBenchmarkPrecision, ClosedResNet50PresetsCarryThePublishedIpuSettings) {
