@@ -43,6 +43,9 @@ def main():
     ap.add_argument("--adam", action="store_true", help="Adam 1e-3 instead of RMSProp")
     ap.add_argument("--train-mode-eval", action="store_true",
                     help="score with batch statistics instead of the running ones")
+    ap.add_argument("--recalibrate-bn", action="store_true",
+                    help="before scoring, recompute the running batch-norm statistics as the "
+                    "plain average over the training images at the current weights")
     a = ap.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -85,6 +88,17 @@ def main():
                         v.mul_(0.9).add_(lr * g / torch.sqrt(s + 1e-3))
                         p.sub_(v)
             print(f"step {step} loss {loss.item():.3f}", flush=True)
+        if a.recalibrate_bn:
+            for bn in m.modules():
+                if isinstance(bn, torch.nn.BatchNorm2d):
+                    bn.reset_running_stats()
+                    bn.momentum = None  # cumulative average
+            with torch.no_grad():
+                for b in range(steps_per_epoch):
+                    m(x[b * batch:(b + 1) * batch])
+            for bn in m.modules():
+                if isinstance(bn, torch.nn.BatchNorm2d):
+                    bn.momentum = 0.1
         m.train(a.train_mode_eval)
         with torch.no_grad():
             acc = (m(x).argmax(1) == y).float().mean().item()
