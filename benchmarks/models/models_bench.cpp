@@ -50,6 +50,20 @@ double peakRssGB() {
   return static_cast<double>(u.ru_maxrss) * 1024.0 / 1e9;  // ru_maxrss is in KiB
 }
 
+// The counters every training-step benchmark reports: items (images or sequences) per second,
+// GFLOP/s, the compile time, the last loss, the engine's tensor memory and the process's peak.
+void stepCounters(benchmark::State& state, const char* rate, double itemsPerStep,
+                  double flopsPerStep, double setupS, float loss, const Engine& engine) {
+  state.counters[rate] =
+      benchmark::Counter(itemsPerStep, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flopsPerStep / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["compile_s"] = setupS;
+  state.counters["loss"] = loss;
+  state.counters["tensor_GB"] = static_cast<double>(engine.tensorMemoryBytes()) / 1e9;
+  state.counters["peak_rss_GB"] = peakRssGB();
+}
+
 void maybePrintProfile(Engine& engine, const std::string& what) {
   if (!std::getenv("MODELS_BENCH_PROFILE")) return;
   constexpr int kSteps = 2;
@@ -139,14 +153,8 @@ void resnet50TrainStep(benchmark::State& state, kernels::fused::ConvAlgorithm al
     engine.run();
     benchmark::DoNotOptimize(loss);
   }
-  state.counters["images/s"] = benchmark::Counter(static_cast<double>(kBatch),
-                                                  benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["GFLOP/s"] = benchmark::Counter(kBatch * flopsPerImage / 1e9,
-                                                 benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["compile_s"] = setupS;
-  state.counters["loss"] = loss;
-  state.counters["tensor_GB"] = static_cast<double>(engine.tensorMemoryBytes()) / 1e9;
-  state.counters["peak_rss_GB"] = peakRssGB();
+  stepCounters(state, "images/s", static_cast<double>(kBatch), kBatch * flopsPerImage, setupS, loss,
+               engine);
   maybePrintProfile(engine, fmt::format("f32 batch {} at {}x{}", kBatch, c.inputH, c.inputW));
   state.SetLabel(fmt::format("batch {} at {}x{}, {:.2f} GFLOP/img", kBatch, c.inputH, c.inputW,
                              flopsPerImage / 1e9));
@@ -275,17 +283,11 @@ void BM_ResNet50TrainStepPrecision(benchmark::State& state) {
     engine.run();
     benchmark::DoNotOptimize(loss);
   }
-  state.counters["images/s"] = benchmark::Counter(static_cast<double>(kBatch),
-                                                  benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["GFLOP/s"] = benchmark::Counter(kBatch * flopsPerImage / 1e9,
-                                                 benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["compile_s"] = setupS;
-  state.counters["loss"] = loss;
   state.counters["native_bf16_isa"] = kernels::fused::nativeBf16Isa() ? 1 : 0;
   maybePrintProfile(engine,
                     fmt::format("{} batch {} at {}x{}", policyName, kBatch, c.inputH, c.inputW));
-  state.counters["tensor_GB"] = static_cast<double>(engine.tensorMemoryBytes()) / 1e9;
-  state.counters["peak_rss_GB"] = peakRssGB();
+  stepCounters(state, "images/s", static_cast<double>(kBatch), kBatch * flopsPerImage, setupS, loss,
+               engine);
   state.SetLabel(fmt::format("{} batch {} at {}x{}", policyName, kBatch, c.inputH, c.inputW));
 }
 BENCHMARK(BM_ResNet50TrainStepPrecision)
@@ -383,14 +385,7 @@ void BM_BertTrainStep(benchmark::State& state) {
   }
   std::sort(stepS.begin(), stepS.end());
   state.counters["median_s"] = stepS[stepS.size() / 2];
-  state.counters["seq/s"] = benchmark::Counter(static_cast<double>(s.batch),
-                                               benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(flopsPerStep / 1e9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["compile_s"] = setupS;
-  state.counters["loss"] = loss;
-  state.counters["tensor_GB"] = static_cast<double>(engine.tensorMemoryBytes()) / 1e9;
-  state.counters["peak_rss_GB"] = peakRssGB();
+  stepCounters(state, "seq/s", static_cast<double>(s.batch), flopsPerStep, setupS, loss, engine);
   const std::string what = fmt::format("BERT {} x 1024, {} batch {} at sequence {}", c.layers,
                                        policyName, s.batch, s.seqLength);
   maybePrintProfile(engine, what);
@@ -462,14 +457,8 @@ void BM_EfficientNetB4TrainStep(benchmark::State& state) {
     engine.run();
     benchmark::DoNotOptimize(loss);
   }
-  state.counters["images/s"] = benchmark::Counter(static_cast<double>(kBatch),
-                                                  benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["GFLOP/s"] = benchmark::Counter(kBatch * flopsPerImage / 1e9,
-                                                 benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["compile_s"] = setupS;
-  state.counters["loss"] = loss;
-  state.counters["tensor_GB"] = static_cast<double>(engine.tensorMemoryBytes()) / 1e9;
-  state.counters["peak_rss_GB"] = peakRssGB();
+  stepCounters(state, "images/s", static_cast<double>(kBatch), kBatch * flopsPerImage, setupS, loss,
+               engine);
   const std::string what =
       fmt::format("{} batch {} at {}x{}", bf16 ? "bf16" : "f32", kBatch, c.inputH, c.inputW);
   maybePrintProfile(engine, "EfficientNet-B4 " + what);
