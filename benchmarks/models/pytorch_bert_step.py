@@ -20,17 +20,13 @@ Run it as compare_bert.sh does (jemalloc preloaded, see ../shared/docs/PEER.md):
     /usr/bin/python3 benchmarks/models/pytorch_bert_step.py --seq 128 --batch 2 --layers 4
 Prints one JSON line: {"seq", "batch", "layers", "median_s", "seq_per_s", "gflops", ...}.
 """
-import argparse
-import json
 import math
-import os
-import resource
-import statistics
-import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+import peer_step
 
 H, HEADS, FFN, VOCAB, POSITIONS, TYPES = 1024, 16, 4096, 30522, 512, 2
 EPS = 1e-12
@@ -132,18 +128,13 @@ class Lamb:
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = peer_step.parser(__doc__.splitlines()[0], steps=5)
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--steps", type=int, default=5)
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--bf16", action="store_true", help="bf16 autocast forward (and backward)")
     args = ap.parse_args()
 
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
+    peer_step.setup(args)
     model = Bert(args.layers)
     model.train()
     opt = Lamb(list(model.named_parameters()))
@@ -164,33 +155,21 @@ def main():
     def step():
         for q in model.parameters():
             q.grad = None
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+        with peer_step.autocast(args):
             loss = model(ids, segments, positions, mask, masked_rows, masked_ids, masked_w,
                          nsp_labels)
         loss.backward()
         opt.step()
         return loss.item()
 
-    for _ in range(args.warmup):
-        loss = step()
-    times = []
-    for _ in range(args.steps):
-        t0 = time.perf_counter()
-        loss = step()
-        times.append(time.perf_counter() - t0)
-    med = statistics.median(times)
+    timing = peer_step.time_steps(step, args)
+    med = timing["median_s"]
     # 3 x forward matmul flops (2 per MAC): encoder, pooler, MLM transform + decoder, NSP.
     tokens = b * s
     macs = args.layers * (tokens * (4 * H * H + 2 * H * FFN) + 2 * b * HEADS * s * s * (H // HEADS))
     macs += b * H * H + b * p * (H * H + H * VOCAB) + b * 2 * H
-    print(json.dumps({
-        "peer": "pytorch", "torch": torch.__version__, "seq": s, "batch": b,
-        "layers": args.layers, "precision": "bf16_autocast" if args.bf16 else "fp32",
-        "threads": args.threads, "median_s": med, "min_s": min(times), "loss": loss,
-        "seq_per_s": b / med, "gflops": 6 * macs / med / 1e9,
-        "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9,
-        "ld_preload": os.environ.get("LD_PRELOAD", ""),
-        "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", "")}))
+    peer_step.report(args, timing, seq=s, batch=b, layers=args.layers, seq_per_s=b / med,
+                     gflops=6 * macs / med / 1e9)
 
 
 if __name__ == "__main__":

@@ -13,30 +13,20 @@ checkout):
     /usr/bin/python3 benchmarks/models/pytorch_efficientnet_step.py --hw 380 --batch 8
 Prints one JSON line: {"hw", "batch", "median_s", "images_per_s", ...}.
 """
-import argparse
-import json
-import os
-import resource
-import statistics
-import time
-
 import torch
 import torch.nn.functional as F
 import torchvision
 
+import peer_step
+
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = peer_step.parser(__doc__.splitlines()[0], steps=5)
     ap.add_argument("--hw", type=int, default=380)
     ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--steps", type=int, default=5)
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--bf16", action="store_true", help="bf16 autocast forward (and backward)")
     args = ap.parse_args()
 
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
+    peer_step.setup(args)
     model = torchvision.models.efficientnet_b4().to(memory_format=torch.channels_last)
     model.train()
     # No weight decay on the norm layers' scale and shift (rank 1 parameters that are not biases
@@ -53,28 +43,15 @@ def main():
 
     def step():
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+        with peer_step.autocast(args):
             loss = F.cross_entropy(model(x), y, label_smoothing=0.1)
         loss.backward()
         opt.step()
         return loss.item()
 
-    for _ in range(args.warmup):
-        step()
-    times = []
-    for _ in range(args.steps):
-        t0 = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t0)
-    med = statistics.median(times)
-    print(json.dumps({
-        "peer": "pytorch", "torch": torch.__version__, "hw": args.hw, "batch": args.batch,
-        "precision": "bf16_autocast" if args.bf16 else "fp32",
-        "threads": args.threads, "steps": args.steps, "median_s": med, "min_s": min(times),
-        "images_per_s": args.batch / med,
-        "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9,
-        "ld_preload": os.environ.get("LD_PRELOAD", ""),
-        "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", "")}))
+    timing = peer_step.time_steps(step, args)
+    peer_step.report(args, timing, hw=args.hw, batch=args.batch,
+                     images_per_s=args.batch / timing["median_s"])
 
 
 if __name__ == "__main__":

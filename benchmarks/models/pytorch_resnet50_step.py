@@ -10,32 +10,22 @@ Run it as compare_resnet50.sh does (jemalloc preloaded, see ../shared/docs/PEER.
     /usr/bin/python3 benchmarks/models/pytorch_resnet50_step.py --hw 224 --batch 32
 Prints one JSON line: {"hw", "batch", "median_s", "images_per_s", "gflops", ...}.
 """
-import argparse
-import json
-import resource
-import os
-import statistics
-import time
-
 import torch
 import torch.nn.functional as F
 import torchvision
+
+import peer_step
 
 FLOP_PER_IMAGE_224 = 24.5e9  # 3 x 4.09 GMAC x 2
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = peer_step.parser(__doc__.splitlines()[0], steps=10)
     ap.add_argument("--hw", type=int, default=224)
     ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--bf16", action="store_true", help="bf16 autocast forward (and backward)")
     args = ap.parse_args()
 
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
+    peer_step.setup(args)
     model = torchvision.models.resnet50().to(memory_format=torch.channels_last)
     model.train()
     decay = [p for n, p in model.named_parameters() if p.ndim > 1]
@@ -47,30 +37,17 @@ def main():
 
     def step():
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+        with peer_step.autocast(args):
             loss = F.cross_entropy(model(x), y, label_smoothing=0.1)
         loss.backward()
         opt.step()
         return loss.item()
 
-    for _ in range(args.warmup):
-        step()
-    times = []
-    for _ in range(args.steps):
-        t0 = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t0)
-    med = statistics.median(times)
+    timing = peer_step.time_steps(step, args)
     flop = FLOP_PER_IMAGE_224 * (args.hw / 224.0) ** 2  # approximation for other sizes
-    print(json.dumps({
-        "peer": "pytorch", "torch": torch.__version__, "hw": args.hw, "batch": args.batch,
-        "precision": "bf16_autocast" if args.bf16 else "fp32",
-        "threads": args.threads, "median_s": med, "min_s": min(times),
-        "images_per_s": args.batch / med, "gflops_approx": args.batch * flop / med / 1e9,
-        # Peak resident memory of the process (model, activations, allocator caches).
-        "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9,
-        "ld_preload": os.environ.get("LD_PRELOAD", ""),
-        "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", "")}))
+    peer_step.report(args, timing, hw=args.hw, batch=args.batch,
+                     images_per_s=args.batch / timing["median_s"],
+                     gflops_approx=args.batch * flop / timing["median_s"] / 1e9)
 
 
 if __name__ == "__main__":
