@@ -16,11 +16,8 @@
 # preloaded, 2 threads, warm-up 3, median of 3 timed steps (ours: the same).
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-BUILD="${1:-$ROOT/build}"
-BENCH="$BUILD/benchmarks/models/models_bench"
-[[ -x "$BENCH" ]] || { echo "models_bench not found under $BUILD (ninja models_bench)" >&2; exit 1; }
-JEMALLOC=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2
-[[ -f "$JEMALLOC" ]] || { echo "missing $JEMALLOC (apt-get install libjemalloc2)" >&2; exit 1; }
+source "$ROOT/benchmarks/models/compare_common.sh"
+BENCH="$(compare_bench "${1:-$ROOT/build}")" || exit 1
 REPS="${REPS:-3}"
 LAYERS="${LAYERS:-4}"
 SEQS="${SEQS:-128 512}"
@@ -29,10 +26,8 @@ export OMP_NUM_THREADS=2
 ISA="$(lscpu | grep -o 'avx512[a-z_0-9]*\|amx[a-z_]*\|avx2' | sort -u | tr '\n' ' ')"
 CORETYPE=""
 [[ "$ISA" == *avx512f* ]] && CORETYPE=SkylakeX  # ~1.4x for BERT over OpenBLAS's Haswell default
-TMP="$(mktemp -d)"
-trap 'rm -rf "$TMP"' EXIT
-echo "host: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs, ISA: $ISA"
-echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+TMP="$COMPARE_TMP"
+compare_host "$OMP_NUM_THREADS"
 
 for ((r = 0; r < REPS; ++r)); do
   for seq in $SEQS; do
@@ -48,8 +43,7 @@ try: print("   median step s", json.load(open(sys.argv[1]))["benchmarks"][0]["me
 except Exception: print("   no result")' "$TMP/ours_$tag.json"
       echo "== pytorch: sequence $seq, $prec, $LAYERS layers, rep $r"
       flag=() && [[ "$prec" == bf16 ]] && flag=(--bf16)
-      LD_PRELOAD="$JEMALLOC" MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1 \
-        OPENBLAS_CORETYPE="$CORETYPE" /usr/bin/python3 "$ROOT/benchmarks/models/pytorch_bert_step.py" \
+      OPENBLAS_CORETYPE="$CORETYPE" peer /usr/bin/python3 "$ROOT/benchmarks/models/pytorch_bert_step.py" \
         --seq "$seq" --batch 2 --layers "$LAYERS" --steps 3 "${flag[@]}" |
         tee "$TMP/torch_$tag.json"
     done

@@ -12,21 +12,14 @@
 # python3-torch, jemalloc preloaded, channels_last, 2 threads. Prints the host's ISA and load.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-BUILD="${1:-$ROOT/build}"
-BENCH="$BUILD/benchmarks/models/models_bench"
-[[ -x "$BENCH" ]] || { echo "models_bench not found under $BUILD" >&2; exit 1; }
-JEMALLOC=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2
-[[ -f "$JEMALLOC" ]] || { echo "missing $JEMALLOC (apt-get install libjemalloc2)" >&2; exit 1; }
+source "$ROOT/benchmarks/models/compare_common.sh"
+BENCH="$(compare_bench "${1:-$ROOT/build}")" || exit 1
 export OMP_NUM_THREADS=2
 REPS="${REPS:-3}"
 TORCH_STEPS="${TORCH_STEPS:-5}"
 IFS=';' read -r -a CONFIGS <<<"${CONFIGS:-380 8 0;32 32 0;380 8 1;32 32 1}"
-TMP="$(mktemp -d)"
-trap 'rm -rf "$TMP"' EXIT
-
-echo "host: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; ISA:" \
-  "$(lscpu | grep -o 'avx512[a-z_0-9]*\|amx[a-z_]*\|avx2' | sort -u | tr '\n' ' ')"
-echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+TMP="$COMPARE_TMP"
+compare_host "$OMP_NUM_THREADS"
 for ((r = 0; r < REPS; ++r)); do
   for cfg in "${CONFIGS[@]}"; do
     read -r hw b bf <<<"$cfg"
@@ -35,8 +28,7 @@ for ((r = 0; r < REPS; ++r)); do
       --benchmark_min_time=1 --benchmark_out="$TMP/ours_${hw}_${b}_${bf}_$r.json" \
       --benchmark_out_format=json >/dev/null || echo "   ours failed (rc $?; out of memory?)"
     echo "== pytorch: ${hw}x${hw} batch $b $( ((bf)) && echo 'bf16 autocast' || echo fp32), rep $r"
-    LD_PRELOAD="$JEMALLOC" MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1 \
-      /usr/bin/python3 "$ROOT/benchmarks/models/pytorch_efficientnet_step.py" --hw "$hw" \
+    peer /usr/bin/python3 "$ROOT/benchmarks/models/pytorch_efficientnet_step.py" --hw "$hw" \
       --batch "$b" --steps "$TORCH_STEPS" $( ((bf)) && echo --bf16) >"$TMP/torch_${hw}_${b}_${bf}_$r.json" ||
       echo "   pytorch failed"
   done

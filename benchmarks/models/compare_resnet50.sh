@@ -13,6 +13,9 @@
 #       own kernels by ATEN_CPU_CAPABILITY=avx2 and its OpenBLAS by OPENBLAS_CORETYPE=Haswell; ours
 #       from a build configured with -DIPU_MARCH=x86-64-v3 (default BUILD_DIR: build-avx2), e.g.
 #       ISA=avx2 REPS=3 CONFIGS="224 32;32 32" bash benchmarks/models/compare_resnet50.sh
+#   BASELINE=OTHER_BUILD ...   also runs OTHER_BUILD's models_bench (e.g. a build of an earlier
+#       commit) in every repetition, next to ours and PyTorch, and prints after/before: a
+#       before-and-after check of a change in the same command (f32 and --bf16 modes)
 # Every run first prints the ISA both sides run with and its f32 peak (host_isa.py: threads x
 # clock x flop per cycle), and the summary the fraction of that peak each side reaches.
 # Peer configuration per ../shared/docs/PEER.md (the team docs beside the checkout): Debian python3-torch, jemalloc preloaded,
@@ -40,24 +43,26 @@ if [[ "$ISA" == avx2 && "$MARCH" != x86-64-v3 ]]; then
     "ninja -C build-avx2 models_bench" >&2
   exit 1
 fi
-BENCH="$BUILD/benchmarks/models/models_bench"
-[[ -x "$BENCH" ]] || BENCH="$(find "$BUILD" -name models_bench -type f -perm -u+x | head -1)"
-[[ -x "$BENCH" ]] || { echo "models_bench not found under $BUILD" >&2; exit 1; }
-JEMALLOC=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2
-[[ -f "$JEMALLOC" ]] || { echo "missing $JEMALLOC (apt-get install libjemalloc2)" >&2; exit 1; }
+source "$ROOT/benchmarks/models/compare_common.sh"
+BENCH="$(compare_bench "$BUILD")" || exit 1
+BASE_BENCH=""
+if [[ -n "${BASELINE:-}" ]]; then
+  BASE_BENCH="$BASELINE/benchmarks/models/models_bench"
+  [[ -x "$BASE_BENCH" ]] || { echo "BASELINE=$BASELINE: no benchmarks/models/models_bench there" >&2; exit 1; }
+fi
 export OMP_NUM_THREADS=2
-TMP="$(mktemp -d)"
-trap 'rm -rf "$TMP"' EXIT
+TMP="$COMPARE_TMP"
 
 # Where the figures come from: the ISA and its peak, our build's -march, and the ISA oneDNN
 # reports inside PyTorch (its verbose mode names it as it creates the first primitive).
-/usr/bin/python3 "$ROOT/benchmarks/models/host_isa.py" --text "$OMP_NUM_THREADS"
+compare_host "$OMP_NUM_THREADS"
 /usr/bin/python3 "$ROOT/benchmarks/models/host_isa.py" "$OMP_NUM_THREADS" >"$TMP/host.json"
 TORCH_ISA="$(DNNL_VERBOSE=1 /usr/bin/python3 -c 'import torch
 cl = torch.channels_last  # a convolution PyTorch hands to oneDNN
 torch.nn.functional.conv2d(torch.ones(2, 64, 16, 16).to(memory_format=cl),
                            torch.ones(64, 64, 3, 3).to(memory_format=cl), padding=1)' 2>/dev/null |
   grep -m1 -o 'isa:[^,]*')"
+[[ -n "$BASE_BENCH" ]] && echo "before (BASELINE): $BASE_BENCH"
 echo "ours: $BENCH (IPU_MARCH=${MARCH:-?}); PyTorch's oneDNN: ${TORCH_ISA:-unknown}" \
   "ATEN_CPU_CAPABILITY=${ATEN_CPU_CAPABILITY:-default} OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-default}"
 
@@ -78,6 +83,13 @@ if [[ "$MODE" == bf16 ]]; then
         --benchmark_out_format=json >/dev/null || echo "   ours failed (rc $?; out of memory?)"
       show "$TMP/ours_p${p}_${b}_$r.json"
     done
+    if [[ -n "$BASE_BENCH" ]]; then
+      echo "== before (bf16): 224x224 batch $b, rep $r"
+      "$BASE_BENCH" --benchmark_filter="^BM_ResNet50TrainStepPrecision/hw:224/batch:$b/precision:0/" \
+        --benchmark_out="$TMP/base_p0_${b}_$r.json" --benchmark_out_format=json >/dev/null ||
+        echo "   before failed (rc $?)"
+      show "$TMP/base_p0_${b}_$r.json"
+    fi
     if [[ " $F32_BATCHES " == *" $b "* ]]; then
       echo "== ours (f32): 224x224 batch $b, rep $r"
       "$BENCH" --benchmark_filter="^BM_ResNet50TrainStep/hw:224/batch:$b/" \
@@ -86,8 +98,7 @@ if [[ "$MODE" == bf16 ]]; then
       show "$TMP/ours_f32_${b}_$r.json"
     fi
     echo "== pytorch (bf16 autocast): 224x224 batch $b, rep $r"
-    LD_PRELOAD="$JEMALLOC" MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1 \
-      /usr/bin/python3 "$ROOT/benchmarks/models/pytorch_resnet50_step.py" --hw 224 --batch "$b" \
+    peer /usr/bin/python3 "$ROOT/benchmarks/models/pytorch_resnet50_step.py" --hw 224 --batch "$b" \
       --bf16 --steps 5 | tee "$TMP/torch_bf16_${b}_$r.json"
   }
   REPS="${REPS:-3}"
@@ -97,9 +108,10 @@ if [[ "$MODE" == bf16 ]]; then
   for b in $BATCHES; do
     for ((r = 0; r < REPS; ++r)); do exec_bf16 "$b" "$r"; done
   done
-  /usr/bin/python3 - "$TMP" "$REPS" "$BATCHES" <<'PY'
+  /usr/bin/python3 - "$TMP" "$REPS" "$BATCHES" "$BASE_BENCH" <<'PY'
 import json, statistics, sys
 d, reps, batches = sys.argv[1], int(sys.argv[2]), [int(b) for b in sys.argv[3].split()]
+baseline = bool(sys.argv[4])
 def ours(path):
     try:  # a run killed for memory leaves a truncated file
         runs = json.load(open(path)).get("benchmarks", [])
@@ -129,6 +141,11 @@ for b in batches:
     for r in range(reps):
         print(f"  rep {r}: ours bf16 {ob[r]}, torch bf16 {t[r]:.3f}, ours f32 {o32[r]}, "
               f"ours f16 {of[r]}")
+    if baseline:
+        bb = [ours(f"{d}/base_p0_{b}_{r}.json") for r in range(reps)]
+        ra = med(ratios(ob, bb))
+        print(f"  bf16 before {fmt(med(bb))} img/s, after/before {ra:.3f}" if ra else
+              "  bf16 before: failed")
 PY
   exit 0
 fi
@@ -147,16 +164,23 @@ for ((r = 0; r < REPS; ++r)); do
     "$BENCH" --benchmark_filter="$filter" --benchmark_out="$TMP/ours_${hw}_${b}_$r.json" \
       --benchmark_out_format=json >/dev/null || echo "   ours failed (rc $?; out of memory?)"
     show "$TMP/ours_${hw}_${b}_$r.json"
+    if [[ -n "$BASE_BENCH" ]]; then
+      echo "== before: ${hw}x${hw} batch $b, rep $r"
+      "$BASE_BENCH" --benchmark_filter="^BM_ResNet50TrainStep/hw:$hw/batch:$b/" \
+        --benchmark_out="$TMP/base_${hw}_${b}_$r.json" --benchmark_out_format=json >/dev/null ||
+        echo "   before failed (rc $?)"
+      show "$TMP/base_${hw}_${b}_$r.json"
+    fi
     echo "== pytorch: ${hw}x${hw} batch $b, rep $r"
-    LD_PRELOAD="$JEMALLOC" MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1 \
-      /usr/bin/python3 "$ROOT/benchmarks/models/pytorch_resnet50_step.py" --hw "$hw" --batch "$b" \
+    peer /usr/bin/python3 "$ROOT/benchmarks/models/pytorch_resnet50_step.py" --hw "$hw" --batch "$b" \
       | tee "$TMP/torch_${hw}_${b}_$r.json"
   done
 done
 
-/usr/bin/python3 - "$TMP" "$REPS" "${CONFIGS[@]}" <<'PY'
+/usr/bin/python3 - "$TMP" "$REPS" "$BASE_BENCH" "${CONFIGS[@]}" <<'PY'
 import json, statistics, sys
-d, reps, configs = sys.argv[1], int(sys.argv[2]), [tuple(map(int, c.split())) for c in sys.argv[3:]]
+d, reps, configs = sys.argv[1], int(sys.argv[2]), [tuple(map(int, c.split())) for c in sys.argv[4:]]
+baseline = bool(sys.argv[3])
 host = json.load(open(f"{d}/host.json"))
 peak = host["peak_gflops"]
 print(f"{'workload':26s} {'ours img/s':>10s} {'GFLOP/s':>8s} {'%peak':>6s} {'peak GB':>8s} "
@@ -197,6 +221,13 @@ for hw, b in configs:
         print("  per repetition: " + ", ".join(
             f"{x['images/s']:.2f} vs {y['images_per_s']:.2f} ({x['images/s'] / y['images_per_s']:.3f})"
             if x else "failed" for x, y in zip(o, t)))
+    if baseline:
+        bs = [load(f"{d}/base_{hw}_{b}_{r}.json").get("auto") for r in range(reps)]
+        after = [x["images/s"] / y["images/s"] for x, y in zip(o, bs) if x and y]
+        print("  before (BASELINE): " + ", ".join(
+            f"{y['images/s']:.2f}" if y else "failed" for y in bs) +
+            (f" img/s; after/before {statistics.median(after):.3f} (median of per-repetition "
+             "ratios)" if after else ""))
 names = {"avx2": "AVX2", "avx512": "AVX-512", "amx": "AMX", "sse41": "SSE4.1"}
 print(f"ratio: ours (the kernel rule of {names[host['isa']]}, the default) / PyTorch, the median of "
       f"{reps} interleaved repetition(s); direct: ours with direct convolutions only / PyTorch "
