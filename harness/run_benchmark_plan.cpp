@@ -824,13 +824,9 @@ double preflightCompile(BenchmarkPlan& plan) {
     plan.model_description = model.description;
     if (plan.pipeline_auto && plan.fit_check.pipeline.splits.empty()) {
       // The split points that fit every IPU with the smallest slowest stage; the runs use them.
-      pipeline::PipelineOptions po;
-      po.schedule = plan.fit_check.pipeline.schedule;
-      po.accumulation = plan.fit_check.accumulation;
-      po.replicas = plan.fit_check.replicas;
-      po.shardOptimizerState = plan.fit_check.shardOptimizerState;
-      const cost::AutoSplit a = cost::autoSplit(model.train.graph, plan.fit_check.target,
-                                                plan.fit_check.pipeline.ipus, po);
+      const cost::AutoSplit a =
+          cost::autoSplit(model.train.graph, plan.fit_check.target, plan.fit_check.pipeline.ipus,
+                          plan.fit_check.pipelineOptions());
       plan.fit_check.pipeline.splits = a.splits;
       plan.run.trainer.pipeline.splits = a.splits;
     }

@@ -124,6 +124,19 @@ std::vector<std::string> splitCheckpoints(const Graph& g, int loss,
   return stageBoundaryCheckpoints(g, stage);
 }
 
+pipeline::PipelineOptions TrainerOptions::pipelineOptions() const {
+  pipeline::PipelineOptions po;
+  po.splits = pipeline.splits;
+  po.stageIpu = pipeline.stageIpu;
+  po.ipus = pipeline.ipus;
+  po.schedule = pipeline.schedule;
+  po.accumulation = accumulation;
+  po.replicas = replicas;
+  po.shardOptimizerState = shardOptimizerState;
+  po.checkMemory = checkMemory;
+  return po;
+}
+
 TrainerPrograms compileTrainerPrograms(const models::TaskGraph& model,
                                        const models::TaskGraph& eval, const TrainerOptions& opts) {
   TrainerPrograms p;
@@ -146,17 +159,8 @@ TrainerPrograms compileTrainerPrograms(const models::TaskGraph& model,
   }
   const models::TaskGraph& train = *trainPtr;
   if (pl.pipelined()) {
-    pipeline::PipelineOptions po;
-    po.splits = pl.splits;
-    po.stageIpu = pl.stageIpu;
-    po.ipus = pl.ipus;
-    po.schedule = pl.schedule;
-    po.accumulation = opts.accumulation;
-    po.replicas = opts.replicas;
-    po.shardOptimizerState = opts.shardOptimizerState;
-    po.checkMemory = opts.checkMemory;
     p.pipelined = std::make_shared<const pipeline::PipelinedExecutable>(
-        pipeline::compilePipeline(train.graph, opts.target, po));
+        pipeline::compilePipeline(train.graph, opts.target, opts.pipelineOptions()));
     p.zeroInitialised = p.pipelined->zeroInitialised;
     return p;
   }

@@ -57,6 +57,11 @@ struct TrainerOptions {
   // it per epoch from `seed` and the epoch's number.
   datasets::SmallImageAugment augment;
   TrainerPipeline pipeline;
+
+  // The pipeline compiler's options of these settings (split points, stage map, schedule,
+  // accumulation, replicas, sharding, memory check): one translation for the trainer's compile
+  // and the preflight's automatic placement.
+  pipeline::PipelineOptions pipelineOptions() const;
 };
 
 // The C++ type that holds one element of a dtype on the host: float (f32), std::int32_t (i32),

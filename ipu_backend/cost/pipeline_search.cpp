@@ -163,6 +163,7 @@ AutoSplit autoSplit(const Graph& training, const Target& ipu, int ipus,
     o.splits.clear();
     o.stageIpu.clear();
     o.ipus = ipus;
+    o.checkMemory = true;  // a placement is chosen by its fit verdict
     for (int s = 1; s < S; ++s) o.splits.push_back(cutName[static_cast<size_t>(bounds[s] - 1)]);
     ++best.placementsCompiled;
     try {

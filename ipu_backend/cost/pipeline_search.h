@@ -29,7 +29,8 @@ struct AutoSplit {
   std::string describe() const;    // placement, each IPU's memory, each stage's modeled time
 };
 
-// `options`: the schedule, G, R (its splits and stage map are ignored: one stage per IPU).
+// `options`: the schedule, G, R (its splits and stage map are ignored: one stage per IPU; the
+// memory is always checked).
 // `candidates`: output names after which a stage may end (empty: after every forward op).
 // Throws pipeline::PipelineError when no placement fits.
 AutoSplit autoSplit(const Graph& training, const Target& ipu, int ipus,
