@@ -122,16 +122,28 @@ struct NamedEngine {
   }
 };
 
+// The unpipelined program of R replicas accumulating G micro-batches each: the reference the
+// pipelines are held to.
+std::shared_ptr<const Executable> compileUnpipelined(const Model& m, int R, int G) {
+  replication::ReplicatedGraph rg = replication::replicate(m.graph, {R, G, false});
+  CompileOptions co;
+  rg.configure(co, G);
+  return std::make_shared<const Executable>(compile(rg.graph, testIpu(), co));
+}
+
+// The model's initial values into an engine (unpipelined or pipelined).
+template <class E>
+void writeInitial(E& e, const Model& m) {
+  for (const auto& [name, v] : m.init)
+    if (e.executable().graph.find(name) >= 0) e.writeTensor(name, v);
+}
+
 // Unpipelined reference: the same global batch as G accumulated micro-batches on one IPU.
 Values trainUnpipelined(const Model& m, int G, int steps, EngineMode mode,
                         bool microBatchesInterleaved) {
-  replication::ReplicatedGraph rg = replication::replicate(m.graph, {1, G, false});
-  CompileOptions co;
-  rg.configure(co, G);
-  auto exe = std::make_shared<const Executable>(compile(rg.graph, testIpu(), co));
+  auto exe = compileUnpipelined(m, 1, G);
   Engine e(exe, mode, {}, microBatchesInterleaved);
-  for (const auto& [name, v] : m.init)
-    if (exe->graph.find(name) >= 0) e.writeTensor(name, v);
+  writeInitial(e, m);
   Feed f = makeFeed(m, G, steps);
   NamedEngine ne{e};
   connectScalars(exe->graph, ne, f);
@@ -143,11 +155,6 @@ Values trainUnpipelined(const Model& m, int G, int steps, EngineMode mode,
   Values out;
   for (const std::string& w : m.weights) out[w] = e.readFloats(w);
   return out;
-}
-
-void writeInitial(PipelineEngine& e, const Model& m) {
-  for (const auto& [name, v] : m.init)
-    if (e.executable().graph.find(name) >= 0) e.writeTensor(name, v);
 }
 
 Values trainPipelined(const Model& m, const PipelineOptions& o, int steps, EngineMode mode,
@@ -335,14 +342,10 @@ Values trainReplicas(const Model& m, int R, int G, const PipelineOptions* pipeli
       keep.push_back(e);
     }
   } else {
-    replication::ReplicatedGraph rg = replication::replicate(m.graph, {R, G, false});
-    CompileOptions co;
-    rg.configure(co, G);
-    auto exe = std::make_shared<const Executable>(compile(rg.graph, testIpu(), co));
+    auto exe = compileUnpipelined(m, R, G);
     for (int r = 0; r < R; ++r) {
       auto e = std::make_shared<Engine>(exe, EngineMode::Fused, ReplicaContext{r, &ring}, true);
-      for (const auto& [name, v] : m.init)
-        if (exe->graph.find(name) >= 0) e->writeTensor(name, v);
+      writeInitial(*e, m);
       NamedEngine ne{*e};
       connectScalars(exe->graph, ne, feeds[r]);
       ne.connectInput("images", feeds[r].images[0].data());
