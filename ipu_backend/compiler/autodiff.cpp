@@ -1,7 +1,6 @@
 #include "ipu_backend/compiler/autodiff.h"
 
 #include <algorithm>
-#include <numeric>
 #include <set>
 
 #include <fmt/format.h>
@@ -64,67 +63,6 @@ class GradBuilder {
       return;
     }
     switch (op.kind) {
-      case OpKind::Conv2d: {
-        if (needs[0]) {
-          Attrs a = op.attrs;
-          a.set("input_shape", T(in(0)).shape);
-          accumulate(in(0), g_.addOp1(OpKind::Conv2dBackwardData, {dy, in(1)}, a));
-        }
-        if (needs[1]) {
-          Attrs a = op.attrs;
-          const Shape w = T(in(1)).shape;
-          a.set("kernel", std::vector<i64>{w[1], w[2]});
-          accumulate(in(1), g_.addOp1(OpKind::Conv2dBackwardFilter, {in(0), dy}, a));
-        }
-        return;
-      }
-      case OpKind::MatMul: {
-        bool ta = op.attrs.getBool("trans_a", false), tb = op.attrs.getBool("trans_b", false);
-        int A = in(0), B = in(1);
-        const Shape as = T(A).shape, bs = T(B).shape;
-        bool bcast = bs.size() == 2 && as.size() > 2;
-        if (needs[0]) {
-          int da = -1;
-          if (!ta)
-            da = tb ? b_.matmul(dy, B, false, false) : b_.matmul(dy, B, false, true);
-          else
-            da = tb ? b_.matmul(B, dy, true, true) : b_.matmul(B, dy, false, true);
-          accumulate(A, da);
-        }
-        if (needs[1]) {
-          int db = -1;
-          if (bcast && !ta) {
-            // Fold the batch into M: [batch*M, K]^T x [batch*M, N] (dense layers over sequences).
-            i64 k = as.back(), m = numElements(as) / k;
-            int a2 = b_.reshape(A, {m, k});
-            int d2 = b_.reshape(dy, {m, T(dy).shape.back()});
-            db = tb ? b_.matmul(d2, a2, true, false) : b_.matmul(a2, d2, true, false);
-          } else {
-            if (!ta)
-              db = tb ? b_.matmul(dy, A, true, false) : b_.matmul(A, dy, true, false);
-            else
-              db = tb ? b_.matmul(dy, A, true, true) : b_.matmul(A, dy, false, false);
-            if (bcast) {
-              std::vector<i64> axes(as.size() - 2);
-              std::iota(axes.begin(), axes.end(), 0);
-              db = b_.reduceSum(db, axes);
-            }
-          }
-          accumulate(B, db);
-        }
-        return;
-      }
-      case OpKind::BatchNormTrain: {
-        if (grad(op.outputs[1]) >= 0 || grad(op.outputs[2]) >= 0)
-          noRule("the loss depends on the batch statistics outputs");
-        int bw = g_.addOp(OpKind::BatchNormBackward,
-                          {in(0), dy, in(1), op.outputs[1], op.outputs[2]}, op.attrs);
-        const std::vector<int> o = g_.op(bw).outputs;
-        if (needs[0]) accumulate(in(0), o[0]);
-        if (needs[1]) accumulate(in(1), o[1]);
-        if (needs[2]) accumulate(in(2), o[2]);
-        return;
-      }
       case OpKind::Unary: {
         if (!needs[0]) return;
         // ReLU's derivative reads its output (y > 0 exactly when x > 0), so that the input

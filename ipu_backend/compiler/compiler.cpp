@@ -72,13 +72,6 @@ std::vector<TileSlice> channelBlockedMapping(i64 pixels, i64 k, i64 kg, const Ta
 
 using ops::NeedWindow;
 
-// The innermost-dimension indices (channels) that flat range `elems` of a [..., k] tensor
-// touches: their exact span within one row, all k when it spans rows.
-Range channelsOf(Range elems, i64 k) {
-  if (elems.begin / k != (elems.end - 1) / k) return {0, k};
-  return {elems.begin % k, (elems.end - 1) % k + 1};
-}
-
 // ---- the planner ----------------------------------------------------------------------------
 
 // Implements PlanApi: what registered op kinds' plan rules may ask of it (ops/op_info.h).
@@ -88,7 +81,8 @@ class Planner : public ops::PlanApi {
 
   const Graph& graph() const override { return g_; }
   void perSlice(const Op& op, int phase, const std::vector<int>& outs,
-                const std::function<ops::Windows(Range)>& windows, i64 cutAt) override {
+                const std::function<ops::Windows(Range)>& windows, i64 cutAt,
+                std::string_view what) override {
     for (int o : outs)
       if (exe_.buffers[o].elements != exe_.buffers[outs[0]].elements ||
           exe_.mapping[o].size() != exe_.mapping[outs[0]].size())
@@ -97,7 +91,7 @@ class Planner : public ops::PlanApi {
                         "mapped differently",
                         opName(op.kind), exe_.buffers[outs[0]].name, exe_.buffers[o].name),
             -1, 0, 0);
-    ComputeSet& cs = newComputeSet(op, phase, "");
+    ComputeSet& cs = newComputeSet(op, phase, std::string(what));
     for (const TileSlice& s : exe_.mapping[outs[0]])
       for (i64 b = s.begin; b < s.end;) {
         const i64 e = cutAt > 0 ? std::min(s.end, (b / cutAt + 1) * cutAt) : s.end;
@@ -115,6 +109,15 @@ class Planner : public ops::PlanApi {
     phaseBase_ = 0;
   }
   NeedWindow whole(int buf) const override { return {buf, 0, exe_.buffers[buf].elements}; }
+  const std::vector<TileSlice>& mapping(int buffer) const override { return exe_.mapping[buffer]; }
+  int tileOf(int buffer, i64 element) const override { return exe_.sliceOf(buffer, element).tile; }
+  i64 numTiles() const override { return t_.numTiles; }
+  // What one vertex may gather of one operand (weights, rows): an eighth of the tile, so that
+  // the gathered operands of a compute set, its partials and the live activations share a tile.
+  i64 windowBudgetBytes() const override { return t_.bytesPerTile / 8; }
+  void mapChannelBlocked(int buffer, i64 pixels, i64 k, i64 kg) override {
+    exe_.mapping[buffer] = channelBlockedMapping(pixels, k, kg, t_);
+  }
 
   void run() {
     createTensorBuffers();
@@ -135,44 +138,6 @@ class Planner : public ops::PlanApi {
       exe_.buffers.push_back(b);
       exe_.mapping.push_back(linearMapping(b, t_));
     }
-    for (const Op& op : g_.ops())
-      if (op.kind == OpKind::Conv2d) {
-        auto cs = convShapeOf(g_, op);
-        const i64 kg = outputChannelsPerTile(op, cs);
-        if (kg < cs.k)
-          exe_.mapping[op.outputs[0]] =
-              channelBlockedMapping(cs.n * cs.outH() * cs.outW(), cs.k, kg, t_);
-      }
-  }
-  // Weight bytes one output channel of a convolution reads.
-  static i64 weightBytesPerOutputChannel(const kernels::Conv2dShape& s) {
-    return s.r * s.s * s.cPerGroup() * 4;
-  }
-  // How many output channels one tile computes: K itself when a linear mapping's slices (which
-  // may span all channels) fit the window budget with all the weights; otherwise the kg that
-  // minimises what a tile gathers: the weights of its kg channels plus the input rows of its
-  // block of pixels (T / ceil(K / kg) blocks), in the operands' stored dtypes. Few channels per
-  // tile make every tile read the input rows of many pixels; many make it read many weights.
-  i64 outputChannelsPerTile(const Op& op, const kernels::Conv2dShape& s) const {
-    const i64 perK = weightBytesPerOutputChannel(s);
-    if (perK * s.k <= windowBudgetBytes()) return s.k;
-    const double xBytes = static_cast<double>(sizeOf(g_.tensor(op.inputs[0]).dtype));
-    const double wBytes = static_cast<double>(sizeOf(g_.tensor(op.inputs[1]).dtype));
-    const i64 pixels = s.n * s.outH() * s.outW(), span = s.dilH * (s.r - 1) + 1;
-    i64 best = 1;
-    double bestBytes = std::numeric_limits<double>::infinity();
-    for (i64 kg = 1; kg <= s.k; ++kg) {
-      const i64 groups = ceilDiv(s.k, kg);
-      if (kg > 1 && ceilDiv(s.k, kg - 1) == groups) continue;  // same groups, more weights
-      const i64 blocks = std::clamp<i64>(t_.numTiles / groups, 1, pixels);
-      const i64 pixelsPerTile = ceilDiv(pixels, blocks);
-      const i64 outRows = std::min(s.n * s.outH(), ceilDiv(pixelsPerTile, s.outW()) + 1);
-      const i64 inRows = std::min(s.n * s.h, (outRows - 1) * s.strideH + span);
-      const double bytes = static_cast<double>(inRows * s.w * s.c) * xBytes +
-                           static_cast<double>(kg * s.r * s.s * s.cPerGroup()) * wBytes;
-      if (bytes < bestBytes) bestBytes = bytes, best = kg;
-    }
-    return best;
   }
   // A [parts, elems] partials buffer: row p is spread over its own group of tiles, so that the
   // vertices of one part (which share that part's slice of the reduced operand, e.g. a block of
@@ -252,10 +217,6 @@ class Planner : public ops::PlanApi {
     v.part = part;
     return v;
   }
-
-  // What one vertex may gather of one operand (weights, rows): an eighth of the tile, so that
-  // the gathered operands of a compute set, its partials and the live activations share a tile.
-  i64 windowBudgetBytes() const { return t_.bytesPerTile / 8; }
 
   // Elementwise-style op: one vertex per slice of the output buffer `out`; `windows` gives the
   // inputs for an output range.
@@ -340,9 +301,9 @@ class Planner : public ops::PlanApi {
   // are mapped in runs of channels small enough that a run's partials of all P parts fit the
   // budget too, so no tile gathers a whole partials tensor (P x 2C floats: 0.8 MB for the
   // first batch norm's backward of ResNet-50 at micro-batch 20).
-  template <typename F, typename G>
-  void channelSums(const Op& op, i64 rows, i64 c, i64 bytesPerRow, F windows, G finalizeWindows,
-                   int outA, int outB) {
+  void channelSums(const Op& op, i64 rows, i64 c, i64 bytesPerRow,
+                   const std::function<ops::Windows(Range, Range)>& windows, int outA,
+                   int outB) override {
     const i64 statSlices = static_cast<i64>(exe_.mapping[outA].size());
     const i64 parts = std::clamp<i64>(std::max(ceilDiv(bytesPerRow * rows, windowBudgetBytes()),
                                                std::min<i64>(16 * statSlices, t_.numTiles)),
@@ -364,7 +325,7 @@ class Planner : public ops::PlanApi {
     }
     ComputeSet& cs = newComputeSet(op, 1, "finalize");
     for (const TileSlice& s : exe_.mapping[outA]) {
-      std::vector<NeedWindow> ins = finalizeWindows(Range{s.begin, s.end});
+      std::vector<NeedWindow> ins;
       for (i64 p = 0; p < parts; ++p) {
         ins.push_back({partials, p * 2 * c + s.begin, p * 2 * c + s.end});
         ins.push_back({partials, (p * 2 + 1) * c + s.begin, (p * 2 + 1) * c + s.end});
@@ -398,162 +359,6 @@ class Planner : public ops::PlanApi {
           Range b = broadcastBounds(bs, bs.bStrides, r, elems(in(1)));
           return std::vector<NeedWindow>{{in(0), a.begin, a.end}, {in(1), b.begin, b.end}};
         });
-        return;
-      }
-      case OpKind::Conv2d: {
-        // Output slices are channel-blocked when the weights are large (see
-        // createTensorBuffers): a vertex reads its input rows and its channels' weight rows.
-        // The vertices of one tile read one window of input rows, the rows of all their output
-        // rows (one gather per tile, not one per output row: neighbouring rows' windows overlap).
-        auto s = convShapeOf(g_, op);
-        i64 oRowLen = s.outW() * s.k, iRowLen = s.w * s.c, wPerK = s.r * s.s * s.cPerGroup();
-        std::vector<Range> tileRows(static_cast<size_t>(t_.numTiles), Range{0, 0});
-        for (const TileSlice& sl : exe_.mapping[out]) {
-          const Range rows = rowsOf({sl.begin, sl.end}, oRowLen);
-          Range& u = tileRows[static_cast<size_t>(sl.tile)];
-          u = u.size() == 0 ? rows
-                            : Range{std::min(u.begin, rows.begin), std::max(u.end, rows.end)};
-        }
-        perOutputSlice(op, out, [&, s, oRowLen, iRowLen, wPerK](Range r) {
-          const Range& outRows = tileRows[static_cast<size_t>(exe_.sliceOf(out, r.begin).tile)];
-          Range rows = inputRowsForOutputRows(outRows, s.outH(), s.h, s.strideH, s.padTop,
-                                              s.dilH * (s.r - 1) + 1);
-          Range ks = channelsOf(r, s.k);
-          return std::vector<NeedWindow>{{in(0), rows.begin * iRowLen, rows.end * iRowLen},
-                                         {in(1), ks.begin * wPerK, ks.end * wPerK}};
-        });
-        return;
-      }
-      case OpKind::Conv2dBackwardData: {
-        auto s = convShapeOf(g_, op);
-        i64 oRowLen = s.outW() * s.k, iRowLen = s.w * s.c, wPerK = s.r * s.s * s.cPerGroup();
-        auto dyRows = [&, s, oRowLen, iRowLen](Range r) {
-          Range rows = outputRowsForInputRows(rowsOf(r, iRowLen), s.outH(), s.h, s.strideH,
-                                              s.padTop, s.dilH * (s.r - 1) + 1);
-          return NeedWindow{in(0), rows.begin * oRowLen, rows.end * oRowLen};
-        };
-        if (weightBytesPerOutputChannel(s) * s.k <= windowBudgetBytes()) {
-          perOutputSlice(op, out, [&, dyRows](Range r) {
-            return std::vector<NeedWindow>{dyRows(r), whole(in(1))};
-          });
-          return;
-        }
-        // Large weights: split the sum over output channels k, each part reading only its
-        // weight rows w[k0:k1] (contiguous in the [K,R,S,C/G] layout).
-        splitReduction(
-            op, out, s.k, weightBytesPerOutputChannel(s), [&, dyRows, wPerK](Range r, Range ks) {
-              return std::vector<NeedWindow>{dyRows(r), {in(1), ks.begin * wPerK, ks.end * wPerK}};
-            });
-        return;
-      }
-      case OpKind::Conv2dBackwardFilter: {
-        // Split over output rows (n * OH + oh): a part reads its dy rows and the x rows they
-        // cover, whatever the image size.
-        auto s = convShapeOf(g_, op);
-        i64 oRowLen = s.outW() * s.k, iRowLen = s.w * s.c, oh = s.outH();
-        i64 bytesPerRow = (oRowLen + s.strideH * iRowLen) * 4;
-        splitReduction(
-            op, out, s.n * oh, bytesPerRow, [&, s, oRowLen, iRowLen, oh](Range, Range red) {
-              Range xRows =
-                  inputRowsForOutputRows(red, oh, s.h, s.strideH, s.padTop, s.dilH * (s.r - 1) + 1);
-              return std::vector<NeedWindow>{{in(0), xRows.begin * iRowLen, xRows.end * iRowLen},
-                                             {in(1), red.begin * oRowLen, red.end * oRowLen}};
-            });
-        return;
-      }
-      case OpKind::MatMul: {
-        auto s = matMulShapeOf(g_, op);
-        // Batches [b0, b1) of B that output rows (batch * M + i) [rows) read.
-        auto bBatches = [s](Range rows) {
-          return s.broadcastB ? Range{0, 1} : Range{rows.begin / s.m, (rows.end - 1) / s.m + 1};
-        };
-        auto aWindow = [&, s](Range rows, Range ks) {
-          if (!s.transA)
-            return NeedWindow{in(0), rows.begin * s.k + ks.begin, (rows.end - 1) * s.k + ks.end};
-          i64 b0 = rows.begin / s.m, b1 = (rows.end - 1) / s.m + 1;
-          return NeedWindow{in(0), b0 * s.k * s.m + ks.begin * s.m,
-                            (b1 - 1) * s.k * s.m + ks.end * s.m};
-        };
-        if (s.k * s.n * 4 <= windowBudgetBytes()) {
-          perOutputSlice(op, out, [&, s, bBatches, aWindow](Range r) {
-            Range rows = rowsOf(r, s.n), bb = bBatches(rows);
-            return std::vector<NeedWindow>{aWindow(rows, {0, s.k}),
-                                           {in(1), bb.begin * s.k * s.n, bb.end * s.k * s.n}};
-          });
-        } else if (s.transB) {
-          // B is [N, K]: output columns [j0, j1) of one row read B rows j0..j1 only; slices are
-          // cut at row ends so that no vertex needs all of B.
-          perOutputSlice(
-              op, out,
-              [&, s, bBatches, aWindow](Range r) {
-                Range rows = rowsOf(r, s.n), bb = bBatches(rows), js = channelsOf(r, s.n);
-                return std::vector<NeedWindow>{aWindow(rows, {0, s.k}),
-                                               {in(1), bb.begin * s.n * s.k + js.begin * s.k,
-                                                (bb.end - 1) * s.n * s.k + js.end * s.k}};
-              },
-              "", s.n);
-        } else {
-          // B is [K, N]: split the sum over k, each part reading B rows k0..k1 only.
-          splitReduction(op, out, s.k, s.n * 4, [&, s, bBatches, aWindow](Range r, Range ks) {
-            Range rows = rowsOf(r, s.n), bb = bBatches(rows);
-            return std::vector<NeedWindow>{aWindow(rows, ks),
-                                           {in(1), bb.begin * s.k * s.n + ks.begin * s.n,
-                                            (bb.end - 1) * s.k * s.n + ks.end * s.n}};
-          });
-        }
-        return;
-      }
-      case OpKind::BatchNormInference:
-        perOutputSlice(op, out, [&](Range r) {
-          return std::vector<NeedWindow>{
-              {in(0), r.begin, r.end}, whole(in(1)), whole(in(2)), whole(in(3)), whole(in(4))};
-        });
-        return;
-      case OpKind::BatchNormTrain: {
-        auto [rows, c] = rowsChannelsOf(g_, in(0));
-        int mean = op.outputs[1], var = op.outputs[2];
-        channelSums(
-            op, rows, c, c * sizeOf(g_.tensor(in(0)).dtype),
-            [&, c](Range ch, Range red) {
-              return std::vector<NeedWindow>{
-                  {in(0), red.begin * c + ch.begin, (red.end - 1) * c + ch.end}};
-            },
-            [](Range) { return std::vector<NeedWindow>{}; }, mean, var);
-        ComputeSet& cs = newComputeSet(op, 2, "normalize");
-        for (const TileSlice& s : exe_.mapping[out]) {
-          Range r{s.begin, s.end};
-          cs.vertices.push_back(vertexOn(
-              s.tile,
-              {{in(0), r.begin, r.end}, whole(mean), whole(var), whole(in(1)), whole(in(2))},
-              {{out, r.begin, r.end}}, r));
-        }
-        return;
-      }
-      case OpKind::BatchNormBackward: {
-        // inputs: x, dy, gamma, mean, var; outputs: dx, dgamma, dbeta
-        auto [rows, c] = rowsChannelsOf(g_, in(0));
-        int dgamma = op.outputs[1], dbeta = op.outputs[2];
-        channelSums(
-            op, rows, c, c * (sizeOf(g_.tensor(in(0)).dtype) + sizeOf(g_.tensor(in(1)).dtype)),
-            [&, c](Range ch, Range red) {
-              i64 b = red.begin * c + ch.begin, e = (red.end - 1) * c + ch.end;
-              return std::vector<NeedWindow>{
-                  {in(0), b, e}, {in(1), b, e}, whole(in(3)), whole(in(4))};
-            },
-            [](Range) { return std::vector<NeedWindow>{}; }, dbeta, dgamma);
-        ComputeSet& cs = newComputeSet(op, 2, "input_grad");
-        for (const TileSlice& s : exe_.mapping[out]) {
-          Range r{s.begin, s.end};
-          cs.vertices.push_back(vertexOn(s.tile,
-                                         {{in(0), r.begin, r.end},
-                                          {in(1), r.begin, r.end},
-                                          whole(in(3)),
-                                          whole(in(4)),
-                                          whole(in(2)),
-                                          whole(dbeta),
-                                          whole(dgamma)},
-                                         {{out, r.begin, r.end}}, r));
-        }
         return;
       }
       case OpKind::OptimizerUpdate:

@@ -166,6 +166,11 @@ kernels::Range reduceBounds(const kernels::ReduceShape& s, kernels::Range out, k
 }
 
 // The rows of length rowLen that flat range `elems` touches.
+kernels::Range channelsOf(kernels::Range elems, i64 k) {
+  if (elems.begin / k != (elems.end - 1) / k) return {0, k};
+  return {elems.begin % k, (elems.end - 1) % k + 1};
+}
+
 kernels::Range rowsOf(kernels::Range elems, i64 rowLen) {
   return {elems.begin / rowLen, (elems.end - 1) / rowLen + 1};
 }

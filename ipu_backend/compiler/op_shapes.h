@@ -28,6 +28,9 @@ kernels::Range reduceBounds(const kernels::ReduceShape& s, kernels::Range out, k
 // a window of `span` rows with the given stride and top padding (clamped); and its transpose,
 // the output rows (n*OH + oh) that read input rows [iRows).
 kernels::Range rowsOf(kernels::Range elems, i64 rowLen);
+// The innermost-dimension indices (channels) that flat range `elems` of a [..., k] tensor
+// touches: their exact span within one row, all k when it spans rows.
+kernels::Range channelsOf(kernels::Range elems, i64 k);
 kernels::Range inputRowsForOutputRows(kernels::Range oRows, i64 oh, i64 h, i64 stride, i64 padTop,
                                       i64 span);
 kernels::Range outputRowsForInputRows(kernels::Range iRows, i64 oh, i64 h, i64 stride, i64 padTop,

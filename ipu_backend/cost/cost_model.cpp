@@ -43,9 +43,16 @@ double elemBytes(const Executable& exe, int buffer, const CostOptions& o) {
   return 2;
 }
 
+// Registered kinds whose phase-0 vertices are priced as MACs (CostTraits::macWork).
 bool isMacOp(OpKind k) {
-  return k == OpKind::Conv2d || k == OpKind::Conv2dBackwardData ||
-         k == OpKind::Conv2dBackwardFilter || k == OpKind::MatMul;
+  const ops::OpInfo* info = ops::find(k);
+  return info && info->costTraits.macWork;
+}
+
+// Registered kinds whose phases 0-1 are channel sums (CostTraits::channelSumStreams).
+int channelSumStreams(OpKind k) {
+  const ops::OpInfo* info = ops::find(k);
+  return info ? info->costTraits.channelSumStreams : 0;
 }
 
 double instructionsPerVector(const Op& op, int phase) {
@@ -65,16 +72,7 @@ double instructionsPerVector(const Op& op, int phase) {
       return static_cast<double>(op.attrs.getInt("addends", 1)) + 1;
     case OpKind::OptimizerUpdate:
       throw std::logic_error("cost model: optimizer_update is lowered by compile()");
-    case OpKind::BatchNormInference:
-      return 2;  // x * scale + shift with per-channel scale/shift
-    // One instruction per vector: copies, data movement, and the ops whose vertices the
-    // special cases of vertexWork price (MACs, channel sums, reductions, pools).
-    case OpKind::Conv2d:
-    case OpKind::Conv2dBackwardData:
-    case OpKind::Conv2dBackwardFilter:
-    case OpKind::MatMul:
-    case OpKind::BatchNormTrain:
-    case OpKind::BatchNormBackward:
+    // One instruction per vector: copies and data movement.
     case OpKind::CrossReplicaReduceScatter:
     case OpKind::CrossReplicaAllGather:
     case OpKind::Cast:
@@ -112,45 +110,20 @@ double ampEfficiency(double contraction, Precision p) {
 OpInfo opInfo(const Executable& exe, const Op& op, const CostOptions& o) {
   const Graph& g = exe.graph;
   OpInfo in;
-  auto bytesOf = [&](int t) { return g.tensor(t).elements() * elemBytes(exe, t, o); };
-  switch (op.kind) {
-    case OpKind::Conv2d:
-    case OpKind::Conv2dBackwardData:
-    case OpKind::Conv2dBackwardFilter: {
-      kernels::Conv2dShape s = convShapeOf(g, op);
-      in.macs = static_cast<double>(s.macs());
-      double contraction = op.kind == OpKind::Conv2d ? static_cast<double>(s.cPerGroup())
-                           : op.kind == OpKind::Conv2dBackwardData
-                               ? static_cast<double>(s.kPerGroup())
-                               : static_cast<double>(s.n * s.outH() * s.outW());
-      in.ampEfficiency = ampEfficiency(contraction, o.precision);
-      in.outElems = static_cast<double>(g.tensor(op.outputs[0]).elements());
-      // The extent the compiler splits partial sums over (a vertex's `red` is a part of it):
-      // output channels for the data gradient, output rows (n x OH) for the filter gradient.
-      if (op.kind == OpKind::Conv2dBackwardData) in.redExtent = static_cast<double>(s.k);
-      if (op.kind == OpKind::Conv2dBackwardFilter) {
-        in.redExtent = static_cast<double>(s.n * s.outH());
-        in.planA = bytesOf(op.inputs[0]) + bytesOf(op.inputs[1]);
-        in.planW = bytesOf(op.outputs[0]);
-      } else {
-        in.planA = bytesOf(op.inputs[0]);
-        in.planW = bytesOf(op.inputs[1]);
-      }
-      break;
-    }
-    case OpKind::MatMul: {
-      kernels::MatMulShape s = matMulShapeOf(g, op);
-      in.macs = static_cast<double>(s.macs());
-      in.ampEfficiency = ampEfficiency(static_cast<double>(s.k), o.precision);
-      in.outElems = static_cast<double>(s.cElems());
-      in.redExtent = static_cast<double>(s.k);  // split over the contraction
-      in.planA = bytesOf(op.inputs[0]);
-      in.planW = bytesOf(op.inputs[1]);
-      break;
-    }
-    default:
-      break;
-  }
+  const ops::OpInfo* registered = ops::find(op.kind);
+  if (!registered || !registered->costTraits.macWork) return in;
+  auto bytesOf = [&](const std::vector<int>& ts) {
+    double b = 0;
+    for (int t : ts) b += static_cast<double>(g.tensor(t).elements()) * elemBytes(exe, t, o);
+    return b;
+  };
+  const ops::CostTraits::MacWork m = registered->costTraits.macWork(g, op);
+  in.macs = m.macs;
+  in.ampEfficiency = ampEfficiency(m.contraction, o.precision);
+  in.outElems = m.outElems;
+  in.redExtent = m.redExtent;
+  in.planA = bytesOf(m.planA);
+  in.planW = bytesOf(m.planW);
   return in;
 }
 
@@ -173,16 +146,14 @@ VertexWork vertexWork(const Executable& exe, const ComputeSet& cs, const Op& op,
   // Combining partials (phase 1 of a split reduction) and reductions: elements read = outputs x
   // reduced extent of this vertex.
   const ops::OpInfo* registered = ops::find(op.kind);
-  const bool combine = ((registered && registered->costTraits.reduction) ||
-                        op.kind == OpKind::Conv2dBackwardFilter) &&
-                       !v.red.empty();
-  const bool channelSums =
-      (op.kind == OpKind::BatchNormTrain || op.kind == OpKind::BatchNormBackward) && cs.phase < 2;
+  const bool combine = registered && registered->costTraits.reduction && !v.red.empty();
+  const int sumStreams = channelSumStreams(op.kind);
+  const bool channelSums = sumStreams > 0 && cs.phase < 2;
   if (combine || channelSums) {
-    double streams = channelSums && cs.phase == 0 && op.kind == OpKind::BatchNormBackward ? 2 : 1;
-    // channel_sums: sum and sum of squares (or dy and dy*xhat); finalize reads both partials.
+    // channel_sums: sum and sum of squares (or dy and dy*xhat) of the tensors a phase-0 vertex
+    // reads; finalize reads both partials.
+    double streams = channelSums && cs.phase == 0 ? sumStreams : channelSums ? 2 : 1;
     double opsPer = channelSums ? 2 : 1;
-    if (channelSums && cs.phase == 1) streams = 2;
     w.elements = outElems * std::max<double>(1, static_cast<double>(v.red.size())) * streams;
     w.instrPerVector = opsPer;
     w.bytes = w.elements * inBytes0 + outBytes;
@@ -280,8 +251,7 @@ double exchangeScale(const Executable& exe, const ComputeSet& cs, const CostOpti
 bool isElementwise(OpKind k) {
   if (const ops::OpInfo* info = ops::find(k)) return info->costTraits.elementwise;
   return k == OpKind::Unary || k == OpKind::UnaryGrad || k == OpKind::Binary ||
-         k == OpKind::ApplyUpdate || k == OpKind::BatchNormInference ||
-         k == OpKind::BatchNormTrain || k == OpKind::BatchNormBackward;
+         k == OpKind::ApplyUpdate;
 }
 
 // Exchange of a non-MAC compute set under ExchangeModel::Planned: the compiled windows, except
@@ -299,9 +269,8 @@ double plannedWindowExchangeCycles(const Executable& exe, const ComputeSet& cs, 
     auto operator<=>(const Send&) const = default;
   };
   std::vector<Send> sends;
-  // Batch-norm phases 0-1 are channel reductions, only the last phase is elementwise.
-  const bool bnReduction =
-      (op.kind == OpKind::BatchNormTrain || op.kind == OpKind::BatchNormBackward) && cs.phase < 2;
+  // Channel sums (batch norm: phases 0-1) are reductions, only the last phase is elementwise.
+  const bool bnReduction = channelSumStreams(op.kind) > 0 && cs.phase < 2;
   const bool tighten = isElementwise(op.kind) && !bnReduction;
   for (const Vertex& v : cs.vertices) {
     const i64 outElems = v.outputs.empty() ? -1 : exe.buffers[v.outputs[0].buffer].elements;

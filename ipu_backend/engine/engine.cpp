@@ -141,7 +141,6 @@ struct Engine::Impl {
   }
   std::byte* fusionBuffer(int op) const { return fusionBuffers.at(op)->p; }
   std::vector<std::vector<std::function<void()>>> vertexFns;  // per compute set
-  std::vector<std::shared_ptr<void>> kernelObjects;           // keeps fused kernels alive
   std::vector<const void*> inputs;
   std::vector<void*> outputs;
   ReplicaContext replica;
@@ -422,83 +421,32 @@ struct Engine::Impl {
     };
   }
 
-  // Batch norm of bf16 activations with f32 parameters and statistics: oneDNN bf16 batch norm.
-  std::function<void()> makeFusedBatchNormBf16(const Op& op) {
-    auto dt = [&](int t) { return g.tensor(t).dtype; };
-    auto P = [&](int t) { return static_cast<void*>(tensorMem[t]); };
-    auto Fp = [&](int t) { return reinterpret_cast<float*>(tensorMem[t]); };
-    const auto [rows, c] = rowsChannelsOf(g, op.inputs[0]);
-    const float eps = static_cast<float>(op.attrs.getFloat("eps"));
-    const auto& in = op.inputs;
-    const auto& out = op.outputs;
-    if (op.kind == OpKind::BatchNormTrain && dt(in[0]) == DType::BF16 &&
-        dt(out[0]) == DType::BF16 && dt(in[1]) == DType::F32 && dt(in[2]) == DType::F32) {
-      const bool relu = fusion.role[op.id] == HostFusionPlan::Role::kBatchNormRelu;
-      auto* k = keep<fz::BatchNormForwardTrainingBf16>(
-          rows, c, eps, relu ? kernels::BatchNormRelu::kFused : kernels::BatchNormRelu::kNone);
-      void *x = P(in[0]), *y = P(relu ? fusion.reluOut[op.id] : out[0]);
-      float *ga = Fp(in[1]), *be = Fp(in[2]), *mean = Fp(out[1]), *var = Fp(out[2]);
-      void* mask = relu ? allocateFusionBuffer(op.id, k->workspaceBytes()) : nullptr;
-      return [=] { k->run(x, ga, be, y, mean, var, mask); };
-    }
-    if (op.kind == OpKind::BatchNormBackward && dt(in[0]) == DType::BF16 &&
-        dt(in[1]) == DType::BF16 && dt(out[0]) == DType::BF16 && dt(in[2]) == DType::F32 &&
-        dt(in[3]) == DType::F32 && dt(in[4]) == DType::F32) {
-      const bool relu = fusion.role[op.id] == HostFusionPlan::Role::kBatchNormReluBackward;
-      auto* k = keep<fz::BatchNormBackwardBf16>(
-          rows, c, eps, relu ? kernels::BatchNormRelu::kFused : kernels::BatchNormRelu::kNone);
-      void *x = P(in[0]), *dy = P(relu ? fusion.reluGradIn[op.id] : in[1]), *dx = P(out[0]);
-      float *ga = Fp(in[2]), *mean = Fp(in[3]), *var = Fp(in[4]);
-      float *dga = Fp(out[1]), *dbe = Fp(out[2]);
-      const void* mask = relu ? fusionBuffer(fusion.forwardOp[op.id]) : nullptr;
-      return [=] { k->run(x, dy, ga, mean, var, dx, dga, dbe, mask); };
-    }
-    return {};
-  }
-
-  // Conv / matmul whose operands are all bf16 run oneDNN's bf16 primitives on the stored data
-  // (no conversion): native kernels where the CPU has them (fused_bf16.h).
-  std::function<void()> makeFusedBf16(const Op& op) {
-    for (int t : op.inputs)
-      if (g.tensor(t).dtype != DType::BF16) return {};
-    for (int t : op.outputs)
-      if (g.tensor(t).dtype != DType::BF16) return {};
-    auto P = [&](int t) { return static_cast<void*>(tensorMem[t]); };
-    void *a = P(op.inputs[0]), *b = P(op.inputs[1]), *c = P(op.outputs[0]);
-    switch (op.kind) {
-      case OpKind::Conv2d: {
-        auto* k = keep<fz::Conv2dForward>(convShapeOf(g, op), kernels::ElementType::BF16);
-        return [=] { k->run(a, b, c); };
-      }
-      case OpKind::Conv2dBackwardData: {
-        auto* k = keep<fz::Conv2dBackwardData>(convShapeOf(g, op), kernels::ElementType::BF16);
-        return [=] { k->run(a, b, c); };
-      }
-      case OpKind::Conv2dBackwardFilter: {
-        auto* k = keep<fz::Conv2dBackwardFilter>(convShapeOf(g, op), kernels::ElementType::BF16);
-        return [=] { k->run(a, b, c); };
-      }
-      case OpKind::MatMul: {
-        auto* k = keep<fz::MatMul>(matMulShapeOf(g, op), kernels::ElementType::BF16);
-        return [=] { k->run(a, b, c); };
-      }
-      default:
-        return {};
-    }
+  // An op's native fused kernel (ops/op_info.h, nativeFused): on its operands as stored, and
+  // its part in a host fusion; empty when it declines.
+  std::function<void()> makeNativeFused(const ops::OpInfo& info, const Op& op) {
+    auto memory = [this](int t) { return static_cast<void*>(tensorMem[static_cast<size_t>(t)]); };
+    ops::NativeFusedArgs a{
+        g,
+        op,
+        {},
+        {},
+        fusion,
+        fz::bf16PrimitivesAvailable(),
+        memory,
+        [this, id = op.id](size_t bytes) { return allocateFusionBuffer(id, bytes); },
+        [this](int producer) { return static_cast<void*>(fusionBuffer(producer)); }};
+    for (int t : op.inputs) a.in.push_back(memory(t));
+    for (int t : op.outputs) a.out.push_back(memory(t));
+    return info.nativeFused(a);
   }
 
   std::function<void()> makeFusedWithConversions(const Op& op) {
+    // Native kernels first (bf16 primitives on bf16 data, host fusions); AVX2-only CPUs have
+    // no oneDNN bf16 primitives: the conversion path below serves them.
+    if (const ops::OpInfo* info = ops::find(op.kind); info && info->nativeFused)
+      if (auto native = makeNativeFused(*info, op)) return native;
     auto ops = halfOperands(op);
     if (ops.empty()) return makeFused(op);
-    bool matmulLike = op.kind == OpKind::Conv2d || op.kind == OpKind::Conv2dBackwardData ||
-                      op.kind == OpKind::Conv2dBackwardFilter || op.kind == OpKind::MatMul;
-    // AVX2-only CPUs have no oneDNN bf16 primitives: the conversion path below serves them.
-    const bool bf16Primitives = fz::bf16PrimitivesAvailable();
-    if (matmulLike && bf16Primitives)
-      if (auto native = makeFusedBf16(op)) return native;
-    if ((op.kind == OpKind::BatchNormTrain || op.kind == OpKind::BatchNormBackward) &&
-        bf16Primitives)
-      if (auto native = makeFusedBatchNormBf16(op)) return native;
     if (auto chunked = makeFusedElementwise(op)) return chunked;
     if (fusion.role[op.id] != HostFusionPlan::Role::kNone)
       throw std::logic_error(fmt::format(
@@ -603,13 +551,6 @@ struct Engine::Impl {
   }
   const std::int32_t* I(int t) {
     return reinterpret_cast<const std::int32_t*>(tensorMem[t]);
-  }
-
-  template <typename K, typename... A>
-  K* keep(A&&... args) {
-    auto k = std::make_shared<K>(std::forward<A>(args)...);
-    kernelObjects.push_back(k);
-    return k.get();
   }
 
   // An elementwise chain (host_fusion.h): all its ops over one cache-sized chunk at a time, the
@@ -721,65 +662,6 @@ struct Engine::Impl {
     auto in = [&](int i) { return op.inputs[i]; };
     int out = op.outputs.empty() ? -1 : op.outputs[0];
     switch (op.kind) {
-      case OpKind::Conv2d: {
-        auto* k = keep<fz::Conv2dForward>(convShapeOf(g, op));
-        float *x = F(in(0)), *w = F(in(1)), *y = F(out);
-        return [=] { k->run(x, w, y); };
-      }
-      case OpKind::Conv2dBackwardData: {
-        auto* k = keep<fz::Conv2dBackwardData>(convShapeOf(g, op));
-        float *dy = F(in(0)), *w = F(in(1)), *dx = F(out);
-        return [=] { k->run(dy, w, dx); };
-      }
-      case OpKind::Conv2dBackwardFilter: {
-        auto* k = keep<fz::Conv2dBackwardFilter>(convShapeOf(g, op));
-        float *x = F(in(0)), *dy = F(in(1)), *dw = F(out);
-        return [=] { k->run(x, dy, dw); };
-      }
-      case OpKind::MatMul: {
-        auto* k = keep<fz::MatMul>(matMulShapeOf(g, op));
-        float *a = F(in(0)), *b = F(in(1)), *c = F(out);
-        return [=] { k->run(a, b, c); };
-      }
-      case OpKind::BatchNormTrain: {
-        auto [rows, c] = rowsChannelsOf(g, in(0));
-        const bool relu = fusion.role[op.id] == HostFusionPlan::Role::kBatchNormRelu;
-        auto* k = keep<fz::BatchNormForwardTraining>(
-            rows, c, static_cast<float>(op.attrs.getFloat("eps")),
-            relu ? kernels::BatchNormRelu::kFused : kernels::BatchNormRelu::kNone);
-        float *x = F(in(0)), *ga = F(in(1)), *be = F(in(2));
-        float *mean = F(op.outputs[1]), *var = F(op.outputs[2]);
-        if (fusion.role[op.id] == HostFusionPlan::Role::kBatchNormStatistics) {
-          auto* affine = static_cast<float*>(
-              allocateFusionBuffer(op.id, 2 * static_cast<size_t>(c) * sizeof(float)));
-          return [=] { k->runStatistics(x, ga, be, mean, var, affine); };
-        }
-        float* y = F(relu ? fusion.reluOut[op.id] : out);
-        void* mask = relu ? allocateFusionBuffer(op.id, k->workspaceBytes()) : nullptr;
-        return [=] { k->run(x, ga, be, y, mean, var, mask); };
-      }
-      case OpKind::BatchNormInference: {
-        auto [rows, c] = rowsChannelsOf(g, in(0));
-        const bool relu = fusion.role[op.id] == HostFusionPlan::Role::kBatchNormRelu;
-        auto* k = keep<fz::BatchNormForwardInference>(
-            rows, c, static_cast<float>(op.attrs.getFloat("eps")),
-            relu ? kernels::BatchNormRelu::kFused : kernels::BatchNormRelu::kNone);
-        float *x = F(in(0)), *ga = F(in(1)), *be = F(in(2)), *mean = F(in(3)), *var = F(in(4));
-        float* y = F(relu ? fusion.reluOut[op.id] : out);
-        return [=] { k->run(x, ga, be, mean, var, y); };
-      }
-      case OpKind::BatchNormBackward: {
-        auto [rows, c] = rowsChannelsOf(g, in(0));
-        const bool relu = fusion.role[op.id] == HostFusionPlan::Role::kBatchNormReluBackward;
-        auto* k = keep<fz::BatchNormBackward>(
-            rows, c, static_cast<float>(op.attrs.getFloat("eps")),
-            relu ? kernels::BatchNormRelu::kFused : kernels::BatchNormRelu::kNone);
-        float *x = F(in(0)), *ga = F(in(2)), *mean = F(in(3)), *var = F(in(4));
-        float* dy = F(relu ? fusion.reluGradIn[op.id] : in(1));
-        float *dx = F(out), *dga = F(op.outputs[1]), *dbe = F(op.outputs[2]);
-        const void* mask = relu ? fusionBuffer(fusion.forwardOp[op.id]) : nullptr;
-        return [=] { k->run(x, dy, ga, mean, var, dx, dga, dbe, mask); };
-      }
       case OpKind::Unary: {
         if (fusion.role[op.id] == HostFusionPlan::Role::kSquareSum) {
           const float* x = F(in(0));
@@ -938,20 +820,9 @@ struct Engine::Impl {
       return info->vertex(a);
     }
     float* y = v.outputs.empty() ? nullptr : outPtr(t, v.outputs[0]);
-    const Range work = v.work, red = v.red;
+    const Range work = v.work;
     auto attrF = [&](const char* k, double d) {
       return static_cast<float>(op.attrs.getFloat(k, d));
-    };
-    // Combine partial rows (phase 1 of a split reduction): windows are the rows, in order.
-    auto combine = [W, y, work](bool isMax) {
-      return [W, y, work, isMax] {
-        for (i64 i = 0; i < work.size(); ++i) {
-          float acc = W[0].data[i];
-          for (size_t p = 1; p < W.size(); ++p)
-            acc = isMax ? std::max(acc, W[p].data[i]) : acc + W[p].data[i];
-          y[i] = acc;
-        }
-      };
     };
     switch (op.kind) {
       case OpKind::Unary: {
@@ -968,77 +839,6 @@ struct Engine::Impl {
         auto k = binaryKindOf(op);
         auto bs = binaryShapeOf(g, op);
         return [=] { ref::binary(k, bs, W[0], W[1], y, work); };
-      }
-      case OpKind::Conv2d: {
-        auto s = convShapeOf(g, op);
-        return [=] { ref::conv2dForward(s, W[0], W[1], y, work); };
-      }
-      case OpKind::Conv2dBackwardData: {
-        if (cs.phase == 1) return combine(false);
-        auto s = convShapeOf(g, op);
-        const Range ks = red.size() > 0 ? red : Range{0, s.k};  // split over k: partials
-        return [=] { ref::conv2dBackwardData(s, W[0], W[1], y, work, ks); };
-      }
-      case OpKind::Conv2dBackwardFilter: {
-        if (cs.phase == 1) return combine(false);
-        auto s = convShapeOf(g, op);
-        return [=] { ref::conv2dBackwardFilter(s, W[0], W[1], y, work, red); };
-      }
-      case OpKind::MatMul: {
-        if (cs.phase == 1) return combine(false);
-        auto s = matMulShapeOf(g, op);
-        const Range ks = red.size() > 0 ? red : Range{0, s.k};  // split over k: partials
-        return [=] { ref::matMul(s, W[0], W[1], y, work, ks); };
-      }
-      case OpKind::BatchNormInference: {
-        auto [rows, c] = rowsChannelsOf(g, op.inputs[0]);
-        float eps = attrF("eps", 1e-5);
-        // windows: x, gamma, beta, mean, var
-        return
-            [=] { ref::batchNormNormalize(rows, c, eps, W[0], W[3], W[4], W[1], W[2], y, work); };
-      }
-      case OpKind::BatchNormTrain:
-      case OpKind::BatchNormBackward: {
-        auto [rows, c] = rowsChannelsOf(g, op.inputs[0]);
-        float eps = attrF("eps", 1e-5);
-        bool train = op.kind == OpKind::BatchNormTrain;
-        if (cs.phase == 0) {
-          float* y2 = outPtr(t, v.outputs[1]);
-          if (train) return [=] { ref::batchNormSums(rows, c, W[0], y, y2, work, red); };
-          return [=] {
-            ref::batchNormBackwardSums(rows, c, eps, W[0], W[1], W[2], W[3], y, y2, work, red);
-          };
-        }
-        if (cs.phase == 1) {
-          // Windows: the (first, second) partial rows of every part, interleaved.
-          float* y2 = outPtr(t, v.outputs[1]);
-          double inv = 1.0 / static_cast<double>(rows);
-          return [=] {
-            for (i64 i = 0; i < work.size(); ++i) {
-              double a = 0, b = 0;
-              for (size_t p = 0; p + 1 < W.size(); p += 2) {
-                a += W[p].data[i];
-                b += W[p + 1].data[i];
-              }
-              if (train) {  // mean, biased variance
-                double mean = a * inv;
-                y[i] = static_cast<float>(mean);
-                y2[i] = static_cast<float>(std::max(0.0, b * inv - mean * mean));
-              } else {  // dbeta = sum dy, dgamma = sum dy * xhat
-                y[i] = static_cast<float>(a);
-                y2[i] = static_cast<float>(b);
-              }
-            }
-          };
-        }
-        if (train)  // windows: x, mean, var, gamma, beta
-          return
-              [=] { ref::batchNormNormalize(rows, c, eps, W[0], W[1], W[2], W[3], W[4], y, work); };
-        // windows: x, dy, mean, var, gamma, dbeta (sumDy), dgamma (sumDyXhat)
-        return [=] {
-          ref::batchNormBackwardData(rows, c, eps, W[0], W[1], W[2], W[3], W[4], W[5], W[6], y,
-                                     work);
-        };
       }
       case OpKind::OptimizerUpdate:
         break;                     // lowered by compile()

@@ -13,44 +13,14 @@ namespace {
 
 using A = AttrType;
 // The checks registered ops use too (ops/op_info.h).
-using ops::expectRank;
 using ops::expectSameShape;
 using ops::fail;
 constexpr int kVariadic = -1;
-
-// `partials`: accumulator type of conv / matmul partial sums ("f32" default, or "f16"), set by
-// the precision pass.
-const std::vector<AttrSpec> kConvAttrs = {{"stride", A::Ints, true},
-                                          {"pad", A::Ints, true},
-                                          {"dilation", A::Ints, true},
-                                          {"groups", A::Int, true},
-                                          {"partials", A::String, false}};
-
-std::vector<AttrSpec> with(std::vector<AttrSpec> base, std::vector<AttrSpec> extra) {
-  base.insert(base.end(), extra.begin(), extra.end());
-  return base;
-}
 
 // The op table, one entry per op as it reads best (kept out of clang-format's layout).
 // clang-format off
 const std::vector<OpDef>& table() {
   static const std::vector<OpDef> defs = {
-      {OpKind::Conv2d, "conv2d", 2, 1, {}, kConvAttrs,
-       PrecisionRule::Compute, /*usesPartials=*/true},
-      {OpKind::Conv2dBackwardData, "conv2d_backward_data", 2, 1, {},
-       with(kConvAttrs, {{"input_shape", A::Ints, true}})},
-      {OpKind::Conv2dBackwardFilter, "conv2d_backward_filter", 2, 1, {},
-       with(kConvAttrs, {{"kernel", A::Ints, true}})},
-      {OpKind::MatMul, "matmul", 2, 1, {},
-       {{"trans_a", A::Bool, false},
-        {"trans_b", A::Bool, false},
-        {"partials", A::String, false}},
-       PrecisionRule::Compute, /*usesPartials=*/true},
-      {OpKind::BatchNormTrain, "batch_norm_train", 3, 3, {}, {{"eps", A::Float, true}},
-       PrecisionRule::DataInCompute},
-      {OpKind::BatchNormInference, "batch_norm_inference", 5, 1, {}, {{"eps", A::Float, true}},
-       PrecisionRule::DataInCompute},
-      {OpKind::BatchNormBackward, "batch_norm_backward", 5, 3, {}, {{"eps", A::Float, true}}},
       {OpKind::Unary, "unary", 1, 1, {}, {{"fn", A::String, true}, {"alpha", A::Float, false}}},
       {OpKind::UnaryGrad, "unary_grad", 2, 1, {},
        {{"fn", A::String, true}, {"alpha", A::Float, false}}},
@@ -291,12 +261,6 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
            fmt::format("input '{}' is i32; this op takes floating-point tensors", in[i]->name));
   }
 
-  if (a.has("partials")) {
-    auto pt = parseDType(a.getString("partials"));
-    if (!pt || (*pt != DType::F32 && *pt != DType::F16))
-      fail(label, fmt::format("partials type '{}' is not f32 or f16", a.getString("partials")));
-  }
-
   auto fnCheck = [&](const std::vector<std::string_view>& valid) {
     const std::string& fn = a.getString("fn");
     if (std::find(valid.begin(), valid.end(), fn) == valid.end())
@@ -305,97 +269,6 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
   };
 
   switch (kind) {
-    case OpKind::Conv2d: {
-      const Tensor &x = *in[0], &w = *in[1];
-      expectRank(x, 4, label, "input [N,H,W,C]");
-      expectRank(w, 4, label, "weight [K,R,S,C/G]");
-      i64 g = a.getInt("groups");
-      if (g < 1 || x.shape[3] % g != 0 || w.shape[0] % g != 0)
-        fail(label, fmt::format("groups={} must divide input channels {} and output channels {}", g,
-                                x.shape[3], w.shape[0]));
-      if (w.shape[3] * g != x.shape[3])
-        fail(label, fmt::format("weight '{}' {} expects {} input channels per group, input '{}' "
-                                "{} has {} channels for {} groups",
-                                w.name, shapeStr(w.shape), w.shape[3], x.name, shapeStr(x.shape),
-                                x.shape[3], g));
-      auto geo = windowGeometry(x.shape, w.shape[1], w.shape[2], a, label);
-      return {{{x.shape[0], geo.oh, geo.ow, w.shape[0]}, x.dtype}};
-    }
-    case OpKind::Conv2dBackwardData: {
-      const Tensor &dy = *in[0], &w = *in[1];
-      expectRank(dy, 4, label, "gradient [N,OH,OW,K]");
-      expectRank(w, 4, label, "weight [K,R,S,C/G]");
-      const auto& xs = a.getInts("input_shape");
-      if (xs.size() != 4) fail(label, "attribute 'input_shape' must have 4 values");
-      auto geo = windowGeometry(xs, w.shape[1], w.shape[2], a, label);
-      if (dy.shape != Shape{xs[0], geo.oh, geo.ow, w.shape[0]})
-        fail(label, fmt::format("gradient '{}' {} does not match the output {} of input {}",
-                                dy.name, shapeStr(dy.shape),
-                                shapeStr({xs[0], geo.oh, geo.ow, w.shape[0]}), shapeStr(xs)));
-      return {{xs, dy.dtype}};
-    }
-    case OpKind::Conv2dBackwardFilter: {
-      const Tensor &x = *in[0], &dy = *in[1];
-      expectRank(x, 4, label, "input [N,H,W,C]");
-      expectRank(dy, 4, label, "gradient [N,OH,OW,K]");
-      const auto& ks = a.getInts("kernel");
-      if (ks.size() != 2) fail(label, "attribute 'kernel' must have 2 values");
-      i64 g = a.getInt("groups");
-      if (g < 1 || x.shape[3] % g != 0 || dy.shape[3] % g != 0)
-        fail(label, "groups must divide input and output channels");
-      auto geo = windowGeometry(x.shape, ks[0], ks[1], a, label);
-      if (dy.shape != Shape{x.shape[0], geo.oh, geo.ow, dy.shape[3]})
-        fail(label, fmt::format("gradient '{}' {} does not match input '{}' {}", dy.name,
-                                shapeStr(dy.shape), x.name, shapeStr(x.shape)));
-      return {{{dy.shape[3], ks[0], ks[1], x.shape[3] / g}, x.dtype}};
-    }
-    case OpKind::MatMul: {
-      const Tensor &x = *in[0], &y = *in[1];
-      if (x.shape.size() < 2 || y.shape.size() < 2)
-        fail(label, fmt::format("operands must have rank >= 2, got '{}' {} and '{}' {}", x.name,
-                                shapeStr(x.shape), y.name, shapeStr(y.shape)));
-      bool ta = a.getBool("trans_a", false), tb = a.getBool("trans_b", false);
-      size_t ra = x.shape.size(), rb = y.shape.size();
-      i64 m = ta ? x.shape[ra - 1] : x.shape[ra - 2];
-      i64 k = ta ? x.shape[ra - 2] : x.shape[ra - 1];
-      i64 kb = tb ? y.shape[rb - 1] : y.shape[rb - 2];
-      i64 n = tb ? y.shape[rb - 2] : y.shape[rb - 1];
-      if (k != kb)
-        fail(label,
-             fmt::format("contraction dimensions differ: '{}' {} gives K={}, '{}' {} gives "
-                         "K={} (trans_a={}, trans_b={})",
-                         x.name, shapeStr(x.shape), k, y.name, shapeStr(y.shape), kb, ta, tb));
-      Shape batch(x.shape.begin(), x.shape.end() - 2);
-      if (rb > 2 && Shape(y.shape.begin(), y.shape.end() - 2) != batch)
-        fail(label, fmt::format("batch dimensions of '{}' {} and '{}' {} must match (or the "
-                                "second operand must be rank 2)",
-                                x.name, shapeStr(x.shape), y.name, shapeStr(y.shape)));
-      Shape out = batch;
-      out.push_back(m);
-      out.push_back(n);
-      return {{out, x.dtype}};
-    }
-    case OpKind::BatchNormTrain:
-    case OpKind::BatchNormInference:
-    case OpKind::BatchNormBackward: {
-      const Tensor& x = *in[0];
-      if (x.shape.size() < 2) fail(label, "input must have rank >= 2 (channels innermost)");
-      i64 c = x.shape.back();
-      auto expectC = [&](const Tensor& t) {
-        if (t.shape != Shape{c})
-          fail(label, fmt::format("'{}' {} must have shape [{}] (channels of '{}' {})", t.name,
-                                  shapeStr(t.shape), c, x.name, shapeStr(x.shape)));
-      };
-      if (kind == OpKind::BatchNormBackward) {
-        expectSameShape(x, *in[1], label);
-        for (int i = 2; i < 5; ++i) expectC(*in[i]);
-        return {{x.shape, x.dtype}, {{c}, DType::F32}, {{c}, DType::F32}};
-      }
-      for (size_t i = 1; i < in.size(); ++i) expectC(*in[i]);
-      if (kind == OpKind::BatchNormTrain)
-        return {{x.shape, x.dtype}, {{c}, DType::F32}, {{c}, DType::F32}};
-      return {{x.shape, x.dtype}};
-    }
     case OpKind::Unary:
       fnCheck(unaryFunctionNames());
       expectFloat(*in[0], label, "input");

@@ -14,6 +14,7 @@
 // def.precision and def.usesPartials (ir/op_defs.h).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -26,7 +27,9 @@
 
 namespace ipu {
 class Builder;
-}
+struct HostFusionPlan;  // engine/host_fusion.h
+struct TileSlice;       // compiler/executable.h
+}  // namespace ipu
 
 namespace ipu::ops {
 
@@ -75,8 +78,10 @@ class PlanApi {
   // A compute set of the op's `phase` with one vertex per slice of outs[0]'s tile mapping (cut
   // at multiples of cutAt when > 0): the vertex's work is that range r, it writes r of every
   // buffer in `outs` (buffers of one size share one mapping) and reads windows(r).
+  // `what` names the compute set after the op ("normalize": "y/batch_norm_train/normalize").
   virtual void perSlice(const Op& op, int phase, const std::vector<int>& outs,
-                        const std::function<Windows(Range)>& windows, i64 cutAt = 0) = 0;
+                        const std::function<Windows(Range)>& windows, i64 cutAt = 0,
+                        std::string_view what = {}) = 0;
   // A sum over `redExtent` units split into parts whose windows fit a vertex's budget: phase
   // firstPhase writes one partial row per part (vertex work r, red the part's units), phase
   // firstPhase + 1 sums them (sumPartials; combineMax: takes their maximum, maxPartials, and
@@ -87,6 +92,26 @@ class PlanApi {
                               bool combineMax = false) = 0;
   // The whole of a tensor (small operands: scalars, indices, per-channel parameters).
   virtual NeedWindow whole(int tensor) const = 0;
+
+  // -- mappings and budgets (the convolution, matmul and batch-norm plans) --
+  // A buffer's tile mapping (slices in element order) and the tile holding one element.
+  virtual const std::vector<TileSlice>& mapping(int buffer) const = 0;
+  virtual int tileOf(int buffer, i64 element) const = 0;
+  virtual i64 numTiles() const = 0;
+  // What one vertex may gather of one operand (weights, rows) within a tile's memory.
+  virtual i64 windowBudgetBytes() const = 0;
+  // Maps `buffer` ([pixels, k], channels innermost) channel-blocked: tile (g, q) holds channels
+  // [g*kg, (g+1)*kg) of the pixels of block q, so that a vertex needs only the weights of its
+  // kg output channels. Only the op that writes the buffer may remap it, before planning.
+  virtual void mapChannelBlocked(int buffer, i64 pixels, i64 k, i64 kg) = 0;
+  // Per-channel sums over the rows of [rows, c] operands (batch norm): phase 0 one vertex per
+  // part of the rows (work: all c channels, red: the part's rows) writing its pair of partial
+  // rows (sums, second sums; `windows(channels, rows)`, `bytesPerRow` of them per row sets the
+  // parts); phase 1 a vertex per slice of `outA` / `outB` (mapped alike, in runs that keep the
+  // partials within the budget) reading the pairs of every part, interleaved.
+  virtual void channelSums(const Op& op, i64 rows, i64 c, i64 bytesPerRow,
+                           const std::function<Windows(Range channels, Range rows)>& windows,
+                           int outA, int outB) = 0;
 };
 using PlanRule = std::function<void(PlanApi&, const Op&)>;
 
@@ -145,6 +170,19 @@ struct CostTraits {
   bool readsWindows = false;
   // Elements a vertex reads per output element (pools: the window), when not 1.
   std::function<double(const Graph&, const Op&)> elementsPerOutput;
+  // AMP ops (convolutions, matmuls): their phase-0 vertices are priced as multiply-accumulates
+  // (their share of `macs`: output elements and, split, their part of redExtent) at the AMP's
+  // efficiency for the contraction length; the Planned exchange model prices moving planA /
+  // planW (activations / weights: the tensors' bytes) for the best split of the tiles.
+  struct MacWork {
+    double macs = 0, contraction = 1, outElems = 1, redExtent = 1;
+    std::vector<int> planA, planW;  // tensors
+  };
+  std::function<MacWork(const Graph&, const Op&)> macWork;
+  // Channel sums (PlanApi::channelSums, phases 0 and 1; batch norm): tensors a phase-0 vertex
+  // reads per element (0: the op has none); phase 1 reads the two partial rows. The phases
+  // after them are elementwise.
+  int channelSumStreams = 0;
 };
 
 // ---- tests -----------------------------------------------------------------------------------
@@ -163,6 +201,28 @@ struct Tolerances {
   }
 };
 
+// ---- native fused kernels (optional) ------------------------------------------------------------
+// Kernels on the operands in their stored dtypes (oneDNN's bf16 primitives on bf16 data, no
+// widening) and the op's part in host fusions (engine/host_fusion.h: a batch norm writing a
+// relu's output and a mask its backward reads). The fused engine asks this facet first, once
+// per op when it builds its steps; an empty function declines, and the engine then runs the f32
+// `fused` kernel with 16-bit operands converted around it. An op planned into a host fusion
+// must not decline. The kernel objects belong to the returned function (captured shared_ptrs),
+// built once, so a step calls the primitive directly.
+struct NativeFusedArgs {
+  const Graph& g;
+  const Op& op;
+  std::vector<void*> in, out;               // operand memory, in g.tensor(t).dtype
+  const HostFusionPlan& fusion;             // fusion.role[op.id] and the fusion's tensors
+  bool bf16Primitives;                      // this CPU's oneDNN has bf16 primitives
+  std::function<void*(int tensor)> memory;  // any tensor's memory (a fusion's relu output)
+  // A side buffer of this op that later ops find by its op id (a mask), and that of an
+  // earlier op.
+  std::function<void*(std::size_t bytes)> allocateFusionBuffer;
+  std::function<void*(int op)> fusionBuffer;
+};
+using NativeFusedKernel = std::function<std::function<void()>(const NativeFusedArgs&)>;
+
 // ---- the op kind -------------------------------------------------------------------------------
 using InferRule = std::function<std::vector<TensorType>(
     const std::vector<const Tensor*>& in, const Attrs& attrs, const std::string& label)>;
@@ -173,8 +233,9 @@ struct OpInfo {
   InferRule infer;                  // output types; throws GraphError naming the op and tensors
   GradRule grad;
   PlanRule plan;
-  VertexKernel vertex;  // reference kernel (tile mode)
-  FusedKernel fused;    // fast kernel (fused mode)
+  VertexKernel vertex;            // reference kernel (tile mode)
+  FusedKernel fused;              // fast kernel (fused mode)
+  NativeFusedKernel nativeFused;  // optional: stored dtypes and host fusions (fused mode)
   CostRule cost;
   CostTraits costTraits;
   Tolerances tolerances;
@@ -207,5 +268,9 @@ void expectRank(const Tensor& t, size_t rank, const std::string& label, const ch
 void expectSameShape(const Tensor& a, const Tensor& b, const std::string& label);
 // Normalises a possibly negative axis of a rank-r tensor.
 i64 axisOf(i64 axis, size_t rank, const std::string& label);
+// The optional `partials` attribute of convolutions and matmuls: "f32" or "f16".
+void expectPartials(const Attrs& attrs, const std::string& label);
+// Every input and output of `op` is stored as `t` (native kernels).
+bool allOperandsAre(const Graph& g, const Op& op, DType t);
 
 }  // namespace ipu::ops

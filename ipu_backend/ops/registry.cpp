@@ -192,4 +192,17 @@ i64 axisOf(i64 axis, size_t rank, const std::string& label) {
   return axis < 0 ? axis + r : axis;
 }
 
+void expectPartials(const Attrs& attrs, const std::string& label) {
+  if (!attrs.has("partials")) return;
+  auto pt = parseDType(attrs.getString("partials"));
+  if (!pt || (*pt != DType::F32 && *pt != DType::F16))
+    fail(label, fmt::format("partials type '{}' is not f32 or f16", attrs.getString("partials")));
+}
+
+bool allOperandsAre(const Graph& g, const Op& op, DType t) {
+  auto is = [&](int x) { return g.tensor(x).dtype == t; };
+  return std::all_of(op.inputs.begin(), op.inputs.end(), is) &&
+         std::all_of(op.outputs.begin(), op.outputs.end(), is);
+}
+
 }  // namespace ipu::ops

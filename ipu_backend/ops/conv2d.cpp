@@ -1,0 +1,340 @@
+// conv2d: 2-D convolution over NHWC activations, and its two gradients.
+//   x [N,H,W,C], w [K,R,S,C/G], attributes stride [2], pad [4] (top, left, bottom, right),
+//   dilation [2], groups, optional partials ("f32" / "f16": the tile partial sums' type, set by
+//   the precision pass) -> y [N,OH,OW,K]
+// conv2d_backward_data: (dy [N,OH,OW,K], w) -> dx [input_shape]
+// conv2d_backward_filter: (x, dy) -> dw [K, kernel..., C/G]
+// Fused mode runs oneDNN (fused.h): f32 primitives on f32 data, bf16 primitives on bf16 data
+// where the CPU has them (nativeFused), otherwise f32 with 16-bit operands converted around it.
+// The tile plans read rows of NHWC windows; a convolution whose weights exceed a vertex's
+// budget writes its output channel-blocked and splits its data gradient over output channels.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "ipu_backend/compiler/executable.h"
+#include "ipu_backend/compiler/op_shapes.h"
+#include "ipu_backend/kernels/fused.h"
+#include "ipu_backend/kernels/reference.h"
+#include "ipu_backend/ops/op_info.h"
+
+namespace ipu::ops {
+namespace {
+
+namespace ref = kernels::ref;
+namespace fz = kernels::fused;
+using A = AttrType;
+
+i64 ceilDiv(i64 a, i64 b) {
+  return (a + b - 1) / b;
+}
+
+std::vector<AttrSpec> convAttrs(std::vector<AttrSpec> extra = {}) {
+  std::vector<AttrSpec> a = {{"stride", A::Ints, true},
+                             {"pad", A::Ints, true},
+                             {"dilation", A::Ints, true},
+                             {"groups", A::Int, true},
+                             {"partials", A::String, false}};
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
+// ---- type inference ----------------------------------------------------------------------------
+std::vector<TensorType> inferForward(const std::vector<const Tensor*>& in, const Attrs& a,
+                                     const std::string& label) {
+  expectPartials(a, label);
+  const Tensor &x = *in[0], &w = *in[1];
+  expectRank(x, 4, label, "input [N,H,W,C]");
+  expectRank(w, 4, label, "weight [K,R,S,C/G]");
+  i64 g = a.getInt("groups");
+  if (g < 1 || x.shape[3] % g != 0 || w.shape[0] % g != 0)
+    fail(label, fmt::format("groups={} must divide input channels {} and output channels {}", g,
+                            x.shape[3], w.shape[0]));
+  if (w.shape[3] * g != x.shape[3])
+    fail(label, fmt::format("weight '{}' {} expects {} input channels per group, input '{}' "
+                            "{} has {} channels for {} groups",
+                            w.name, shapeStr(w.shape), w.shape[3], x.name, shapeStr(x.shape),
+                            x.shape[3], g));
+  auto geo = windowGeometry(x.shape, w.shape[1], w.shape[2], a, label);
+  return {{{x.shape[0], geo.oh, geo.ow, w.shape[0]}, x.dtype}};
+}
+
+std::vector<TensorType> inferBackwardData(const std::vector<const Tensor*>& in, const Attrs& a,
+                                          const std::string& label) {
+  expectPartials(a, label);
+  const Tensor &dy = *in[0], &w = *in[1];
+  expectRank(dy, 4, label, "gradient [N,OH,OW,K]");
+  expectRank(w, 4, label, "weight [K,R,S,C/G]");
+  const auto& xs = a.getInts("input_shape");
+  if (xs.size() != 4) fail(label, "attribute 'input_shape' must have 4 values");
+  auto geo = windowGeometry(xs, w.shape[1], w.shape[2], a, label);
+  if (dy.shape != Shape{xs[0], geo.oh, geo.ow, w.shape[0]})
+    fail(label, fmt::format("gradient '{}' {} does not match the output {} of input {}", dy.name,
+                            shapeStr(dy.shape), shapeStr({xs[0], geo.oh, geo.ow, w.shape[0]}),
+                            shapeStr(xs)));
+  return {{xs, dy.dtype}};
+}
+
+std::vector<TensorType> inferBackwardFilter(const std::vector<const Tensor*>& in, const Attrs& a,
+                                            const std::string& label) {
+  expectPartials(a, label);
+  const Tensor &x = *in[0], &dy = *in[1];
+  expectRank(x, 4, label, "input [N,H,W,C]");
+  expectRank(dy, 4, label, "gradient [N,OH,OW,K]");
+  const auto& ks = a.getInts("kernel");
+  if (ks.size() != 2) fail(label, "attribute 'kernel' must have 2 values");
+  i64 g = a.getInt("groups");
+  if (g < 1 || x.shape[3] % g != 0 || dy.shape[3] % g != 0)
+    fail(label, "groups must divide input and output channels");
+  auto geo = windowGeometry(x.shape, ks[0], ks[1], a, label);
+  if (dy.shape != Shape{x.shape[0], geo.oh, geo.ow, dy.shape[3]})
+    fail(label, fmt::format("gradient '{}' {} does not match input '{}' {}", dy.name,
+                            shapeStr(dy.shape), x.name, shapeStr(x.shape)));
+  return {{{dy.shape[3], ks[0], ks[1], x.shape[3] / g}, x.dtype}};
+}
+
+// ---- gradient ----------------------------------------------------------------------------------
+void gradForward(const GradArgs& a) {
+  const Op& op = a.op;
+  const int dy = a.dy[0];
+  if (a.needs[0]) {
+    Attrs at = op.attrs;
+    at.set("input_shape", a.g.tensor(op.inputs[0]).shape);
+    a.accumulate(op.inputs[0], a.g.addOp1(OpKind::Conv2dBackwardData, {dy, op.inputs[1]}, at));
+  }
+  if (a.needs[1]) {
+    Attrs at = op.attrs;
+    const Shape w = a.g.tensor(op.inputs[1]).shape;
+    at.set("kernel", std::vector<i64>{w[1], w[2]});
+    a.accumulate(op.inputs[1], a.g.addOp1(OpKind::Conv2dBackwardFilter, {op.inputs[0], dy}, at));
+  }
+}
+
+// ---- tile plans --------------------------------------------------------------------------------
+// Weight bytes one output channel of a convolution reads.
+i64 weightBytesPerOutputChannel(const kernels::Conv2dShape& s) {
+  return s.r * s.s * s.cPerGroup() * 4;
+}
+
+// How many output channels one tile computes: K itself when a linear mapping's slices (which
+// may span all channels) fit the window budget with all the weights; otherwise the kg that
+// minimises what a tile gathers: the weights of its kg channels plus the input rows of its
+// block of pixels (T / ceil(K / kg) blocks), in the operands' stored dtypes. Few channels per
+// tile make every tile read the input rows of many pixels; many make it read many weights.
+i64 outputChannelsPerTile(const PlanApi& p, const Op& op, const kernels::Conv2dShape& s) {
+  const i64 perK = weightBytesPerOutputChannel(s);
+  if (perK * s.k <= p.windowBudgetBytes()) return s.k;
+  const Graph& g = p.graph();
+  const double xBytes = static_cast<double>(sizeOf(g.tensor(op.inputs[0]).dtype));
+  const double wBytes = static_cast<double>(sizeOf(g.tensor(op.inputs[1]).dtype));
+  const i64 pixels = s.n * s.outH() * s.outW(), span = s.dilH * (s.r - 1) + 1;
+  i64 best = 1;
+  double bestBytes = std::numeric_limits<double>::infinity();
+  for (i64 kg = 1; kg <= s.k; ++kg) {
+    const i64 groups = ceilDiv(s.k, kg);
+    if (kg > 1 && ceilDiv(s.k, kg - 1) == groups) continue;  // same groups, more weights
+    const i64 blocks = std::clamp<i64>(p.numTiles() / groups, 1, pixels);
+    const i64 pixelsPerTile = ceilDiv(pixels, blocks);
+    const i64 outRows = std::min(s.n * s.outH(), ceilDiv(pixelsPerTile, s.outW()) + 1);
+    const i64 inRows = std::min(s.n * s.h, (outRows - 1) * s.strideH + span);
+    const double bytes = static_cast<double>(inRows * s.w * s.c) * xBytes +
+                         static_cast<double>(kg * s.r * s.s * s.cPerGroup()) * wBytes;
+    if (bytes < bestBytes) bestBytes = bytes, best = kg;
+  }
+  return best;
+}
+
+// Output slices are channel-blocked when the weights are large: a vertex reads its input rows
+// and its channels' weight rows. The vertices of one tile read one window of input rows, the
+// rows of all their output rows (one gather per tile, not one per output row: neighbouring
+// rows' windows overlap).
+void planForward(PlanApi& p, const Op& op) {
+  const auto s = convShapeOf(p.graph(), op);
+  const int x = op.inputs[0], w = op.inputs[1], out = op.outputs[0];
+  const i64 kg = outputChannelsPerTile(p, op, s);
+  if (kg < s.k) p.mapChannelBlocked(out, s.n * s.outH() * s.outW(), s.k, kg);
+  const i64 oRowLen = s.outW() * s.k, iRowLen = s.w * s.c, wPerK = s.r * s.s * s.cPerGroup();
+  std::vector<Range> tileRows(static_cast<size_t>(p.numTiles()), Range{0, 0});
+  for (const TileSlice& sl : p.mapping(out)) {
+    const Range rows = rowsOf({sl.begin, sl.end}, oRowLen);
+    Range& u = tileRows[static_cast<size_t>(sl.tile)];
+    u = u.size() == 0 ? rows : Range{std::min(u.begin, rows.begin), std::max(u.end, rows.end)};
+  }
+  p.perSlice(op, 0, {out}, [&p, &tileRows, s, x, w, out, iRowLen, wPerK](Range r) {
+    const Range& outRows = tileRows[static_cast<size_t>(p.tileOf(out, r.begin))];
+    Range rows =
+        inputRowsForOutputRows(outRows, s.outH(), s.h, s.strideH, s.padTop, s.dilH * (s.r - 1) + 1);
+    Range ks = channelsOf(r, s.k);
+    return Windows{{x, rows.begin * iRowLen, rows.end * iRowLen},
+                   {w, ks.begin * wPerK, ks.end * wPerK}};
+  });
+}
+
+void planBackwardData(PlanApi& p, const Op& op) {
+  const auto s = convShapeOf(p.graph(), op);
+  const int dy = op.inputs[0], w = op.inputs[1], out = op.outputs[0];
+  const i64 oRowLen = s.outW() * s.k, iRowLen = s.w * s.c, wPerK = s.r * s.s * s.cPerGroup();
+  auto dyRows = [s, dy, oRowLen, iRowLen](Range r) {
+    Range rows = outputRowsForInputRows(rowsOf(r, iRowLen), s.outH(), s.h, s.strideH, s.padTop,
+                                        s.dilH * (s.r - 1) + 1);
+    return NeedWindow{dy, rows.begin * oRowLen, rows.end * oRowLen};
+  };
+  if (weightBytesPerOutputChannel(s) * s.k <= p.windowBudgetBytes()) {
+    const NeedWindow all = p.whole(w);
+    p.perSlice(op, 0, {out}, [dyRows, all](Range r) { return Windows{dyRows(r), all}; });
+    return;
+  }
+  // Large weights: split the sum over output channels k, each part reading only its weight
+  // rows w[k0:k1] (contiguous in the [K,R,S,C/G] layout).
+  p.splitReduction(op, 0, out, s.k, weightBytesPerOutputChannel(s),
+                   [dyRows, w, wPerK](Range r, Range ks) {
+                     return Windows{dyRows(r), {w, ks.begin * wPerK, ks.end * wPerK}};
+                   });
+}
+
+// Split over output rows (n * OH + oh): a part reads its dy rows and the x rows they cover,
+// whatever the image size.
+void planBackwardFilter(PlanApi& p, const Op& op) {
+  const auto s = convShapeOf(p.graph(), op);
+  const int x = op.inputs[0], dy = op.inputs[1];
+  const i64 oRowLen = s.outW() * s.k, iRowLen = s.w * s.c, oh = s.outH();
+  const i64 bytesPerRow = (oRowLen + s.strideH * iRowLen) * 4;
+  p.splitReduction(op, 0, op.outputs[0], s.n * oh, bytesPerRow,
+                   [s, x, dy, oRowLen, iRowLen, oh](Range, Range red) {
+                     Range xRows = inputRowsForOutputRows(red, oh, s.h, s.strideH, s.padTop,
+                                                          s.dilH * (s.r - 1) + 1);
+                     return Windows{{x, xRows.begin * iRowLen, xRows.end * iRowLen},
+                                    {dy, red.begin * oRowLen, red.end * oRowLen}};
+                   });
+}
+
+// ---- kernels -----------------------------------------------------------------------------------
+std::function<void()> vertexForward(const VertexArgs& a) {
+  return [s = convShapeOf(a.g, a.op), W = a.in, y = a.out[0], work = a.work] {
+    ref::conv2dForward(s, W[0], W[1], y, work);
+  };
+}
+
+std::function<void()> vertexBackwardData(const VertexArgs& a) {
+  if (a.phase == 1) return sumPartials(a);
+  const auto s = convShapeOf(a.g, a.op);
+  const Range ks = a.red.size() > 0 ? a.red : Range{0, s.k};  // split over k: partials
+  return [s, W = a.in, y = a.out[0], work = a.work, ks] {
+    ref::conv2dBackwardData(s, W[0], W[1], y, work, ks);
+  };
+}
+
+std::function<void()> vertexBackwardFilter(const VertexArgs& a) {
+  if (a.phase == 1) return sumPartials(a);
+  return [s = convShapeOf(a.g, a.op), W = a.in, y = a.out[0], work = a.work, red = a.red] {
+    ref::conv2dBackwardFilter(s, W[0], W[1], y, work, red);
+  };
+}
+
+// f32 kernels (fused.h): one oneDNN primitive per op, built here, owned by the step.
+template <class K>
+FusedKernel fusedPass() {
+  return [](const FusedArgs& a) -> std::function<void()> {
+    auto k = std::make_shared<K>(convShapeOf(a.g, a.op));
+    return [k, p = a.in[0], q = a.in[1], y = a.out[0]] { k->run(p, q, y); };
+  };
+}
+
+// Every operand bf16 and oneDNN has bf16 primitives: the bf16 primitive on the stored data.
+template <class K>
+NativeFusedKernel nativeBf16Pass() {
+  return [](const NativeFusedArgs& a) -> std::function<void()> {
+    if (!a.bf16Primitives || !allOperandsAre(a.g, a.op, DType::BF16)) return {};
+    auto k = std::make_shared<K>(convShapeOf(a.g, a.op), kernels::ElementType::BF16);
+    return [k, p = a.in[0], q = a.in[1], y = a.out[0]] { k->run(p, q, y); };
+  };
+}
+
+// ---- cost --------------------------------------------------------------------------------------
+// Contraction length per output (the AMP's efficiency), the extent the compiler splits partial
+// sums over (output channels for the data gradient, output rows n x OH for the filter
+// gradient) and the planned activation / weight operands.
+CostTraits::MacWork macWork(const Graph& g, const Op& op) {
+  const auto s = convShapeOf(g, op);
+  CostTraits::MacWork m;
+  m.macs = static_cast<double>(s.macs());
+  m.outElems = static_cast<double>(g.tensor(op.outputs[0]).elements());
+  switch (op.kind) {
+    case OpKind::Conv2d:
+      m.contraction = static_cast<double>(s.cPerGroup());
+      break;
+    case OpKind::Conv2dBackwardData:
+      m.contraction = static_cast<double>(s.kPerGroup());
+      m.redExtent = static_cast<double>(s.k);
+      break;
+    default:  // the filter gradient
+      m.contraction = static_cast<double>(s.n * s.outH() * s.outW());
+      m.redExtent = static_cast<double>(s.n * s.outH());
+      m.planA = {op.inputs[0], op.inputs[1]};
+      m.planW = {op.outputs[0]};
+      return m;
+  }
+  m.planA = {op.inputs[0]};
+  m.planW = {op.inputs[1]};
+  return m;
+}
+
+// Phase 0 is priced as MACs (macWork); phase 1 sums partial rows, an add per vector.
+double cost(const Op&, int) {
+  return 1.0;
+}
+
+OpInfo convInfo(OpKind kind, std::string_view name, std::vector<AttrSpec> attrs) {
+  OpInfo f;
+  f.def = {kind, name, 2, 1, {}, std::move(attrs)};
+  f.inputDTypes = {floatTypes(), floatTypes()};
+  f.cost = cost;
+  f.costTraits.macWork = macWork;
+  return f;
+}
+
+}  // namespace
+
+IPU_REGISTER_OPS(conv2d) {
+  OpInfo f = convInfo(OpKind::Conv2d, "conv2d", convAttrs());
+  f.def.precision = PrecisionRule::Compute;
+  f.def.usesPartials = true;
+  f.doc = "x [N,H,W,C], w [K,R,S,C/G] -> y [N,OH,OW,K] (stride, pad, dilation, groups)";
+  f.infer = inferForward;
+  f.grad = gradForward;
+  f.plan = planForward;
+  f.vertex = vertexForward;
+  f.fused = fusedPass<fz::Conv2dForward>();
+  f.nativeFused = nativeBf16Pass<fz::Conv2dForward>();
+  registerOp(std::move(f));
+
+  OpInfo d = convInfo(OpKind::Conv2dBackwardData, "conv2d_backward_data",
+                      convAttrs({{"input_shape", A::Ints, true}}));
+  d.doc = "dy [N,OH,OW,K], w [K,R,S,C/G] -> dx [input_shape]";
+  d.infer = inferBackwardData;
+  d.grad = noGradient("it is a backward op");
+  d.plan = planBackwardData;
+  d.vertex = vertexBackwardData;
+  d.fused = fusedPass<fz::Conv2dBackwardData>();
+  d.nativeFused = nativeBf16Pass<fz::Conv2dBackwardData>();
+  registerOp(std::move(d));
+
+  OpInfo w = convInfo(OpKind::Conv2dBackwardFilter, "conv2d_backward_filter",
+                      convAttrs({{"kernel", A::Ints, true}}));
+  w.doc = "x [N,H,W,C], dy [N,OH,OW,K] -> dw [K,kernel...,C/G]";
+  w.infer = inferBackwardFilter;
+  w.grad = noGradient("it is a backward op");
+  w.plan = planBackwardFilter;
+  w.vertex = vertexBackwardFilter;
+  w.fused = fusedPass<fz::Conv2dBackwardFilter>();
+  w.nativeFused = nativeBf16Pass<fz::Conv2dBackwardFilter>();
+  // Its partial rows are combined reading outputs x parts elements (the other split kinds
+  // price their combining as elementwise).
+  w.costTraits.reduction = true;
+  registerOp(std::move(w));
+}
+
+}  // namespace ipu::ops

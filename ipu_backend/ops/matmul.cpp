@@ -1,0 +1,193 @@
+// matmul: C = op(A) x op(B), op = transpose where trans_a / trans_b.
+//   a [..., M, K] (or [..., K, M]), b [..., K, N] (or [..., N, K]) with the same batch
+//   dimensions, or b of rank 2 (broadcast over a's batch) -> c [..., M, N];
+//   optional attribute partials ("f32" / "f16": the tile partial sums' type).
+// Fused mode runs oneDNN (fused.h): f32 on f32 data, bf16 on bf16 data where the CPU has bf16
+// primitives (nativeFused), otherwise f32 with 16-bit operands converted around it.
+#include <memory>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "ipu_backend/compiler/op_shapes.h"
+#include "ipu_backend/ir/builder.h"
+#include "ipu_backend/kernels/fused.h"
+#include "ipu_backend/kernels/reference.h"
+#include "ipu_backend/ops/op_info.h"
+
+namespace ipu::ops {
+namespace {
+
+namespace ref = kernels::ref;
+namespace fz = kernels::fused;
+
+std::vector<TensorType> infer(const std::vector<const Tensor*>& in, const Attrs& a,
+                              const std::string& label) {
+  expectPartials(a, label);
+  const Tensor &x = *in[0], &y = *in[1];
+  if (x.shape.size() < 2 || y.shape.size() < 2)
+    fail(label, fmt::format("operands must have rank >= 2, got '{}' {} and '{}' {}", x.name,
+                            shapeStr(x.shape), y.name, shapeStr(y.shape)));
+  bool ta = a.getBool("trans_a", false), tb = a.getBool("trans_b", false);
+  size_t ra = x.shape.size(), rb = y.shape.size();
+  i64 m = ta ? x.shape[ra - 1] : x.shape[ra - 2];
+  i64 k = ta ? x.shape[ra - 2] : x.shape[ra - 1];
+  i64 kb = tb ? y.shape[rb - 1] : y.shape[rb - 2];
+  i64 n = tb ? y.shape[rb - 2] : y.shape[rb - 1];
+  if (k != kb)
+    fail(label, fmt::format("contraction dimensions differ: '{}' {} gives K={}, '{}' {} gives "
+                            "K={} (trans_a={}, trans_b={})",
+                            x.name, shapeStr(x.shape), k, y.name, shapeStr(y.shape), kb, ta, tb));
+  Shape batch(x.shape.begin(), x.shape.end() - 2);
+  if (rb > 2 && Shape(y.shape.begin(), y.shape.end() - 2) != batch)
+    fail(label, fmt::format("batch dimensions of '{}' {} and '{}' {} must match (or the "
+                            "second operand must be rank 2)",
+                            x.name, shapeStr(x.shape), y.name, shapeStr(y.shape)));
+  Shape out = batch;
+  out.push_back(m);
+  out.push_back(n);
+  return {{out, x.dtype}};
+}
+
+void grad(const GradArgs& g) {
+  Builder& b = g.b;
+  const Op& op = g.op;
+  const bool ta = op.attrs.getBool("trans_a", false), tb = op.attrs.getBool("trans_b", false);
+  const int A = op.inputs[0], B = op.inputs[1], dy = g.dy[0];
+  const Shape as = g.g.tensor(A).shape, bs = g.g.tensor(B).shape;
+  const bool bcast = bs.size() == 2 && as.size() > 2;
+  if (g.needs[0]) {
+    int da = -1;
+    if (!ta)
+      da = tb ? b.matmul(dy, B, false, false) : b.matmul(dy, B, false, true);
+    else
+      da = tb ? b.matmul(B, dy, true, true) : b.matmul(B, dy, false, true);
+    g.accumulate(A, da);
+  }
+  if (g.needs[1]) {
+    int db = -1;
+    if (bcast && !ta) {
+      // Fold the batch into M: [batch*M, K]^T x [batch*M, N] (dense layers over sequences).
+      i64 k = as.back(), m = numElements(as) / k;
+      int a2 = b.reshape(A, {m, k});
+      int d2 = b.reshape(dy, {m, g.g.tensor(dy).shape.back()});
+      db = tb ? b.matmul(d2, a2, true, false) : b.matmul(a2, d2, true, false);
+    } else {
+      if (!ta)
+        db = tb ? b.matmul(dy, A, true, false) : b.matmul(A, dy, true, false);
+      else
+        db = tb ? b.matmul(dy, A, true, true) : b.matmul(A, dy, false, false);
+      if (bcast) {
+        std::vector<i64> axes(as.size() - 2);
+        std::iota(axes.begin(), axes.end(), 0);
+        db = b.reduceSum(db, axes);
+      }
+    }
+    g.accumulate(B, db);
+  }
+}
+
+// Rows of the output are (batch * M + i). Small B: a vertex per output slice reading its A
+// rows and B whole (its batches); B [N, K] too large: slices cut at row ends, output columns
+// [j0, j1) reading B rows j0..j1; B [K, N] too large: the sum split over k, each part reading
+// B rows k0..k1.
+void plan(PlanApi& p, const Op& op) {
+  const auto s = matMulShapeOf(p.graph(), op);
+  const int a = op.inputs[0], b = op.inputs[1], out = op.outputs[0];
+  // Batches [b0, b1) of B that output rows [rows) read.
+  auto bBatches = [s](Range rows) {
+    return s.broadcastB ? Range{0, 1} : Range{rows.begin / s.m, (rows.end - 1) / s.m + 1};
+  };
+  auto aWindow = [s, a](Range rows, Range ks) {
+    if (!s.transA) return NeedWindow{a, rows.begin * s.k + ks.begin, (rows.end - 1) * s.k + ks.end};
+    i64 b0 = rows.begin / s.m, b1 = (rows.end - 1) / s.m + 1;
+    return NeedWindow{a, b0 * s.k * s.m + ks.begin * s.m, (b1 - 1) * s.k * s.m + ks.end * s.m};
+  };
+  if (s.k * s.n * 4 <= p.windowBudgetBytes()) {
+    p.perSlice(op, 0, {out}, [s, b, bBatches, aWindow](Range r) {
+      Range rows = rowsOf(r, s.n), bb = bBatches(rows);
+      return Windows{aWindow(rows, {0, s.k}), {b, bb.begin * s.k * s.n, bb.end * s.k * s.n}};
+    });
+  } else if (s.transB) {
+    p.perSlice(
+        op, 0, {out},
+        [s, b, bBatches, aWindow](Range r) {
+          Range rows = rowsOf(r, s.n), bb = bBatches(rows), js = channelsOf(r, s.n);
+          return Windows{
+              aWindow(rows, {0, s.k}),
+              {b, bb.begin * s.n * s.k + js.begin * s.k, (bb.end - 1) * s.n * s.k + js.end * s.k}};
+        },
+        s.n);
+  } else {
+    p.splitReduction(op, 0, out, s.k, s.n * 4, [s, b, bBatches, aWindow](Range r, Range ks) {
+      Range rows = rowsOf(r, s.n), bb = bBatches(rows);
+      return Windows{
+          aWindow(rows, ks),
+          {b, bb.begin * s.k * s.n + ks.begin * s.n, (bb.end - 1) * s.k * s.n + ks.end * s.n}};
+    });
+  }
+}
+
+std::function<void()> vertex(const VertexArgs& a) {
+  if (a.phase == 1) return sumPartials(a);
+  const auto s = matMulShapeOf(a.g, a.op);
+  const Range ks = a.red.size() > 0 ? a.red : Range{0, s.k};  // split over k: partials
+  return
+      [s, W = a.in, y = a.out[0], work = a.work, ks] { ref::matMul(s, W[0], W[1], y, work, ks); };
+}
+
+// One oneDNN primitive per op, built here, owned by the step.
+std::function<void()> fused(const FusedArgs& a) {
+  auto k = std::make_shared<fz::MatMul>(matMulShapeOf(a.g, a.op));
+  return [k, x = a.in[0], w = a.in[1], y = a.out[0]] { k->run(x, w, y); };
+}
+
+// Every operand bf16 and oneDNN has bf16 primitives: the bf16 matmul on the stored data.
+std::function<void()> nativeFused(const NativeFusedArgs& a) {
+  if (!a.bf16Primitives || !allOperandsAre(a.g, a.op, DType::BF16)) return {};
+  auto k = std::make_shared<fz::MatMul>(matMulShapeOf(a.g, a.op), kernels::ElementType::BF16);
+  return [k, x = a.in[0], w = a.in[1], y = a.out[0]] { k->run(x, w, y); };
+}
+
+// The contraction length (the AMP's efficiency), the sum split over k, A and B planned.
+CostTraits::MacWork macWork(const Graph& g, const Op& op) {
+  const auto s = matMulShapeOf(g, op);
+  CostTraits::MacWork m;
+  m.macs = static_cast<double>(s.macs());
+  m.contraction = static_cast<double>(s.k);
+  m.outElems = static_cast<double>(s.cElems());
+  m.redExtent = static_cast<double>(s.k);
+  m.planA = {op.inputs[0]};
+  m.planW = {op.inputs[1]};
+  return m;
+}
+
+}  // namespace
+
+IPU_REGISTER_OPS(matmul) {
+  OpInfo f;
+  f.def = {OpKind::MatMul,
+           "matmul",
+           2,
+           1,
+           {},
+           {{"trans_a", AttrType::Bool, false},
+            {"trans_b", AttrType::Bool, false},
+            {"partials", AttrType::String, false}},
+           PrecisionRule::Compute,
+           /*usesPartials=*/true};
+  f.doc = "a [..., M, K], b [..., K, N] or [K, N] -> c [..., M, N] (trans_a, trans_b)";
+  f.inputDTypes = {floatTypes(), floatTypes()};
+  f.infer = infer;
+  f.grad = grad;
+  f.plan = plan;
+  f.vertex = vertex;
+  f.fused = fused;
+  f.nativeFused = nativeFused;
+  // Phase 0 is priced as MACs (macWork); phase 1 sums partial rows, an add per vector.
+  f.cost = [](const Op&, int) { return 1.0; };
+  f.costTraits.macWork = macWork;
+  registerOp(std::move(f));
+}
+
+}  // namespace ipu::ops
