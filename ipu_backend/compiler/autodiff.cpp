@@ -125,14 +125,6 @@ class GradBuilder {
         if (needs[2]) accumulate(in(2), o[2]);
         return;
       }
-      case OpKind::Unary: {
-        if (!needs[0]) return;
-        // ReLU's derivative reads its output (y > 0 exactly when x > 0), so that the input
-        // (typically a batch-norm or residual-add output) need not stay live for the backward.
-        const int x = op.attrs.getString("fn") == "relu" ? op.outputs[0] : in(0);
-        accumulate(in(0), g_.addOp1(OpKind::UnaryGrad, {x, dy}, op.attrs));
-        return;
-      }
       case OpKind::Binary: {
         const std::string& fn = op.attrs.getString("fn");
         const Shape sa = T(in(0)).shape, sb = T(in(1)).shape;
@@ -157,14 +149,6 @@ class GradBuilder {
         }
         return;
       }
-      case OpKind::Cast:
-        accumulate(in(0), b_.cast(dy, T(in(0)).dtype));
-        return;
-      case OpKind::CrossReplicaSum:
-        // y_r = sum of x over r's group, so dL/dx_r = the same sum of dL/dy (L: the sum of the
-        // group's losses, as every replica's backward seeds its own).
-        accumulate(in(0), g_.addOp1(OpKind::CrossReplicaSum, {dy}, op.attrs));
-        return;
       default:
         noRule("it is a backward or update op");
     }

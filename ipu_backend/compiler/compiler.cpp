@@ -115,6 +115,15 @@ class Planner : public ops::PlanApi {
     phaseBase_ = 0;
   }
   NeedWindow whole(int buf) const override { return {buf, 0, exe_.buffers[buf].elements}; }
+  void operandTiles(const Op& op) override {
+    ComputeSet& cs = newComputeSet(op, 0, "");
+    for (int t : op.inputs)
+      for (const TileSlice& s : exe_.mapping[t])
+        cs.vertices.push_back(vertexOn(s.tile, {{t, s.begin, s.end}}, {}, {s.begin, s.end}));
+    for (int t : op.outputs)
+      for (const TileSlice& s : exe_.mapping[t])
+        cs.vertices.push_back(vertexOn(s.tile, {}, {{t, s.begin, s.end}}, {s.begin, s.end}));
+  }
 
   void run() {
     createTensorBuffers();
@@ -375,22 +384,17 @@ class Planner : public ops::PlanApi {
   }
 
   void planOp(const Op& op) {
-    if (const ops::OpInfo* info = ops::find(op.kind)) return info->plan(*this, op);
+    if (const ops::OpInfo* info = ops::find(op.kind)) {
+      if (info->lowered)
+        throw CompileError(fmt::format("internal: {} of '{}' reached the planner unlowered",
+                                       info->def.name, g_.tensor(op.inputs.at(0)).name),
+                           -1, 0, 0);
+      return info->plan(*this, op);
+    }
     auto in = [&](int i) { return op.inputs[i]; };
     auto elems = [&](int t) { return g_.tensor(t).elements(); };
     int out = op.outputs.empty() ? -1 : op.outputs[0];
     switch (op.kind) {
-      case OpKind::Unary:
-      case OpKind::Cast:
-        perOutputSlice(op, out, [&](Range r) {
-          return std::vector<NeedWindow>{{in(0), r.begin, r.end}};
-        });
-        return;
-      case OpKind::UnaryGrad:
-        perOutputSlice(op, out, [&](Range r) {
-          return std::vector<NeedWindow>{{in(0), r.begin, r.end}, {in(1), r.begin, r.end}};
-        });
-        return;
       case OpKind::Binary: {
         auto bs = binaryShapeOf(g_, op);
         perOutputSlice(op, out, [&, bs](Range r) {
@@ -561,21 +565,6 @@ class Planner : public ops::PlanApi {
             fmt::format("internal: optimizer_update of '{}' reached the planner unlowered",
                         g_.tensor(in(0)).name),
             -1, 0, 0);
-      case OpKind::CrossReplicaReduceScatter:
-      case OpKind::CrossReplicaAllGather:
-      case OpKind::CrossReplicaSum:
-      case OpKind::ReplicaChunk: {
-        // Runs off the tiles (IPU-Links / the replica index): these vertices only record which
-        // tiles hold the operands, for liveness and vertex state; the engine moves the data.
-        ComputeSet& cs = newComputeSet(op, 0, "");
-        for (int t : op.inputs)
-          for (const TileSlice& s : exe_.mapping[t])
-            cs.vertices.push_back(vertexOn(s.tile, {{t, s.begin, s.end}}, {}, {s.begin, s.end}));
-        for (int t : op.outputs)
-          for (const TileSlice& s : exe_.mapping[t])
-            cs.vertices.push_back(vertexOn(s.tile, {}, {{t, s.begin, s.end}}, {s.begin, s.end}));
-        return;
-      }
       case OpKind::ApplyUpdate: {  // target slice = value slice unless the skip flag is set
         ComputeSet& cs = newComputeSet(op, 0, "");
         for (const TileSlice& s : exe_.mapping[in(0)]) {

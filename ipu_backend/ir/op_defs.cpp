@@ -51,9 +51,6 @@ const std::vector<OpDef>& table() {
       {OpKind::BatchNormInference, "batch_norm_inference", 5, 1, {}, {{"eps", A::Float, true}},
        PrecisionRule::DataInCompute},
       {OpKind::BatchNormBackward, "batch_norm_backward", 5, 3, {}, {{"eps", A::Float, true}}},
-      {OpKind::Unary, "unary", 1, 1, {}, {{"fn", A::String, true}, {"alpha", A::Float, false}}},
-      {OpKind::UnaryGrad, "unary_grad", 2, 1, {},
-       {{"fn", A::String, true}, {"alpha", A::Float, false}}},
       {OpKind::Binary, "binary", 2, 1, {}, {{"fn", A::String, true}}},
       // (weight, gradient, lr, state..., [inverse loss scale, overflow]): see UpdateOperands.
       // The attributes are those of the optimizers in ipu_backend/optimizers, which check them.
@@ -76,19 +73,6 @@ const std::vector<OpDef>& table() {
         {"replicas", A::Int, false},
         {"ema_decay", A::Float, false},
         {"ema_warmup", A::Bool, false}}},
-      // x (any shape, n elements) -> this replica's chunk [ceil(n/R)] of scale * sum over replicas.
-      {OpKind::CrossReplicaReduceScatter, "cross_replica_reduce_scatter", 1, 1, {},
-       {{"replicas", A::Int, true}, {"scale", A::Float, false}}},
-      // chunk [ceil(n/R)] of every replica -> the whole tensor of `shape`.
-      {OpKind::CrossReplicaAllGather, "cross_replica_all_gather", 1, 1, {},
-       {{"replicas", A::Int, true}, {"shape", A::Ints, true}}},
-      // x -> the sum of x over this replica's group (replicas g*G .. g*G+G-1, G = `group`).
-      // `replicas` (R, a multiple of G) is set by the replication pass; before it, R = G.
-      {OpKind::CrossReplicaSum, "cross_replica_sum", 1, 1, {},
-       {{"group", A::Int, true}, {"replicas", A::Int, false}}},
-      // x (n elements) -> elements [r s, r s + s) of x, s = ceil(n/R), zero-padded, on replica r.
-      {OpKind::ReplicaChunk, "replica_chunk", 1, 1, {}, {{"replicas", A::Int, true}}},
-      {OpKind::Cast, "cast", 1, 1, {}, {{"dtype", A::String, true}}},
       // (target variable, x1[, x2[, x3]][, factor][, skip]): target = keep target + factor
       // (c1 x1 + c2 x2 + c3 x3), unless the skip flag (an f32 scalar) is nonzero (NaN: a
       // loss-scaled step that overflowed). `addends` (default 1) x's of the target's shape;
@@ -205,8 +189,8 @@ const OpDef* findOpDef(std::string_view name) {
 }
 
 bool isReplicaOp(OpKind k) {
-  return k == OpKind::CrossReplicaReduceScatter || k == OpKind::CrossReplicaAllGather ||
-         k == OpKind::ReplicaChunk || k == OpKind::CrossReplicaSum;
+  const ops::OpInfo* info = ops::find(k);
+  return info && info->replica;
 }
 
 i64 replicasOf(const Op& op) {
@@ -230,6 +214,18 @@ UpdateOperands updateOperands(const Op& op) {
     end -= 2;
   }
   u.state.assign(op.inputs.begin() + 3, op.inputs.begin() + static_cast<long>(end));
+  return u;
+}
+
+ApplyUpdateForm applyUpdateForm(const Op& op) {
+  ApplyUpdateForm u;
+  u.k = static_cast<int>(op.attrs.getInt("addends", 1));
+  u.keep = static_cast<float>(op.attrs.getFloat("keep", 0.0));
+  static const char* const kCoefficient[] = {"c1", "c2", "c3"};
+  for (int i = 0; i < 3; ++i) u.c[i] = static_cast<float>(op.attrs.getFloat(kCoefficient[i], 1.0));
+  int next = 1 + u.k;
+  if (op.attrs.getBool("factor", false)) u.factorInput = next++;
+  if (next < static_cast<int>(op.inputs.size())) u.skipInput = next;
   return u;
 }
 
@@ -274,7 +270,7 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
   checkAttrs(def, a, label);
   if (const ops::OpInfo* info = ops::find(kind)) {
     for (size_t i = 0; i < in.size(); ++i) {
-      const auto& ok = info->inputDTypes[i];
+      const auto& ok = ops::inputDTypesOf(*info, i);
       if (std::find(ok.begin(), ok.end(), in[i]->dtype) == ok.end()) {
         std::vector<std::string_view> names;
         for (DType t : ok) names.push_back(dtypeName(t));
@@ -396,14 +392,6 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
         return {{x.shape, x.dtype}, {{c}, DType::F32}, {{c}, DType::F32}};
       return {{x.shape, x.dtype}};
     }
-    case OpKind::Unary:
-      fnCheck(unaryFunctionNames());
-      expectFloat(*in[0], label, "input");
-      return {{in[0]->shape, in[0]->dtype}};
-    case OpKind::UnaryGrad:
-      fnCheck(unaryFunctionNames());
-      expectSameShape(*in[0], *in[1], label);
-      return {{in[0]->shape, in[0]->dtype}};
     case OpKind::Binary:
       fnCheck(binaryFunctionNames());
       if (in[0]->dtype != in[1]->dtype)
@@ -439,46 +427,6 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
         }
       }
       return {};
-    }
-    case OpKind::CrossReplicaReduceScatter: {
-      const i64 r = a.getInt("replicas");
-      if (r < 1) fail(label, fmt::format("replicas must be >= 1, got {}", r));
-      return {{{(in[0]->elements() + r - 1) / r}, in[0]->dtype}};
-    }
-    case OpKind::CrossReplicaAllGather: {
-      const i64 r = a.getInt("replicas");
-      if (r < 1) fail(label, fmt::format("replicas must be >= 1, got {}", r));
-      const Shape full = a.getInts("shape");
-      if (in[0]->shape != Shape{(numElements(full) + r - 1) / r})
-        fail(label, fmt::format("chunk '{}' {} must be [{}] (ceil of {} elements / {} replicas)",
-                                in[0]->name, shapeStr(in[0]->shape),
-                                (numElements(full) + r - 1) / r, numElements(full), r));
-      return {{full, in[0]->dtype}};
-    }
-    case OpKind::CrossReplicaSum: {
-      const i64 g = a.getInt("group"), r = a.getInt("replicas", g);
-      if (g < 1 || r < g || r % g != 0)
-        fail(label, fmt::format("group {} must be >= 1 and divide replicas {}", g, r));
-      if (in[0]->dtype != DType::F32)
-        fail(label, fmt::format("'{}' is {}; cross-replica sums take f32", in[0]->name,
-                                dtypeName(in[0]->dtype)));
-      return {{in[0]->shape, in[0]->dtype}};
-    }
-    case OpKind::ReplicaChunk: {
-      const i64 r = a.getInt("replicas");
-      if (r < 1) fail(label, fmt::format("replicas must be >= 1, got {}", r));
-      if (in[0]->dtype != DType::F32)
-        fail(label, fmt::format("'{}' is {}; replica chunks take f32", in[0]->name,
-                                dtypeName(in[0]->dtype)));
-      return {{{(in[0]->elements() + r - 1) / r}, in[0]->dtype}};
-    }
-    case OpKind::Cast: {
-      auto dt = parseDType(a.getString("dtype"));
-      if (!dt || !isFloat(*dt))
-        fail(label, fmt::format("cast of '{}' to unknown or non-float dtype '{}' (valid: f32, "
-                                "f16, bf16)",
-                                in[0]->name, a.getString("dtype")));
-      return {{in[0]->shape, *dt}};
     }
     case OpKind::ApplyUpdate: {
       const i64 k = a.getInt("addends", 1);
