@@ -125,30 +125,6 @@ class GradBuilder {
         if (needs[2]) accumulate(in(2), o[2]);
         return;
       }
-      case OpKind::Binary: {
-        const std::string& fn = op.attrs.getString("fn");
-        const Shape sa = T(in(0)).shape, sb = T(in(1)).shape;
-        if (fn == "add" || fn == "sub") {
-          if (needs[0]) accumulate(in(0), reduceToShape(b_, dy, sa));
-          if (needs[1]) {
-            int d = reduceToShape(b_, dy, sb);
-            accumulate(in(1), fn == "sub" ? b_.unary("neg", d) : d);
-          }
-        } else if (fn == "mul") {
-          if (needs[0]) accumulate(in(0), reduceToShape(b_, b_.mul(dy, in(1)), sa));
-          if (needs[1]) accumulate(in(1), reduceToShape(b_, b_.mul(dy, in(0)), sb));
-        } else if (fn == "div") {
-          if (needs[0]) accumulate(in(0), reduceToShape(b_, b_.binary("div", dy, in(1)), sa));
-          if (needs[1]) {
-            // d(a/b)/db = -(a/b)/b = -y/b
-            int t = b_.binary("div", b_.mul(dy, op.outputs[0]), in(1));
-            accumulate(in(1), reduceToShape(b_, b_.unary("neg", t), sb));
-          }
-        } else {
-          noRule("binary max/min are not differentiable here yet");
-        }
-        return;
-      }
       default:
         noRule("it is a backward or update op");
     }

@@ -392,18 +392,8 @@ class Planner : public ops::PlanApi {
       return info->plan(*this, op);
     }
     auto in = [&](int i) { return op.inputs[i]; };
-    auto elems = [&](int t) { return g_.tensor(t).elements(); };
     int out = op.outputs.empty() ? -1 : op.outputs[0];
     switch (op.kind) {
-      case OpKind::Binary: {
-        auto bs = binaryShapeOf(g_, op);
-        perOutputSlice(op, out, [&, bs](Range r) {
-          Range a = broadcastBounds(bs, bs.aStrides, r, elems(in(0)));
-          Range b = broadcastBounds(bs, bs.bStrides, r, elems(in(1)));
-          return std::vector<NeedWindow>{{in(0), a.begin, a.end}, {in(1), b.begin, b.end}};
-        });
-        return;
-      }
       case OpKind::Conv2d: {
         // Output slices are channel-blocked when the weights are large (see
         // createTensorBuffers): a vertex reads its input rows and its channels' weight rows.

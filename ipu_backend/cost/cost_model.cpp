@@ -18,8 +18,6 @@ namespace {
 // Width of one tile load/store and vector ALU instruction: 64 bits (2 x f32 or 4 x f16), from
 // the Mk2 tile ISA (f32v2 / f16v4 arithmetic).
 constexpr double kVectorBits = 64;
-// Division: a reciprocal estimate plus a Newton step. An estimate.
-constexpr double kDivideInstructions = 4;
 // AMP contraction grain (input channels consumed per AMP pass): 8 for f32, 16 for f16 (the
 // inChansPerGroup of poplibs' AMP convolution vertices on Mk2).
 constexpr double kAmpGrainF32 = 8;
@@ -47,8 +45,6 @@ bool isMacOp(OpKind k) {
 double instructionsPerVector(const Op& op, int phase) {
   if (const ops::OpInfo* info = ops::find(op.kind)) return info->cost(op, phase);
   switch (op.kind) {
-    case OpKind::Binary:
-      return binaryKindOf(op) == kernels::BinaryKind::Div ? kDivideInstructions : 1.0;
     case OpKind::ApplyUpdate:  // keep * t + f * sum of c_i x_i: a multiply-add per term
       return static_cast<double>(op.attrs.getInt("addends", 1)) + 1;
     case OpKind::OptimizerUpdate:
@@ -262,7 +258,7 @@ double exchangeScale(const Executable& exe, const ComputeSet& cs, const CostOpti
 
 bool isElementwise(OpKind k) {
   if (const ops::OpInfo* info = ops::find(k)) return info->costTraits.elementwise;
-  return k == OpKind::Binary || k == OpKind::ApplyUpdate || k == OpKind::BatchNormInference ||
+  return k == OpKind::ApplyUpdate || k == OpKind::BatchNormInference ||
          k == OpKind::BatchNormTrain || k == OpKind::BatchNormBackward;
 }
 

@@ -607,6 +607,36 @@ struct Engine::Impl {
         const i64 n = g.tensor(op.outputs[0]).elements();
         return [=] { *sum = fz::sumOfSquares(x, n); };
       }
+      case Role::kAddRelu: {  // the add writes relu(a + b) as the ReLU's output
+        float *a = F(op.inputs[0]), *b = F(op.inputs[1]), *y = F(fusion.reluOut[op.id]);
+        const i64 n = g.tensor(op.outputs[0]).elements();
+        return [=] { fz::addRelu(a, b, y, n); };
+      }
+      case Role::kAddBatchNormRelu: {  // batch_norm_train -> add -> relu in one pass
+        const int bn = fusion.forwardOp[op.id];
+        const auto [rows, c] = rowsChannelsOf(g, fusion.normX[op.id]);
+        const auto* affine = reinterpret_cast<const float*>(fusionBuffer(bn));
+        float *x = F(fusion.normX[op.id]), *other = F(fusion.addOther[op.id]),
+              *y = F(fusion.reluOut[op.id]);
+        auto* bits = fusion.writesReluBits[op.id]
+                         ? static_cast<std::uint8_t*>(
+                               allocateFusionBuffer(op.id, static_cast<size_t>((rows * c + 7) / 8)))
+                         : nullptr;
+        const int otherBn = fusion.otherBn[op.id];
+        const auto* otherAffine =
+            otherBn < 0 ? nullptr : reinterpret_cast<const float*>(fusionBuffer(otherBn));
+        return [=] { fz::batchNormAddRelu(x, affine, other, otherAffine, y, rows, c, bits); };
+      }
+      case Role::kAddReluBackward: {  // add + relu_grad of the residual's backward
+        float *a = F(op.inputs[0]), *b = F(op.inputs[1]), *dx = F(fusion.reluOut[op.id]);
+        const i64 n = g.tensor(op.outputs[0]).elements();
+        if (const int from = fusion.reluBitsFrom[op.id]; from >= 0) {
+          const auto* bits = reinterpret_cast<const std::uint8_t*>(fusionBuffer(from));
+          return [=] { fz::addReluBackwardBits(a, b, bits, dx, n); };
+        }
+        float* x = F(fusion.reluX[op.id]);
+        return [=] { fz::addReluBackward(a, b, x, dx, n); };
+      }
       default:
         return {};
     }
@@ -685,42 +715,6 @@ struct Engine::Impl {
         float *dx = F(out), *dga = F(op.outputs[1]), *dbe = F(op.outputs[2]);
         const void* mask = relu ? fusionBuffer(fusion.forwardOp[op.id]) : nullptr;
         return [=] { k->run(x, dy, ga, mean, var, dx, dga, dbe, mask); };
-      }
-      case OpKind::Binary: {
-        if (fusion.role[op.id] == HostFusionPlan::Role::kAddRelu) {
-          float *a = F(in(0)), *b = F(in(1)), *y = F(fusion.reluOut[op.id]);
-          const i64 n = g.tensor(out).elements();
-          return [=] { fz::addRelu(a, b, y, n); };
-        }
-        if (fusion.role[op.id] == HostFusionPlan::Role::kAddBatchNormRelu) {
-          const int bn = fusion.forwardOp[op.id];
-          const auto [rows, c] = rowsChannelsOf(g, fusion.normX[op.id]);
-          const auto* affine = reinterpret_cast<const float*>(fusionBuffer(bn));
-          float *x = F(fusion.normX[op.id]), *other = F(fusion.addOther[op.id]),
-                *y = F(fusion.reluOut[op.id]);
-          auto* bits = fusion.writesReluBits[op.id]
-                           ? static_cast<std::uint8_t*>(allocateFusionBuffer(
-                                 op.id, static_cast<size_t>((rows * c + 7) / 8)))
-                           : nullptr;
-          const int otherBn = fusion.otherBn[op.id];
-          const auto* otherAffine =
-              otherBn < 0 ? nullptr : reinterpret_cast<const float*>(fusionBuffer(otherBn));
-          return [=] { fz::batchNormAddRelu(x, affine, other, otherAffine, y, rows, c, bits); };
-        }
-        if (fusion.role[op.id] == HostFusionPlan::Role::kAddReluBackward) {
-          float *a = F(in(0)), *b = F(in(1)), *dx = F(fusion.reluOut[op.id]);
-          const i64 n = g.tensor(out).elements();
-          if (const int from = fusion.reluBitsFrom[op.id]; from >= 0) {
-            const auto* bits = reinterpret_cast<const std::uint8_t*>(fusionBuffer(from));
-            return [=] { fz::addReluBackwardBits(a, b, bits, dx, n); };
-          }
-          float* x = F(fusion.reluX[op.id]);
-          return [=] { fz::addReluBackward(a, b, x, dx, n); };
-        }
-        auto kind = binaryKindOf(op);
-        auto bs = binaryShapeOf(g, op);
-        float *a = F(in(0)), *b = F(in(1)), *y = F(out);
-        return [=] { fz::binary(kind, bs, a, b, y); };
       }
       case OpKind::OptimizerUpdate:
         break;  // lowered by compile()
@@ -830,11 +824,6 @@ struct Engine::Impl {
       };
     };
     switch (op.kind) {
-      case OpKind::Binary: {
-        auto k = binaryKindOf(op);
-        auto bs = binaryShapeOf(g, op);
-        return [=] { ref::binary(k, bs, W[0], W[1], y, work); };
-      }
       case OpKind::Conv2d: {
         auto s = convShapeOf(g, op);
         return [=] { ref::conv2dForward(s, W[0], W[1], y, work); };

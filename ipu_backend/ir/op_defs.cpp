@@ -51,7 +51,6 @@ const std::vector<OpDef>& table() {
       {OpKind::BatchNormInference, "batch_norm_inference", 5, 1, {}, {{"eps", A::Float, true}},
        PrecisionRule::DataInCompute},
       {OpKind::BatchNormBackward, "batch_norm_backward", 5, 3, {}, {{"eps", A::Float, true}}},
-      {OpKind::Binary, "binary", 2, 1, {}, {{"fn", A::String, true}}},
       // (weight, gradient, lr, state..., [inverse loss scale, overflow]): see UpdateOperands.
       // The attributes are those of the optimizers in ipu_backend/optimizers, which check them.
       {OpKind::OptimizerUpdate, "optimizer_update", kVariadic, 0, {0},
@@ -293,13 +292,6 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
       fail(label, fmt::format("partials type '{}' is not f32 or f16", a.getString("partials")));
   }
 
-  auto fnCheck = [&](const std::vector<std::string_view>& valid) {
-    const std::string& fn = a.getString("fn");
-    if (std::find(valid.begin(), valid.end(), fn) == valid.end())
-      fail(label,
-           fmt::format("unknown function fn=\"{}\" (valid: {})", fn, fmt::join(valid, ", ")));
-  };
-
   switch (kind) {
     case OpKind::Conv2d: {
       const Tensor &x = *in[0], &w = *in[1];
@@ -392,13 +384,6 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
         return {{x.shape, x.dtype}, {{c}, DType::F32}, {{c}, DType::F32}};
       return {{x.shape, x.dtype}};
     }
-    case OpKind::Binary:
-      fnCheck(binaryFunctionNames());
-      if (in[0]->dtype != in[1]->dtype)
-        fail(label, fmt::format("dtypes of '{}' ({}) and '{}' ({}) differ", in[0]->name,
-                                dtypeName(in[0]->dtype), in[1]->name, dtypeName(in[1]->dtype)));
-      if (in[0]->shape.size() > 6 || in[1]->shape.size() > 6) fail(label, "rank must be <= 6");
-      return {{broadcastShapes(in[0]->shape, in[1]->shape, label), in[0]->dtype}};
     case OpKind::OptimizerUpdate: {
       const bool scaled = a.getBool("loss_scaled", false);
       const size_t fixed = scaled ? 5 : 3;
