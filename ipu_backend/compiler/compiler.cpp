@@ -550,25 +550,6 @@ class Planner : public ops::PlanApi {
         }
         return;
       }
-      case OpKind::OptimizerUpdate:
-        throw CompileError(
-            fmt::format("internal: optimizer_update of '{}' reached the planner unlowered",
-                        g_.tensor(in(0)).name),
-            -1, 0, 0);
-      case OpKind::ApplyUpdate: {  // target slice = value slice unless the skip flag is set
-        ComputeSet& cs = newComputeSet(op, 0, "");
-        for (const TileSlice& s : exe_.mapping[in(0)]) {
-          Range r{s.begin, s.end};
-          // The addends' slices, then the scalars (factor, skip) whole.
-          const int k = static_cast<int>(op.attrs.getInt("addends", 1));
-          std::vector<NeedWindow> need;
-          for (int i = 1; i <= k; ++i) need.push_back({in(i), r.begin, r.end});
-          for (size_t i = static_cast<size_t>(k) + 1; i < op.inputs.size(); ++i)
-            need.push_back(whole(op.inputs[i]));
-          cs.vertices.push_back(vertexOn(s.tile, need, {{in(0), r.begin, r.end}}, r));
-        }
-        return;
-      }
       default:  // registered kinds (ipu_backend/ops) planned above
         break;
     }

@@ -43,12 +43,12 @@ bool isMacOp(OpKind k) {
 }
 
 double instructionsPerVector(const Op& op, int phase) {
-  if (const ops::OpInfo* info = ops::find(op.kind)) return info->cost(op, phase);
+  if (const ops::OpInfo* info = ops::find(op.kind)) {
+    if (info->lowered)
+      throw std::logic_error(fmt::format("cost model: {} is lowered by compile()", info->def.name));
+    return info->cost(op, phase);
+  }
   switch (op.kind) {
-    case OpKind::ApplyUpdate:  // keep * t + f * sum of c_i x_i: a multiply-add per term
-      return static_cast<double>(op.attrs.getInt("addends", 1)) + 1;
-    case OpKind::OptimizerUpdate:
-      throw std::logic_error("cost model: optimizer_update is lowered by compile()");
     case OpKind::BatchNormInference:
       return 2;  // x * scale + shift with per-channel scale/shift
     // One instruction per vector: copies, data movement, and the ops whose vertices the
@@ -184,10 +184,11 @@ VertexWork vertexWork(const Executable& exe, const ComputeSet& cs, const Op& op,
   } else if (op.kind == OpKind::SoftmaxCrossEntropy) {
     w.elements = inBytes / inBytes0;  // logits read per output sample
   }
-  // Registered read-modify-write kinds (ema_update) and apply_update with keep != 0 read their
-  // in-place target too.
-  if ((registered && registered->costTraits.readModifyWrite) ||
-      (op.kind == OpKind::ApplyUpdate && op.attrs.getFloat("keep", 0.0) != 0.0))
+  // Read-modify-write kinds (ema_update; apply_update with keep != 0) read their in-place target
+  // too.
+  if (registered &&
+      (registered->costTraits.readModifyWrite ||
+       (registered->costTraits.readModifyWriteOf && registered->costTraits.readModifyWriteOf(op))))
     inBytes += outBytes;
   w.instrPerVector = instructionsPerVector(op, cs.phase);
   w.bytes = inBytes + outBytes;
@@ -258,8 +259,8 @@ double exchangeScale(const Executable& exe, const ComputeSet& cs, const CostOpti
 
 bool isElementwise(OpKind k) {
   if (const ops::OpInfo* info = ops::find(k)) return info->costTraits.elementwise;
-  return k == OpKind::ApplyUpdate || k == OpKind::BatchNormInference ||
-         k == OpKind::BatchNormTrain || k == OpKind::BatchNormBackward;
+  return k == OpKind::BatchNormInference || k == OpKind::BatchNormTrain ||
+         k == OpKind::BatchNormBackward;
 }
 
 // Exchange of a non-MAC compute set under ExchangeModel::Planned: the compiled windows, except

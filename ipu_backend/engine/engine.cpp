@@ -652,6 +652,8 @@ struct Engine::Impl {
         a.ints.push_back(index ? I(t) : nullptr);
       }
       for (int t : op.outputs) a.out.push_back(F(t));
+      if (!info->fused)  // lowered kinds (optimizer_update) never reach an engine
+        throw std::logic_error(fmt::format("fused engine: no kernel for op '{}'", opName(op.kind)));
       return info->fused(a);
     }
     auto in = [&](int i) { return op.inputs[i]; };
@@ -715,29 +717,6 @@ struct Engine::Impl {
         float *dx = F(out), *dga = F(op.outputs[1]), *dbe = F(op.outputs[2]);
         const void* mask = relu ? fusionBuffer(fusion.forwardOp[op.id]) : nullptr;
         return [=] { k->run(x, dy, ga, mean, var, dx, dga, dbe, mask); };
-      }
-      case OpKind::OptimizerUpdate:
-        break;  // lowered by compile()
-      case OpKind::ApplyUpdate: {
-        const ApplyUpdateForm u = applyUpdateForm(op);
-        float* t = F(in(0));
-        std::array<const float*, 3> x{};
-        for (int i = 0; i < u.k; ++i) x[i] = F(in(1 + i));
-        const float* factor = u.factorInput >= 0 ? F(in(u.factorInput)) : nullptr;
-        const float* skip = u.skipInput >= 0 ? F(in(u.skipInput)) : nullptr;
-        const i64 n = g.tensor(in(0)).elements();
-        return [=] {
-          if (skip && *skip != 0.0f) return;  // NaN (overflow) is unequal too
-          const float f = factor ? *factor : 1.0f;
-          constexpr i64 kChunk = 16384;
-#pragma omp parallel for schedule(static)
-          for (i64 b = 0; b < n; b += kChunk) {
-            std::array<const float*, 3> xb{};
-            for (int i = 0; i < u.k; ++i) xb[i] = x[i] + b;
-            kernels::applyUpdate(u.keep, f, u.k, xb.data(), u.c.data(), t + b,
-                                 std::min(kChunk, n - b));
-          }
-        };
       }
       default:  // registered kinds (ipu_backend/ops) built above
         break;
@@ -805,6 +784,9 @@ struct Engine::Impl {
       ops::VertexArgs a{g, op, cs.phase, W, {}, {}, v.work, v.red};
       for (const Window& w : v.inputs) a.ints.push_back(iw(t, w));
       for (const OutRegion& o : v.outputs) a.out.push_back(outPtr(t, o));
+      if (!info->vertex)
+        throw std::logic_error(
+            fmt::format("tile engine: no vertex kernel for op '{}'", opName(op.kind)));
       return info->vertex(a);
     }
     float* y = v.outputs.empty() ? nullptr : outPtr(t, v.outputs[0]);
@@ -893,18 +875,6 @@ struct Engine::Impl {
         return [=] {
           ref::batchNormBackwardData(rows, c, eps, W[0], W[1], W[2], W[3], W[4], W[5], W[6], y,
                                      work);
-        };
-      }
-      case OpKind::OptimizerUpdate:
-        break;                     // lowered by compile()
-      case OpKind::ApplyUpdate: {  // windows: addends[, factor][, skip flag]
-        const ApplyUpdateForm u = applyUpdateForm(op);
-        return [=] {
-          if (u.skipInput >= 0 && W[u.skipInput - 1][0] != 0.0f) return;
-          std::array<const float*, 3> x{};
-          for (int i = 0; i < u.k; ++i) x[i] = W[i].data;
-          const float f = u.factorInput >= 0 ? W[u.factorInput - 1][0] : 1.0f;
-          kernels::applyUpdate(u.keep, f, u.k, x.data(), u.c.data(), y, work.size());
         };
       }
       default:  // registered kinds (ipu_backend/ops) built above

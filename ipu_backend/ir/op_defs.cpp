@@ -51,39 +51,6 @@ const std::vector<OpDef>& table() {
       {OpKind::BatchNormInference, "batch_norm_inference", 5, 1, {}, {{"eps", A::Float, true}},
        PrecisionRule::DataInCompute},
       {OpKind::BatchNormBackward, "batch_norm_backward", 5, 3, {}, {{"eps", A::Float, true}}},
-      // (weight, gradient, lr, state..., [inverse loss scale, overflow]): see UpdateOperands.
-      // The attributes are those of the optimizers in ipu_backend/optimizers, which check them.
-      {OpKind::OptimizerUpdate, "optimizer_update", kVariadic, 0, {0},
-       {{"optimizer", A::String, true},
-        {"momentum", A::Float, false},
-        {"weight_decay", A::Float, false},
-        {"nesterov", A::Bool, false},
-        {"stochastic_rounding", A::Bool, false},
-        {"lars_eta", A::Float, false},
-        {"lars_epsilon", A::Float, false},
-        {"beta1", A::Float, false},
-        {"beta2", A::Float, false},
-        {"epsilon", A::Float, false},
-        {"rho", A::Float, false},
-        {"bias_correction", A::Bool, false},
-        {"trust_ratio", A::Bool, false},
-        {"max_grad_norm", A::Float, false},
-        {"loss_scaled", A::Bool, false},
-        {"replicas", A::Int, false},
-        {"ema_decay", A::Float, false},
-        {"ema_warmup", A::Bool, false}}},
-      // (target variable, x1[, x2[, x3]][, factor][, skip]): target = keep target + factor
-      // (c1 x1 + c2 x2 + c3 x3), unless the skip flag (an f32 scalar) is nonzero (NaN: a
-      // loss-scaled step that overflowed). `addends` (default 1) x's of the target's shape;
-      // with `factor` an f32 scalar input after them multiplies the sum (a learning rate).
-      {OpKind::ApplyUpdate, "apply_update", kVariadic, 0, {0},
-       {{"addends", A::Int, false},
-        {"keep", A::Float, false},
-        {"c1", A::Float, false},
-        {"c2", A::Float, false},
-        {"c3", A::Float, false},
-        {"factor", A::Bool, false},
-        {"stochastic_rounding", A::Bool, false}}},
   };
   return defs;
 }
@@ -142,12 +109,6 @@ void checkAttrs(const OpDef& def, const Attrs& attrs, const std::string& label) 
 void expectIntsLen(const Attrs& a, const char* key, size_t n, const std::string& label) {
   if (a.getInts(key).size() != n)
     fail(label, fmt::format("attribute '{}' must have {} values", key, n));
-}
-
-void expectFloat(const Tensor& t, const std::string& label, const char* role) {
-  if (!isFloat(t.dtype))
-    fail(label, fmt::format("{} '{}' must be a floating-point tensor, got {}", role, t.name,
-                            dtypeName(t.dtype)));
 }
 
 }  // namespace
@@ -383,54 +344,6 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
       if (kind == OpKind::BatchNormTrain)
         return {{x.shape, x.dtype}, {{c}, DType::F32}, {{c}, DType::F32}};
       return {{x.shape, x.dtype}};
-    }
-    case OpKind::OptimizerUpdate: {
-      const bool scaled = a.getBool("loss_scaled", false);
-      const size_t fixed = scaled ? 5 : 3;
-      if (in.size() < fixed)
-        fail(label, fmt::format("expects weight, gradient, learning rate, state...{} ({} inputs "
-                                "at least), got {}",
-                                scaled ? ", inverse loss scale, overflow" : "", fixed, in.size()));
-      const Tensor &w = *in[0], &g = *in[1];
-      expectFloat(w, label, "weight");
-      expectFloat(g, label, "gradient");
-      const i64 r = a.getInt("replicas", 1);
-      if (r < 1) fail(label, fmt::format("replicas must be >= 1, got {}", r));
-      // Sharded (replicas > 1): the gradient and the state are this replica's chunk.
-      const Shape part = r > 1 ? Shape{(w.elements() + r - 1) / r} : w.shape;
-      for (size_t i = 1; i < in.size(); ++i) {
-        if (i == 2 || (scaled && i + 2 >= in.size())) {
-          if (in[i]->elements() != 1 || in[i]->dtype != DType::F32)
-            fail(label, fmt::format("'{}' {}{} must be an f32 scalar (learning rate, inverse loss "
-                                    "scale, overflow flag)",
-                                    in[i]->name, dtypeName(in[i]->dtype), shapeStr(in[i]->shape)));
-        } else if (in[i]->shape != part &&
-                   !(i >= 3 && in[i]->shape.empty())) {  // or a scalar state
-          fail(label, fmt::format("'{}' {} must have shape {} (weight '{}' {}{})", in[i]->name,
-                                  shapeStr(in[i]->shape), shapeStr(part), w.name, shapeStr(w.shape),
-                                  r > 1 ? fmt::format(", sharded over {} replicas", r) : ""));
-        }
-      }
-      return {};
-    }
-    case OpKind::ApplyUpdate: {
-      const i64 k = a.getInt("addends", 1);
-      const size_t fixed = 1 + static_cast<size_t>(k) + (a.getBool("factor", false) ? 1 : 0);
-      if (k < 1 || k > 3 || (in.size() != fixed && in.size() != fixed + 1))
-        fail(label, fmt::format("expects the target, {} addends{} and an optional skip flag ({} "
-                                "or {} inputs; addends 1 to 3), got {}",
-                                k, a.getBool("factor", false) ? ", the factor" : "", fixed,
-                                fixed + 1, in.size()));
-      expectFloat(*in[0], label, "target");
-      for (size_t i = 1; i <= static_cast<size_t>(k); ++i) {
-        expectSameShape(*in[0], *in[i], label);
-        expectFloat(*in[i], label, "addend");
-      }
-      for (size_t i = static_cast<size_t>(k) + 1; i < in.size(); ++i)
-        if (in[i]->elements() != 1 || in[i]->dtype != DType::F32)
-          fail(label, fmt::format("'{}' {}{} must be an f32 scalar (factor, skip flag)",
-                                  in[i]->name, dtypeName(in[i]->dtype), shapeStr(in[i]->shape)));
-      return {};
     }
     default:  // registered kinds (ipu_backend/ops) returned above
       break;

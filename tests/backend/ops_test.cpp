@@ -795,6 +795,10 @@ TEST(OpRegistry, EveryOpKindHasEveryFacetAndACase) {
         {"lars_learning_rate", "Lars.MatchesTensorFlowsLarsOptimizerInBothModes"},
         {"ema_update", "InPlaceOps.EmaUpdateInBothModes"},
         {"cast", "Cast.RoundsToNearestEvenAndStoresSixteenBitsInBothModes"},
+        // Every optimizer lowers its optimizer_update to ordinary ops and apply_updates, checked
+        // against plain references over several steps in both modes.
+        {"apply_update", "AllOptimizers/OptimizerReference.MatchesOverSeveralStepsInBothModes"},
+        {"optimizer_update", "Optimizers.EveryOneLowersToOrdinaryOpsAndApplyUpdate"},
         // Replica ops run through the engine's collective: the replication tests check them
         // against one replica of the global batch, in both modes and over processes.
         {"cross_replica_reduce_scatter",
@@ -806,15 +810,10 @@ TEST(OpRegistry, EveryOpKindHasEveryFacetAndACase) {
     covered = covered || coveredByTests.count(n) != 0;
     EXPECT_TRUE(covered) << n << ": no case in ops_test's table exercises it";
   }
-  const std::set<OpKind> viaSwitches = {OpKind::Conv2d,
-                                        OpKind::Conv2dBackwardData,
-                                        OpKind::Conv2dBackwardFilter,
-                                        OpKind::MatMul,
-                                        OpKind::BatchNormTrain,
-                                        OpKind::BatchNormInference,
-                                        OpKind::BatchNormBackward,
-                                        OpKind::OptimizerUpdate,
-                                        OpKind::ApplyUpdate};
+  const std::set<OpKind> viaSwitches = {
+      OpKind::Conv2d,           OpKind::Conv2dBackwardData, OpKind::Conv2dBackwardFilter,
+      OpKind::MatMul,           OpKind::BatchNormTrain,     OpKind::BatchNormInference,
+      OpKind::BatchNormBackward};
   for (int k = 0; k < ops::kindCount(); ++k) {
     const auto kind = static_cast<OpKind>(k);
     EXPECT_NE(ops::find(kind) != nullptr, viaSwitches.count(kind) != 0)
