@@ -47,65 +47,14 @@ class GradBuilder {
 
   // Applies the gradient rule of `op` given dy for its outputs. needs[i]: input i needs a grad.
   void rule(const Op& op, const std::vector<bool>& needs) {
-    auto in = [&](int i) { return op.inputs[i]; };
-    // References into the graph die when ops are added: take copies of shapes before building.
-    auto T = [&](int id) -> const Tensor& { return g_.tensor(id); };
-    int dy = grad(op.outputs.empty() ? -1 : op.outputs[0]);
-    const std::string label =
-        fmt::format("{} '{}'", opName(op.kind), op.outputs.empty() ? "" : T(op.outputs[0]).name);
-    auto noRule = [&](const char* why) {
-      throw GraphError(fmt::format("autodiff: {} has no gradient rule ({})", label, why));
-    };
-    if (const ops::OpInfo* info = ops::find(op.kind)) {
-      std::vector<int> dys;
-      for (int o : op.outputs) dys.push_back(grad(o));
-      info->grad({g_, b_, op, dys, needs, [this](int t, int gr) { accumulate(t, gr); }, label});
-      return;
-    }
-    switch (op.kind) {
-      case OpKind::Unary: {
-        if (!needs[0]) return;
-        // ReLU's derivative reads its output (y > 0 exactly when x > 0), so that the input
-        // (typically a batch-norm or residual-add output) need not stay live for the backward.
-        const int x = op.attrs.getString("fn") == "relu" ? op.outputs[0] : in(0);
-        accumulate(in(0), g_.addOp1(OpKind::UnaryGrad, {x, dy}, op.attrs));
-        return;
-      }
-      case OpKind::Binary: {
-        const std::string& fn = op.attrs.getString("fn");
-        const Shape sa = T(in(0)).shape, sb = T(in(1)).shape;
-        if (fn == "add" || fn == "sub") {
-          if (needs[0]) accumulate(in(0), reduceToShape(b_, dy, sa));
-          if (needs[1]) {
-            int d = reduceToShape(b_, dy, sb);
-            accumulate(in(1), fn == "sub" ? b_.unary("neg", d) : d);
-          }
-        } else if (fn == "mul") {
-          if (needs[0]) accumulate(in(0), reduceToShape(b_, b_.mul(dy, in(1)), sa));
-          if (needs[1]) accumulate(in(1), reduceToShape(b_, b_.mul(dy, in(0)), sb));
-        } else if (fn == "div") {
-          if (needs[0]) accumulate(in(0), reduceToShape(b_, b_.binary("div", dy, in(1)), sa));
-          if (needs[1]) {
-            // d(a/b)/db = -(a/b)/b = -y/b
-            int t = b_.binary("div", b_.mul(dy, op.outputs[0]), in(1));
-            accumulate(in(1), reduceToShape(b_, b_.unary("neg", t), sb));
-          }
-        } else {
-          noRule("binary max/min are not differentiable here yet");
-        }
-        return;
-      }
-      case OpKind::Cast:
-        accumulate(in(0), b_.cast(dy, T(in(0)).dtype));
-        return;
-      case OpKind::CrossReplicaSum:
-        // y_r = sum of x over r's group, so dL/dx_r = the same sum of dL/dy (L: the sum of the
-        // group's losses, as every replica's backward seeds its own).
-        accumulate(in(0), g_.addOp1(OpKind::CrossReplicaSum, {dy}, op.attrs));
-        return;
-      default:
-        noRule("it is a backward or update op");
-    }
+    const std::string label = fmt::format(
+        "{} '{}'", opName(op.kind), op.outputs.empty() ? "" : g_.tensor(op.outputs[0]).name);
+    const ops::OpInfo* info = ops::find(op.kind);
+    if (!info)  // every kind is registered (OpRegistry.EveryOpKindHasEveryFacetAndACase)
+      throw GraphError(fmt::format("autodiff: {} is not a registered op kind", label));
+    std::vector<int> dys;
+    for (int o : op.outputs) dys.push_back(grad(o));
+    info->grad({g_, b_, op, dys, needs, [this](int t, int gr) { accumulate(t, gr); }, label});
   }
 
  private:

@@ -118,6 +118,15 @@ class Planner : public ops::PlanApi {
   void mapChannelBlocked(int buffer, i64 pixels, i64 k, i64 kg) override {
     exe_.mapping[buffer] = channelBlockedMapping(pixels, k, kg, t_);
   }
+  void operandTiles(const Op& op) override {
+    ComputeSet& cs = newComputeSet(op, 0, "");
+    for (int t : op.inputs)
+      for (const TileSlice& s : exe_.mapping[t])
+        cs.vertices.push_back(vertexOn(s.tile, {{t, s.begin, s.end}}, {}, {s.begin, s.end}));
+    for (int t : op.outputs)
+      for (const TileSlice& s : exe_.mapping[t])
+        cs.vertices.push_back(vertexOn(s.tile, {}, {{t, s.begin, s.end}}, {s.begin, s.end}));
+  }
 
   void run() {
     createTensorBuffers();
@@ -336,70 +345,15 @@ class Planner : public ops::PlanApi {
   }
 
   void planOp(const Op& op) {
-    if (const ops::OpInfo* info = ops::find(op.kind)) return info->plan(*this, op);
-    auto in = [&](int i) { return op.inputs[i]; };
-    auto elems = [&](int t) { return g_.tensor(t).elements(); };
-    int out = op.outputs.empty() ? -1 : op.outputs[0];
-    switch (op.kind) {
-      case OpKind::Unary:
-      case OpKind::Cast:
-        perOutputSlice(op, out, [&](Range r) {
-          return std::vector<NeedWindow>{{in(0), r.begin, r.end}};
-        });
-        return;
-      case OpKind::UnaryGrad:
-        perOutputSlice(op, out, [&](Range r) {
-          return std::vector<NeedWindow>{{in(0), r.begin, r.end}, {in(1), r.begin, r.end}};
-        });
-        return;
-      case OpKind::Binary: {
-        auto bs = binaryShapeOf(g_, op);
-        perOutputSlice(op, out, [&, bs](Range r) {
-          Range a = broadcastBounds(bs, bs.aStrides, r, elems(in(0)));
-          Range b = broadcastBounds(bs, bs.bStrides, r, elems(in(1)));
-          return std::vector<NeedWindow>{{in(0), a.begin, a.end}, {in(1), b.begin, b.end}};
-        });
-        return;
-      }
-      case OpKind::OptimizerUpdate:
-        throw CompileError(
-            fmt::format("internal: optimizer_update of '{}' reached the planner unlowered",
-                        g_.tensor(in(0)).name),
-            -1, 0, 0);
-      case OpKind::CrossReplicaReduceScatter:
-      case OpKind::CrossReplicaAllGather:
-      case OpKind::CrossReplicaSum:
-      case OpKind::ReplicaChunk: {
-        // Runs off the tiles (IPU-Links / the replica index): these vertices only record which
-        // tiles hold the operands, for liveness and vertex state; the engine moves the data.
-        ComputeSet& cs = newComputeSet(op, 0, "");
-        for (int t : op.inputs)
-          for (const TileSlice& s : exe_.mapping[t])
-            cs.vertices.push_back(vertexOn(s.tile, {{t, s.begin, s.end}}, {}, {s.begin, s.end}));
-        for (int t : op.outputs)
-          for (const TileSlice& s : exe_.mapping[t])
-            cs.vertices.push_back(vertexOn(s.tile, {}, {{t, s.begin, s.end}}, {s.begin, s.end}));
-        return;
-      }
-      case OpKind::ApplyUpdate: {  // target slice = value slice unless the skip flag is set
-        ComputeSet& cs = newComputeSet(op, 0, "");
-        for (const TileSlice& s : exe_.mapping[in(0)]) {
-          Range r{s.begin, s.end};
-          // The addends' slices, then the scalars (factor, skip) whole.
-          const int k = static_cast<int>(op.attrs.getInt("addends", 1));
-          std::vector<NeedWindow> need;
-          for (int i = 1; i <= k; ++i) need.push_back({in(i), r.begin, r.end});
-          for (size_t i = static_cast<size_t>(k) + 1; i < op.inputs.size(); ++i)
-            need.push_back(whole(op.inputs[i]));
-          cs.vertices.push_back(vertexOn(s.tile, need, {{in(0), r.begin, r.end}}, r));
-        }
-        return;
-      }
-      default:  // registered kinds (ipu_backend/ops) planned above
-        break;
+    if (const ops::OpInfo* info = ops::find(op.kind)) {
+      if (info->lowered)
+        throw CompileError(fmt::format("internal: {} of '{}' reached the planner unlowered",
+                                       info->def.name, g_.tensor(op.inputs.at(0)).name),
+                           -1, 0, 0);
+      return info->plan(*this, op);
     }
-    throw CompileError(fmt::format("internal: no tile plan for op '{}'", opName(op.kind)), -1, 0,
-                       0);
+    throw CompileError(
+        fmt::format("internal: op '{}' is not a registered op kind", opName(op.kind)), -1, 0, 0);
   }
 
   // -- program --

@@ -20,8 +20,8 @@ PrecisionRule ruleOf(OpKind k) {
 // gamma and beta, masked_lm_loss's weights are f32 only); the switch-handled kinds take any.
 bool accepts(OpKind k, size_t i, DType dt) {
   const ops::OpInfo* info = ops::find(k);
-  if (!info || i >= info->inputDTypes.size()) return true;
-  const ops::DTypes& ok = info->inputDTypes[i];
+  if (!info || (info->def.numInputs >= 0 && i >= info->inputDTypes.size())) return true;
+  const ops::DTypes& ok = ops::inputDTypesOf(*info, i);
   return std::find(ok.begin(), ok.end(), dt) != ok.end();
 }
 

@@ -18,12 +18,6 @@ namespace {
 // Width of one tile load/store and vector ALU instruction: 64 bits (2 x f32 or 4 x f16), from
 // the Mk2 tile ISA (f32v2 / f16v4 arithmetic).
 constexpr double kVectorBits = 64;
-// Vector instructions per vector of a transcendental (exp, log, sqrt, sigmoid, tanh, gelu, ...).
-// The tile has no single-instruction exp for vectors; poplibs' estimates for these unary ops are
-// several times a simple op. An estimate.
-constexpr double kTranscendentalInstructions = 8;
-// Division: a reciprocal estimate plus a Newton step. An estimate.
-constexpr double kDivideInstructions = 4;
 // AMP contraction grain (input channels consumed per AMP pass): 8 for f32, 16 for f16 (the
 // inChansPerGroup of poplibs' AMP convolution vertices on Mk2).
 constexpr double kAmpGrainF32 = 8;
@@ -56,34 +50,13 @@ int channelSumStreams(OpKind k) {
 }
 
 double instructionsPerVector(const Op& op, int phase) {
-  using U = kernels::UnaryKind;
-  if (const ops::OpInfo* info = ops::find(op.kind)) return info->cost(op, phase);
-  switch (op.kind) {
-    case OpKind::Unary:
-    case OpKind::UnaryGrad: {
-      U u = unaryKindOf(op);
-      bool simple =
-          u == U::Identity || u == U::Relu || u == U::Neg || u == U::Square || u == U::Scale;
-      return (simple ? 1.0 : kTranscendentalInstructions) * (op.kind == OpKind::UnaryGrad ? 2 : 1);
-    }
-    case OpKind::Binary:
-      return binaryKindOf(op) == kernels::BinaryKind::Div ? kDivideInstructions : 1.0;
-    case OpKind::ApplyUpdate:  // keep * t + f * sum of c_i x_i: a multiply-add per term
-      return static_cast<double>(op.attrs.getInt("addends", 1)) + 1;
-    case OpKind::OptimizerUpdate:
-      throw std::logic_error("cost model: optimizer_update is lowered by compile()");
-    // One instruction per vector: copies and data movement.
-    case OpKind::CrossReplicaReduceScatter:
-    case OpKind::CrossReplicaAllGather:
-    case OpKind::Cast:
-    case OpKind::CrossReplicaSum:
-    case OpKind::ReplicaChunk:
-      return 1;
-    default:  // registered kinds (ipu_backend/ops) priced above
-      break;
-  }
-  throw std::logic_error(fmt::format("cost model: op kind {} ({}) has no cost rule",
-                                     static_cast<int>(op.kind), opName(op.kind)));
+  const ops::OpInfo* info = ops::find(op.kind);
+  if (!info)
+    throw std::logic_error(fmt::format("cost model: op kind {} ({}) is not registered",
+                                       static_cast<int>(op.kind), opName(op.kind)));
+  if (info->lowered)
+    throw std::logic_error(fmt::format("cost model: {} is lowered by compile()", info->def.name));
+  return info->cost(op, phase);
 }
 
 struct VertexWork {
@@ -176,10 +149,11 @@ VertexWork vertexWork(const Executable& exe, const ComputeSet& cs, const Op& op,
   } else if (op.kind == OpKind::SoftmaxCrossEntropy) {
     w.elements = inBytes / inBytes0;  // logits read per output sample
   }
-  // Registered read-modify-write kinds (ema_update) and apply_update with keep != 0 read their
-  // in-place target too.
-  if ((registered && registered->costTraits.readModifyWrite) ||
-      (op.kind == OpKind::ApplyUpdate && op.attrs.getFloat("keep", 0.0) != 0.0))
+  // Read-modify-write kinds (ema_update; apply_update with keep != 0) read their in-place target
+  // too.
+  if (registered &&
+      (registered->costTraits.readModifyWrite ||
+       (registered->costTraits.readModifyWriteOf && registered->costTraits.readModifyWriteOf(op))))
     inBytes += outBytes;
   w.instrPerVector = instructionsPerVector(op, cs.phase);
   w.bytes = inBytes + outBytes;
@@ -249,9 +223,8 @@ double exchangeScale(const Executable& exe, const ComputeSet& cs, const CostOpti
 }
 
 bool isElementwise(OpKind k) {
-  if (const ops::OpInfo* info = ops::find(k)) return info->costTraits.elementwise;
-  return k == OpKind::Unary || k == OpKind::UnaryGrad || k == OpKind::Binary ||
-         k == OpKind::ApplyUpdate;
+  const ops::OpInfo* info = ops::find(k);
+  return info && info->costTraits.elementwise;
 }
 
 // Exchange of a non-MAC compute set under ExchangeModel::Planned: the compiled windows, except
@@ -360,21 +333,15 @@ void addComputeSets(const Executable& exe, const CostOptions& o, StepCost& sc) {
       ComputeSetCost c;
       c.name = cs.name;
       c.kind = op.kind;
-      // replica_chunk: this replica's slice of a weight it holds whole, no link traffic (the
-      // sharded update's math is priced as its ordinary ops).
-      if (op.kind != OpKind::ReplicaChunk) {
-        // Each half of a ring all-reduce of the whole tensor: (R-1)/R of its bytes per replica.
+      // The op's link traffic (ops/cross_replica.cpp): a fraction of a ring all-reduce, whose
+      // halves each move (R-1)/R of the tensor's bytes per replica.
+      const ops::LinkTraffic link = ops::find(op.kind)->linkTraffic(op);
+      if (link.tensor >= 0) {
         const int replicas = static_cast<int>(replicasOf(op));
-        const int whole = op.kind == OpKind::CrossReplicaAllGather ? op.outputs[0] : op.inputs[0];
-        double bytes = static_cast<double>(exe.buffers[whole].elements) * elemBytes(exe, whole, o);
-        // cross_replica_sum is a whole ring all-reduce of R / group slots (the engine's form).
-        double halves = 0.5;
-        if (op.kind == OpKind::CrossReplicaSum) {
-          bytes *= static_cast<double>(replicas / op.attrs.getInt("group"));
-          halves = 1.0;
-        }
+        const double bytes = static_cast<double>(exe.buffers[link.tensor].elements) *
+                             elemBytes(exe, link.tensor, o) * link.scale;
         c.exchangeCycles =
-            halves *
+            link.halves *
             allReduceSeconds(static_cast<i64>(bytes), PodShape::pod(replicas), t, o.collectives) *
             t.clockHz;
         c.syncCycles = t.syncCycles;

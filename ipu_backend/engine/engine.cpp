@@ -52,25 +52,6 @@ struct AlignedBytes {
 // widened into f32 scratch before it runs and its 16-bit results rounded back after (RNE, or
 // stochastic rounding where the op asks for it). Both engine modes apply exactly these rules
 // at op (fused) or vertex (tile) granularity, so they round identically.
-// apply_update's attributes and where its optional inputs sit (-1: absent).
-struct UpdateForm {
-  int k = 1;
-  float keep = 0;
-  std::array<float, 3> c{1, 1, 1};
-  int factorInput = -1, skipInput = -1;
-};
-UpdateForm updateForm(const Op& op) {
-  UpdateForm u;
-  u.k = static_cast<int>(op.attrs.getInt("addends", 1));
-  u.keep = static_cast<float>(op.attrs.getFloat("keep", 0.0));
-  static const char* const kCoefficient[] = {"c1", "c2", "c3"};
-  for (int i = 0; i < 3; ++i) u.c[i] = static_cast<float>(op.attrs.getFloat(kCoefficient[i], 1.0));
-  int next = 1 + u.k;
-  if (op.attrs.getBool("factor", false)) u.factorInput = next++;
-  if (next < static_cast<int>(op.inputs.size())) u.skipInput = next;
-  return u;
-}
-
 bool isHalf(DType t) {
   return t == DType::F16 || t == DType::BF16;
 }
@@ -212,82 +193,10 @@ struct Engine::Impl {
             fmt::format("engine: '{}' reads '{}' in {}; cross-replica ops take f32 operands (the "
                         "replication pass widens 16-bit gradients: cast the operand to f32 first)",
                         opName(op.kind), g.tensor(t).name, dtypeName(g.tensor(t).dtype)));
-    const int r = replica.replica;
-    std::function<void()> body;
-    switch (op.kind) {
-      case OpKind::CrossReplicaReduceScatter: {
-        const float* x = P(op.inputs[0]);
-        float* y = P(op.outputs[0]);
-        const i64 n = g.tensor(op.inputs[0]).elements();
-        const float scale = static_cast<float>(op.attrs.getFloat("scale", 1.0));
-        const std::string what = g.tensor(op.outputs[0]).name;
-        if (replicas == 1)
-          body = [=] {
-            for (i64 i = 0; i < n; ++i) y[i] = x[i] * scale;
-          };
-        else
-          body = [=] { coll->reduceScatter(r, x, n, y, scale, what); };
-        break;
-      }
-      case OpKind::CrossReplicaAllGather: {
-        const float* x = P(op.inputs[0]);
-        float* y = P(op.outputs[0]);
-        const i64 n = g.tensor(op.outputs[0]).elements();
-        const std::string what = g.tensor(op.outputs[0]).name;
-        if (replicas == 1)
-          body = [=] { std::copy(x, x + n, y); };
-        else
-          body = [=] { coll->allGather(r, x, y, n, what); };
-        break;
-      }
-      case OpKind::ReplicaChunk: {
-        const float* x = P(op.inputs[0]);
-        float* y = P(op.outputs[0]);
-        const i64 n = g.tensor(op.inputs[0]).elements(),
-                  s = chunkElements(n, static_cast<int>(replicas));
-        const i64 begin = std::min(n, r * s), len = std::min(n, begin + s) - begin;
-        body = [=] {
-          std::copy(x + begin, x + begin + len, y);
-          std::fill(y + len, y + s, 0.0f);
-        };
-        break;
-      }
-      case OpKind::CrossReplicaSum: {
-        // A sum within groups of G replicas through the all-replica ring: replica r puts x in
-        // slot r / G of an (R/G)-slot vector of zeros; reduce-scatter + all-gather sum the slots
-        // (adding zeros is exact), and each replica keeps its group's slot. The summation order
-        // is the ring's, so a run split over processes gives the same bits.
-        const float* x = P(op.inputs[0]);
-        float* y = P(op.outputs[0]);
-        const i64 n = g.tensor(op.inputs[0]).elements();
-        const i64 group = op.attrs.getInt("group");
-        if (replicas % group != 0)
-          throw std::invalid_argument(fmt::format(
-              "engine: cross_replica_sum on '{}' sums groups of {} replicas, which do not divide "
-              "the engine's {} replicas",
-              g.tensor(op.inputs[0]).name, group, replicas));
-        const std::string what = g.tensor(op.outputs[0]).name;
-        if (replicas == 1) {
-          body = [=] { std::copy(x, x + n, y); };
-          break;
-        }
-        const i64 slots = replicas / group, slot = r / group, total = slots * n;
-        auto padded = std::make_shared<std::vector<float>>(static_cast<size_t>(total));
-        auto chunk = std::make_shared<std::vector<float>>(
-            static_cast<size_t>(chunkElements(total, static_cast<int>(replicas))));
-        auto sum = std::make_shared<std::vector<float>>(static_cast<size_t>(total));
-        body = [=] {
-          std::fill(padded->begin(), padded->end(), 0.0f);
-          std::copy(x, x + n, padded->data() + slot * n);
-          coll->reduceScatter(r, padded->data(), total, chunk->data(), 1.0f, what);
-          coll->allGather(r, chunk->data(), sum->data(), total, what);
-          std::copy(sum->data() + slot * n, sum->data() + (slot + 1) * n, y);
-        };
-        break;
-      }
-      default:
-        throw std::logic_error(fmt::format("engine: '{}' is not a replica op", opName(op.kind)));
-    }
+    ops::ReplicaArgs a{g, op, replicas > 1 ? coll : nullptr, replica.replica, replicas, {}, {}};
+    for (int t : op.inputs) a.in.push_back(P(t));
+    for (int t : op.outputs) a.out.push_back(P(t));
+    std::function<void()> body = ops::find(op.kind)->replica(a);
     if (mode == EngineMode::Fused) return body;
     // Tile mode: copy the operands off the tiles, run, copy the results (and the updated
     // momentum) back.
@@ -342,17 +251,26 @@ struct Engine::Impl {
     };
   }
 
-  // Elementwise ops (unary, unary_grad, same-shape binary, cast) on 16-bit operands: widened,
-  // computed (the same element functions as the tile vertices, in vectorised loops) and rounded
-  // chunk by chunk in cache, instead of whole tensors through the scratch pool; same results,
-  // a third of the traffic.
+  // Elementwise ops with a halfChunk facet (unary, unary_grad, same-shape binary, cast) on
+  // 16-bit operands: widened, computed (the same element functions as the tile vertices, in
+  // vectorised loops) and rounded chunk by chunk in cache, instead of whole tensors through the
+  // scratch pool; same results, a third of the traffic. The add of an add + ReLU host fusion
+  // applies the ReLU to each chunk of its sums.
   std::function<void()> makeFusedElementwise(const Op& op) {
-    if (op.kind != OpKind::Unary && op.kind != OpKind::UnaryGrad && op.kind != OpKind::Binary &&
-        op.kind != OpKind::Cast)
-      return {};
+    const ops::OpInfo* info = ops::find(op.kind);
+    if (!info || !info->halfChunk) return {};
+    const bool addRelu = fusion.role[op.id] == HostFusionPlan::Role::kAddRelu;
+    if (fusion.role[op.id] != HostFusionPlan::Role::kNone && !addRelu) return {};
     const i64 n = g.tensor(op.outputs[0]).elements();
     for (int t : op.inputs)
       if (g.tensor(t).elements() != n) return {};  // broadcasts take the general path
+    if (op.inputs.size() > ops::kMaxChunkInputs)
+      throw std::logic_error(
+          fmt::format("engine: {} has {} inputs; the 16-bit chunk path takes "
+                      "at most {}",
+                      opName(op.kind), op.inputs.size(), ops::kMaxChunkInputs));
+    ops::ElementChunk elements = info->halfChunk(g, op);
+    if (!elements) return {};
     struct Operand {
       DType dt;
       std::byte* p;
@@ -360,50 +278,20 @@ struct Engine::Impl {
     auto operand = [&](int t) { return Operand{g.tensor(t).dtype, tensorMem[t]}; };
     std::vector<Operand> ins;
     for (int t : op.inputs) ins.push_back(operand(t));
-    const bool addRelu = fusion.role[op.id] == HostFusionPlan::Role::kAddRelu;
     const Operand out = operand(addRelu ? fusion.reluOut[op.id] : op.outputs[0]);
-    using Chunk = std::function<void(const FW*, float*, Range)>;
-    Chunk chunk;
-    switch (op.kind) {
-      case OpKind::Unary: {
-        auto k = unaryKindOf(op);
-        float a = static_cast<float>(op.attrs.getFloat("alpha", 1.0));
-        chunk = [=](const FW* w, float* y, Range r) {
-          fz::unaryChunk(k, a, w[0].data, y, r.size());
-        };
-        break;
-      }
-      case OpKind::UnaryGrad: {
-        auto k = unaryKindOf(op);
-        float a = static_cast<float>(op.attrs.getFloat("alpha", 1.0));
-        chunk = [=](const FW* w, float* y, Range r) {
-          fz::unaryGradChunk(k, a, w[0].data, w[1].data, y, r.size());
-        };
-        break;
-      }
-      case OpKind::Binary: {
-        auto k = binaryKindOf(op);  // same shapes (checked above): no broadcast indexing
-        chunk = [=](const FW* w, float* y, Range r) {
-          fz::binaryChunk(k, w[0].data, w[1].data, y, r.size());
-          if (addRelu) fz::unaryChunk(kernels::UnaryKind::Relu, 1.0f, y, y, r.size());
-        };
-        break;
-      }
-      case OpKind::Cast:
-        chunk = [](const FW* w, float* y, Range r) {
-          std::memcpy(y, w[0].data, static_cast<size_t>(r.size()) * sizeof(float));
-        };
-        break;
-      default:
-        return {};
-    }
+    ops::ElementChunk chunk = elements;
+    if (addRelu)
+      chunk = [elements](const FW* w, float* y, Range r) {
+        elements(w, y, r);
+        fz::unaryChunk(kernels::UnaryKind::Relu, 1.0f, y, y, r.size());
+      };
     constexpr i64 kChunk = 4096;
     return [=] {
       const i64 chunks = (n + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(static)
       for (i64 c = 0; c < chunks; ++c) {
-        float buf[3][kChunk];
-        FW w[2];
+        float buf[ops::kMaxChunkInputs + 1][kChunk];
+        FW w[ops::kMaxChunkInputs];
         const Range r{c * kChunk, std::min(n, (c + 1) * kChunk)};
         for (size_t i = 0; i < ins.size(); ++i) {
           const Operand& o = ins[i];
@@ -414,7 +302,8 @@ struct Engine::Impl {
           }
           w[i] = FW{d, r.begin, r.size()};
         }
-        float* y = isHalf(out.dt) ? buf[2] : reinterpret_cast<float*>(out.p) + r.begin;
+        float* y =
+            isHalf(out.dt) ? buf[ops::kMaxChunkInputs] : reinterpret_cast<float*>(out.p) + r.begin;
         chunk(w, y, r);
         if (isHalf(out.dt)) narrow(out.dt, y, out.p + r.begin * 2, r.size(), false, 0, 0);
       }
@@ -590,11 +479,11 @@ struct Engine::Impl {
     }
     // An apply_update ending the chain: its addends (the link among them) into its target.
     const bool update = last.kind == OpKind::ApplyUpdate;
-    UpdateForm u;
+    ApplyUpdateForm u;
     std::array<const float*, 3> addends{};  // nullptr: the link
     const float *factor = nullptr, *skip = nullptr;
     if (update) {
-      u = updateForm(last);
+      u = applyUpdateForm(last);
       const int link = g.op(ids[ids.size() - 2]).outputs[0];
       for (int i = 0; i < u.k; ++i)
         addends[static_cast<size_t>(i)] =
@@ -646,9 +535,56 @@ struct Engine::Impl {
     };
   }
 
+  // The host fusions of elementwise ops (host_fusion.h) run kernels of their own, not the op's
+  // `fused` facet: they belong to the engine's fusion plan, not to one op kind.
+  std::function<void()> makeElementwiseFusion(const Op& op) {
+    using Role = HostFusionPlan::Role;
+    switch (fusion.role[op.id]) {
+      case Role::kElementwiseChain:
+        return makeElementwiseChain(op);
+      case Role::kSquareSum: {  // square -> reduce sum as one pass
+        const float* x = F(op.inputs[0]);
+        float* sum = F(fusion.sumOut[op.id]);
+        const i64 n = g.tensor(op.outputs[0]).elements();
+        return [=] { *sum = fz::sumOfSquares(x, n); };
+      }
+      case Role::kAddRelu: {  // the add writes relu(a + b) as the ReLU's output
+        float *a = F(op.inputs[0]), *b = F(op.inputs[1]), *y = F(fusion.reluOut[op.id]);
+        const i64 n = g.tensor(op.outputs[0]).elements();
+        return [=] { fz::addRelu(a, b, y, n); };
+      }
+      case Role::kAddBatchNormRelu: {  // batch_norm_train -> add -> relu in one pass
+        const int bn = fusion.forwardOp[op.id];
+        const auto [rows, c] = rowsChannelsOf(g, fusion.normX[op.id]);
+        const auto* affine = reinterpret_cast<const float*>(fusionBuffer(bn));
+        float *x = F(fusion.normX[op.id]), *other = F(fusion.addOther[op.id]),
+              *y = F(fusion.reluOut[op.id]);
+        auto* bits = fusion.writesReluBits[op.id]
+                         ? static_cast<std::uint8_t*>(
+                               allocateFusionBuffer(op.id, static_cast<size_t>((rows * c + 7) / 8)))
+                         : nullptr;
+        const int otherBn = fusion.otherBn[op.id];
+        const auto* otherAffine =
+            otherBn < 0 ? nullptr : reinterpret_cast<const float*>(fusionBuffer(otherBn));
+        return [=] { fz::batchNormAddRelu(x, affine, other, otherAffine, y, rows, c, bits); };
+      }
+      case Role::kAddReluBackward: {  // add + relu_grad of the residual's backward
+        float *a = F(op.inputs[0]), *b = F(op.inputs[1]), *dx = F(fusion.reluOut[op.id]);
+        const i64 n = g.tensor(op.outputs[0]).elements();
+        if (const int from = fusion.reluBitsFrom[op.id]; from >= 0) {
+          const auto* bits = reinterpret_cast<const std::uint8_t*>(fusionBuffer(from));
+          return [=] { fz::addReluBackwardBits(a, b, bits, dx, n); };
+        }
+        float* x = F(fusion.reluX[op.id]);
+        return [=] { fz::addReluBackward(a, b, x, dx, n); };
+      }
+      default:
+        return {};
+    }
+  }
+
   std::function<void()> makeFused(const Op& op) {
-    if (fusion.role[op.id] == HostFusionPlan::Role::kElementwiseChain)
-      return makeElementwiseChain(op);
+    if (auto fused = makeElementwiseFusion(op)) return fused;
     if (const ops::OpInfo* info = ops::find(op.kind)) {
       ops::FusedArgs a{g, op, {}, {}, {}};
       for (int t : op.inputs) {
@@ -657,104 +593,12 @@ struct Engine::Impl {
         a.ints.push_back(index ? I(t) : nullptr);
       }
       for (int t : op.outputs) a.out.push_back(F(t));
+      if (!info->fused)  // lowered kinds (optimizer_update) never reach an engine
+        throw std::logic_error(fmt::format("fused engine: no kernel for op '{}'", opName(op.kind)));
       return info->fused(a);
     }
-    auto in = [&](int i) { return op.inputs[i]; };
-    int out = op.outputs.empty() ? -1 : op.outputs[0];
-    switch (op.kind) {
-      case OpKind::Unary: {
-        if (fusion.role[op.id] == HostFusionPlan::Role::kSquareSum) {
-          const float* x = F(in(0));
-          float* sum = F(fusion.sumOut[op.id]);
-          const i64 n = g.tensor(out).elements();
-          return [=] { *sum = fz::sumOfSquares(x, n); };
-        }
-        auto kind = unaryKindOf(op);
-        float alpha = static_cast<float>(op.attrs.getFloat("alpha", 1.0));
-        float *x = F(in(0)), *y = F(out);
-        i64 n = g.tensor(out).elements();
-        return [=] { fz::unary(kind, alpha, x, y, n); };
-      }
-      case OpKind::UnaryGrad: {
-        auto kind = unaryKindOf(op);
-        float alpha = static_cast<float>(op.attrs.getFloat("alpha", 1.0));
-        float *x = F(in(0)), *dy = F(in(1)), *dx = F(out);
-        i64 n = g.tensor(out).elements();
-        return [=] { fz::unaryGrad(kind, alpha, x, dy, dx, n); };
-      }
-      case OpKind::Binary: {
-        if (fusion.role[op.id] == HostFusionPlan::Role::kAddRelu) {
-          float *a = F(in(0)), *b = F(in(1)), *y = F(fusion.reluOut[op.id]);
-          const i64 n = g.tensor(out).elements();
-          return [=] { fz::addRelu(a, b, y, n); };
-        }
-        if (fusion.role[op.id] == HostFusionPlan::Role::kAddBatchNormRelu) {
-          const int bn = fusion.forwardOp[op.id];
-          const auto [rows, c] = rowsChannelsOf(g, fusion.normX[op.id]);
-          const auto* affine = reinterpret_cast<const float*>(fusionBuffer(bn));
-          float *x = F(fusion.normX[op.id]), *other = F(fusion.addOther[op.id]),
-                *y = F(fusion.reluOut[op.id]);
-          auto* bits = fusion.writesReluBits[op.id]
-                           ? static_cast<std::uint8_t*>(allocateFusionBuffer(
-                                 op.id, static_cast<size_t>((rows * c + 7) / 8)))
-                           : nullptr;
-          const int otherBn = fusion.otherBn[op.id];
-          const auto* otherAffine =
-              otherBn < 0 ? nullptr : reinterpret_cast<const float*>(fusionBuffer(otherBn));
-          return [=] { fz::batchNormAddRelu(x, affine, other, otherAffine, y, rows, c, bits); };
-        }
-        if (fusion.role[op.id] == HostFusionPlan::Role::kAddReluBackward) {
-          float *a = F(in(0)), *b = F(in(1)), *dx = F(fusion.reluOut[op.id]);
-          const i64 n = g.tensor(out).elements();
-          if (const int from = fusion.reluBitsFrom[op.id]; from >= 0) {
-            const auto* bits = reinterpret_cast<const std::uint8_t*>(fusionBuffer(from));
-            return [=] { fz::addReluBackwardBits(a, b, bits, dx, n); };
-          }
-          float* x = F(fusion.reluX[op.id]);
-          return [=] { fz::addReluBackward(a, b, x, dx, n); };
-        }
-        auto kind = binaryKindOf(op);
-        auto bs = binaryShapeOf(g, op);
-        float *a = F(in(0)), *b = F(in(1)), *y = F(out);
-        return [=] { fz::binary(kind, bs, a, b, y); };
-      }
-      case OpKind::OptimizerUpdate:
-        break;  // lowered by compile()
-      case OpKind::ApplyUpdate: {
-        const UpdateForm u = updateForm(op);
-        float* t = F(in(0));
-        std::array<const float*, 3> x{};
-        for (int i = 0; i < u.k; ++i) x[i] = F(in(1 + i));
-        const float* factor = u.factorInput >= 0 ? F(in(u.factorInput)) : nullptr;
-        const float* skip = u.skipInput >= 0 ? F(in(u.skipInput)) : nullptr;
-        const i64 n = g.tensor(in(0)).elements();
-        return [=] {
-          if (skip && *skip != 0.0f) return;  // NaN (overflow) is unequal too
-          const float f = factor ? *factor : 1.0f;
-          constexpr i64 kChunk = 16384;
-#pragma omp parallel for schedule(static)
-          for (i64 b = 0; b < n; b += kChunk) {
-            std::array<const float*, 3> xb{};
-            for (int i = 0; i < u.k; ++i) xb[i] = x[i] + b;
-            kernels::applyUpdate(u.keep, f, u.k, xb.data(), u.c.data(), t + b,
-                                 std::min(kChunk, n - b));
-          }
-        };
-      }
-      case OpKind::CrossReplicaReduceScatter:
-      case OpKind::CrossReplicaAllGather:
-      case OpKind::CrossReplicaSum:
-      case OpKind::ReplicaChunk:
-        break;              // makeReplicaOp
-      case OpKind::Cast: {  // the conversions around the op do the rounding
-        float *x = F(in(0)), *y = F(out);
-        size_t n = static_cast<size_t>(g.tensor(out).elements());
-        return [=] { std::memcpy(y, x, n * sizeof(float)); };
-      }
-      default:  // registered kinds (ipu_backend/ops) built above
-        break;
-    }
-    throw std::logic_error(fmt::format("fused engine: no kernel for op '{}'", opName(op.kind)));
+    throw std::logic_error(
+        fmt::format("fused engine: op '{}' is not a registered op kind", opName(op.kind)));
   }
 
   // ---- tile mode ----------------------------------------------------------------------------
@@ -817,55 +661,13 @@ struct Engine::Impl {
       ops::VertexArgs a{g, op, cs.phase, W, {}, {}, v.work, v.red};
       for (const Window& w : v.inputs) a.ints.push_back(iw(t, w));
       for (const OutRegion& o : v.outputs) a.out.push_back(outPtr(t, o));
+      if (!info->vertex)
+        throw std::logic_error(
+            fmt::format("tile engine: no vertex kernel for op '{}'", opName(op.kind)));
       return info->vertex(a);
     }
-    float* y = v.outputs.empty() ? nullptr : outPtr(t, v.outputs[0]);
-    const Range work = v.work;
-    auto attrF = [&](const char* k, double d) {
-      return static_cast<float>(op.attrs.getFloat(k, d));
-    };
-    switch (op.kind) {
-      case OpKind::Unary: {
-        auto k = unaryKindOf(op);
-        float a = attrF("alpha", 1.0);
-        return [=] { ref::unary(k, a, W[0], y, work); };
-      }
-      case OpKind::UnaryGrad: {
-        auto k = unaryKindOf(op);
-        float a = attrF("alpha", 1.0);
-        return [=] { ref::unaryGrad(k, a, W[0], W[1], y, work); };
-      }
-      case OpKind::Binary: {
-        auto k = binaryKindOf(op);
-        auto bs = binaryShapeOf(g, op);
-        return [=] { ref::binary(k, bs, W[0], W[1], y, work); };
-      }
-      case OpKind::OptimizerUpdate:
-        break;                     // lowered by compile()
-      case OpKind::ApplyUpdate: {  // windows: addends[, factor][, skip flag]
-        const UpdateForm u = updateForm(op);
-        return [=] {
-          if (u.skipInput >= 0 && W[u.skipInput - 1][0] != 0.0f) return;
-          std::array<const float*, 3> x{};
-          for (int i = 0; i < u.k; ++i) x[i] = W[i].data;
-          const float f = u.factorInput >= 0 ? W[u.factorInput - 1][0] : 1.0f;
-          kernels::applyUpdate(u.keep, f, u.k, x.data(), u.c.data(), y, work.size());
-        };
-      }
-      case OpKind::CrossReplicaReduceScatter:
-      case OpKind::CrossReplicaAllGather:
-      case OpKind::CrossReplicaSum:
-      case OpKind::ReplicaChunk:
-        break;            // makeReplicaOp
-      case OpKind::Cast:  // the conversions around the vertex do the rounding
-        return [=] {
-          for (i64 i = work.begin; i < work.end; ++i) y[i - work.begin] = W[0][i];
-        };
-      default:  // registered kinds (ipu_backend/ops) built above
-        break;
-    }
     throw std::logic_error(
-        fmt::format("tile engine: no vertex kernel for op '{}'", opName(op.kind)));
+        fmt::format("tile engine: op '{}' is not a registered op kind", opName(op.kind)));
   }
 
   void runComputeSet(int c) {

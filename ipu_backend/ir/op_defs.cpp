@@ -17,65 +17,6 @@ using ops::expectSameShape;
 using ops::fail;
 constexpr int kVariadic = -1;
 
-// The op table, one entry per op as it reads best (kept out of clang-format's layout).
-// clang-format off
-const std::vector<OpDef>& table() {
-  static const std::vector<OpDef> defs = {
-      {OpKind::Unary, "unary", 1, 1, {}, {{"fn", A::String, true}, {"alpha", A::Float, false}}},
-      {OpKind::UnaryGrad, "unary_grad", 2, 1, {},
-       {{"fn", A::String, true}, {"alpha", A::Float, false}}},
-      {OpKind::Binary, "binary", 2, 1, {}, {{"fn", A::String, true}}},
-      // (weight, gradient, lr, state..., [inverse loss scale, overflow]): see UpdateOperands.
-      // The attributes are those of the optimizers in ipu_backend/optimizers, which check them.
-      {OpKind::OptimizerUpdate, "optimizer_update", kVariadic, 0, {0},
-       {{"optimizer", A::String, true},
-        {"momentum", A::Float, false},
-        {"weight_decay", A::Float, false},
-        {"nesterov", A::Bool, false},
-        {"stochastic_rounding", A::Bool, false},
-        {"lars_eta", A::Float, false},
-        {"lars_epsilon", A::Float, false},
-        {"beta1", A::Float, false},
-        {"beta2", A::Float, false},
-        {"epsilon", A::Float, false},
-        {"rho", A::Float, false},
-        {"bias_correction", A::Bool, false},
-        {"trust_ratio", A::Bool, false},
-        {"max_grad_norm", A::Float, false},
-        {"loss_scaled", A::Bool, false},
-        {"replicas", A::Int, false},
-        {"ema_decay", A::Float, false},
-        {"ema_warmup", A::Bool, false}}},
-      // x (any shape, n elements) -> this replica's chunk [ceil(n/R)] of scale * sum over replicas.
-      {OpKind::CrossReplicaReduceScatter, "cross_replica_reduce_scatter", 1, 1, {},
-       {{"replicas", A::Int, true}, {"scale", A::Float, false}}},
-      // chunk [ceil(n/R)] of every replica -> the whole tensor of `shape`.
-      {OpKind::CrossReplicaAllGather, "cross_replica_all_gather", 1, 1, {},
-       {{"replicas", A::Int, true}, {"shape", A::Ints, true}}},
-      // x -> the sum of x over this replica's group (replicas g*G .. g*G+G-1, G = `group`).
-      // `replicas` (R, a multiple of G) is set by the replication pass; before it, R = G.
-      {OpKind::CrossReplicaSum, "cross_replica_sum", 1, 1, {},
-       {{"group", A::Int, true}, {"replicas", A::Int, false}}},
-      // x (n elements) -> elements [r s, r s + s) of x, s = ceil(n/R), zero-padded, on replica r.
-      {OpKind::ReplicaChunk, "replica_chunk", 1, 1, {}, {{"replicas", A::Int, true}}},
-      {OpKind::Cast, "cast", 1, 1, {}, {{"dtype", A::String, true}}},
-      // (target variable, x1[, x2[, x3]][, factor][, skip]): target = keep target + factor
-      // (c1 x1 + c2 x2 + c3 x3), unless the skip flag (an f32 scalar) is nonzero (NaN: a
-      // loss-scaled step that overflowed). `addends` (default 1) x's of the target's shape;
-      // with `factor` an f32 scalar input after them multiplies the sum (a learning rate).
-      {OpKind::ApplyUpdate, "apply_update", kVariadic, 0, {0},
-       {{"addends", A::Int, false},
-        {"keep", A::Float, false},
-        {"c1", A::Float, false},
-        {"c2", A::Float, false},
-        {"c3", A::Float, false},
-        {"factor", A::Bool, false},
-        {"stochastic_rounding", A::Bool, false}}},
-  };
-  return defs;
-}
-// clang-format on
-
 const char* attrTypeName(AttrType t) {
   switch (t) {
     case A::Bool:
@@ -131,12 +72,6 @@ void expectIntsLen(const Attrs& a, const char* key, size_t n, const std::string&
     fail(label, fmt::format("attribute '{}' must have {} values", key, n));
 }
 
-void expectFloat(const Tensor& t, const std::string& label, const char* role) {
-  if (!isFloat(t.dtype))
-    fail(label, fmt::format("{} '{}' must be a floating-point tensor, got {}", role, t.name,
-                            dtypeName(t.dtype)));
-}
-
 }  // namespace
 
 WindowGeometry windowGeometry(const Shape& x, i64 r, i64 s, const Attrs& a,
@@ -159,24 +94,20 @@ WindowGeometry windowGeometry(const Shape& x, i64 r, i64 s, const Attrs& a,
   return {(hp - effR) / st[0] + 1, (wp - effS) / st[1] + 1};
 }
 
+// Every op kind is registered (ipu_backend/ops): the registry is the op table.
 const OpDef& opDef(OpKind kind) {
   if (const ops::OpInfo* info = ops::find(kind)) return info->def;
-  const auto& t = table();
-  for (const auto& d : t)
-    if (d.kind == kind) return d;
-  throw GraphError("internal: op kind missing from the op table");
+  throw GraphError(fmt::format("internal: op kind {} is not registered", static_cast<int>(kind)));
 }
 
 const OpDef* findOpDef(std::string_view name) {
-  if (const ops::OpInfo* info = ops::find(name)) return &info->def;
-  for (const auto& d : table())
-    if (d.name == name) return &d;
-  return nullptr;
+  const ops::OpInfo* info = ops::find(name);
+  return info ? &info->def : nullptr;
 }
 
 bool isReplicaOp(OpKind k) {
-  return k == OpKind::CrossReplicaReduceScatter || k == OpKind::CrossReplicaAllGather ||
-         k == OpKind::ReplicaChunk || k == OpKind::CrossReplicaSum;
+  const ops::OpInfo* info = ops::find(k);
+  return info && info->replica;
 }
 
 i64 replicasOf(const Op& op) {
@@ -200,6 +131,18 @@ UpdateOperands updateOperands(const Op& op) {
     end -= 2;
   }
   u.state.assign(op.inputs.begin() + 3, op.inputs.begin() + static_cast<long>(end));
+  return u;
+}
+
+ApplyUpdateForm applyUpdateForm(const Op& op) {
+  ApplyUpdateForm u;
+  u.k = static_cast<int>(op.attrs.getInt("addends", 1));
+  u.keep = static_cast<float>(op.attrs.getFloat("keep", 0.0));
+  static const char* const kCoefficient[] = {"c1", "c2", "c3"};
+  for (int i = 0; i < 3; ++i) u.c[i] = static_cast<float>(op.attrs.getFloat(kCoefficient[i], 1.0));
+  int next = 1 + u.k;
+  if (op.attrs.getBool("factor", false)) u.factorInput = next++;
+  if (next < static_cast<int>(op.inputs.size())) u.skipInput = next;
   return u;
 }
 
@@ -244,7 +187,7 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
   checkAttrs(def, a, label);
   if (const ops::OpInfo* info = ops::find(kind)) {
     for (size_t i = 0; i < in.size(); ++i) {
-      const auto& ok = info->inputDTypes[i];
+      const auto& ok = ops::inputDTypesOf(*info, i);
       if (std::find(ok.begin(), ok.end(), in[i]->dtype) == ok.end()) {
         std::vector<std::string_view> names;
         for (DType t : ok) names.push_back(dtypeName(t));
@@ -254,128 +197,7 @@ std::vector<TensorType> inferOutputTypes(OpKind kind, const std::vector<const Te
     }
     return info->infer(in, a, label);
   }
-  for (size_t i = 0; i < in.size(); ++i) {
-    // Kinds not yet in the registry (whose OpInfo declares its inputs' dtypes) take floats.
-    if (in[i]->dtype == DType::I32)
-      fail(label,
-           fmt::format("input '{}' is i32; this op takes floating-point tensors", in[i]->name));
-  }
-
-  auto fnCheck = [&](const std::vector<std::string_view>& valid) {
-    const std::string& fn = a.getString("fn");
-    if (std::find(valid.begin(), valid.end(), fn) == valid.end())
-      fail(label,
-           fmt::format("unknown function fn=\"{}\" (valid: {})", fn, fmt::join(valid, ", ")));
-  };
-
-  switch (kind) {
-    case OpKind::Unary:
-      fnCheck(unaryFunctionNames());
-      expectFloat(*in[0], label, "input");
-      return {{in[0]->shape, in[0]->dtype}};
-    case OpKind::UnaryGrad:
-      fnCheck(unaryFunctionNames());
-      expectSameShape(*in[0], *in[1], label);
-      return {{in[0]->shape, in[0]->dtype}};
-    case OpKind::Binary:
-      fnCheck(binaryFunctionNames());
-      if (in[0]->dtype != in[1]->dtype)
-        fail(label, fmt::format("dtypes of '{}' ({}) and '{}' ({}) differ", in[0]->name,
-                                dtypeName(in[0]->dtype), in[1]->name, dtypeName(in[1]->dtype)));
-      if (in[0]->shape.size() > 6 || in[1]->shape.size() > 6) fail(label, "rank must be <= 6");
-      return {{broadcastShapes(in[0]->shape, in[1]->shape, label), in[0]->dtype}};
-    case OpKind::OptimizerUpdate: {
-      const bool scaled = a.getBool("loss_scaled", false);
-      const size_t fixed = scaled ? 5 : 3;
-      if (in.size() < fixed)
-        fail(label, fmt::format("expects weight, gradient, learning rate, state...{} ({} inputs "
-                                "at least), got {}",
-                                scaled ? ", inverse loss scale, overflow" : "", fixed, in.size()));
-      const Tensor &w = *in[0], &g = *in[1];
-      expectFloat(w, label, "weight");
-      expectFloat(g, label, "gradient");
-      const i64 r = a.getInt("replicas", 1);
-      if (r < 1) fail(label, fmt::format("replicas must be >= 1, got {}", r));
-      // Sharded (replicas > 1): the gradient and the state are this replica's chunk.
-      const Shape part = r > 1 ? Shape{(w.elements() + r - 1) / r} : w.shape;
-      for (size_t i = 1; i < in.size(); ++i) {
-        if (i == 2 || (scaled && i + 2 >= in.size())) {
-          if (in[i]->elements() != 1 || in[i]->dtype != DType::F32)
-            fail(label, fmt::format("'{}' {}{} must be an f32 scalar (learning rate, inverse loss "
-                                    "scale, overflow flag)",
-                                    in[i]->name, dtypeName(in[i]->dtype), shapeStr(in[i]->shape)));
-        } else if (in[i]->shape != part &&
-                   !(i >= 3 && in[i]->shape.empty())) {  // or a scalar state
-          fail(label, fmt::format("'{}' {} must have shape {} (weight '{}' {}{})", in[i]->name,
-                                  shapeStr(in[i]->shape), shapeStr(part), w.name, shapeStr(w.shape),
-                                  r > 1 ? fmt::format(", sharded over {} replicas", r) : ""));
-        }
-      }
-      return {};
-    }
-    case OpKind::CrossReplicaReduceScatter: {
-      const i64 r = a.getInt("replicas");
-      if (r < 1) fail(label, fmt::format("replicas must be >= 1, got {}", r));
-      return {{{(in[0]->elements() + r - 1) / r}, in[0]->dtype}};
-    }
-    case OpKind::CrossReplicaAllGather: {
-      const i64 r = a.getInt("replicas");
-      if (r < 1) fail(label, fmt::format("replicas must be >= 1, got {}", r));
-      const Shape full = a.getInts("shape");
-      if (in[0]->shape != Shape{(numElements(full) + r - 1) / r})
-        fail(label, fmt::format("chunk '{}' {} must be [{}] (ceil of {} elements / {} replicas)",
-                                in[0]->name, shapeStr(in[0]->shape),
-                                (numElements(full) + r - 1) / r, numElements(full), r));
-      return {{full, in[0]->dtype}};
-    }
-    case OpKind::CrossReplicaSum: {
-      const i64 g = a.getInt("group"), r = a.getInt("replicas", g);
-      if (g < 1 || r < g || r % g != 0)
-        fail(label, fmt::format("group {} must be >= 1 and divide replicas {}", g, r));
-      if (in[0]->dtype != DType::F32)
-        fail(label, fmt::format("'{}' is {}; cross-replica sums take f32", in[0]->name,
-                                dtypeName(in[0]->dtype)));
-      return {{in[0]->shape, in[0]->dtype}};
-    }
-    case OpKind::ReplicaChunk: {
-      const i64 r = a.getInt("replicas");
-      if (r < 1) fail(label, fmt::format("replicas must be >= 1, got {}", r));
-      if (in[0]->dtype != DType::F32)
-        fail(label, fmt::format("'{}' is {}; replica chunks take f32", in[0]->name,
-                                dtypeName(in[0]->dtype)));
-      return {{{(in[0]->elements() + r - 1) / r}, in[0]->dtype}};
-    }
-    case OpKind::Cast: {
-      auto dt = parseDType(a.getString("dtype"));
-      if (!dt || !isFloat(*dt))
-        fail(label, fmt::format("cast of '{}' to unknown or non-float dtype '{}' (valid: f32, "
-                                "f16, bf16)",
-                                in[0]->name, a.getString("dtype")));
-      return {{in[0]->shape, *dt}};
-    }
-    case OpKind::ApplyUpdate: {
-      const i64 k = a.getInt("addends", 1);
-      const size_t fixed = 1 + static_cast<size_t>(k) + (a.getBool("factor", false) ? 1 : 0);
-      if (k < 1 || k > 3 || (in.size() != fixed && in.size() != fixed + 1))
-        fail(label, fmt::format("expects the target, {} addends{} and an optional skip flag ({} "
-                                "or {} inputs; addends 1 to 3), got {}",
-                                k, a.getBool("factor", false) ? ", the factor" : "", fixed,
-                                fixed + 1, in.size()));
-      expectFloat(*in[0], label, "target");
-      for (size_t i = 1; i <= static_cast<size_t>(k); ++i) {
-        expectSameShape(*in[0], *in[i], label);
-        expectFloat(*in[i], label, "addend");
-      }
-      for (size_t i = static_cast<size_t>(k) + 1; i < in.size(); ++i)
-        if (in[i]->elements() != 1 || in[i]->dtype != DType::F32)
-          fail(label, fmt::format("'{}' {}{} must be an f32 scalar (factor, skip flag)",
-                                  in[i]->name, dtypeName(in[i]->dtype), shapeStr(in[i]->shape)));
-      return {};
-    }
-    default:  // registered kinds (ipu_backend/ops) returned above
-      break;
-  }
-  fail(label, "internal: unhandled op kind");
+  fail(label, "internal: not a registered op kind");
 }
 
 }  // namespace ipu

@@ -5,6 +5,7 @@
 // moved there.
 #pragma once
 
+#include <array>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -47,8 +48,8 @@ inline std::string_view opName(OpKind k) {
   return opDef(k).name;
 }
 bool hasSideEffects(OpKind k);
-// Ops whose result depends on the replica running them: the engine runs them through its
-// Collective or with its replica index, outside the tile vertices.
+// Ops whose result depends on the replica running them (a registered `replica` facet): the
+// engine runs them through its Collective or with its replica index, outside the tile vertices.
 bool isReplicaOp(OpKind k);
 // R of a replica op: its `replicas` attribute (a cross_replica_sum not yet through the
 // replication pass: its group).
@@ -63,6 +64,16 @@ struct UpdateOperands {
   int inverseScale = -1, overflow = -1;
 };
 UpdateOperands updateOperands(const Op& op);
+
+// An apply_update's attributes and where its optional inputs sit (-1: absent): its kernels
+// (ops/apply_update.cpp) and the host fusion ending an elementwise chain read it.
+struct ApplyUpdateForm {
+  int k = 1;  // addends
+  float keep = 0;
+  std::array<float, 3> c{1, 1, 1};
+  int factorInput = -1, skipInput = -1;
+};
+ApplyUpdateForm applyUpdateForm(const Op& op);
 
 struct TensorType {
   Shape shape;

@@ -29,6 +29,7 @@ namespace ipu {
 class Builder;
 struct HostFusionPlan;  // engine/host_fusion.h
 struct TileSlice;       // compiler/executable.h
+class Collective;
 }  // namespace ipu
 
 namespace ipu::ops {
@@ -112,6 +113,9 @@ class PlanApi {
   virtual void channelSums(const Op& op, i64 rows, i64 c, i64 bytesPerRow,
                            const std::function<Windows(Range channels, Range rows)>& windows,
                            int outA, int outB) = 0;
+  // Ops that run off the tiles (replica ops): a compute set whose vertices only record which
+  // tiles hold the operands (for liveness and vertex state); the engine moves the data.
+  virtual void operandTiles(const Op& op) = 0;
 };
 using PlanRule = std::function<void(PlanApi&, const Op&)>;
 
@@ -183,6 +187,8 @@ struct CostTraits {
   // reads per element (0: the op has none); phase 1 reads the two partial rows. The phases
   // after them are elementwise.
   int channelSumStreams = 0;
+  // readModifyWrite per op, where an attribute decides it (apply_update: keep != 0).
+  std::function<bool(const Op&)> readModifyWriteOf;
 };
 
 // ---- tests -----------------------------------------------------------------------------------
@@ -222,6 +228,45 @@ struct NativeFusedArgs {
   std::function<void*(int op)> fusionBuffer;
 };
 using NativeFusedKernel = std::function<std::function<void()>(const NativeFusedArgs&)>;
+// ---- facets of the elementwise, update and replica kinds --------------------------------------
+// halfChunk (optional; elementwise kinds): the fused path of an op whose inputs all have its
+// output's element count and some operand is stored in 16 bits. The engine widens a chunk of
+// each input into f32 in cache, calls the chunk function and rounds the chunk of results back
+// (RNE), instead of converting whole tensors through scratch (a third of the memory traffic;
+// the same element loops, so the same bits). in[k]: input k's values over the chunk (data and
+// the chunk's first global element), out: the chunk's results, r: its global range. Made once
+// per op, called once per chunk of thousands of elements (no per-element indirection).
+using ElementChunk = std::function<void(const FW* in, float* out, Range r)>;
+using HalfChunkKernel = std::function<ElementChunk(const Graph&, const Op&)>;
+inline constexpr size_t kMaxChunkInputs = 2;
+
+// replica (optional; replica kinds): ops that run off the tiles on the engine's Collective and
+// replica index, in both engine modes. The engine checks the replica count and the f32 operands
+// and passes the tensors themselves (fused mode) or host copies of them (tile mode, copied off
+// the tiles before and back after). Such a kind has no `vertex` or `fused` facet and plans with
+// PlanApi::operandTiles.
+struct ReplicaArgs {
+  const Graph& g;
+  const Op& op;
+  Collective* collective;  // null when replicas == 1 (the collectives are the identity)
+  int replica;             // this engine's replica index r
+  i64 replicas;            // R, the replica count the op was compiled for
+  std::vector<const float*> in;
+  std::vector<float*> out;
+};
+using ReplicaKernel = std::function<std::function<void()>(const ReplicaArgs&)>;
+// linkTraffic (with `replica`): what a replica op moves over the IPU-Links for the cost model:
+// `halves` of a ring all-reduce of `scale` x the bytes of `tensor` over R replicas (tensor -1:
+// none, e.g. a replica taking its own chunk).
+struct LinkTraffic {
+  int tensor = -1;
+  double scale = 1;
+  double halves = 0.5;  // a reduce-scatter or an all-gather is half an all-reduce
+};
+using LinkTrafficRule = std::function<LinkTraffic(const Op&)>;
+
+// lowered: a kind compile() replaces by ordinary ops before planning (optimizer_update, lowered
+// by ipu_backend/optimizers): it has no plan, kernels or cost; reaching them is an internal error.
 
 // ---- the op kind -------------------------------------------------------------------------------
 using InferRule = std::function<std::vector<TensorType>(
@@ -229,8 +274,10 @@ using InferRule = std::function<std::vector<TensorType>(
 
 struct OpInfo {
   OpDef def;  // kind (assigned at registration for new kinds), name, arity, attrs
-  std::vector<DTypes> inputDTypes;  // per input; checked before `infer`
-  InferRule infer;                  // output types; throws GraphError naming the op and tensors
+  // Per input, checked before `infer`; a variadic kind (def.numInputs -1) gives one entry that
+  // every input must meet.
+  std::vector<DTypes> inputDTypes;
+  InferRule infer;  // output types; throws GraphError naming the op and tensors
   GradRule grad;
   PlanRule plan;
   VertexKernel vertex;            // reference kernel (tile mode)
@@ -240,6 +287,11 @@ struct OpInfo {
   CostTraits costTraits;
   Tolerances tolerances;
   std::string doc;  // one line: what it computes, shapes
+  // The optional facets of the elementwise, update and replica kinds (above).
+  HalfChunkKernel halfChunk;
+  ReplicaKernel replica;
+  LinkTrafficRule linkTraffic;
+  bool lowered = false;
 };
 
 // Registers an op kind (called from IPU_REGISTER_OPS functions). A kind left as
@@ -249,6 +301,8 @@ OpKind registerOp(OpInfo info);
 
 // nullptr when `kind` is not in the registry (a built-in kind still handled by the switches).
 const OpInfo* find(OpKind kind);
+// The dtypes input i of a registered kind accepts (variadic kinds: the one entry).
+const DTypes& inputDTypesOf(const OpInfo& info, size_t i);
 const OpInfo* find(std::string_view name);
 // The kind of a registered op by name; throws GraphError listing the registered names.
 OpKind kindNamed(std::string_view name);
@@ -266,6 +320,9 @@ int kindCount();
 [[noreturn]] void fail(const std::string& label, const std::string& msg);
 void expectRank(const Tensor& t, size_t rank, const std::string& label, const char* role);
 void expectSameShape(const Tensor& a, const Tensor& b, const std::string& label);
+// The `fn` attribute names one of `valid` (unary, binary, reduce functions).
+void expectFunction(const Attrs& attrs, const std::vector<std::string_view>& valid,
+                    const std::string& label);
 // Normalises a possibly negative axis of a rank-r tensor.
 i64 axisOf(i64 axis, size_t rank, const std::string& label);
 // The optional `partials` attribute of convolutions and matmuls: "f32" or "f16".

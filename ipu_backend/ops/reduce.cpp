@@ -20,10 +20,7 @@ namespace {
 
 std::vector<TensorType> infer(const std::vector<const Tensor*>& in, const Attrs& a,
                               const std::string& label) {
-  const auto& valid = reduceFunctionNames();
-  const std::string& fn = a.getString("fn");
-  if (std::find(valid.begin(), valid.end(), fn) == valid.end())
-    fail(label, fmt::format("unknown function fn=\"{}\" (valid: {})", fn, fmt::join(valid, ", ")));
+  expectFunction(a, reduceFunctionNames(), label);
   const Tensor& x = *in[0];
   std::vector<bool> red(x.shape.size(), false);
   for (i64 ax : a.getInts("axes")) {

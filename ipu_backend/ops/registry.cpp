@@ -46,7 +46,8 @@ OpKind registerOp(OpInfo info) {
       throw std::logic_error("op registry: out of op kind values");
     info.def.kind = static_cast<OpKind>(r.nextKind++);
   }
-  if (info.inputDTypes.size() != static_cast<size_t>(info.def.numInputs))
+  const size_t dtypeEntries = info.def.numInputs < 0 ? 1 : static_cast<size_t>(info.def.numInputs);
+  if (info.inputDTypes.size() != dtypeEntries)
     throw std::logic_error(
         fmt::format("op registry: '{}' declares dtypes for {} inputs, its arity is {}", name,
                     info.inputDTypes.size(), info.def.numInputs));
@@ -61,6 +62,10 @@ const OpInfo* find(OpKind kind) {
   const Registry& r = registry();
   const int i = r.byKind[static_cast<size_t>(kind)];
   return i < 0 ? nullptr : &r.infos[static_cast<size_t>(i)];
+}
+
+const DTypes& inputDTypesOf(const OpInfo& info, size_t i) {
+  return info.def.numInputs < 0 ? info.inputDTypes.at(0) : info.inputDTypes.at(i);
 }
 
 const OpInfo* find(std::string_view name) {
@@ -183,6 +188,13 @@ void expectSameShape(const Tensor& a, const Tensor& b, const std::string& label)
   if (a.shape != b.shape)
     fail(label, fmt::format("shapes of '{}' {} and '{}' {} must be equal", a.name,
                             shapeStr(a.shape), b.name, shapeStr(b.shape)));
+}
+
+void expectFunction(const Attrs& attrs, const std::vector<std::string_view>& valid,
+                    const std::string& label) {
+  const std::string& fn = attrs.getString("fn");
+  if (std::find(valid.begin(), valid.end(), fn) == valid.end())
+    fail(label, fmt::format("unknown function fn=\"{}\" (valid: {})", fn, fmt::join(valid, ", ")));
 }
 
 i64 axisOf(i64 axis, size_t rank, const std::string& label) {
