@@ -115,6 +115,13 @@ class Planner : public ops::PlanApi {
     phaseBase_ = 0;
   }
   NeedWindow whole(int buf) const override { return {buf, 0, exe_.buffers[buf].elements}; }
+  int scratch(const Op& op, const std::string& what, i64 elements) override {
+    const int out = op.outputs.empty() ? op.inputs[0] : op.outputs[0];
+    Buffer b{fmt::format("{}/{}", exe_.buffers[out].name, what), elements, DType::F32, -1, false};
+    exe_.buffers.push_back(b);
+    exe_.mapping.push_back(linearMapping(b, t_));
+    return static_cast<int>(exe_.buffers.size() - 1);
+  }
 
   void run() {
     createTensorBuffers();

@@ -87,6 +87,9 @@ class PlanApi {
                               bool combineMax = false) = 0;
   // The whole of a tensor (small operands: scalars, indices, per-channel parameters).
   virtual NeedWindow whole(int tensor) const = 0;
+  // A temporary f32 buffer of `elements`, mapped linearly, that later phases of the op read
+  // (sums an op needs between its phases, e.g. group norm's per-group sums); its id.
+  virtual int scratch(const Op& op, const std::string& what, i64 elements) = 0;
 };
 using PlanRule = std::function<void(PlanApi&, const Op&)>;
 

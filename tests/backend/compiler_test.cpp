@@ -181,6 +181,68 @@ TEST(Compiler, BatchNormPartialSumsAreNeverGatheredWhole) {
   }
 }
 
+// Group norm with samples larger than a vertex's window budget (EfficientNet-B4's first stage:
+// 6.9 MB per sample on a Mk2): its per-(sample, group) sums are split over the positions, so no
+// vertex of the forward or the backward gathers a whole sample (one vertex per sample gathered
+// 35 MB there). Tile and fused modes give the same output and gradients.
+TEST(Compiler, GroupNormSplitsItsSampleSumsOverTiles) {
+  Graph g("group_norm_large_samples");
+  Builder b(g);
+  const i64 c = 8, groups = 2;
+  int x = b.variable("features", {2, 12, 16, c});  // 6 KiB per sample
+  int gamma = b.variable("gamma", {c}), beta = b.variable("beta", {c});
+  Attrs a;
+  a.set("groups", groups);
+  a.set("eps", 1e-5);
+  int y = ops::add(g, "group_norm", {x, gamma, beta}, a, {"gn", "gn_mean", "gn_rstd"})[0];
+  int loss = b.reduceMean(b.binary("mul", y, b.relu(y, "r"), "sq"), {0, 1, 2, 3}, false, "loss");
+  g.markOutput(loss);
+  g.markOutput(y);
+  auto grads = appendBackward(g, loss, {x, gamma, beta}).grads;
+  for (const auto& [v, gr] : grads) g.markOutput(gr);
+  const Target t = Target::small(64, 16 << 10);
+  CompileOptions opts;
+  opts.checkMemory = false;
+  auto exe = std::make_shared<const Executable>(compile(g, t, opts));
+  const i64 budget = t.bytesPerTile / 8;  // 2 KiB
+  int sets = 0;
+  for (const ComputeSet& cs : exe->computeSets) {
+    const OpKind k = exe->graph.op(cs.op).kind;
+    if (k != ops::kindNamed("group_norm") && k != ops::kindNamed("group_norm_grad")) continue;
+    ++sets;
+    for (const Vertex& v : cs.vertices)
+      for (const Window& w : v.inputs)
+        EXPECT_LE((w.end - w.begin) * sizeOf(exe->buffers[w.buffer].dtype), budget)
+            << cs.name << " gathers " << exe->buffers[w.buffer].name << " [" << w.begin << ", "
+            << w.end << ")";
+  }
+  EXPECT_GT(sets, 4);
+
+  std::vector<float> xv(2 * 12 * 16 * c), gv(c), bv(c);
+  for (size_t i = 0; i < xv.size(); ++i) xv[i] = static_cast<float>((i * 7) % 13) / 13.f + 0.3f;
+  for (size_t i = 0; i < gv.size(); ++i) gv[i] = 0.5f + static_cast<float>(i) / 16.f, bv[i] = 0.1f;
+  std::map<int, std::vector<float>> got[2];
+  for (EngineMode mode : {EngineMode::Fused, EngineMode::Tile}) {
+    Engine e(exe, mode);
+    e.writeTensor(x, xv.data(), xv.size() * 4);
+    e.writeTensor(gamma, gv.data(), gv.size() * 4);
+    e.writeTensor(beta, bv.data(), bv.size() * 4);
+    float l = 0;
+    e.connectOutput(loss, &l);
+    e.run();
+    got[mode == EngineMode::Tile][y] = e.readFloats(y);
+    for (const auto& [v, gr] : grads) got[mode == EngineMode::Tile][v] = e.readFloats(gr);
+  }
+  for (int v : {y, x, gamma, beta}) {
+    const auto &f = got[0][v], &tl = got[1][v];
+    ASSERT_EQ(f.size(), tl.size());
+    double scale = 0;
+    for (float q : f) scale = std::max(scale, static_cast<double>(std::abs(q)));
+    ASSERT_GT(scale, 0.0);
+    for (size_t i = 0; i < f.size(); ++i) ASSERT_NEAR(tl[i], f[i], 1e-5 * scale + 1e-7) << i;
+  }
+}
+
 // A channel-blocked convolution: each tile computes a block of pixels for a few output channels.
 // Its vertices read one window of input rows per tile (the rows of all its output rows), not
 // one per output row (a 3x3 window's rows overlap those of the next output row).
