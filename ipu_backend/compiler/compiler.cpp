@@ -108,10 +108,10 @@ class Planner : public ops::PlanApi {
       }
   }
   void splitReduction(const Op& op, int firstPhase, int out, i64 redExtent, i64 bytesPerRedUnit,
-                      const std::function<ops::Windows(Range, Range)>& windows,
-                      bool combineMax) override {
+                      const std::function<ops::Windows(Range, Range)>& windows, bool combineMax,
+                      i64 cutAt) override {
     phaseBase_ = firstPhase;
-    splitReduction(op, out, redExtent, bytesPerRedUnit, windows, combineMax);
+    splitReduction(op, out, redExtent, bytesPerRedUnit, windows, combineMax, cutAt);
     phaseBase_ = 0;
   }
   NeedWindow whole(int buf) const override { return {buf, 0, exe_.buffers[buf].elements}; }
@@ -285,9 +285,18 @@ class Planner : public ops::PlanApi {
   // `windows(outRange, redRange)`; bytesPerRedUnit is what one unit of the reduced extent adds
   // to a vertex's windows, so P keeps each vertex's windows within the budget. Writes `out`
   // directly when P == 1.
+  // cutAt > 0: the vertices of the first set are cut at multiples of cutAt output elements.
   template <typename F>
   void splitReduction(const Op& op, int out, i64 redExtent, i64 bytesPerRedUnit, F windows,
-                      bool combineMax = false) {
+                      bool combineMax = false, i64 cutAt = 0) {
+    // The output ranges of one vertex each: r cut at multiples of cutAt.
+    auto cuts = [cutAt](Range r, auto&& each) {
+      for (i64 b = r.begin; b < r.end;) {
+        const i64 e = cutAt > 0 ? std::min(r.end, (b / cutAt + 1) * cutAt) : r.end;
+        each(Range{b, e});
+        b = e;
+      }
+    };
     const std::vector<TileSlice> outMap = exe_.mapping[out];  // copy: partials add mappings
     // Per tile, P parts cost about P x |partials row| / T of partials and |windows| / P of
     // gathered operands. Take the fewest parts that keep the windows within the budget if the
@@ -310,10 +319,11 @@ class Planner : public ops::PlanApi {
     const i64 parts = std::clamp<i64>(std::max(memParts, parParts), 1, redExtent);
     if (parts == 1) {
       ComputeSet& cs = newComputeSet(op, 0, "");
-      for (const TileSlice& s : outMap) {
-        Range r{s.begin, s.end}, red{0, redExtent};
-        cs.vertices.push_back(vertexOn(s.tile, windows(r, red), {{out, s.begin, s.end}}, r, red));
-      }
+      for (const TileSlice& s : outMap)
+        cuts({s.begin, s.end}, [&](Range r) {
+          const Range red{0, redExtent};
+          cs.vertices.push_back(vertexOn(s.tile, windows(r, red), {{out, r.begin, r.end}}, r, red));
+        });
       return;
     }
     // The precision pass may ask for f16 partials (the IPU's "16.16" setting).
@@ -326,9 +336,11 @@ class Planner : public ops::PlanApi {
       for (const TileSlice& s : pm) {
         const i64 p = s.begin / e;
         Range red{redExtent * p / parts, redExtent * (p + 1) / parts};
-        Range r{s.begin - p * e, s.end - p * e};
-        cs.vertices.push_back(vertexOn(s.tile, windows(r, red), {{partials, s.begin, s.end}}, r,
-                                       red, static_cast<int>(p)));
+        cuts({s.begin - p * e, s.end - p * e}, [&](Range r) {
+          cs.vertices.push_back(vertexOn(s.tile, windows(r, red),
+                                         {{partials, r.begin + p * e, r.end + p * e}}, r, red,
+                                         static_cast<int>(p)));
+        });
       }
     }
     ComputeSet& cs = newComputeSet(op, 1, combineMax ? "max_partials" : "sum_partials");

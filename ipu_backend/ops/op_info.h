@@ -80,11 +80,13 @@ class PlanApi {
   // A sum over `redExtent` units split into parts whose windows fit a vertex's budget: phase
   // firstPhase writes one partial row per part (vertex work r, red the part's units), phase
   // firstPhase + 1 sums them (sumPartials; combineMax: takes their maximum, maxPartials, and
-  // the partials stay f32); one phase writing `out` directly when one part suffices.
+  // the partials stay f32); one phase writing `out` directly when one part suffices. With
+  // cutAt > 0 the vertices writing partials are cut at multiples of cutAt output elements
+  // (outputs whose windows are not adjacent, e.g. one sample's channels each).
   virtual void splitReduction(const Op& op, int firstPhase, int out, i64 redExtent,
                               i64 bytesPerRedUnit,
                               const std::function<Windows(Range out, Range red)>& windows,
-                              bool combineMax = false) = 0;
+                              bool combineMax = false, i64 cutAt = 0) = 0;
   // The whole of a tensor (small operands: scalars, indices, per-channel parameters).
   virtual NeedWindow whole(int tensor) const = 0;
   // A temporary f32 buffer of `elements`, mapped linearly, that later phases of the op read
