@@ -316,7 +316,7 @@ class Planner : public ops::PlanApi {
                              : static_cast<i64>(std::ceil(std::sqrt(windowsTotal * T / (4.0 * e))));
     const i64 parParts =
         std::max<i64>(1, std::min<i64>(8, t_.numTiles / static_cast<i64>(outMap.size())));
-    const i64 parts = std::clamp<i64>(std::max(memParts, parParts), 1, redExtent);
+    i64 parts = std::clamp<i64>(std::max(memParts, parParts), 1, redExtent);
     if (parts == 1) {
       ComputeSet& cs = newComputeSet(op, 0, "");
       for (const TileSlice& s : outMap)
@@ -343,7 +343,36 @@ class Planner : public ops::PlanApi {
         });
       }
     }
-    ComputeSet& cs = newComputeSet(op, 1, combineMax ? "max_partials" : "sum_partials");
+    // Many parts of a small output (a norm's [C] sums over a large image): the combining vertex
+    // of a slice would gather every part's partials of it. Combine groups of partial rows into
+    // fewer rows first (more sets of the same phase) until a slice's rows fit the budget.
+    const std::string combineName = combineMax ? "max_partials" : "sum_partials";
+    auto widest = [this](int buffer) {
+      i64 w = 1;
+      for (const TileSlice& s : exe_.mapping[buffer]) w = std::max(w, s.end - s.begin);
+      return w;
+    };
+    for (int level = 2; parts > 2; ++level) {
+      const i64 bytesPerRow = std::max(widest(partials), widest(out)) * sizeOf(pt);
+      const i64 group = windowBudgetBytes() / bytesPerRow;
+      if (group < 2 || group >= parts) break;  // rows too wide to group, or all fit already
+      const i64 rows = ceilDiv(parts, group);
+      const int next =
+          addPartials(fmt::format("{}/partials{}", exe_.buffers[out].name, level), rows, e, pt);
+      ComputeSet& cs = newComputeSet(op, 1, combineName);
+      for (const TileSlice& s : exe_.mapping[next]) {
+        const i64 q = s.begin / e, b = s.begin - q * e, en = s.end - q * e;
+        std::vector<NeedWindow> ins;
+        for (i64 p = q * group; p < std::min(parts, (q + 1) * group); ++p)
+          ins.push_back({partials, p * e + b, p * e + en});
+        const i64 count = static_cast<i64>(ins.size());
+        cs.vertices.push_back(
+            vertexOn(s.tile, std::move(ins), {{next, s.begin, s.end}}, {b, en}, {0, count}));
+      }
+      partials = next;
+      parts = rows;
+    }
+    ComputeSet& cs = newComputeSet(op, 1, combineName);
     for (const TileSlice& s : outMap) {
       std::vector<NeedWindow> ins;
       for (i64 p = 0; p < parts; ++p) ins.push_back({partials, p * e + s.begin, p * e + s.end});

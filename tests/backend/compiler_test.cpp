@@ -283,6 +283,48 @@ TEST(Compiler, SpatialMeanReadsOneSampleAtATime) {
   }
 }
 
+// A per-channel sum over many positions: hundreds of parts of a small output. Their partial
+// rows are combined in groups (more than one combining set) so that no vertex gathers every
+// part's row (here 256 x 64 B against a 1 KiB budget); tile mode still equals fused mode.
+TEST(Compiler, ManyPartialRowsAreCombinedInGroups) {
+  Graph g("channel_sum");
+  Builder b(g);
+  int x = b.variable("features", {4, 32, 32, 16});
+  int y = b.reduceSum(x, {0, 1, 2}, false, "sums");
+  g.markOutput(y);
+  const Target t = Target::small(64, 8 << 10);
+  CompileOptions opts;
+  opts.checkMemory = false;
+  auto exe = std::make_shared<const Executable>(compile(g, t, opts));
+  const i64 budget = t.bytesPerTile / 8;
+  int combiningSets = 0;
+  for (const ComputeSet& cs : exe->computeSets) {
+    combiningSets += cs.name.ends_with("/sum_partials");
+    for (const Vertex& v : cs.vertices) {
+      i64 bytes = 0;
+      for (const Window& w : v.inputs) bytes += (w.end - w.begin) * 4;
+      EXPECT_LE(bytes, budget) << cs.name << " on tile " << v.tile;
+    }
+  }
+  EXPECT_GE(combiningSets, 2);
+  std::vector<float> xv(4 * 32 * 32 * 16);
+  for (size_t i = 0; i < xv.size(); ++i) xv[i] = static_cast<float>((i * 7) % 13) / 13.f;
+  std::vector<float> got[2];
+  for (EngineMode mode : {EngineMode::Fused, EngineMode::Tile}) {
+    Engine e(exe, mode);
+    e.writeTensor(x, xv.data(), xv.size() * 4);
+    e.run();
+    got[mode == EngineMode::Tile] = e.readFloats(y);
+  }
+  ASSERT_EQ(got[0].size(), 16u);
+  for (size_t c = 0; c < 16; ++c) {
+    double ref = 0;
+    for (size_t i = c; i < xv.size(); i += 16) ref += xv[i];
+    EXPECT_NEAR(got[0][c], ref, 1e-5 * ref) << c;
+    EXPECT_NEAR(got[1][c], got[0][c], 1e-5 * ref) << c;
+  }
+}
+
 // A channel-blocked convolution: each tile computes a block of pixels for a few output channels.
 // Its vertices read one window of input rows per tile (the rows of all its output rows), not
 // one per output row (a 3x3 window's rows overlap those of the next output row).
