@@ -149,7 +149,47 @@ class Planner : public ops::PlanApi {
         if (kg < cs.k)
           exe_.mapping[op.outputs[0]] =
               channelBlockedMapping(cs.n * cs.outH() * cs.outW(), cs.k, kg, t_);
+      } else if (op.kind == OpKind::MatMul) {
+        const i64 ng = matMulColumnsPerTile(op);
+        if (ng > 0) {
+          const auto s = matMulShapeOf(g_, op);
+          exe_.mapping[op.outputs[0]] = channelBlockedMapping(s.batch * s.m, s.n, ng, t_);
+        }
       }
+  }
+  // A x B^T with B [N, K] too large for one tile (a dense layer's weights read transposed: BERT's
+  // backward through an FFN kernel, a classifier stored [classes, features]): a vertex of output
+  // columns [j0, j1) reads B rows j0..j1 whole. A linear output mapping gives a tile hundreds of
+  // columns of one row (5.9 MB of an FFN kernel). Blocked like a convolution's output channels,
+  // a tile holds ng columns of a block of rows: it gathers ng B rows, shared by its vertices, and
+  // one A row per output row. Returns the ng that minimises those bytes, or 0 to keep the
+  // linear mapping (its windows fit the budget, or B is batched).
+  i64 matMulColumnsPerTile(const Op& op) const {
+    const auto s = matMulShapeOf(g_, op);
+    if (!s.transB || s.transA || (s.batch > 1 && !s.broadcastB)) return 0;
+    const i64 aBytes = sizeOf(g_.tensor(op.inputs[0]).dtype),
+              bBytes = sizeOf(g_.tensor(op.inputs[1]).dtype);
+    const i64 rows = s.batch * s.m;
+    const i64 linearSlice = std::max<i64>(
+        1,
+        ceilDiv(s.cElems(),
+                std::min<i64>(t_.numTiles,
+                              std::max<i64>(1, s.cElems() * sizeOf(g_.tensor(op.outputs[0]).dtype) /
+                                                   t_.minBytesPerTile))));
+    if (std::min(linearSlice, s.n) * s.k * bBytes <= windowBudgetBytes()) return 0;
+    i64 best = 0;
+    double bestBytes = std::numeric_limits<double>::infinity();
+    for (i64 ng = 1; ng <= s.n; ++ng) {
+      const i64 groups = ceilDiv(s.n, ng);
+      if (ng > 1 && ceilDiv(s.n, ng - 1) == groups) continue;  // same groups, more columns
+      // More groups than tiles: a tile holds several groups' columns of every row.
+      const i64 blocks = std::clamp<i64>(t_.numTiles / groups, 1, rows);
+      const i64 columns = ng * ceilDiv(groups, t_.numTiles);
+      const double bytes =
+          static_cast<double>(columns * s.k * bBytes + ceilDiv(rows, blocks) * s.k * aBytes);
+      if (bytes < bestBytes) bestBytes = bytes, best = ng;
+    }
+    return best < s.n ? best : 0;
   }
   // Weight bytes one output channel of a convolution reads.
   static i64 weightBytesPerOutputChannel(const kernels::Conv2dShape& s) {

@@ -3,6 +3,7 @@
 
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "ipu_backend/compiler/autodiff.h"
 #include "ipu_backend/compiler/compiler.h"
@@ -323,6 +324,52 @@ TEST(Compiler, ManyPartialRowsAreCombinedInGroups) {
     EXPECT_NEAR(got[0][c], ref, 1e-5 * ref) << c;
     EXPECT_NEAR(got[1][c], got[0][c], 1e-5 * ref) << c;
   }
+}
+
+// A x B^T with B [512, 256] of 1 KiB rows (a dense layer read transposed) on 64 KiB tiles: with
+// a linear output mapping a tile held a whole output row and gathered all of B (512 KiB). The
+// output is blocked (a tile: a few columns of a block of rows), so a tile gathers its columns'
+// B rows once for all its vertices plus its A rows; the product is unchanged in both modes.
+TEST(Compiler, TransposedLargeWeightMatMulGathersAColumnBlockPerTile) {
+  Graph g("dense_transposed");
+  Builder b(g);
+  int a = b.variable("a", {64, 256});
+  int w = b.variable("w", {512, 256});
+  int y = b.matmul(a, w, false, true, "y");
+  g.markOutput(y);
+  const Target t = Target::small(64, 64 << 10);
+  CompileOptions opts;
+  opts.checkMemory = false;
+  auto exe = std::make_shared<const Executable>(compile(g, t, opts));
+  for (const ComputeSet& cs : exe->computeSets) {
+    std::map<int, std::set<std::tuple<int, i64, i64>>> windows;  // per tile, distinct windows
+    for (const Vertex& v : cs.vertices)
+      for (const Window& win : v.inputs)
+        if (win.gather) windows[v.tile].insert({win.buffer, win.begin, win.end});
+    for (const auto& [tile, ws] : windows) {
+      i64 bytes = 0;
+      for (const auto& [buffer, begin, end] : ws) bytes += (end - begin) * 4;
+      EXPECT_LE(bytes, t.bytesPerTile) << cs.name << " on tile " << tile;
+    }
+  }
+  std::vector<float> av(64 * 256), wv(512 * 256);
+  for (size_t i = 0; i < av.size(); ++i) av[i] = static_cast<float>((i * 7) % 13) / 13.f - 0.5f;
+  for (size_t i = 0; i < wv.size(); ++i) wv[i] = static_cast<float>((i * 5) % 11) / 11.f - 0.5f;
+  std::vector<float> got[2];
+  for (EngineMode mode : {EngineMode::Fused, EngineMode::Tile}) {
+    Engine e(exe, mode);
+    e.writeTensor(a, av.data(), av.size() * 4);
+    e.writeTensor(w, wv.data(), wv.size() * 4);
+    e.run();
+    got[mode == EngineMode::Tile] = e.readFloats(y);
+  }
+  ASSERT_EQ(got[0].size(), 64u * 512);
+  for (size_t i = 0; i < got[0].size(); i += 97) {
+    double ref = 0;
+    for (size_t k = 0; k < 256; ++k) ref += double(av[i / 512 * 256 + k]) * wv[i % 512 * 256 + k];
+    EXPECT_NEAR(got[0][i], ref, 1e-4) << i;
+  }
+  for (size_t i = 0; i < got[0].size(); ++i) ASSERT_NEAR(got[1][i], got[0][i], 1e-4) << i;
 }
 
 // A channel-blocked convolution: each tile computes a block of pixels for a few output channels.
