@@ -6,7 +6,9 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <string_view>
 #include <tuple>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -44,10 +46,39 @@ std::vector<TileSlice> rangeMapping(i64 elements, DType dtype, const Target& t, 
 
 // Buffers of equal size get equal mappings, so elementwise ops between them stay tile-local; the
 // start tile is derived from the size so that many small tensors do not all land on tile 0.
-std::vector<TileSlice> linearMapping(const Buffer& b, const Target& t) {
-  i64 start = static_cast<i64>((static_cast<std::uint64_t>(b.elements) * 2654435761ULL) %
-                               static_cast<std::uint64_t>(t.numTiles));
+// `spread` (a variable's family, see variableFamilies) moves the start further: the biases,
+// norm parameters and their optimizer state of every layer have equal sizes, and one start
+// tile for all of them piled hundreds of always-live slices onto the same few tiles.
+std::vector<TileSlice> linearMapping(const Buffer& b, const Target& t, std::uint64_t spread = 0) {
+  i64 start = static_cast<i64>(
+      (static_cast<std::uint64_t>(b.elements) * 2654435761ULL + spread * 40503ULL) %
+      static_cast<std::uint64_t>(t.numTiles));
   return rangeMapping(b.elements, b.dtype, t, start, t.numTiles);
+}
+
+// Per tensor: 0 for activations; for a variable, a hash of its family's root name, the family
+// being a weight and the same-sized variables named after it ("w/grad_accum", "w/momentum",
+// "w/ema", ...), so that a weight and its state keep one mapping (their update stays
+// tile-local) while different weights of one size start on different tiles. Deterministic.
+std::vector<std::uint64_t> variableFamilies(const Graph& g) {
+  std::unordered_map<std::string_view, const Tensor*> variables;
+  for (const Tensor& t : g.tensors())
+    if (t.kind == TensorKind::Variable) variables.emplace(t.name, &t);
+  std::vector<std::uint64_t> family(g.tensors().size(), 0);
+  for (const Tensor& t : g.tensors()) {
+    if (t.kind != TensorKind::Variable) continue;
+    std::string_view root = t.name;
+    for (size_t cut = root.rfind('/'); cut != std::string_view::npos && cut > 0;
+         cut = root.rfind('/')) {
+      auto it = variables.find(root.substr(0, cut));
+      if (it == variables.end() || it->second->elements() != t.elements()) break;
+      root = root.substr(0, cut);
+    }
+    std::uint64_t h = 14695981039346656037ULL;  // FNV-1a: the same on every platform
+    for (char ch : root) h = (h ^ static_cast<unsigned char>(ch)) * 1099511628211ULL;
+    family[static_cast<size_t>(t.id)] = h | 1;
+  }
+  return family;
 }
 
 // Channel-blocked mapping of an [P, K] tensor (P pixels, K innermost channels): tile (g, q) holds
@@ -137,10 +168,11 @@ class Planner : public ops::PlanApi {
  private:
   // -- buffers --
   void createTensorBuffers() {
+    const std::vector<std::uint64_t> family = variableFamilies(g_);
     for (const Tensor& t : g_.tensors()) {
       Buffer b{t.name, t.elements(), t.dtype, t.id, t.kind == TensorKind::Variable};
       exe_.buffers.push_back(b);
-      exe_.mapping.push_back(linearMapping(b, t_));
+      exe_.mapping.push_back(linearMapping(b, t_, family[static_cast<size_t>(t.id)]));
     }
     for (const Op& op : g_.ops())
       if (op.kind == OpKind::Conv2d) {

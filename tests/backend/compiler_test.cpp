@@ -372,6 +372,41 @@ TEST(Compiler, TransposedLargeWeightMatMulGathersAColumnBlockPerTile) {
   for (size_t i = 0; i < got[0].size(); ++i) ASSERT_NEAR(got[1][i], got[0][i], 1e-4) << i;
 }
 
+// Forty layers' biases of one size, each with its optimizer state named after it: a weight and
+// its state share one mapping (their update stays tile-local), while different weights start on
+// different tiles (one start tile per size piled every layer's biases onto the same tiles).
+TEST(Compiler, EqualSizedWeightsSpreadOverTilesWithTheirState) {
+  Graph g("many_biases");
+  Builder b(g);
+  const int layers = 40;
+  std::vector<int> weights, state;
+  int sum = b.input("x", {256});
+  for (int l = 0; l < layers; ++l) {
+    const std::string name = "layer_" + std::to_string(l) + "/bias";
+    weights.push_back(b.variable(name, {256}));
+    state.push_back(b.variable(name + "/momentum", {256}));
+    sum = b.binary("add", sum, b.binary("add", weights.back(), state.back()));
+  }
+  g.markOutput(sum);
+  const Target t = Target::small(64, 64 << 10);
+  const Executable exe = compile(g, t);
+  std::map<int, i64> perTile;
+  for (int l = 0; l < layers; ++l) {
+    const auto &mw = exe.mapping[weights[l]], &ms = exe.mapping[state[l]];
+    ASSERT_EQ(mw.size(), ms.size());
+    for (size_t i = 0; i < mw.size(); ++i) {
+      EXPECT_EQ(mw[i].tile, ms[i].tile) << l;
+      EXPECT_EQ(mw[i].begin, ms[i].begin) << l;
+      perTile[mw[i].tile] += (mw[i].end - mw[i].begin) * 8;
+    }
+  }
+  // 80 KiB of variables over 64 tiles: 1.25 KiB per tile on average; all on 4 tiles: 20 KiB.
+  i64 most = 0;
+  for (const auto& [tile, bytes] : perTile) most = std::max(most, bytes);
+  EXPECT_GT(perTile.size(), 32u);
+  EXPECT_LE(most, 6 * 1024);
+}
+
 // A channel-blocked convolution: each tile computes a block of pixels for a few output channels.
 // Its vertices read one window of input rows per tile (the rows of all its output rows), not
 // one per output row (a 3x3 window's rows overlap those of the next output row).
