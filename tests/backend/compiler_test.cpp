@@ -1,12 +1,15 @@
 // Compiler: tile mapping covers every tensor, memory overflow errors, compile report, programs.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <map>
+#include <random>
 #include <set>
 #include <tuple>
 
 #include "ipu_backend/compiler/autodiff.h"
 #include "ipu_backend/compiler/compiler.h"
+#include "ipu_backend/compiler/op_shapes.h"
 #include "ipu_backend/engine/engine.h"
 #include "ipu_backend/ir/builder.h"
 #include "ipu_backend/kernels/fused.h"
@@ -405,6 +408,45 @@ TEST(Compiler, EqualSizedWeightsSpreadOverTilesWithTheirState) {
   for (const auto& [tile, bytes] : perTile) most = std::max(most, bytes);
   EXPECT_GT(perTile.size(), 32u);
   EXPECT_LE(most, 6 * 1024);
+}
+
+// reduceBounds (the input span a reduction vertex reads) walks the digits of its ranges instead
+// of scanning every index: the same bounds as the scan for every shape, axis set and range.
+TEST(Compiler, ReduceBoundsEqualTheScanOfEveryIndex) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 300; ++trial) {
+    kernels::ReduceShape s;
+    const int rank = 1 + static_cast<int>(rng() % 4);
+    for (int d = 0; d < rank; ++d) {
+      s.inDims.push_back(1 + static_cast<i64>(rng() % 5));
+      s.reduced.push_back(rng() % 2 == 0);
+    }
+    std::vector<i64> stride(static_cast<size_t>(rank), 1);
+    for (int d = rank - 1; d-- > 0;) stride[d] = stride[d + 1] * s.inDims[d + 1];
+    auto digitsOf = [&](i64 flat, bool reducedDims) {
+      i64 idx = 0;
+      for (int d = rank; d-- > 0;) {
+        if (s.reduced[d] != reducedDims) continue;
+        idx += (flat % s.inDims[d]) * stride[d];
+        flat /= s.inDims[d];
+      }
+      return idx;
+    };
+    auto randomRange = [&](i64 n) {
+      const i64 a = static_cast<i64>(rng() % n), b = static_cast<i64>(rng() % n);
+      return Range{std::min(a, b), std::max(a, b) + 1};
+    };
+    const Range out = randomRange(s.outElems()), red = randomRange(s.reducedCount());
+    i64 lo = std::numeric_limits<i64>::max(), hi = -1;
+    for (i64 o = out.begin; o < out.end; ++o)
+      for (i64 q = red.begin; q < red.end; ++q) {
+        lo = std::min(lo, digitsOf(o, false) + digitsOf(q, true));
+        hi = std::max(hi, digitsOf(o, false) + digitsOf(q, true));
+      }
+    const Range b = reduceBounds(s, out, red);
+    EXPECT_EQ(b.begin, lo) << trial;
+    EXPECT_EQ(b.end, hi + 1) << trial;
+  }
 }
 
 // A channel-blocked convolution: each tile computes a block of pixels for a few output channels.
