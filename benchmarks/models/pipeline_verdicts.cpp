@@ -6,9 +6,13 @@
 //   pipeline_verdicts --model b4 | g16        EfficientNet-B4 mb 3 / G16 mb 5, 16.32, 4 IPUs
 //   --one-ipu                                 the same training step on one IPU (no pipeline)
 //   --no-recompute                            stash everything the backward reads
+//   --no-step-cost                            skip the modeled step (its planned-exchange estimate
+//                                             takes minutes; the verdict needs only tile memory)
+//   --always-live                             list the always-live buffers on each fullest tile
 //   --state on-chip|off-chip                  BERT's default off-chip (Graphcore's POD16),
 //                                             EfficientNet's on-chip (offloading disabled)
 // The optimizer state is not sharded over the replicas (16-bit loss-scaled updates cannot be).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -85,7 +89,7 @@ int main(int argc, char** argv) {
   CLI::App app("Fit verdicts of Graphcore's published pipelines (Mk2, compile only)");
   std::string which = "bert";
   int microBatch = 0, replicas = 4, accumulation = 0;
-  bool oneIpu = false, noRecompute = false;
+  bool oneIpu = false, noRecompute = false, noStepCost = false, alwaysLiveDetail = false;
   std::string state;
   app.add_option("--model", which, "bert | bert-3777 | b4 | g16")->required();
   app.add_option("--micro-batch", microBatch, "0: the published (BERT 2 packs, B4 3, G16 5)");
@@ -94,6 +98,9 @@ int main(int argc, char** argv) {
   app.add_option("--accumulation", accumulation, "G (0: the schedule's smallest valid count)");
   app.add_flag("--one-ipu", oneIpu, "compile the training step on one IPU instead");
   app.add_flag("--no-recompute", noRecompute, "no recomputation at the stage boundaries");
+  app.add_flag("--no-step-cost", noStepCost, "print the verdict without the modeled step");
+  app.add_flag("--always-live", alwaysLiveDetail,
+               "list the always-live buffers of every IPU's fullest tile");
   app.add_option("--state", state, "on-chip | off-chip (default: as Graphcore ran the model)");
   CLI11_PARSE(app, argc, argv);
 
@@ -126,10 +133,6 @@ int main(int argc, char** argv) {
     o.planExchanges = false;
     const pipeline::PipelinedExecutable pe = pipeline::compilePipeline(m.graph, Target::mk2(), o);
     const double compileSeconds = seconds() - buildSeconds;
-    cost::CostOptions co;
-    co.precision = cost::parsePrecision(m.precision);
-    co.exchange = cost::ExchangeModel::Planned;
-    const cost::PipelineStepCost pc = cost::estimatePipelineStep(pe, co);
     std::printf("%s, %s, micro-batch %d, %d replicas, optimizer state %s, recomputation %s\n",
                 which.c_str(), m.precision.c_str(),
                 microBatch > 0 ? microBatch
@@ -164,6 +167,31 @@ int main(int argc, char** argv) {
             d.tile, static_cast<long long>(d.memory.alwaysLive),
             static_cast<long long>(d.codeAndVertexState),
             static_cast<long long>(d.memory.peakNotAlwaysLive), occ.c_str());
+        if (alwaysLiveDetail) {
+          // The always-live buffers (weights, accumulators, state, stashes) with a slice there.
+          std::vector<std::pair<i64, std::string>> held;
+          i64 sum = 0;
+          for (size_t b = 0; b < p.exe->buffers.size(); ++b) {
+            if (!p.exe->buffers[b].alwaysLive) continue;
+            i64 bytes = 0;
+            for (const TileSlice& sl : p.exe->mapping[b])
+              if (sl.tile == d.tile) bytes += (sl.end - sl.begin) * sizeOf(p.exe->buffers[b].dtype);
+            if (bytes > 0) held.emplace_back(bytes, p.exe->buffers[b].name), sum += bytes;
+          }
+          std::sort(held.rbegin(), held.rend());
+          i64 all = 0;
+          for (size_t b = 0; b < p.exe->buffers.size(); ++b)
+            if (p.exe->buffers[b].alwaysLive) all += p.exe->buffers[b].bytes();
+          std::printf(
+              "    always-live buffers on tile %d: %zu, %lld B (the IPU's mean per tile %lld B); "
+              "largest:",
+              d.tile, held.size(), static_cast<long long>(sum),
+              static_cast<long long>(all / static_cast<i64>(p.exe->tileMemory.size())));
+          for (size_t k = 0; k < std::min<size_t>(12, held.size()); ++k)
+            std::printf(" %s %lld B%s", held[k].second.c_str(),
+                        static_cast<long long>(held[k].first), k + 1 < held.size() ? "," : "");
+          std::printf("\n");
+        }
       }
     }
     if (o.recompute)
@@ -172,11 +200,17 @@ int main(int argc, char** argv) {
                   100.0 * static_cast<double>(pe.recomputation.recomputedMacs) /
                       static_cast<double>(std::max<i64>(1, pe.recomputation.forwardMacs)));
     std::printf("verdict: %s\n", fits ? "FITS" : "DOES NOT FIT");
+    std::printf("host: graph %.1f s, pipeline compile %.1f s\n", buildSeconds, compileSeconds);
+    if (noStepCost) return fits ? 0 : 2;
+    cost::CostOptions co;
+    co.precision = cost::parsePrecision(m.precision);
+    co.exchange = cost::ExchangeModel::Planned;
+    const cost::PipelineStepCost pc = cost::estimatePipelineStep(pe, co);
     std::printf(
         "step (G = %d): %d cycles x %.3f ms + update %.3f ms (off-chip state %.3f ms) = %.3f ms\n",
         o.accumulation, pc.cycles, pc.cycleSeconds * 1e3, pc.updateSeconds * 1e3,
         pc.offChipStateSeconds * 1e3, pc.seconds * 1e3);
-    std::printf("host: graph %.1f s, pipeline compile %.1f s\n", buildSeconds, compileSeconds);
+    std::printf("host: step cost estimate %.1f s\n", seconds() - buildSeconds - compileSeconds);
     return fits ? 0 : 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());

@@ -6,7 +6,9 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <string_view>
 #include <tuple>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -44,10 +46,39 @@ std::vector<TileSlice> rangeMapping(i64 elements, DType dtype, const Target& t, 
 
 // Buffers of equal size get equal mappings, so elementwise ops between them stay tile-local; the
 // start tile is derived from the size so that many small tensors do not all land on tile 0.
-std::vector<TileSlice> linearMapping(const Buffer& b, const Target& t) {
-  i64 start = static_cast<i64>((static_cast<std::uint64_t>(b.elements) * 2654435761ULL) %
-                               static_cast<std::uint64_t>(t.numTiles));
+// `spread` (a variable's family, see variableFamilies) moves the start further: the biases,
+// norm parameters and their optimizer state of every layer have equal sizes, and one start
+// tile for all of them piled hundreds of always-live slices onto the same few tiles.
+std::vector<TileSlice> linearMapping(const Buffer& b, const Target& t, std::uint64_t spread = 0) {
+  i64 start = static_cast<i64>(
+      (static_cast<std::uint64_t>(b.elements) * 2654435761ULL + spread * 40503ULL) %
+      static_cast<std::uint64_t>(t.numTiles));
   return rangeMapping(b.elements, b.dtype, t, start, t.numTiles);
+}
+
+// Per tensor: 0 for activations; for a variable, a hash of its family's root name, the family
+// being a weight and the same-sized variables named after it ("w/grad_accum", "w/momentum",
+// "w/ema", ...), so that a weight and its state keep one mapping (their update stays
+// tile-local) while different weights of one size start on different tiles. Deterministic.
+std::vector<std::uint64_t> variableFamilies(const Graph& g) {
+  std::unordered_map<std::string_view, const Tensor*> variables;
+  for (const Tensor& t : g.tensors())
+    if (t.kind == TensorKind::Variable) variables.emplace(t.name, &t);
+  std::vector<std::uint64_t> family(g.tensors().size(), 0);
+  for (const Tensor& t : g.tensors()) {
+    if (t.kind != TensorKind::Variable) continue;
+    std::string_view root = t.name;
+    for (size_t cut = root.rfind('/'); cut != std::string_view::npos && cut > 0;
+         cut = root.rfind('/')) {
+      auto it = variables.find(root.substr(0, cut));
+      if (it == variables.end() || it->second->elements() != t.elements()) break;
+      root = root.substr(0, cut);
+    }
+    std::uint64_t h = 14695981039346656037ULL;  // FNV-1a: the same on every platform
+    for (char ch : root) h = (h ^ static_cast<unsigned char>(ch)) * 1099511628211ULL;
+    family[static_cast<size_t>(t.id)] = h | 1;
+  }
+  return family;
 }
 
 // Channel-blocked mapping of an [P, K] tensor (P pixels, K innermost channels): tile (g, q) holds
@@ -102,10 +133,10 @@ class Planner : public ops::PlanApi {
       }
   }
   void splitReduction(const Op& op, int firstPhase, int out, i64 redExtent, i64 bytesPerRedUnit,
-                      const std::function<ops::Windows(Range, Range)>& windows,
-                      bool combineMax) override {
+                      const std::function<ops::Windows(Range, Range)>& windows, bool combineMax,
+                      i64 cutAt) override {
     phaseBase_ = firstPhase;
-    splitReduction(op, out, redExtent, bytesPerRedUnit, windows, combineMax);
+    splitReduction(op, out, redExtent, bytesPerRedUnit, windows, combineMax, cutAt);
     phaseBase_ = 0;
   }
   NeedWindow whole(int buf) const override { return {buf, 0, exe_.buffers[buf].elements}; }
@@ -127,6 +158,13 @@ class Planner : public ops::PlanApi {
       for (const TileSlice& s : exe_.mapping[t])
         cs.vertices.push_back(vertexOn(s.tile, {}, {{t, s.begin, s.end}}, {s.begin, s.end}));
   }
+  int scratch(const Op& op, const std::string& what, i64 elements) override {
+    const int out = op.outputs.empty() ? op.inputs[0] : op.outputs[0];
+    Buffer b{fmt::format("{}/{}", exe_.buffers[out].name, what), elements, DType::F32, -1, false};
+    exe_.buffers.push_back(b);
+    exe_.mapping.push_back(linearMapping(b, t_));
+    return static_cast<int>(exe_.buffers.size() - 1);
+  }
 
   void run() {
     createTensorBuffers();
@@ -142,10 +180,11 @@ class Planner : public ops::PlanApi {
  private:
   // -- buffers --
   void createTensorBuffers() {
+    const std::vector<std::uint64_t> family = variableFamilies(g_);
     for (const Tensor& t : g_.tensors()) {
       Buffer b{t.name, t.elements(), t.dtype, t.id, t.kind == TensorKind::Variable};
       exe_.buffers.push_back(b);
-      exe_.mapping.push_back(linearMapping(b, t_));
+      exe_.mapping.push_back(linearMapping(b, t_, family[static_cast<size_t>(t.id)]));
     }
   }
   // A [parts, elems] partials buffer: row p is spread over its own group of tiles, so that the
@@ -248,9 +287,18 @@ class Planner : public ops::PlanApi {
   // `windows(outRange, redRange)`; bytesPerRedUnit is what one unit of the reduced extent adds
   // to a vertex's windows, so P keeps each vertex's windows within the budget. Writes `out`
   // directly when P == 1.
+  // cutAt > 0: the vertices of the first set are cut at multiples of cutAt output elements.
   template <typename F>
   void splitReduction(const Op& op, int out, i64 redExtent, i64 bytesPerRedUnit, F windows,
-                      bool combineMax = false) {
+                      bool combineMax = false, i64 cutAt = 0) {
+    // The output ranges of one vertex each: r cut at multiples of cutAt.
+    auto cuts = [cutAt](Range r, auto&& each) {
+      for (i64 b = r.begin; b < r.end;) {
+        const i64 e = cutAt > 0 ? std::min(r.end, (b / cutAt + 1) * cutAt) : r.end;
+        each(Range{b, e});
+        b = e;
+      }
+    };
     const std::vector<TileSlice> outMap = exe_.mapping[out];  // copy: partials add mappings
     // Per tile, P parts cost about P x |partials row| / T of partials and |windows| / P of
     // gathered operands. Take the fewest parts that keep the windows within the budget if the
@@ -270,13 +318,14 @@ class Planner : public ops::PlanApi {
                              : static_cast<i64>(std::ceil(std::sqrt(windowsTotal * T / (4.0 * e))));
     const i64 parParts =
         std::max<i64>(1, std::min<i64>(8, t_.numTiles / static_cast<i64>(outMap.size())));
-    const i64 parts = std::clamp<i64>(std::max(memParts, parParts), 1, redExtent);
+    i64 parts = std::clamp<i64>(std::max(memParts, parParts), 1, redExtent);
     if (parts == 1) {
       ComputeSet& cs = newComputeSet(op, 0, "");
-      for (const TileSlice& s : outMap) {
-        Range r{s.begin, s.end}, red{0, redExtent};
-        cs.vertices.push_back(vertexOn(s.tile, windows(r, red), {{out, s.begin, s.end}}, r, red));
-      }
+      for (const TileSlice& s : outMap)
+        cuts({s.begin, s.end}, [&](Range r) {
+          const Range red{0, redExtent};
+          cs.vertices.push_back(vertexOn(s.tile, windows(r, red), {{out, r.begin, r.end}}, r, red));
+        });
       return;
     }
     // The precision pass may ask for f16 partials (the IPU's "16.16" setting).
@@ -289,12 +338,43 @@ class Planner : public ops::PlanApi {
       for (const TileSlice& s : pm) {
         const i64 p = s.begin / e;
         Range red{redExtent * p / parts, redExtent * (p + 1) / parts};
-        Range r{s.begin - p * e, s.end - p * e};
-        cs.vertices.push_back(vertexOn(s.tile, windows(r, red), {{partials, s.begin, s.end}}, r,
-                                       red, static_cast<int>(p)));
+        cuts({s.begin - p * e, s.end - p * e}, [&](Range r) {
+          cs.vertices.push_back(vertexOn(s.tile, windows(r, red),
+                                         {{partials, r.begin + p * e, r.end + p * e}}, r, red,
+                                         static_cast<int>(p)));
+        });
       }
     }
-    ComputeSet& cs = newComputeSet(op, 1, combineMax ? "max_partials" : "sum_partials");
+    // Many parts of a small output (a norm's [C] sums over a large image): the combining vertex
+    // of a slice would gather every part's partials of it. Combine groups of partial rows into
+    // fewer rows first (more sets of the same phase) until a slice's rows fit the budget.
+    const std::string combineName = combineMax ? "max_partials" : "sum_partials";
+    auto widest = [this](int buffer) {
+      i64 w = 1;
+      for (const TileSlice& s : exe_.mapping[buffer]) w = std::max(w, s.end - s.begin);
+      return w;
+    };
+    for (int level = 2; parts > 2; ++level) {
+      const i64 bytesPerRow = std::max(widest(partials), widest(out)) * sizeOf(pt);
+      const i64 group = windowBudgetBytes() / bytesPerRow;
+      if (group < 2 || group >= parts) break;  // rows too wide to group, or all fit already
+      const i64 rows = ceilDiv(parts, group);
+      const int next =
+          addPartials(fmt::format("{}/partials{}", exe_.buffers[out].name, level), rows, e, pt);
+      ComputeSet& cs = newComputeSet(op, 1, combineName);
+      for (const TileSlice& s : exe_.mapping[next]) {
+        const i64 q = s.begin / e, b = s.begin - q * e, en = s.end - q * e;
+        std::vector<NeedWindow> ins;
+        for (i64 p = q * group; p < std::min(parts, (q + 1) * group); ++p)
+          ins.push_back({partials, p * e + b, p * e + en});
+        const i64 count = static_cast<i64>(ins.size());
+        cs.vertices.push_back(
+            vertexOn(s.tile, std::move(ins), {{next, s.begin, s.end}}, {b, en}, {0, count}));
+      }
+      partials = next;
+      parts = rows;
+    }
+    ComputeSet& cs = newComputeSet(op, 1, combineName);
     for (const TileSlice& s : outMap) {
       std::vector<NeedWindow> ins;
       for (i64 p = 0; p < parts; ++p) ins.push_back({partials, p * e + s.begin, p * e + s.end});

@@ -1,6 +1,8 @@
 #include "ipu_backend/compiler/op_shapes.h"
 
 #include <algorithm>
+#include <functional>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -131,34 +133,52 @@ kernels::Range broadcastBounds(const kernels::BroadcastShape& s, const i64* stri
   return {lo, hi};
 }
 
+// The least (largest) sum of digit x weight over the mixed-radix numbers in [first, last]
+// (digits most significant first, weights >= 0): below the first position where a digit may
+// leave its bound, every digit takes its smallest (largest) value, so only the digits still
+// tight to a bound branch (at most 3 ways per position).
+namespace {
+i64 extremeOver(const std::vector<i64>& radix, const std::vector<i64>& weight, i64 first, i64 last,
+                bool largest) {
+  const size_t n = radix.size();
+  std::vector<i64> lo(n), hi(n), freeRest(n + 1, 0);
+  for (size_t j = n; j-- > 0;) {
+    lo[j] = first % radix[j], first /= radix[j];
+    hi[j] = last % radix[j], last /= radix[j];
+    freeRest[j] = freeRest[j + 1] + (largest ? (radix[j] - 1) * weight[j] : 0);
+  }
+  std::function<i64(size_t, bool, bool)> walk = [&](size_t j, bool tightLo, bool tightHi) {
+    if (j == n) return i64{0};
+    if (!tightLo && !tightHi) return freeRest[j];
+    const i64 a = tightLo ? lo[j] : 0, b = tightHi ? hi[j] : radix[j] - 1;
+    i64 best = largest ? std::numeric_limits<i64>::min() : std::numeric_limits<i64>::max();
+    for (i64 digit : {a, a + 1, b - 1, b}) {
+      if (digit < a || digit > b) continue;
+      const i64 v = digit * weight[j] + walk(j + 1, tightLo && digit == a, tightHi && digit == b);
+      best = largest ? std::max(best, v) : std::min(best, v);
+    }
+    return best;
+  };
+  return walk(0, true, true);
+}
+}  // namespace
+
 // Input flat-index bounds of a reduction restricted to an output range and a reduced range.
 kernels::Range reduceBounds(const kernels::ReduceShape& s, kernels::Range out, kernels::Range red) {
   size_t r = s.inDims.size();
   if (r == 0) return {0, 1};  // a scalar reduced over no axes
   std::vector<i64> stride(r, 1);
   for (size_t d = r - 1; d-- > 0;) stride[d] = stride[d + 1] * s.inDims[d + 1];
-  auto part = [&](i64 flat, bool reducedDims) {
-    i64 idx = 0;
-    for (size_t d = r; d-- > 0;) {
-      if (s.reduced[d] != reducedDims) continue;
-      idx += (flat % s.inDims[d]) * stride[d];
-      flat /= s.inDims[d];
-    }
-    return idx;
-  };
   auto bounds = [&](kernels::Range rg, bool reducedDims) -> std::pair<i64, i64> {
-    // The map is row-major over the selected dims; scanning is exact, cap it for huge ranges
-    // where the first/last index are then used with the whole extent in between.
-    i64 lo = part(rg.begin, reducedDims), hi = part(rg.end - 1, reducedDims);
-    if (rg.size() <= 65536)
-      for (i64 i = rg.begin; i < rg.end; ++i) {
-        i64 v = part(i, reducedDims);
-        lo = std::min(lo, v);
-        hi = std::max(hi, v);
-      }
-    else
-      lo = 0, hi = s.inElems() - 1;
-    return {lo, hi};
+    // The map is row-major over the selected dims (digits of rg's indices, weighted by the
+    // input strides); the least and largest value over the range come from a walk over the
+    // digits (extremeOver), not a scan of every index. Huge ranges keep the whole extent.
+    if (rg.size() > 65536) return {0, s.inElems() - 1};
+    std::vector<i64> radix, weight;
+    for (size_t d = 0; d < r; ++d)
+      if (s.reduced[d] == reducedDims) radix.push_back(s.inDims[d]), weight.push_back(stride[d]);
+    return {extremeOver(radix, weight, rg.begin, rg.end - 1, false),
+            extremeOver(radix, weight, rg.begin, rg.end - 1, true)};
   };
   auto [olo, ohi] = bounds(out, false);
   auto [rlo, rhi] = bounds(red, true);

@@ -28,10 +28,6 @@ namespace ref = kernels::ref;
 namespace fz = kernels::fused;
 using A = AttrType;
 
-i64 ceilDiv(i64 a, i64 b) {
-  return (a + b - 1) / b;
-}
-
 std::vector<AttrSpec> convAttrs(std::vector<AttrSpec> extra = {}) {
   std::vector<AttrSpec> a = {{"stride", A::Ints, true},
                              {"pad", A::Ints, true},

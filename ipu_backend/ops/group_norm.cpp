@@ -6,7 +6,9 @@
 // group_norm_grad: (x, dy, gamma, mean, rstd) -> dx, dgamma [C], dbeta [C]; with
 //   xhat = (x - mean) * rstd, h = gamma * dy, per group:
 //   dx = rstd * (h - mean(h) - xhat * mean(h * xhat)), dgamma = sum dy * xhat, dbeta = sum dy.
-// Statistics accumulate in double in both modes.
+// Statistics accumulate in double in both modes (tile mode: per part of the positions, the parts'
+// f32 sums then added), so tile and fused differ only in summation order.
+#include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -88,15 +90,46 @@ std::vector<TensorType> inferBackward(const std::vector<const Tensor*>& in, cons
   return {{in[0]->shape, in[1]->dtype}, {{c}, DType::F32}, {{c}, DType::F32}};
 }
 
-// Forward: phase 0 statistics (a vertex per slice of `mean`, reading its samples), phase 1
-// normalise (a vertex per slice of y, reading its elements and their samples' statistics).
+// Sums over the positions (rows of C channels) of a split reduction whose reduced extent is all
+// N x P rows: the vertex of rows `red` adds, for each group k = n * G + g of `work`, the rows of
+// sample n among them (none: 0). Its window is those rows whole, whatever the outputs, so a part
+// never gathers more than its rows and the (sample, group) sums need no whole-sample vertex.
+// term(e, j, k): the summand of element e (channel j) in group k.
+template <class Term>
+void groupRowSums(const Geo& q, Range work, Range red, float* out, Term term) {
+  const i64 ng = q.n * q.g;
+  for (i64 o = work.begin; o < work.end; ++o) {
+    const i64 k = o % ng, n = k / q.g, c0 = k % q.g * q.cg();
+    const i64 r0 = std::max(red.begin, n * q.p), r1 = std::min(red.end, (n + 1) * q.p);
+    double s = 0;
+    for (i64 r = r0; r < r1; ++r)
+      for (i64 j = c0; j < c0 + q.cg(); ++j) s += term(o / ng, r * q.c + j, j, k);
+    out[o - work.begin] = static_cast<float>(s);
+  }
+}
+
+// Window of rows `red` of an [N x P, C] operand.
+NeedWindow rowsWindow(const Geo& q, int t, Range red) {
+  return {t, red.begin * q.c, red.end * q.c};
+}
+
+// Forward: phases 0-1 sum of each (sample, group) (split over the N x P rows), phase 2 its mean,
+// phases 3-4 sum of squared deviations from it, phase 5 rstd, phase 6 normalise (a vertex per
+// slice of y, reading its elements and their samples' statistics).
 void planForward(PlanApi& p, const Op& op) {
   const Geo q = geoOf(p.graph(), op);
   const int x = op.inputs[0], mean = op.outputs[1], rstd = op.outputs[2];
-  p.perSlice(op, 0, {mean, rstd}, [=](Range r) {
-    return Windows{{x, r.begin / q.g * q.sample(), ((r.end - 1) / q.g + 1) * q.sample()}};
+  const i64 ng = q.n * q.g, rowBytes = q.c * sizeOf(p.graph().tensor(x).dtype);
+  const int sums = p.scratch(op, "group_sums", ng);
+  const int squares = p.scratch(op, "group_squared_deviations", ng);
+  p.splitReduction(op, 0, sums, q.n * q.p, rowBytes,
+                   [=](Range, Range red) { return Windows{rowsWindow(q, x, red)}; });
+  p.perSlice(op, 2, {mean}, [=](Range r) { return Windows{{sums, r.begin, r.end}}; });
+  p.splitReduction(op, 3, squares, q.n * q.p, rowBytes, [&p, q, x, mean](Range, Range red) {
+    return Windows{rowsWindow(q, x, red), p.whole(mean)};
   });
-  p.perSlice(op, 1, {op.outputs[0]}, [&p, op, q, x, mean, rstd](Range r) {
+  p.perSlice(op, 5, {rstd}, [=](Range r) { return Windows{{squares, r.begin, r.end}}; });
+  p.perSlice(op, 6, {op.outputs[0]}, [&p, op, q, x, mean, rstd](Range r) {
     const i64 n0 = r.begin / q.sample(), n1 = (r.end - 1) / q.sample() + 1;
     return Windows{{x, r.begin, r.end},
                    {mean, n0 * q.g, n1 * q.g},
@@ -109,12 +142,36 @@ void planForward(PlanApi& p, const Op& op) {
 std::function<void()> vertexForward(const VertexArgs& a) {
   const Geo q = geoOf(a.g, a.op);
   const double eps = a.op.attrs.getFloat("eps");
-  if (a.phase == 0)  // windows: x samples; outputs mean, rstd of groups `work`
-    return [W = a.in, mean = a.out[0], rstd = a.out[1], work = a.work, q, eps] {
-      for (i64 k = work.begin; k < work.end; ++k)
-        groupStats(q, &W[0][k / q.g * q.sample()], k % q.g, eps, mean[k - work.begin],
-                   rstd[k - work.begin]);
-    };
+  const double cnt = static_cast<double>(q.p * q.cg());
+  switch (a.phase) {
+    case 0:  // windows: x rows
+      return [W = a.in, y = a.out[0], work = a.work, red = a.red, q] {
+        groupRowSums(q, work, red, y,
+                     [&](i64, i64 e, i64, i64) { return static_cast<double>(W[0][e]); });
+      };
+    case 3:  // windows: x rows, mean
+      return [W = a.in, y = a.out[0], work = a.work, red = a.red, q] {
+        groupRowSums(q, work, red, y, [&](i64, i64 e, i64, i64 k) {
+          const double d = static_cast<double>(W[0][e]) - W[1][k];
+          return d * d;
+        });
+      };
+    case 1:
+    case 4:
+      return sumPartials(a);
+    case 2:  // windows: sums -> mean
+      return [W = a.in, y = a.out[0], work = a.work, cnt] {
+        for (i64 k = work.begin; k < work.end; ++k)
+          y[k - work.begin] = static_cast<float>(W[0][k] / cnt);
+      };
+    case 5:  // windows: squared deviations -> rstd
+      return [W = a.in, y = a.out[0], work = a.work, cnt, eps] {
+        for (i64 k = work.begin; k < work.end; ++k)
+          y[k - work.begin] = static_cast<float>(1.0 / std::sqrt(W[0][k] / cnt + eps));
+      };
+    default:
+      break;
+  }
   return [W = a.in, y = a.out[0], work = a.work, q] {  // x, mean, rstd, gamma, beta
     for (i64 i = work.begin; i < work.end; ++i) {
       const i64 j = i % q.c, k = i / q.sample() * q.g + j / q.cg();
@@ -153,10 +210,13 @@ void gradForward(const GradArgs& a) {
 }
 
 // Backward: phases 0-1 dbeta, 2-3 dgamma (sums over the N x P positions split into parts),
-// phase 4 dx (a vertex per slice of dx cut at sample ends, reading its sample).
+// phases 4-5 the per-(sample, group) sums of h = gamma * dy and of h * xhat that dx needs
+// (split over the positions the same way: no vertex gathers a whole sample), phase 6 dx (a
+// vertex per slice of dx, reading its elements and their groups' statistics and sums).
 void planBackward(PlanApi& p, const Op& op) {
   const Geo q = geoOf(p.graph(), op);
-  const int x = op.inputs[0], dy = op.inputs[1], mean = op.inputs[3], rstd = op.inputs[4];
+  const int x = op.inputs[0], dy = op.inputs[1], gamma = op.inputs[2], mean = op.inputs[3],
+            rstd = op.inputs[4];
   auto rows = [q](int t, Range ch, Range red) {
     return NeedWindow{t, red.begin * q.c + ch.begin, (red.end - 1) * q.c + ch.end};
   };
@@ -168,22 +228,25 @@ void planBackward(PlanApi& p, const Op& op) {
   p.splitReduction(op, 2, op.outputs[1], q.n * q.p, q.c * 8, [=](Range ch, Range red) {
     return Windows{rows(x, ch, red), rows(dy, ch, red), stats(mean, red), stats(rstd, red)};
   });
-  p.perSlice(
-      op, 4, {op.outputs[0]},
-      [&p, op, q, x, dy, mean, rstd](Range r) {
-        const i64 n = r.begin / q.sample();
-        return Windows{{x, n * q.sample(), (n + 1) * q.sample()},
-                       {dy, n * q.sample(), (n + 1) * q.sample()},
-                       {mean, n * q.g, (n + 1) * q.g},
-                       {rstd, n * q.g, (n + 1) * q.g},
-                       p.whole(op.inputs[2])};
-      },
-      q.sample());
+  const i64 ng = q.n * q.g;
+  const i64 rowBytes =
+      q.c * (sizeOf(p.graph().tensor(x).dtype) + sizeOf(p.graph().tensor(dy).dtype));
+  const int sums = p.scratch(op, "group_sums", 2 * ng);  // [sum h, sum h * xhat] per group
+  p.splitReduction(op, 4, sums, q.n * q.p, rowBytes,
+                   [&p, q, x, dy, gamma, mean, rstd](Range, Range red) {
+                     return Windows{rowsWindow(q, x, red), rowsWindow(q, dy, red), p.whole(mean),
+                                    p.whole(rstd), p.whole(gamma)};
+                   });
+  p.perSlice(op, 6, {op.outputs[0]}, [&p, op, q, x, dy, gamma, mean, rstd, sums](Range r) {
+    const i64 n0 = r.begin / q.sample(), n1 = (r.end - 1) / q.sample() + 1;
+    return Windows{{x, r.begin, r.end},        {dy, r.begin, r.end}, {mean, n0 * q.g, n1 * q.g},
+                   {rstd, n0 * q.g, n1 * q.g}, p.whole(gamma),       p.whole(sums)};
+  });
 }
 
 std::function<void()> vertexBackward(const VertexArgs& a) {
   const Geo q = geoOf(a.g, a.op);
-  if (a.phase == 1 || a.phase == 3) return sumPartials(a);
+  if (a.phase == 1 || a.phase == 3 || a.phase == 5) return sumPartials(a);
   if (a.phase == 0 || a.phase == 2)  // dbeta (windows dy) or dgamma (x, dy, mean, rstd)
     return [W = a.in, y = a.out[0], work = a.work, red = a.red, q, dgamma = a.phase == 2] {
       for (i64 j = work.begin; j < work.end; ++j) {
@@ -200,10 +263,24 @@ std::function<void()> vertexBackward(const VertexArgs& a) {
         y[j - work.begin] = static_cast<float>(s);
       }
     };
-  return [W = a.in, dx = a.out[0], work = a.work, q] {  // x, dy, mean, rstd, gamma of a sample
-    const i64 n = work.begin / q.sample(), base = n * q.sample();
-    sampleInputGrad(q, &W[0][base], &W[1][base], &W[4][0], &W[2][n * q.g], &W[3][n * q.g],
-                    work.begin - base, work.end - base, dx);
+  if (a.phase == 4)  // windows: x rows, dy rows, mean, rstd, gamma; outputs [sum h | sum h xhat]
+    return [W = a.in, y = a.out[0], work = a.work, red = a.red, q] {
+      groupRowSums(q, work, red, y, [&](i64 which, i64 e, i64 j, i64 k) {
+        const double h = static_cast<double>(W[4][j]) * W[1][e];
+        return which == 0 ? h : h * (W[0][e] - W[2][k]) * W[3][k];
+      });
+    };
+  // dx: windows x, dy (the slice), mean, rstd (its samples), gamma, sums
+  return [W = a.in, dx = a.out[0], work = a.work, q] {
+    const i64 ng = q.n * q.g;
+    const double cnt = static_cast<double>(q.p * q.cg());
+    for (i64 e = work.begin; e < work.end; ++e) {
+      const i64 j = e % q.c, k = e / q.sample() * q.g + j / q.cg();
+      const double xhat = (W[0][e] - W[2][k]) * static_cast<double>(W[3][k]);
+      dx[e - work.begin] =
+          static_cast<float>(W[3][k] * (W[4][j] * static_cast<double>(W[1][e]) - W[5][k] / cnt -
+                                        xhat * W[5][ng + k] / cnt));
+    }
   };
 }
 
@@ -247,7 +324,11 @@ IPU_REGISTER_OPS(group_norm) {
   f.plan = planForward;
   f.vertex = vertexForward;
   f.fused = fusedForward;
-  f.cost = [](const Op&, int phase) { return phase == 0 ? 3.0 : 4.0; };
+  // Sums: one add per element (squared deviations: subtract, multiply-add); mean / rstd per
+  // group; normalise: subtract, two multiplies, add.
+  f.cost = [](const Op&, int phase) {
+    return phase == 0 || phase == 1 || phase == 4 ? 1.0 : phase == 3 ? 2.0 : phase == 6 ? 4.0 : 2.0;
+  };
   registerOp(std::move(f));
 
   OpInfo b;
@@ -259,7 +340,9 @@ IPU_REGISTER_OPS(group_norm) {
   b.plan = planBackward;
   b.vertex = vertexBackward;
   b.fused = fusedBackward;
-  b.cost = [](const Op&, int phase) { return phase == 4 ? 8.0 : phase == 2 ? 3.0 : 1.0; };
+  b.cost = [](const Op&, int phase) {
+    return phase == 6 ? 6.0 : phase == 4 ? 5.0 : phase == 2 ? 3.0 : 1.0;
+  };
   b.tolerances.f32 = {1e-5, 1e-4, 2e-2};
   registerOp(std::move(b));
 }

@@ -4,6 +4,8 @@
 //   optional attribute partials ("f32" / "f16": the tile partial sums' type).
 // Fused mode runs oneDNN (fused.h): f32 on f32 data, bf16 on bf16 data where the CPU has bf16
 // primitives (nativeFused), otherwise f32 with 16-bit operands converted around it.
+#include <algorithm>
+#include <limits>
 #include <memory>
 #include <numeric>
 
@@ -87,13 +89,47 @@ void grad(const GradArgs& g) {
   }
 }
 
+// A x B^T with B [N, K] too large for one tile (a dense layer's weights read transposed: BERT's
+// backward through an FFN kernel, a classifier stored [classes, features]): a vertex of output
+// columns [j0, j1) reads B rows j0..j1 whole. A linear output mapping gives a tile hundreds of
+// columns of one row (5.9 MB of an FFN kernel). Blocked like a convolution's output channels,
+// a tile holds ng columns of a block of rows: it gathers ng B rows, shared by its vertices, and
+// one A row per output row. Returns the ng that minimises those bytes, or 0 to keep the
+// linear mapping (its windows fit the budget, or B is batched).
+i64 columnsPerTile(const PlanApi& p, const Op& op, const kernels::MatMulShape& s) {
+  if (!s.transB || s.transA || (s.batch > 1 && !s.broadcastB)) return 0;
+  const Graph& g = p.graph();
+  const i64 aBytes = sizeOf(g.tensor(op.inputs[0]).dtype),
+            bBytes = sizeOf(g.tensor(op.inputs[1]).dtype);
+  const i64 rows = s.batch * s.m, tiles = p.numTiles();
+  i64 linearSlice = 1;  // the largest slice of the linear mapping the output has now
+  for (const TileSlice& sl : p.mapping(op.outputs[0]))
+    linearSlice = std::max(linearSlice, sl.end - sl.begin);
+  if (std::min(linearSlice, s.n) * s.k * bBytes <= p.windowBudgetBytes()) return 0;
+  i64 best = 0;
+  double bestBytes = std::numeric_limits<double>::infinity();
+  for (i64 ng = 1; ng <= s.n; ++ng) {
+    const i64 groups = ceilDiv(s.n, ng);
+    if (ng > 1 && ceilDiv(s.n, ng - 1) == groups) continue;  // same groups, more columns
+    // More groups than tiles: a tile holds several groups' columns of every row.
+    const i64 blocks = std::clamp<i64>(tiles / groups, 1, rows);
+    const i64 columns = ng * ceilDiv(groups, tiles);
+    const double bytes =
+        static_cast<double>(columns * s.k * bBytes + ceilDiv(rows, blocks) * s.k * aBytes);
+    if (bytes < bestBytes) bestBytes = bytes, best = ng;
+  }
+  return best < s.n ? best : 0;
+}
+
 // Rows of the output are (batch * M + i). Small B: a vertex per output slice reading its A
 // rows and B whole (its batches); B [N, K] too large: slices cut at row ends, output columns
-// [j0, j1) reading B rows j0..j1; B [K, N] too large: the sum split over k, each part reading
-// B rows k0..k1.
+// [j0, j1) reading B rows j0..j1 (the output column-blocked: columnsPerTile); B [K, N] too
+// large: the sum split over k, each part reading B rows k0..k1.
 void plan(PlanApi& p, const Op& op) {
   const auto s = matMulShapeOf(p.graph(), op);
   const int a = op.inputs[0], b = op.inputs[1], out = op.outputs[0];
+  if (const i64 ng = columnsPerTile(p, op, s); ng > 0)
+    p.mapChannelBlocked(out, s.batch * s.m, s.n, ng);
   // Batches [b0, b1) of B that output rows [rows) read.
   auto bBatches = [s](Range rows) {
     return s.broadcastB ? Range{0, 1} : Range{rows.begin / s.m, (rows.end - 1) / s.m + 1};

@@ -86,11 +86,13 @@ class PlanApi {
   // A sum over `redExtent` units split into parts whose windows fit a vertex's budget: phase
   // firstPhase writes one partial row per part (vertex work r, red the part's units), phase
   // firstPhase + 1 sums them (sumPartials; combineMax: takes their maximum, maxPartials, and
-  // the partials stay f32); one phase writing `out` directly when one part suffices.
+  // the partials stay f32); one phase writing `out` directly when one part suffices. With
+  // cutAt > 0 the vertices writing partials are cut at multiples of cutAt output elements
+  // (outputs whose windows are not adjacent, e.g. one sample's channels each).
   virtual void splitReduction(const Op& op, int firstPhase, int out, i64 redExtent,
                               i64 bytesPerRedUnit,
                               const std::function<Windows(Range out, Range red)>& windows,
-                              bool combineMax = false) = 0;
+                              bool combineMax = false, i64 cutAt = 0) = 0;
   // The whole of a tensor (small operands: scalars, indices, per-channel parameters).
   virtual NeedWindow whole(int tensor) const = 0;
 
@@ -116,6 +118,10 @@ class PlanApi {
   // Ops that run off the tiles (replica ops): a compute set whose vertices only record which
   // tiles hold the operands (for liveness and vertex state); the engine moves the data.
   virtual void operandTiles(const Op& op) = 0;
+
+  // A temporary f32 buffer of `elements`, mapped linearly, that later phases of the op read
+  // (sums an op needs between its phases, e.g. group norm's per-group sums); its id.
+  virtual int scratch(const Op& op, const std::string& what, i64 elements) = 0;
 };
 using PlanRule = std::function<void(PlanApi&, const Op&)>;
 
@@ -323,6 +329,10 @@ void expectSameShape(const Tensor& a, const Tensor& b, const std::string& label)
 // The `fn` attribute names one of `valid` (unary, binary, reduce functions).
 void expectFunction(const Attrs& attrs, const std::vector<std::string_view>& valid,
                     const std::string& label);
+// ceil(a / b) for positive b (tile and block counts in plans).
+inline i64 ceilDiv(i64 a, i64 b) {
+  return (a + b - 1) / b;
+}
 // Normalises a possibly negative axis of a rank-r tensor.
 i64 axisOf(i64 axis, size_t rank, const std::string& label);
 // The optional `partials` attribute of convolutions and matmuls: "f32" or "f16".

@@ -56,6 +56,23 @@ void grad(const GradArgs& a) {
   a.accumulate(a.op.inputs[0], a.b.broadcast(d, x.shape));
 }
 
+// Kept dims on both sides of a reduced one (a spatial mean of [N, H, W, C] into [N, C]): the
+// outputs of one outer index (a sample's C channels) read x within that index only, those of
+// two read everything between them. The split reduction then cuts its vertices at the outputs
+// per outer index (the kept dims after the first reduced one); 0 (no cut) otherwise.
+i64 outputsPerOuterIndex(const kernels::ReduceShape& s) {
+  const size_t r = s.inDims.size();
+  size_t first = r;
+  for (size_t d = 0; d < r && first == r; ++d)
+    if (s.reduced[d]) first = d;
+  bool keptBefore = false;
+  for (size_t d = 0; d < first; ++d) keptBefore = keptBefore || s.inDims[d] > 1;
+  i64 inner = 1;
+  for (size_t d = first; d < r; ++d)
+    if (!s.reduced[d]) inner *= s.inDims[d];
+  return keptBefore && inner > 1 ? inner : 0;
+}
+
 }  // namespace
 
 IPU_REGISTER_OPS(reduce) {
@@ -81,7 +98,7 @@ IPU_REGISTER_OPS(reduce) {
           const Range b = reduceBounds(s, out, red);
           return Windows{{x, b.begin, b.end}};
         },
-        isMax);
+        isMax, outputsPerOuterIndex(s));
   };
   r.vertex = [](const VertexArgs& a) -> std::function<void()> {
     const auto k = reduceKindOf(a.op);

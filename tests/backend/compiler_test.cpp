@@ -1,11 +1,15 @@
 // Compiler: tile mapping covers every tensor, memory overflow errors, compile report, programs.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <map>
+#include <random>
 #include <set>
+#include <tuple>
 
 #include "ipu_backend/compiler/autodiff.h"
 #include "ipu_backend/compiler/compiler.h"
+#include "ipu_backend/compiler/op_shapes.h"
 #include "ipu_backend/engine/engine.h"
 #include "ipu_backend/ir/builder.h"
 #include "ipu_backend/kernels/fused.h"
@@ -178,6 +182,270 @@ TEST(Compiler, BatchNormPartialSumsAreNeverGatheredWhole) {
     double scale = 0;
     for (float a : f) scale = std::max(scale, static_cast<double>(std::abs(a)));
     for (size_t i = 0; i < f.size(); ++i) ASSERT_NEAR(tl[i], f[i], 1e-4 * scale + 1e-7) << i;
+  }
+}
+
+// Group norm with samples larger than a vertex's window budget (EfficientNet-B4's first stage:
+// 6.9 MB per sample on a Mk2): its per-(sample, group) sums are split over the positions, so no
+// vertex of the forward or the backward gathers a whole sample (one vertex per sample gathered
+// 35 MB there). Tile and fused modes give the same output and gradients.
+TEST(Compiler, GroupNormSplitsItsSampleSumsOverTiles) {
+  Graph g("group_norm_large_samples");
+  Builder b(g);
+  const i64 c = 8, groups = 2;
+  int x = b.variable("features", {2, 12, 16, c});  // 6 KiB per sample
+  int gamma = b.variable("gamma", {c}), beta = b.variable("beta", {c});
+  Attrs a;
+  a.set("groups", groups);
+  a.set("eps", 1e-5);
+  int y = ops::add(g, "group_norm", {x, gamma, beta}, a, {"gn", "gn_mean", "gn_rstd"})[0];
+  int loss = b.reduceMean(b.binary("mul", y, b.relu(y, "r"), "sq"), {0, 1, 2, 3}, false, "loss");
+  g.markOutput(loss);
+  g.markOutput(y);
+  auto grads = appendBackward(g, loss, {x, gamma, beta}).grads;
+  for (const auto& [v, gr] : grads) g.markOutput(gr);
+  const Target t = Target::small(64, 16 << 10);
+  CompileOptions opts;
+  opts.checkMemory = false;
+  auto exe = std::make_shared<const Executable>(compile(g, t, opts));
+  const i64 budget = t.bytesPerTile / 8;  // 2 KiB
+  int sets = 0;
+  for (const ComputeSet& cs : exe->computeSets) {
+    const OpKind k = exe->graph.op(cs.op).kind;
+    if (k != ops::kindNamed("group_norm") && k != ops::kindNamed("group_norm_grad")) continue;
+    ++sets;
+    for (const Vertex& v : cs.vertices)
+      for (const Window& w : v.inputs)
+        EXPECT_LE((w.end - w.begin) * sizeOf(exe->buffers[w.buffer].dtype), budget)
+            << cs.name << " gathers " << exe->buffers[w.buffer].name << " [" << w.begin << ", "
+            << w.end << ")";
+  }
+  EXPECT_GT(sets, 4);
+
+  std::vector<float> xv(2 * 12 * 16 * c), gv(c), bv(c);
+  for (size_t i = 0; i < xv.size(); ++i) xv[i] = static_cast<float>((i * 7) % 13) / 13.f + 0.3f;
+  for (size_t i = 0; i < gv.size(); ++i) gv[i] = 0.5f + static_cast<float>(i) / 16.f, bv[i] = 0.1f;
+  std::map<int, std::vector<float>> got[2];
+  for (EngineMode mode : {EngineMode::Fused, EngineMode::Tile}) {
+    Engine e(exe, mode);
+    e.writeTensor(x, xv.data(), xv.size() * 4);
+    e.writeTensor(gamma, gv.data(), gv.size() * 4);
+    e.writeTensor(beta, bv.data(), bv.size() * 4);
+    float l = 0;
+    e.connectOutput(loss, &l);
+    e.run();
+    got[mode == EngineMode::Tile][y] = e.readFloats(y);
+    for (const auto& [v, gr] : grads) got[mode == EngineMode::Tile][v] = e.readFloats(gr);
+  }
+  for (int v : {y, x, gamma, beta}) {
+    const auto &f = got[0][v], &tl = got[1][v];
+    ASSERT_EQ(f.size(), tl.size());
+    double scale = 0;
+    for (float q : f) scale = std::max(scale, static_cast<double>(std::abs(q)));
+    ASSERT_GT(scale, 0.0);
+    for (size_t i = 0; i < f.size(); ++i) ASSERT_NEAR(tl[i], f[i], 1e-5 * scale + 1e-7) << i;
+  }
+}
+
+// A spatial mean [N, H, W, C] -> [N, C] (squeeze-excite) with samples larger than a window
+// budget: the parts of its split reduction read only their positions of one sample; a vertex
+// whose outputs spanned two samples gathered everything between them (6.9 MB in
+// EfficientNet-B4 G16's first stage). Tile and fused modes agree.
+TEST(Compiler, SpatialMeanReadsOneSampleAtATime) {
+  Graph g("spatial_mean");
+  Builder b(g);
+  int x = b.variable("features", {3, 16, 16, 8});  // 8 KiB per sample
+  int y = b.reduceMean(x, {1, 2}, false, "pooled");
+  g.markOutput(y);
+  const Target t = Target::small(16, 16 << 10);
+  CompileOptions opts;
+  opts.checkMemory = false;
+  auto exe = std::make_shared<const Executable>(compile(g, t, opts));
+  const i64 budget = t.bytesPerTile / 8;
+  for (const ComputeSet& cs : exe->computeSets)
+    for (const Vertex& v : cs.vertices)
+      for (const Window& w : v.inputs) {
+        if (w.buffer == x) {
+          EXPECT_LE((w.end - w.begin) * 4, budget) << cs.name;
+        }
+      }
+  std::vector<float> xv(3 * 16 * 16 * 8);
+  for (size_t i = 0; i < xv.size(); ++i) xv[i] = static_cast<float>((i * 7) % 13) / 13.f;
+  std::vector<float> got[2];
+  for (EngineMode mode : {EngineMode::Fused, EngineMode::Tile}) {
+    Engine e(exe, mode);
+    e.writeTensor(x, xv.data(), xv.size() * 4);
+    e.run();
+    got[mode == EngineMode::Tile] = e.readFloats(y);
+  }
+  ASSERT_EQ(got[0].size(), 24u);
+  for (size_t i = 0; i < got[0].size(); ++i) {
+    double ref = 0;
+    for (i64 q = 0; q < 256; ++q) ref += xv[static_cast<size_t>((i / 8) * 2048 + q * 8 + i % 8)];
+    EXPECT_NEAR(got[0][i], ref / 256, 1e-5) << i;
+    EXPECT_NEAR(got[1][i], got[0][i], 1e-6) << i;
+  }
+}
+
+// A per-channel sum over many positions: hundreds of parts of a small output. Their partial
+// rows are combined in groups (more than one combining set) so that no vertex gathers every
+// part's row (here 256 x 64 B against a 1 KiB budget); tile mode still equals fused mode.
+TEST(Compiler, ManyPartialRowsAreCombinedInGroups) {
+  Graph g("channel_sum");
+  Builder b(g);
+  int x = b.variable("features", {4, 32, 32, 16});
+  int y = b.reduceSum(x, {0, 1, 2}, false, "sums");
+  g.markOutput(y);
+  const Target t = Target::small(64, 8 << 10);
+  CompileOptions opts;
+  opts.checkMemory = false;
+  auto exe = std::make_shared<const Executable>(compile(g, t, opts));
+  const i64 budget = t.bytesPerTile / 8;
+  int combiningSets = 0;
+  for (const ComputeSet& cs : exe->computeSets) {
+    combiningSets += cs.name.ends_with("/sum_partials");
+    for (const Vertex& v : cs.vertices) {
+      i64 bytes = 0;
+      for (const Window& w : v.inputs) bytes += (w.end - w.begin) * 4;
+      EXPECT_LE(bytes, budget) << cs.name << " on tile " << v.tile;
+    }
+  }
+  EXPECT_GE(combiningSets, 2);
+  std::vector<float> xv(4 * 32 * 32 * 16);
+  for (size_t i = 0; i < xv.size(); ++i) xv[i] = static_cast<float>((i * 7) % 13) / 13.f;
+  std::vector<float> got[2];
+  for (EngineMode mode : {EngineMode::Fused, EngineMode::Tile}) {
+    Engine e(exe, mode);
+    e.writeTensor(x, xv.data(), xv.size() * 4);
+    e.run();
+    got[mode == EngineMode::Tile] = e.readFloats(y);
+  }
+  ASSERT_EQ(got[0].size(), 16u);
+  for (size_t c = 0; c < 16; ++c) {
+    double ref = 0;
+    for (size_t i = c; i < xv.size(); i += 16) ref += xv[i];
+    EXPECT_NEAR(got[0][c], ref, 1e-5 * ref) << c;
+    EXPECT_NEAR(got[1][c], got[0][c], 1e-5 * ref) << c;
+  }
+}
+
+// A x B^T with B [512, 256] of 1 KiB rows (a dense layer read transposed) on 64 KiB tiles: with
+// a linear output mapping a tile held a whole output row and gathered all of B (512 KiB). The
+// output is blocked (a tile: a few columns of a block of rows), so a tile gathers its columns'
+// B rows once for all its vertices plus its A rows; the product is unchanged in both modes.
+TEST(Compiler, TransposedLargeWeightMatMulGathersAColumnBlockPerTile) {
+  Graph g("dense_transposed");
+  Builder b(g);
+  int a = b.variable("a", {64, 256});
+  int w = b.variable("w", {512, 256});
+  int y = b.matmul(a, w, false, true, "y");
+  g.markOutput(y);
+  const Target t = Target::small(64, 64 << 10);
+  CompileOptions opts;
+  opts.checkMemory = false;
+  auto exe = std::make_shared<const Executable>(compile(g, t, opts));
+  for (const ComputeSet& cs : exe->computeSets) {
+    std::map<int, std::set<std::tuple<int, i64, i64>>> windows;  // per tile, distinct windows
+    for (const Vertex& v : cs.vertices)
+      for (const Window& win : v.inputs)
+        if (win.gather) windows[v.tile].insert({win.buffer, win.begin, win.end});
+    for (const auto& [tile, ws] : windows) {
+      i64 bytes = 0;
+      for (const auto& [buffer, begin, end] : ws) bytes += (end - begin) * 4;
+      EXPECT_LE(bytes, t.bytesPerTile) << cs.name << " on tile " << tile;
+    }
+  }
+  std::vector<float> av(64 * 256), wv(512 * 256);
+  for (size_t i = 0; i < av.size(); ++i) av[i] = static_cast<float>((i * 7) % 13) / 13.f - 0.5f;
+  for (size_t i = 0; i < wv.size(); ++i) wv[i] = static_cast<float>((i * 5) % 11) / 11.f - 0.5f;
+  std::vector<float> got[2];
+  for (EngineMode mode : {EngineMode::Fused, EngineMode::Tile}) {
+    Engine e(exe, mode);
+    e.writeTensor(a, av.data(), av.size() * 4);
+    e.writeTensor(w, wv.data(), wv.size() * 4);
+    e.run();
+    got[mode == EngineMode::Tile] = e.readFloats(y);
+  }
+  ASSERT_EQ(got[0].size(), 64u * 512);
+  for (size_t i = 0; i < got[0].size(); i += 97) {
+    double ref = 0;
+    for (size_t k = 0; k < 256; ++k) ref += double(av[i / 512 * 256 + k]) * wv[i % 512 * 256 + k];
+    EXPECT_NEAR(got[0][i], ref, 1e-4) << i;
+  }
+  for (size_t i = 0; i < got[0].size(); ++i) ASSERT_NEAR(got[1][i], got[0][i], 1e-4) << i;
+}
+
+// Forty layers' biases of one size, each with its optimizer state named after it: a weight and
+// its state share one mapping (their update stays tile-local), while different weights start on
+// different tiles (one start tile per size piled every layer's biases onto the same tiles).
+TEST(Compiler, EqualSizedWeightsSpreadOverTilesWithTheirState) {
+  Graph g("many_biases");
+  Builder b(g);
+  const int layers = 40;
+  std::vector<int> weights, state;
+  int sum = b.input("x", {256});
+  for (int l = 0; l < layers; ++l) {
+    const std::string name = "layer_" + std::to_string(l) + "/bias";
+    weights.push_back(b.variable(name, {256}));
+    state.push_back(b.variable(name + "/momentum", {256}));
+    sum = b.binary("add", sum, b.binary("add", weights.back(), state.back()));
+  }
+  g.markOutput(sum);
+  const Target t = Target::small(64, 64 << 10);
+  const Executable exe = compile(g, t);
+  std::map<int, i64> perTile;
+  for (int l = 0; l < layers; ++l) {
+    const auto &mw = exe.mapping[weights[l]], &ms = exe.mapping[state[l]];
+    ASSERT_EQ(mw.size(), ms.size());
+    for (size_t i = 0; i < mw.size(); ++i) {
+      EXPECT_EQ(mw[i].tile, ms[i].tile) << l;
+      EXPECT_EQ(mw[i].begin, ms[i].begin) << l;
+      perTile[mw[i].tile] += (mw[i].end - mw[i].begin) * 8;
+    }
+  }
+  // 80 KiB of variables over 64 tiles: 1.25 KiB per tile on average; all on 4 tiles: 20 KiB.
+  i64 most = 0;
+  for (const auto& [tile, bytes] : perTile) most = std::max(most, bytes);
+  EXPECT_GT(perTile.size(), 32u);
+  EXPECT_LE(most, 6 * 1024);
+}
+
+// reduceBounds (the input span a reduction vertex reads) walks the digits of its ranges instead
+// of scanning every index: the same bounds as the scan for every shape, axis set and range.
+TEST(Compiler, ReduceBoundsEqualTheScanOfEveryIndex) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 300; ++trial) {
+    kernels::ReduceShape s;
+    const int rank = 1 + static_cast<int>(rng() % 4);
+    for (int d = 0; d < rank; ++d) {
+      s.inDims.push_back(1 + static_cast<i64>(rng() % 5));
+      s.reduced.push_back(rng() % 2 == 0);
+    }
+    std::vector<i64> stride(static_cast<size_t>(rank), 1);
+    for (int d = rank - 1; d-- > 0;) stride[d] = stride[d + 1] * s.inDims[d + 1];
+    auto digitsOf = [&](i64 flat, bool reducedDims) {
+      i64 idx = 0;
+      for (int d = rank; d-- > 0;) {
+        if (s.reduced[d] != reducedDims) continue;
+        idx += (flat % s.inDims[d]) * stride[d];
+        flat /= s.inDims[d];
+      }
+      return idx;
+    };
+    auto randomRange = [&](i64 n) {
+      const i64 a = static_cast<i64>(rng() % n), b = static_cast<i64>(rng() % n);
+      return Range{std::min(a, b), std::max(a, b) + 1};
+    };
+    const Range out = randomRange(s.outElems()), red = randomRange(s.reducedCount());
+    i64 lo = std::numeric_limits<i64>::max(), hi = -1;
+    for (i64 o = out.begin; o < out.end; ++o)
+      for (i64 q = red.begin; q < red.end; ++q) {
+        lo = std::min(lo, digitsOf(o, false) + digitsOf(q, true));
+        hi = std::max(hi, digitsOf(o, false) + digitsOf(q, true));
+      }
+    const Range b = reduceBounds(s, out, red);
+    EXPECT_EQ(b.begin, lo) << trial;
+    EXPECT_EQ(b.end, hi + 1) << trial;
   }
 }
 
