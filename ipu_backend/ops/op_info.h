@@ -6,9 +6,9 @@
 // call of every file's IPU_REGISTER_OPS function, so no list needs editing either.
 //
 // Op kinds that are still handled by the per-layer switches (op_defs.cpp, autodiff.cpp,
-// compiler.cpp, engine.cpp, cost_model.cpp) have no OpInfo yet: those whose fused kernels run
-// natively in bf16 or join host fusions, the chunked 16-bit elementwise kinds, the replica kinds
-// and those the cost model prices by kind (docs/ARCHITECTURE.md lists them).
+// compiler.cpp, engine.cpp, cost_model.cpp) have no OpInfo yet: the chunked 16-bit elementwise
+// kinds, the replica kinds and those the cost model prices by kind (docs/ARCHITECTURE.md lists
+// them).
 // OpRegistry.EveryOpKindHasEveryFacetAndACase (tests/backend/ops_test.cpp) lists them and fails
 // when a kind is in neither place or an OpInfo lacks a facet. The precision pass reads
 // def.precision and def.usesPartials (ir/op_defs.h).
