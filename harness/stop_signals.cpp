@@ -6,7 +6,6 @@
 
 #include <cstring>
 #include <stdexcept>
-#include <string>
 #include <system_error>
 #include <thread>
 
