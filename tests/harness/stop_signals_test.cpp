@@ -45,7 +45,8 @@ TEST_F(StopSignalsDeathTest, ThreadsBlockTheSignalsAndTheWatcherRecordsThem) {
         recordStopSignals();
         bool workerBlocks = false;
         std::thread([&] { workerBlocks = blocksStopSignals(); }).join();
-        if (!workerBlocks || !blocksStopSignals()) _exit(3);
+        if (!workerBlocks) _exit(3);
+        if (!blocksStopSignals()) _exit(7);
         ::kill(::getpid(), SIGTERM);
         _exit(awaitStopSignal() == SIGTERM ? 0 : 4);
       },
