@@ -15,7 +15,6 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -29,6 +28,7 @@
 #include "harness/full_scale_projection.h"
 #include "harness/progress.h"
 #include "harness/run_benchmark_plan.h"
+#include "harness/stop_signals.h"
 #include "harness/system_description.h"
 #include "ipu_backend/kernels/fused.h"
 #include "ipu_backend/replication/mpi_link.h"
@@ -39,41 +39,10 @@ namespace {
 using namespace ipu::harness;
 namespace fs = std::filesystem;
 
-// The first SIGINT or SIGTERM received (0: none); the run loop polls it between steps. The
-// handler does nothing else: it may run on any thread (OpenMP workers, replica threads) at any
-// moment, so it only stores to a lock-free atomic (async-signal-safe) and never allocates,
-// locks or prints.
-std::atomic<int> gSignal{0};
-// False until the package is about to be written: before that there is nothing to finish or
-// keep, so the handler ends the process at once (the fit-check compile takes seconds to
-// minutes) with _exit, which is async-signal-safe like write.
-std::atomic<bool> gWriting{false};
-static_assert(std::atomic<int>::is_always_lock_free && std::atomic<bool>::is_always_lock_free);
-
-// A second signal of the same kind kills at once (the default action).
-void onStopSignal(int sig) {
-  if (!gWriting.load()) {
-    static constexpr char kMessage[] =
-        "run_benchmark: interrupted before any run; nothing written\n";
-    [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, kMessage, sizeof kMessage - 1);
-    ::_exit(128 + sig);
-  }
-  int none = 0;
-  gSignal.compare_exchange_strong(none, sig);
-  ::signal(sig, SIG_DFL);
-}
-
-// Installed before anything is compiled or written. SA_RESTART: a signal never makes a write
-// of the package, a read of the data or a wait of another thread fail with EINTR (the flag is
-// polled; nothing needs to be woken). SIGXFSZ ignored: a file size limit (a full quota) makes
-// the write fail with EFBIG, which the logger reports, instead of killing the process.
-void installSignalHandlers() {
-  struct sigaction sa {};
-  sa.sa_handler = onStopSignal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  ::sigaction(SIGINT, &sa, nullptr);
-  ::sigaction(SIGTERM, &sa, nullptr);
+// SIGXFSZ ignored: a file size limit (a full quota) makes a write of the package fail with
+// EFBIG, which the logger reports, instead of killing the process. SIGINT and SIGTERM:
+// stop_signals.h (installed before anything is compiled or written).
+void ignoreFileSizeLimitSignal() {
   ::signal(SIGXFSZ, SIG_IGN);
 }
 
@@ -89,7 +58,7 @@ int exitStatus(const std::vector<RunOutcome>& runs) {
 
 // The shell convention for "ended by signal N": 130 for SIGINT, 143 for SIGTERM.
 int interruptedExitCode() {
-  const int sig = gSignal.load();
+  const int sig = stopSignal().load();
   return 128 + (sig != 0 ? sig : SIGINT);
 }
 
@@ -407,7 +376,10 @@ int main(int argc, char** argv) {
     const int rc = app.exit(e);  // prints the help, or the error
     return rc == 0 ? kExitSuccess : kExitRefused;
   }
-  installSignalHandlers();
+  // Until the package is about to be written there is nothing to finish or keep: a signal ends
+  // the process at once (the fit-check compile takes seconds to minutes).
+  installStopSignals("run_benchmark: interrupted before any run; nothing written\n");
+  ignoreFileSizeLimitSignal();
   if (o.project_only || o.all_pod_sizes || o.json) return projectOnly(app, o);
 
   // Under mpirun every process runs this same main; rank 0 alone writes the package and prints.
@@ -452,7 +424,7 @@ int main(int argc, char** argv) {
   }
   // Every check passed: from here on the package is written (by rank 0), under a lock, and a
   // signal ends the run in progress with a complete log.
-  gWriting.store(true);
+  recordStopSignals();
   fs::path systemJson;
   std::unique_ptr<PackageLock> lock;
   if (rank == 0) try {
@@ -484,7 +456,7 @@ int main(int argc, char** argv) {
 
   ProgressLine progress(rank == 0 && ProgressLine::stderrIsTerminal());
   std::vector<RunOutcome> outcomes;
-  for (int i = 0; i < o.runs && gSignal.load() == 0; ++i) {
+  for (int i = 0; i < o.runs && stopSignal().load() == 0; ++i) {
     fs::path log;
     try {
       log = resultFilePath(plan.layout, plan.benchmark, i);
@@ -492,7 +464,7 @@ int main(int argc, char** argv) {
       fmt::print(stderr, "run_benchmark: cannot write the results package: {}\n", e.what());
       break;
     }
-    RunOutcome r = executeRun(plan.run, log, i, o.runs, plan.seeds[i], gSignal, progress);
+    RunOutcome r = executeRun(plan.run, log, i, o.runs, plan.seeds[i], stopSignal(), progress);
     if (r.status == RunStatus::kDiverged || r.status == RunStatus::kFailed) {
       fmt::print(stderr, "run {}: {}: {}\n", i, toString(r.status), r.message);
     }
@@ -524,7 +496,7 @@ int main(int argc, char** argv) {
     }
   }
   if (rank == 0) printSummary(plan, outcomes, systemJson);
-  if (rank == 0 && o.project_full_scale && gSignal.load() == 0) {
+  if (rank == 0 && o.project_full_scale && stopSignal().load() == 0) {
     try {
       fmt::print("{}", projectFullScale(plan.benchmark, o.pod_size).describe());
     } catch (const std::exception& e) {
@@ -533,6 +505,6 @@ int main(int argc, char** argv) {
   }
   std::fflush(stdout);
   if (mpi) mpi->barrier("the end of the runs");
-  if (gSignal.load() != 0) return interruptedExitCode();
+  if (stopSignal().load() != 0) return interruptedExitCode();
   return exitStatus(outcomes);
 }

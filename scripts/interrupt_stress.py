@@ -9,11 +9,15 @@ compile) and sends SIGINT (or SIGTERM, every third try) at one of these moments,
   preflight  during the fit-check compile, before anything is written
   package    just after the fit check, while the package folder is created and written
   compile    during run 0's compile and weight init (after init_start)
-  step       in run 0's first training steps (after run_start)
+  data       while run 0 reads its data set (after run_start: the clock runs, no step yet)
+  step       in run 0's first training steps (after epoch_start: the data set is read)
   eval       during an evaluation (after eval_start)
   between    at the end of run 0 / the start of run 1 (its log is being created)
 
-and the delay within the moment is drawn from --seed. A try passes when the process exits with
+and the delay within the moment is drawn from --seed. --emulate-avx2 holds every run-time CPU
+dispatcher of the process to AVX2 (oneDNN, OpenCV, glibc's string functions), as on a host
+without AVX-512; --malloc-check adds glibc's heap consistency checks (libc_malloc_debug) and
+fills freed memory, so that a heap corruption ends the try instead of passing unseen. A try passes when the process exits with
 128 + the signal (130, 143), every result file present is a complete log (every line a whole
 MLLOG record, exactly one run_stop and it is the last line; the interrupted run's is `aborted`
 with run_abort_reason naming the signal and no later run started; a run the signal did not
@@ -37,7 +41,7 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 VENV_PYTHON = ROOT / ".venv" / "bin" / "python"
-MOMENTS = ["preflight", "package", "compile", "step", "eval", "between"]
+MOMENTS = ["preflight", "package", "compile", "data", "step", "eval", "between"]
 # Micro-batch 8, 16 training images (2 steps) and 16 evaluated per epoch, an unreachable
 # target: every run trains its two epochs, with an evaluation after each.
 CONFIG = {"micro_batch_size": 8, "model_bn_span": 8, "sgd_opt_base_learning_rate": 0.012,
@@ -81,7 +85,9 @@ def checker_complaints(log, cwd):
 # delay after it before the signal.
 LOG_MOMENTS = {
     "compile": ("init_start", 2.0),
-    "step": ("run_start", 1.0),
+    # Reading Fashion-MNIST takes 0.5-3 s after run_start; the steps start at epoch_start.
+    "data": ("run_start", 0.5),
+    "step": ("epoch_start", 1.0),
     "eval": ("eval_start", 0.3),
     "between": ("run_stop", 0.5),
 }
@@ -102,7 +108,42 @@ def log_has(path, key):
     return lambda: path.exists() and f'"key": "{key}"' in path.read_text()
 
 
-def one_try(binary, index, moment, sig, rng, workdir, use_checker, timeout):
+# glibc's x86 feature names of AVX-512: masked off, its string functions take their AVX2 forms.
+AVX512_HWCAPS = ["AVX512F", "AVX512BW", "AVX512CD", "AVX512DQ", "AVX512VL", "AVX512ER",
+                 "AVX512PF", "AVX512_VNNI", "AVX512_BF16", "AVX512_4FMAPS", "AVX512_4VNNIW",
+                 "AVX512_BITALG", "AVX512_IFMA", "AVX512_VBMI", "AVX512_VBMI2",
+                 "AVX512_VPOPCNTDQ", "AVX512_FP16"]
+# OpenCV's names (4.6) of the features above AVX2 (OPENCV_CPU_DISABLE).
+OPENCV_AVX512 = ["AVX512F", "AVX512CD", "AVX512BW", "AVX512DQ", "AVX512VL", "AVX512ER",
+                 "AVX512PF", "AVX512IFMA", "AVX512VBMI", "AVX512VBMI2", "AVX512VNNI",
+                 "AVX512BITALG", "AVX512VPOPCNTDQ", "AVX5124FMAPS", "AVX5124VNNIW",
+                 "AVX512-SKX", "AVX512-COMMON", "AVX512-KNL", "AVX512-KNM", "AVX512-CNL",
+                 "AVX512-CLX", "AVX512-ICL"]
+MALLOC_DEBUG = pathlib.Path("/lib/x86_64-linux-gnu/libc_malloc_debug.so.0")
+
+
+def child_env(emulate_avx2, malloc_check):
+    """The environment of the tried process. emulate_avx2: every run-time CPU dispatcher held to
+    AVX2 (pair it with a build for -march=x86-64-v3, IPU_MARCH, for the compile-time paths);
+    malloc_check: glibc checks its heap on every call and fills freed memory with 0xa5."""
+    env = dict(os.environ)
+    tunables = [t for t in env.get("GLIBC_TUNABLES", "").split(":") if t]
+    if emulate_avx2:
+        env["ONEDNN_MAX_CPU_ISA"] = "AVX2"
+        env["OPENCV_CPU_DISABLE"] = ",".join(OPENCV_AVX512)
+        tunables.append("glibc.cpu.hwcaps=" + ",".join("-" + c for c in AVX512_HWCAPS))
+    if malloc_check:
+        if not MALLOC_DEBUG.exists():
+            sys.exit(f"--malloc-check needs {MALLOC_DEBUG} (glibc >= 2.34)")
+        env["LD_PRELOAD"] = " ".join(filter(None, [env.get("LD_PRELOAD"), str(MALLOC_DEBUG)]))
+        env["MALLOC_CHECK_"] = "3"
+        env["MALLOC_PERTURB_"] = "165"
+    if tunables:
+        env["GLIBC_TUNABLES"] = ":".join(tunables)
+    return env
+
+
+def one_try(binary, index, moment, sig, rng, workdir, use_checker, timeout, env):
     d = workdir / f"try_{index:03d}"
     d.mkdir()
     (d / "c.json").write_text(json.dumps(CONFIG))
@@ -111,7 +152,7 @@ def one_try(binary, index, moment, sig, rng, workdir, use_checker, timeout):
     log0, log1 = bench / "result_0.txt", bench / "result_1.txt"
     cmd = [binary, "--division", "open", "--runs", "2", "--max-epochs", "2", "--threads", "2",
            "--config", str(d / "c.json"), "--results-dir", str(results)]
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     err_lines = []
     compiling, fits = threading.Event(), threading.Event()
 
@@ -207,13 +248,21 @@ def main():
     ap.add_argument("--keep", action="store_true", help="keep the tries' folders")
     ap.add_argument("--moments", default=",".join(MOMENTS),
                     help="the moments to cycle through (default: all, in the order above)")
+    ap.add_argument("--emulate-avx2", action="store_true",
+                    help="hold oneDNN, OpenCV and glibc to AVX2, as on a host without AVX-512")
+    ap.add_argument("--malloc-check", action="store_true",
+                    help="glibc's heap checks on every allocation (libc_malloc_debug)")
     args = ap.parse_args()
+    env = child_env(args.emulate_avx2, args.malloc_check)
     rng = random.Random(args.seed)
     moments = args.moments.split(",")
     unknown = [m for m in moments if m not in MOMENTS]
     if unknown:
         ap.error(f"unknown moment(s) {unknown}; known: {MOMENTS}")
     use_checker = have_checker()
+    if args.emulate_avx2 or args.malloc_check:
+        print(f"environment: {'AVX2 emulation ' if args.emulate_avx2 else ''}"
+              f"{'malloc checks' if args.malloc_check else ''}", flush=True)
     if not use_checker:
         print("note: the official checker is missing (bash scripts/setup.sh); logs are checked "
               "for completeness only", flush=True)
@@ -225,7 +274,7 @@ def main():
         sig = signal.SIGTERM if i % 3 == 2 else signal.SIGINT
         t = time.monotonic()
         problems, nlogs = one_try(args.binary, i, moment, sig, rng, workdir, use_checker,
-                                  args.timeout)
+                                  args.timeout, env)
         verdict = "ok" if not problems else "FAIL"
         print(f"try {i + 1}/{args.count}: {moment:9s} {signal.Signals(sig).name:7s} {verdict} "
               f"({nlogs} log(s), {time.monotonic() - t:.0f} s)", flush=True)

@@ -18,7 +18,8 @@
 #      default data (OUT/bert_mini_curve/curve.txt)
 #   3c. scripts/interrupt_stress.py: 50 SIGINT/SIGTERM at varied moments of tiny runs, each
 #      must end with exit 130/143 and complete logs (OUT/interrupt_stress.log; a failure counts
-#      as a crash)
+#      as a crash); with oneDNN, OpenCV and glibc held to AVX2 and glibc's heap checks (CI's
+#      interrupts run this host's AVX-512 paths)
 #   4. scripts/bench_regression.py benchmarks/baseline OUT  -> OUT/comparison.{json,md}
 #
 # Exit status: 0 pass (or no baseline yet), 1 performance/convergence regression,
@@ -58,6 +59,7 @@
 #                        native: this host's)
 #   NIGHTLY_INTERRUPTS   interrupts of scripts/interrupt_stress.py (50, or 0 with
 #                        NIGHTLY_SKIP_BUILD=1: a given build's harness may be a fake; 0: none)
+#   NIGHTLY_INTERRUPT_ARGS  its further arguments ("--emulate-avx2 --malloc-check")
 #   NIGHTLY_LONG_TESTS   1 (default): run the long tests CI leaves out; 0: skip them
 #   NIGHTLY_LONG_TESTS_REGEX  their ctest regex (^(harness_cli\.real_resnet50|harness_cli\.bert_package|EfficientNetNightly\..*|BertNightly\..*|PipelineNightly\..*)$)
 #   NIGHTLY_BERT_CURVE   1: the BERT mini curve (3b; 0 with NIGHTLY_SKIP_BUILD=1: a given
@@ -348,8 +350,10 @@ fi
 if [ -x "$HARNESS" ] && [ "$INTERRUPTS" -gt 0 ]; then
   start=$(date +%s)
   log "interrupt stress: $INTERRUPTS interrupts"
+  # shellcheck disable=SC2086  # the arguments split on purpose
   "$PY" scripts/interrupt_stress.py --binary "$HARNESS" --count "$INTERRUPTS" \
-      --seed "$(date -u +%j)" > "$OUT/interrupt_stress.log" 2>&1
+      --seed "$(date -u +%j)" ${NIGHTLY_INTERRUPT_ARGS---emulate-avx2 --malloc-check} \
+      > "$OUT/interrupt_stress.log" 2>&1
   rc=$?
   durations+=("interrupt_stress=$(( $(date +%s) - start ))")
   tail -n 1 "$OUT/interrupt_stress.log" | sed 's/^/    /'

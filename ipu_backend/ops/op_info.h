@@ -5,12 +5,9 @@
 // (docs/ARCHITECTURE.md, "Adding an op kind"). ops/CMakeLists globs the folder and generates the
 // call of every file's IPU_REGISTER_OPS function, so no list needs editing either.
 //
-// Op kinds that are still handled by the per-layer switches (op_defs.cpp, autodiff.cpp,
-// compiler.cpp, engine.cpp, cost_model.cpp) have no OpInfo yet: the chunked 16-bit elementwise
-// kinds, the replica kinds and those the cost model prices by kind (docs/ARCHITECTURE.md lists
-// them).
-// OpRegistry.EveryOpKindHasEveryFacetAndACase (tests/backend/ops_test.cpp) lists them and fails
-// when a kind is in neither place or an OpInfo lacks a facet. The precision pass reads
+// Every OpKind value has an OpInfo: there are no per-layer switches left.
+// OpRegistry.EveryOpKindHasEveryFacetAndACase (tests/backend/ops_test.cpp) fails when a kind is
+// not registered, an OpInfo lacks a facet, or no op test exercises it. The precision pass reads
 // def.precision and def.usesPartials (ir/op_defs.h).
 #pragma once
 

@@ -4,8 +4,9 @@ same package, and determinism (the same seed gives the same log, metrics and fin
 
 Every run here is a tiny open mini ResNet-50 (micro-batch 8, 16 training and 16 evaluation
 images an epoch): seconds after its compile. Environment: RUN_BENCHMARK = the binary;
-INTERRUPT_STRESS_COUNT = interrupts in test_interrupts_at_varied_moments (default 4; the nightly
-runs scripts/interrupt_stress.py with 50).
+INTERRUPT_STRESS_COUNT = interrupts in test_interrupts_at_varied_moments (default 5: the run's
+compile, its data load, its first steps, an evaluation, between two runs; the nightly runs
+scripts/interrupt_stress.py with 50 over every moment).
 """
 import json
 import os
@@ -108,10 +109,10 @@ def first_package():
 # ----------------------------------------------------------------------------- interrupts
 
 def test_interrupts_at_varied_moments():
-    count = os.environ.get("INTERRUPT_STRESS_COUNT", "4")
+    count = os.environ.get("INTERRUPT_STRESS_COUNT", "5")
     r = subprocess.run([sys.executable, str(SOURCE_DIR / "scripts" / "interrupt_stress.py"),
                         "--binary", BINARY, "--count", count, "--moments",
-                        "compile,step,eval,between,package,preflight"],
+                        "compile,data,step,eval,between,package,preflight"],
                        capture_output=True, text=True, timeout=1800)
     print(r.stdout)
     assert r.returncode == 0, r.stdout + r.stderr
