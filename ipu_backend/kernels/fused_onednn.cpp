@@ -188,10 +188,10 @@ bool stride2Conv3x3(const Conv2dShape& s) {
 }
 
 // The AVX2 rule's pointwise matmul bounds at any batch (KernelRule::smallImagePointwiseMatMul;
-// 1 thread, batch 32, 2026-12-07): forwards ran 1.04-1.32x faster as matmuls onto 14x14 and
-// 7x7 images, ~0.95x onto 28x28; weight gradients 1.3-2.3x faster over 7x7-28x28 images, even
-// over 56x56.
-constexpr i64 kAvx2PointwiseForwardMaxImagePixels = 14 * 14;
+// ResNet-50's shapes, 1 thread, batch 32, 2026-12-07): forwards ran 1.04-1.32x and data
+// gradients 1.1-1.55x faster as matmuls onto 14x14 and 7x7 images, 0.9-1.1x onto 28x28; weight
+// gradients 1.3-2.3x faster over 7x7-28x28 images, even over 56x56.
+constexpr i64 kAvx2PointwiseMaxImagePixels = 14 * 14;
 constexpr i64 kAvx2PointwiseWeightGradMaxImagePixels = 28 * 28;
 
 class Im2col {
@@ -303,10 +303,10 @@ ConvRoute convRoute(ConvPass pass, const Conv2dShape& s, ElementType t) {
   const KernelRule rule = activeKernelRule();
   if (winogradShape(s) && rule.conv3x3 == Conv3x3Kernel::OwnWinograd) return ConvRoute::Winograd;
   bool gemm = pass == ConvPass::BackwardData ? pointwiseDataGradAsMatMul(s) : pointwiseAsMatMul(s);
-  if (rule.smallImagePointwiseMatMul && pointwise(s) && pass != ConvPass::BackwardData)
-    gemm =
-        gemm || s.h * s.w <= (pass == ConvPass::Forward ? kAvx2PointwiseForwardMaxImagePixels
-                                                        : kAvx2PointwiseWeightGradMaxImagePixels);
+  if (rule.smallImagePointwiseMatMul && pointwise(s))
+    gemm = gemm ||
+           s.h * s.w <= (pass == ConvPass::BackwardFilter ? kAvx2PointwiseWeightGradMaxImagePixels
+                                                          : kAvx2PointwiseMaxImagePixels);
   if (gemm) return ConvRoute::Pointwise;
   if (im2colGemm(s)) return ConvRoute::Im2col;
   if (rule.stride2Conv3x3Im2col && stride2Conv3x3(s) && pass != ConvPass::BackwardData)
@@ -639,7 +639,7 @@ std::string describe(const KernelRule& rule) {
          "; pointwise <= " + std::to_string(kPointwiseMatMulMaxPixels) +
          " pixels, strided pointwise, im2col onto <= 4x4 = matmul (oneDNN)" +
          (rule.smallImagePointwiseMatMul
-              ? "; pointwise forward onto <= 14x14, weight gradient over <= 28x28 = matmul"
+              ? "; pointwise onto <= 14x14, weight gradient over <= 28x28 = matmul"
               : "") +
          (rule.wideWeightGradMatMul ? "; pointwise weight gradient with C < K = (x^T dy)^T" : "") +
          (rule.stride2Conv3x3Im2col

@@ -238,8 +238,9 @@ TEST_F(Fused, OwnWinogradAllPasses) {
 // The AVX2 rule's matmul routes (KernelRule: smallImagePointwiseMatMul, wideWeightGradMatMul,
 // stride2Conv3x3Im2col), chosen through setRuleIsa on any host, every pass against the
 // reference: a 3x3 stride-2 convolution whose patch matrix takes two blocks (a full one and a
-// partial one), a pointwise forward beyond the 4096-pixel bound onto 14x14, a pointwise weight
-// gradient over 28x28 beyond it with C < K (transposed). The AVX-512 rule keeps them direct.
+// partial one), a pointwise convolution beyond the 4096-pixel bound onto 14x14 (all passes), a
+// pointwise weight gradient over 28x28 beyond it with C < K (transposed). The AVX-512 rule keeps
+// them direct.
 TEST_F(Fused, Avx2RuleMatMulRoutes) {
   struct RouteCase {
     std::string name;
@@ -249,8 +250,8 @@ TEST_F(Fused, Avx2RuleMatMulRoutes) {
   const std::vector<RouteCase> cases = {
       {"stride2_3x3_two_blocks", conv(4, 64, 64, 16, 3, 2, 1),
        "matmul (blocked im2col convolution)", "", "matmul (blocked im2col convolution)"},
-      {"pointwise_14x14", conv(24, 14, 24, 8, 1, 1, 0), "matmul (pointwise convolution)", "",
-       "matmul (pointwise convolution)"},
+      {"pointwise_14x14", conv(24, 14, 24, 8, 1, 1, 0), "matmul (pointwise convolution)",
+       "matmul (pointwise convolution)", "matmul (pointwise convolution)"},
       {"pointwise_28x28_wide", conv(6, 28, 8, 24, 1, 1, 0), "", "",
        "matmul (pointwise convolution, dW^T = x^T dy)"},
   };
