@@ -55,8 +55,9 @@ enum class Conv3x3Kernel { OnednnWinograd, OwnWinograd, Direct };
 //   smallImagePointwiseMatMul  1x1 stride-1 forwards and data gradients onto images of <= 14x14
 //                              and weight gradients over images of <= 28x28 run as matmuls at
 //                              any batch (not only up to the 4096-pixel bound of every ISA);
-//   wideWeightGradMatMul       a pointwise weight gradient with C < K as dW^T = x^T dy and a
-//                              transpose (the GEMM's N the larger of C and K: ~1.3-1.8x faster);
+//   wideWeightGradMatMul       a pointwise (or strided pointwise) weight gradient with C < K as
+//                              dW^T = x^T dy and a transpose (the GEMM's N the larger of C and
+//                              K: 1.3-1.8x faster);
 //   stride2Conv3x3Im2col       3x3 stride-2 forwards and weight gradients (ResNet-50's
 //                              downsampling 3x3s) as im2col + matmul over blocks of output pixels.
 struct KernelRule {

@@ -345,7 +345,8 @@ class ConvKernel {
     }
     // The weight gradient transposed (dW^T = x^T dy, then a transpose) where the rule wants the
     // larger of C and K as the GEMM's N.
-    transposedWeightGrad_ = pass == ConvPass::BackwardFilter && route_ == ConvRoute::Pointwise &&
+    transposedWeightGrad_ = pass == ConvPass::BackwardFilter &&
+                            (route_ == ConvRoute::Pointwise || route_ == ConvRoute::Strided) &&
                             t == ElementType::F32 && activeKernelRule().wideWeightGradMatMul &&
                             s.c < s.k;
     auto gemmOf = [&](i64 rows) {
@@ -367,11 +368,11 @@ class ConvKernel {
       transposedShape_ = {cols, s.k};
       (void)transposeBuffer();
     }
-    implementation_ = transposedWeightGrad_ ? "matmul (pointwise convolution, dW^T = x^T dy)"
-                      : route_ == ConvRoute::Pointwise ? "matmul (pointwise convolution)"
-                      : blocked                        ? "matmul (blocked im2col convolution)"
-                      : route_ == ConvRoute::Im2col    ? "matmul (im2col convolution)"
-                                                       : "matmul (strided pointwise convolution)";
+    implementation_ = route_ == ConvRoute::Pointwise ? "matmul (pointwise convolution"
+                      : blocked                      ? "matmul (blocked im2col convolution"
+                      : route_ == ConvRoute::Im2col  ? "matmul (im2col convolution"
+                                                     : "matmul (strided pointwise convolution";
+    implementation_ += transposedWeightGrad_ ? ", dW^T = x^T dy)" : ")";
   }
 
   const std::string& implementation() const { return implementation_; }
@@ -457,6 +458,7 @@ class ConvKernel {
     else
       pixels_->gather(in0);
     if (pass_ == ConvPass::Forward) return gemm_->run(buffer, in1, out);
+    if (transposedWeightGrad_) return runTransposedWeightGrad(buffer, in1, out);
     gemm_->run(in1, buffer, out);
   }
 

@@ -569,13 +569,18 @@ std::vector<Case> allCases() {
     cs.push_back(c);
   }
   {  // The AVX2 rule's matmul routes, on any host: a 3x3 stride-2 convolution as im2col + matmul
-     // (forward, weight gradient), a pointwise weight gradient with C < K as (x^T dy)^T.
+     // (forward, weight gradient), pointwise and strided pointwise weight gradients with C < K
+     // as (x^T dy)^T.
     Case c = convCase("conv_3x3_stride2_avx2_im2col", {2, 9, 9, 16}, {16, 3, 3, 16},
                       Conv2dOptions::make(2, 1));
     c.ruleIsa = kernels::fused::KernelIsa::Avx2;
     cs.push_back(c);
     c = convCase("conv_1x1_avx2_wide_weight_grad", {2, 6, 6, 8}, {24, 1, 1, 8},
                  Conv2dOptions::make(1, 0));
+    c.ruleIsa = kernels::fused::KernelIsa::Avx2;
+    cs.push_back(c);
+    c = convCase("conv_1x1_stride2_avx2_wide_weight_grad", {2, 6, 6, 4}, {8, 1, 1, 4},
+                 Conv2dOptions::make(2, 0));
     c.ruleIsa = kernels::fused::KernelIsa::Avx2;
     cs.push_back(c);
   }
