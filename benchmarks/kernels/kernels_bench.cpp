@@ -7,7 +7,9 @@
 #include <benchmark/benchmark.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -62,6 +64,20 @@ Conv2dShape shortcutFromArgs(const benchmark::State& state) {
   Conv2dShape s;
   s.n = 32, s.h = s.w = state.range(0), s.c = state.range(1), s.k = 2 * s.c;
   s.strideH = s.strideW = 2;
+  return s;
+}
+
+// ResNet-50's downsampling 3x3 (stride 2, pad 1): hw x hw x c onto (hw/2)^2 x c.
+Conv2dShape stride2FromArgs(const benchmark::State& state) {
+  Conv2dShape s = resnetConv(state.range(0), state.range(1));
+  s.strideH = s.strideW = 2;
+  return s;
+}
+
+// ResNet-50's 1x1 stride-1 convolutions: hw x hw x c onto k channels.
+Conv2dShape pointwiseFromArgs(const benchmark::State& state) {
+  Conv2dShape s;
+  s.n = 32, s.h = s.w = state.range(0), s.c = state.range(1), s.k = state.range(2);
   return s;
 }
 
@@ -546,6 +562,42 @@ void BM_DirectConvBackwardFilter(benchmark::State& state) {
 void BM_DirectShortcutBackwardFilter(benchmark::State& state) {
   directConvBackwardFilter(state, shortcutFromArgs(state));
 }
+void BM_DirectStride2ConvForward(benchmark::State& state) {
+  directConvForward(state, stride2FromArgs(state));
+}
+void BM_DirectStride2ConvBackwardData(benchmark::State& state) {
+  directConvBackwardData(state, stride2FromArgs(state));
+}
+void BM_DirectStride2ConvBackwardFilter(benchmark::State& state) {
+  directConvBackwardFilter(state, stride2FromArgs(state));
+}
+void BM_OursStride2ConvForward(benchmark::State& state) {
+  oursConvForward(state, stride2FromArgs(state));
+}
+void BM_OursStride2ConvBackwardData(benchmark::State& state) {
+  oursConvBackwardData(state, stride2FromArgs(state));
+}
+void BM_OursStride2ConvBackwardFilter(benchmark::State& state) {
+  oursConvBackwardFilter(state, stride2FromArgs(state));
+}
+void BM_DirectPointwiseForward(benchmark::State& state) {
+  directConvForward(state, pointwiseFromArgs(state));
+}
+void BM_DirectPointwiseBackwardData(benchmark::State& state) {
+  directConvBackwardData(state, pointwiseFromArgs(state));
+}
+void BM_DirectPointwiseBackwardFilter(benchmark::State& state) {
+  directConvBackwardFilter(state, pointwiseFromArgs(state));
+}
+void BM_OursPointwiseForward(benchmark::State& state) {
+  oursConvForward(state, pointwiseFromArgs(state));
+}
+void BM_OursPointwiseBackwardData(benchmark::State& state) {
+  oursConvBackwardData(state, pointwiseFromArgs(state));
+}
+void BM_OursPointwiseBackwardFilter(benchmark::State& state) {
+  oursConvBackwardFilter(state, pointwiseFromArgs(state));
+}
 void BM_OursConvForward(benchmark::State& state) {
   oursConvForward(state, convFromArgs(state));
 }
@@ -585,6 +637,26 @@ void shortcutArgs(benchmark::internal::Benchmark* b) {
       ->UseRealTime()
       ->Unit(benchmark::kMillisecond);
 }
+// ResNet-50's 3x3 stride-2 convolutions (stage 2-4 unit 1) at batch 32: {input H=W, C=K}.
+void stride2Args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"hw", "c"})
+      ->Args({56, 128})
+      ->Args({28, 256})
+      ->Args({14, 512})
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+}
+// Some of ResNet-50's 1x1 stride-1 convolutions at batch 32 onto 28x28 and smaller:
+// {H=W, C, K}.
+void pointwiseArgs(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"hw", "c", "k"})
+      ->Args({28, 128, 512})
+      ->Args({14, 256, 1024})
+      ->Args({14, 1024, 256})
+      ->Args({7, 2048, 512})
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+}
 // ResNet-50's batch norms at batch 32: {H=W, C}.
 void batchNormArgs(benchmark::internal::Benchmark* b) {
   b->ArgNames({"hw", "c"})
@@ -614,6 +686,18 @@ BENCHMARK(BM_DirectConvBackwardData)->Apply(convArgs);
 BENCHMARK(BM_BackendConvBackwardFilter)->Apply(convArgs);
 BENCHMARK(BM_OursConvBackwardFilter)->Apply(convArgs);
 BENCHMARK(BM_DirectConvBackwardFilter)->Apply(convArgs);
+BENCHMARK(BM_OursStride2ConvForward)->Apply(stride2Args);
+BENCHMARK(BM_DirectStride2ConvForward)->Apply(stride2Args);
+BENCHMARK(BM_OursStride2ConvBackwardData)->Apply(stride2Args);
+BENCHMARK(BM_DirectStride2ConvBackwardData)->Apply(stride2Args);
+BENCHMARK(BM_OursStride2ConvBackwardFilter)->Apply(stride2Args);
+BENCHMARK(BM_DirectStride2ConvBackwardFilter)->Apply(stride2Args);
+BENCHMARK(BM_OursPointwiseForward)->Apply(pointwiseArgs);
+BENCHMARK(BM_DirectPointwiseForward)->Apply(pointwiseArgs);
+BENCHMARK(BM_OursPointwiseBackwardData)->Apply(pointwiseArgs);
+BENCHMARK(BM_DirectPointwiseBackwardData)->Apply(pointwiseArgs);
+BENCHMARK(BM_OursPointwiseBackwardFilter)->Apply(pointwiseArgs);
+BENCHMARK(BM_DirectPointwiseBackwardFilter)->Apply(pointwiseArgs);
 BENCHMARK(BM_OursShortcutForward)->Apply(shortcutArgs);
 BENCHMARK(BM_DirectShortcutForward)->Apply(shortcutArgs);
 BENCHMARK(BM_OursShortcutBackwardData)->Apply(shortcutArgs);
@@ -641,7 +725,11 @@ BENCHMARK(BM_DirectMatMul)->Apply(matmulArgs);
 }  // namespace
 
 int main(int argc, char** argv) {
-  ipu::kernels::fused::setNumThreads(kThreads);  // also the OpenMP team size of the direct calls
+  // KERNELS_BENCH_THREADS=n: n threads instead of 2. With 1, the reported CPU time is all of the
+  // kernel's work, a measure that time-slicing on a loaded host inflates far less than real time.
+  const char* threads = std::getenv("KERNELS_BENCH_THREADS");
+  // Also the OpenMP team size of the direct calls.
+  ipu::kernels::fused::setNumThreads(threads ? std::max(1, std::atoi(threads)) : kThreads);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "ipu_backend/kernels/kernel_types.h"
@@ -49,13 +50,30 @@ enum class Conv3x3Kernel { OnednnWinograd, OwnWinograd, Direct };
 // im2col matmul routes of fused_onednn.cpp are the same on every ISA. reluMaskLoops: the vector
 // code the batch-norm + add + ReLU mask loops were compiled with ("avx512", "avx2" or "scalar":
 // chosen by -march, see docs/ARCHITECTURE.md "Instruction sets").
+// Three more routes are AVX2's alone (oneDNN's AVX2 direct kernels lose to its AVX2 GEMM there;
+// measured in docs/PERFORMANCE.md; on AVX-512 the direct kernels hold, so it keeps its rule):
+//   smallImagePointwiseMatMul  1x1 stride-1 forwards and data gradients onto images of <= 14x14
+//                              and weight gradients over images of <= 28x28 run as matmuls at
+//                              any batch (not only up to the 4096-pixel bound of every ISA);
+//   wideWeightGradMatMul       a pointwise (or strided pointwise) weight gradient with C < K as
+//                              dW^T = x^T dy and a transpose (the GEMM's N the larger of C and
+//                              K: 1.3-1.8x faster);
+//   stride2Conv3x3Im2col       3x3 stride-2 forwards and weight gradients (ResNet-50's
+//                              downsampling 3x3s) as im2col + matmul over blocks of output pixels.
 struct KernelRule {
   KernelIsa isa = KernelIsa::Avx512;
   Conv3x3Kernel conv3x3 = Conv3x3Kernel::OnednnWinograd;
   const char* reluMaskLoops = "scalar";
+  bool smallImagePointwiseMatMul = false;
+  bool wideWeightGradMatMul = false;
+  bool stride2Conv3x3Im2col = false;
 };
 KernelRule kernelRule(KernelIsa isa, ConvAlgorithm algorithm);
-// The rule the kernels created now follow: kernelRule(kernelIsa(), convAlgorithm()).
+// The ISA whose rule the kernels created afterwards follow: the CPU's (std::nullopt, the
+// default) or a given one, so that tests and benchmarks run one ISA's routes on another host
+// (the AVX2 rule's on an AVX-512 one: its routes run on any ISA).
+void setRuleIsa(std::optional<KernelIsa> isa);
+// The rule the kernels created now follow: kernelRule(the rule's ISA, convAlgorithm()).
 KernelRule activeKernelRule();
 // One line, e.g. "isa avx2: conv3x3 stride 1 = winograd F(4x4,3x3) ours + oneDNN batched
 // matmul; pointwise <= 4096 pixels = matmul; ...".
@@ -84,6 +102,7 @@ class Conv2dBackwardData {
   explicit Conv2dBackwardData(const Conv2dShape& s, ElementType t = ElementType::F32);
   ~Conv2dBackwardData();
   void run(const void* dy, const void* w, void* dx);
+  std::string implementation() const;
 
  private:
   struct Impl;
@@ -95,6 +114,7 @@ class Conv2dBackwardFilter {
   explicit Conv2dBackwardFilter(const Conv2dShape& s, ElementType t = ElementType::F32);
   ~Conv2dBackwardFilter();
   void run(const void* x, const void* dy, void* dw);
+  std::string implementation() const;
 
  private:
   struct Impl;

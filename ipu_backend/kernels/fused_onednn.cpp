@@ -4,6 +4,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <memory>
 #include <optional>
@@ -178,31 +179,55 @@ bool stridedPointwiseForwardAsMatMul(const Conv2dShape& s) {
   return detail::pointwiseStrided(s) && s.n * s.outH() * s.outW() <= kPointwiseMatMulMaxPixels;
 }
 
+// The patch matrix of a large convolution (the AVX2 rule's 3x3 stride-2 ones) is built and
+// multiplied in blocks of output pixels of at most kIm2colMaxElements, so it stays in the L3
+// cache and its buffer small; the convolutions above fit in one block.
+bool stride2Conv3x3(const Conv2dShape& s) {
+  return s.r == 3 && s.s == 3 && s.strideH == 2 && s.strideW == 2 && s.dilH == 1 && s.dilW == 1 &&
+         s.groups == 1;
+}
+
+// The AVX2 rule's pointwise matmul bounds at any batch (KernelRule::smallImagePointwiseMatMul;
+// ResNet-50's shapes, 1 thread, batch 32, 2026-12-07): forwards ran 1.04-1.32x and data
+// gradients 1.1-1.55x faster as matmuls onto 14x14 and 7x7 images, 0.9-1.1x onto 28x28; weight
+// gradients 1.3-2.3x faster over 7x7-28x28 images, even over 56x56.
+constexpr i64 kAvx2PointwiseMaxImagePixels = 14 * 14;
+constexpr i64 kAvx2PointwiseWeightGradMaxImagePixels = 28 * 28;
+
 class Im2col {
  public:
   explicit Im2col(const Conv2dShape& s)
-      : s_(s), m_(s.n * s.outH() * s.outW()), cols_(s.r * s.s * s.c) {
+      : s_(s),
+        m_(s.n * s.outH() * s.outW()),
+        cols_(s.r * s.s * s.c),
+        blockRows_(std::clamp<i64>(kIm2colMaxElements / cols_, 1, m_)) {
     (void)col();  // grows this thread's buffer now rather than in a step
   }
   i64 m() const { return m_; }
   i64 cols() const { return cols_; }
-  // This thread's patch matrix, grown to this shape (valid until the next kernel runs).
+  // Rows (output pixels) per block; the last block holds the rest (m() % blockRows(), if any).
+  i64 blockRows() const { return blockRows_; }
+  i64 blocks() const { return (m_ + blockRows_ - 1) / blockRows_; }
+  // This thread's patch matrix for one block, grown to this shape (valid until the next kernel
+  // runs).
   float* col() const {
     thread_local std::vector<float> buffer;
-    if (static_cast<i64>(buffer.size()) < m_ * cols_)
-      buffer.resize(static_cast<size_t>(m_ * cols_));
+    if (static_cast<i64>(buffer.size()) < blockRows_ * cols_)
+      buffer.resize(static_cast<size_t>(blockRows_ * cols_));
     return buffer.data();
   }
 
-  // col[pixel, (r, s, c)] = x[n, ih, iw, c], 0 in the padding.
-  void gather(const float* x) const {
+  // col[p - begin, (r, s, c)] = x[n, ih, iw, c] for the output pixels p of [begin, end), 0 in
+  // the padding.
+  void gather(const float* x, i64 begin = 0, i64 end = -1) const {
+    if (end < 0) end = m_;
     detail::syncThreads();
     float* colData = col();
     const i64 oh = s_.outH(), ow = s_.outW();
 #pragma omp parallel for schedule(static)
-    for (i64 p = 0; p < m_; ++p) {
+    for (i64 p = begin; p < end; ++p) {
       const i64 n = p / (oh * ow), y = p / ow % oh, xo = p % ow;
-      float* row = colData + p * cols_;
+      float* row = colData + (p - begin) * cols_;
       for (i64 r = 0; r < s_.r; ++r) {
         const i64 ih = y * s_.strideH - s_.padTop + r * s_.dilH;
         for (i64 t = 0; t < s_.s; ++t) {
@@ -220,7 +245,7 @@ class Im2col {
   }
 
   // dx = sum over patches of col (the adjoint of gather): one image per thread, so the
-  // overlapping windows of an image never race.
+  // overlapping windows of an image never race. Only for a patch matrix of one block.
   void scatterAdd(float* dx) const {
     detail::syncThreads();
     const i64 oh = s_.outH(), ow = s_.outW(), image = s_.h * s_.w * s_.c;
@@ -250,7 +275,7 @@ class Im2col {
 
  private:
   Conv2dShape s_;
-  i64 m_, cols_;
+  i64 m_, cols_, blockRows_;
 };
 
 // ---- one convolution kernel for the three passes and both element types -------------------
@@ -275,12 +300,17 @@ ConvRoute convRoute(ConvPass pass, const Conv2dShape& s, ElementType t) {
     if (detail::pointwiseStrided(s)) return ConvRoute::Strided;
     return ConvRoute::Primitive;
   }
-  if (winogradShape(s) && activeKernelRule().conv3x3 == Conv3x3Kernel::OwnWinograd)
-    return ConvRoute::Winograd;
-  const bool gemm =
-      pass == ConvPass::BackwardData ? pointwiseDataGradAsMatMul(s) : pointwiseAsMatMul(s);
+  const KernelRule rule = activeKernelRule();
+  if (winogradShape(s) && rule.conv3x3 == Conv3x3Kernel::OwnWinograd) return ConvRoute::Winograd;
+  bool gemm = pass == ConvPass::BackwardData ? pointwiseDataGradAsMatMul(s) : pointwiseAsMatMul(s);
+  if (rule.smallImagePointwiseMatMul && pointwise(s))
+    gemm = gemm ||
+           s.h * s.w <= (pass == ConvPass::BackwardFilter ? kAvx2PointwiseWeightGradMaxImagePixels
+                                                          : kAvx2PointwiseMaxImagePixels);
   if (gemm) return ConvRoute::Pointwise;
   if (im2colGemm(s)) return ConvRoute::Im2col;
+  if (rule.stride2Conv3x3Im2col && stride2Conv3x3(s) && pass != ConvPass::BackwardData)
+    return ConvRoute::Im2col;
   const bool strided =
       pass == ConvPass::Forward ? stridedPointwiseForwardAsMatMul(s) : detail::pointwiseStrided(s);
   return strided ? ConvRoute::Strided : ConvRoute::Primitive;
@@ -289,7 +319,7 @@ ConvRoute convRoute(ConvPass pass, const Conv2dShape& s, ElementType t) {
 class ConvKernel {
  public:
   ConvKernel(ConvPass pass, const Conv2dShape& s, ElementType t)
-      : pass_(pass), route_(convRoute(pass, s, t)) {
+      : pass_(pass), route_(convRoute(pass, s, t)), outChannels_(s.k) {
     detail::syncThreads();
     if (route_ == ConvRoute::Primitive) {
       makePrimitive(s, t);
@@ -308,19 +338,41 @@ class ConvKernel {
     i64 m = s.n * s.h * s.w, cols = s.c;
     if (route_ == ConvRoute::Im2col) {
       patches_ = std::make_unique<Im2col>(s);
-      m = patches_->m(), cols = patches_->cols();
+      m = patches_->blockRows(), cols = patches_->cols();
     } else if (route_ == ConvRoute::Strided) {
       pixels_ = std::make_unique<detail::StridedPixels>(s, elementBytes(t));
       m = pixels_->m();
     }
-    const MatMulShape g = pass == ConvPass::Forward ? pointwiseGemm(m, cols, s.k, false, true)
-                          : pass == ConvPass::BackwardData
-                              ? pointwiseGemm(m, s.k, cols, false, false)  // dx = dy W
-                              : pointwiseGemm(s.k, m, cols, true, false);  // dW = dy^T x
-    gemm_ = std::make_unique<detail::MatMulPrimitive>(g, dataType(t));
-    implementation_ = route_ == ConvRoute::Pointwise ? "matmul (pointwise convolution)"
-                      : route_ == ConvRoute::Im2col  ? "matmul (im2col convolution)"
-                                                     : "matmul (strided pointwise convolution)";
+    // The weight gradient transposed (dW^T = x^T dy, then a transpose) where the rule wants the
+    // larger of C and K as the GEMM's N.
+    transposedWeightGrad_ = pass == ConvPass::BackwardFilter &&
+                            (route_ == ConvRoute::Pointwise || route_ == ConvRoute::Strided) &&
+                            t == ElementType::F32 && activeKernelRule().wideWeightGradMatMul &&
+                            s.c < s.k;
+    auto gemmOf = [&](i64 rows) {
+      return pass == ConvPass::Forward        ? pointwiseGemm(rows, cols, s.k, false, true)
+             : pass == ConvPass::BackwardData ? pointwiseGemm(rows, s.k, cols, false, false)
+             : transposedWeightGrad_          ? pointwiseGemm(cols, rows, s.k, true, false)
+                                              : pointwiseGemm(s.k, rows, cols, true, false);
+    };  // forward y = x W^T, data dx = dy W, filter dW = dy^T x (or dW^T = x^T dy)
+    // A patch matrix in several blocks: the weight gradient sums the blocks' products.
+    const bool blocked = patches_ && patches_->blocks() > 1;
+    if (blocked && pass == ConvPass::BackwardData)
+      throw std::logic_error("Conv2dBackwardData: im2col over more than one block");
+    const bool accumulate = blocked && pass == ConvPass::BackwardFilter;
+    gemm_ = std::make_unique<detail::MatMulPrimitive>(gemmOf(m), dataType(t), accumulate);
+    if (patches_ && patches_->m() % m != 0)
+      lastGemm_ = std::make_unique<detail::MatMulPrimitive>(gemmOf(patches_->m() % m), dataType(t),
+                                                            accumulate);
+    if (transposedWeightGrad_) {
+      transposedShape_ = {cols, s.k};
+      (void)transposeBuffer();
+    }
+    implementation_ = route_ == ConvRoute::Pointwise ? "matmul (pointwise convolution"
+                      : blocked                      ? "matmul (blocked im2col convolution"
+                      : route_ == ConvRoute::Im2col  ? "matmul (im2col convolution"
+                                                     : "matmul (strided pointwise convolution";
+    implementation_ += transposedWeightGrad_ ? ", dW^T = x^T dy)" : ")";
   }
 
   const std::string& implementation() const { return implementation_; }
@@ -332,6 +384,7 @@ class ConvKernel {
       case ConvRoute::Pointwise:
         // forward y = x W^T, data dx = dy W, filter dW = dy^T x: (in0, in1) in gemm order except
         // for the filter pass
+        if (transposedWeightGrad_) return runTransposedWeightGrad(in0, in1, out);
         return pass_ == ConvPass::BackwardFilter ? gemm_->run(in1, in0, out)
                                                  : gemm_->run(in0, in1, out);
       case ConvRoute::Im2col:
@@ -348,9 +401,52 @@ class ConvKernel {
     return patches_ ? static_cast<void*>(patches_->col()) : pixels_->buffer();
   }
 
+  // This thread's dW^T buffer (C x K), shared like the other per-thread buffers.
+  float* transposeBuffer() const {
+    thread_local std::vector<float> buffer;
+    const i64 elements = transposedShape_[0] * transposedShape_[1];
+    if (static_cast<i64>(buffer.size()) < elements) buffer.resize(static_cast<size_t>(elements));
+    return buffer.data();
+  }
+
+  // dW^T[C, K] = x^T dy, then dw[k][c] = dW^T[c][k] in 64 x 64 blocks.
+  void runTransposedWeightGrad(const void* x, const void* dy, void* out) {
+    float* wt = transposeBuffer();
+    gemm_->run(x, dy, wt);
+    const i64 c = transposedShape_[0], k = transposedShape_[1];
+    float* dw = static_cast<float*>(out);
+    constexpr i64 kBlock = 64;
+    detail::syncThreads();
+#pragma omp parallel for collapse(2) schedule(static)
+    for (i64 k0 = 0; k0 < k; k0 += kBlock)
+      for (i64 c0 = 0; c0 < c; c0 += kBlock)
+        for (i64 kk = k0; kk < std::min(k, k0 + kBlock); ++kk)
+          for (i64 cc = c0; cc < std::min(c, c0 + kBlock); ++cc) dw[kk * c + cc] = wt[cc * k + kk];
+  }
+
+  // Im2col in several blocks (forward and weight gradient): gather a block of output pixels,
+  // then y[block] = col W^T, or dw += dy[block]^T col (dw zeroed first).
+  void runBlocked(const float* in0, const float* in1, float* out) {
+    const i64 rows = patches_->blockRows(), m = patches_->m(), k = outChannels_;
+    if (pass_ == ConvPass::BackwardFilter) std::fill(out, out + k * patches_->cols(), 0.0f);
+    float* col = patches_->col();
+    for (i64 begin = 0; begin < m; begin += rows) {
+      const i64 end = std::min(m, begin + rows);
+      patches_->gather(in0, begin, end);
+      detail::MatMulPrimitive& gemm = end - begin == rows ? *gemm_ : *lastGemm_;
+      if (pass_ == ConvPass::Forward)
+        gemm.run(col, in1, out + begin * k);
+      else
+        gemm.run(in1 + begin * k, col, out);
+    }
+  }
+
   // Im2col / Strided: the forward and filter passes gather x into the pixel buffer first; the
   // data pass writes the buffer and scatters it back into dx.
   void runGathered(const void* in0, const void* in1, void* out) {
+    if (patches_ && patches_->blocks() > 1)
+      return runBlocked(static_cast<const float*>(in0), static_cast<const float*>(in1),
+                        static_cast<float*>(out));
     void* buffer = pixelBuffer();
     if (pass_ == ConvPass::BackwardData) {
       gemm_->run(in0, in1, buffer);
@@ -362,6 +458,7 @@ class ConvKernel {
     else
       pixels_->gather(in0);
     if (pass_ == ConvPass::Forward) return gemm_->run(buffer, in1, out);
+    if (transposedWeightGrad_) return runTransposedWeightGrad(buffer, in1, out);
     gemm_->run(in1, buffer, out);
   }
 
@@ -436,6 +533,10 @@ class ConvKernel {
 
   ConvPass pass_;
   ConvRoute route_;
+  i64 outChannels_ = 0;  // K
+  bool transposedWeightGrad_ = false;
+  std::array<i64, 2> transposedShape_{};               // dW^T: [C, K]
+  std::unique_ptr<detail::MatMulPrimitive> lastGemm_;  // the last, partial block of im2col
   std::string implementation_;
   LayoutBinding in0_, in1_, out_;
   Prim conv_;
@@ -501,6 +602,11 @@ KernelRule kernelRule(KernelIsa isa, ConvAlgorithm algorithm) {
                                            : Conv3x3Kernel::Direct;
       break;
   }
+  // oneDNN's AVX2 direct kernels against its AVX2 GEMM (docs/PERFORMANCE.md, 2026-12-07 late).
+  const bool avx2 = isa == KernelIsa::Avx2;
+  r.smallImagePointwiseMatMul = avx2;
+  r.wideWeightGradMatMul = avx2;
+  r.stride2Conv3x3Im2col = avx2;
 #if defined(__AVX512F__)
   r.reluMaskLoops = "avx512";
 #elif defined(__AVX2__) && defined(__FMA__)
@@ -509,8 +615,18 @@ KernelRule kernelRule(KernelIsa isa, ConvAlgorithm algorithm) {
   return r;
 }
 
+namespace {
+// -1: the CPU's ISA; else a KernelIsa's value.
+std::atomic<int> gRuleIsa{-1};
+}  // namespace
+
+void setRuleIsa(std::optional<KernelIsa> isa) {
+  gRuleIsa.store(isa ? static_cast<int>(*isa) : -1);
+}
+
 KernelRule activeKernelRule() {
-  return kernelRule(kernelIsa(), convAlgorithm());
+  const int forced = gRuleIsa.load();
+  return kernelRule(forced < 0 ? kernelIsa() : static_cast<KernelIsa>(forced), convAlgorithm());
 }
 
 std::string describe(const KernelRule& rule) {
@@ -523,9 +639,16 @@ std::string describe(const KernelRule& rule) {
          ": f32 conv 3x3 stride 1 (>= 64 channels, >= " + std::to_string(kWinogradMinSide) + "x" +
          std::to_string(kWinogradMinSide) + " outputs) = " + conv3x3 +
          "; pointwise <= " + std::to_string(kPointwiseMatMulMaxPixels) +
-         " pixels, strided pointwise, im2col onto <= 4x4 = matmul (oneDNN); other convs = direct " +
-         "(oneDNN); batch norm + relu, + add + relu = fused loops (mask bits " +
-         rule.reluMaskLoops + ")";
+         " pixels, strided pointwise, im2col onto <= 4x4 = matmul (oneDNN)" +
+         (rule.smallImagePointwiseMatMul
+              ? "; pointwise onto <= 14x14, weight gradient over <= 28x28 = matmul"
+              : "") +
+         (rule.wideWeightGradMatMul ? "; pointwise weight gradient with C < K = (x^T dy)^T" : "") +
+         (rule.stride2Conv3x3Im2col
+              ? "; conv 3x3 stride 2 forward, weight gradient = blocked im2col + matmul"
+              : "") +
+         "; other convs = direct (oneDNN); batch norm + relu, + add + relu = fused loops (mask " +
+         "bits " + rule.reluMaskLoops + ")";
 }
 
 struct Conv2dForward::Impl : ConvKernel {
@@ -547,6 +670,9 @@ struct Conv2dBackwardData::Impl : ConvKernel {
 Conv2dBackwardData::Conv2dBackwardData(const Conv2dShape& s, ElementType t)
     : impl_(std::make_unique<Impl>(ConvPass::BackwardData, s, t)) {}
 Conv2dBackwardData::~Conv2dBackwardData() = default;
+std::string Conv2dBackwardData::implementation() const {
+  return impl_->implementation();
+}
 void Conv2dBackwardData::run(const void* dy, const void* w, void* dx) {
   impl_->run(dy, w, dx);
 }
@@ -557,6 +683,9 @@ struct Conv2dBackwardFilter::Impl : ConvKernel {
 Conv2dBackwardFilter::Conv2dBackwardFilter(const Conv2dShape& s, ElementType t)
     : impl_(std::make_unique<Impl>(ConvPass::BackwardFilter, s, t)) {}
 Conv2dBackwardFilter::~Conv2dBackwardFilter() = default;
+std::string Conv2dBackwardFilter::implementation() const {
+  return impl_->implementation();
+}
 void Conv2dBackwardFilter::run(const void* x, const void* dy, void* dw) {
   impl_->run(x, dy, dw);
 }

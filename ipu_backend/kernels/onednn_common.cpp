@@ -158,7 +158,8 @@ void waitStream() {
 }  // namespace detail
 namespace detail {
 
-MatMulPrimitive::MatMulPrimitive(const MatMulShape& s, dnnl::memory::data_type dt) {
+MatMulPrimitive::MatMulPrimitive(const MatMulShape& s, dnnl::memory::data_type dt,
+                                 bool accumulate) {
   using memory = dnnl::memory;
   syncThreads();
   i64 batch = s.batch, m = s.m;
@@ -182,7 +183,13 @@ MatMulPrimitive::MatMulPrimitive(const MatMulShape& s, dnnl::memory::data_type d
     cd = memory::desc({batch, m, n}, dt, memory::dims{m * n, n, 1});
   }
   dnnl::matmul::desc desc(ad, bd, cd);
-  dnnl::matmul::primitive_desc pd(desc, userScratchpadAttr(), cpuEngine());
+  dnnl::primitive_attr attr = userScratchpadAttr();
+  if (accumulate) {
+    dnnl::post_ops sum;
+    sum.append_sum(1.0f);
+    attr.set_post_ops(sum);
+  }
+  dnnl::matmul::primitive_desc pd(desc, attr, cpuEngine());
   a = userMemory(ad);
   b = userMemory(bd);
   c = userMemory(cd);

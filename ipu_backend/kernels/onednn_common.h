@@ -81,9 +81,10 @@ void waitStream();
 
 // C = op(A) x op(B) of a MatMulShape with every operand of one data type: oneDNN takes the type
 // as a field of the memory descriptors, so the f32 and the bf16 matmul are this one kernel.
-// Created once; run() rebinds the pointers.
+// Created once; run() rebinds the pointers. With `accumulate`, C += op(A) x op(B) (oneDNN's sum
+// post-op: a GEMM with beta = 1), for a product summed over blocks of its inner dimension.
 struct MatMulPrimitive {
-  MatMulPrimitive(const MatMulShape& s, dnnl::memory::data_type dt);
+  MatMulPrimitive(const MatMulShape& s, dnnl::memory::data_type dt, bool accumulate = false);
   void run(const void* a, const void* b, void* c);
   dnnl::memory a, b, c;
   Prim mm;

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <set>
 
 #include "ipu_backend/compiler/op_shapes.h"
@@ -43,12 +44,20 @@ struct Case {
   std::vector<std::string> covers;
   // The fused convolutions' algorithm while the case's engines are built (Auto: the ISA's rule).
   kernels::fused::ConvAlgorithm convAlgorithm = kernels::fused::ConvAlgorithm::Auto;
+  // The ISA whose kernel rule the fused kernels follow (nullopt: the host's).
+  std::optional<kernels::fused::KernelIsa> ruleIsa;
 };
 
-// Sets a case's convolution algorithm for the kernels created in its scope.
+// Sets a case's convolution algorithm and rule ISA for the kernels created in its scope.
 struct ConvAlgorithmScope {
-  explicit ConvAlgorithmScope(const Case& c) { kernels::fused::setConvAlgorithm(c.convAlgorithm); }
-  ~ConvAlgorithmScope() { kernels::fused::setConvAlgorithm(kernels::fused::ConvAlgorithm::Auto); }
+  explicit ConvAlgorithmScope(const Case& c) {
+    kernels::fused::setConvAlgorithm(c.convAlgorithm);
+    kernels::fused::setRuleIsa(c.ruleIsa);
+  }
+  ~ConvAlgorithmScope() {
+    kernels::fused::setConvAlgorithm(kernels::fused::ConvAlgorithm::Auto);
+    kernels::fused::setRuleIsa(std::nullopt);
+  }
 };
 
 // A case of registered op kinds: tolerances from the first one's OpInfo for the op's dtype.
@@ -561,6 +570,22 @@ std::vector<Case> allCases() {
     cs.push_back(c);
     c.op.name = "conv_3x3_own_winograd";
     c.convAlgorithm = kernels::fused::ConvAlgorithm::OwnWinograd;
+    cs.push_back(c);
+  }
+  {  // The AVX2 rule's matmul routes, on any host: a 3x3 stride-2 convolution as im2col + matmul
+     // (forward, weight gradient), pointwise and strided pointwise weight gradients with C < K
+     // as (x^T dy)^T.
+    Case c = convCase("conv_3x3_stride2_avx2_im2col", {2, 9, 9, 16}, {16, 3, 3, 16},
+                      Conv2dOptions::make(2, 1));
+    c.ruleIsa = kernels::fused::KernelIsa::Avx2;
+    cs.push_back(c);
+    c = convCase("conv_1x1_avx2_wide_weight_grad", {2, 6, 6, 8}, {24, 1, 1, 8},
+                 Conv2dOptions::make(1, 0));
+    c.ruleIsa = kernels::fused::KernelIsa::Avx2;
+    cs.push_back(c);
+    c = convCase("conv_1x1_stride2_avx2_wide_weight_grad", {2, 6, 6, 4}, {8, 1, 1, 4},
+                 Conv2dOptions::make(2, 0));
+    c.ruleIsa = kernels::fused::KernelIsa::Avx2;
     cs.push_back(c);
   }
   cs.push_back(matmulCase("matmul", {5, 7}, {7, 3}, false, false));

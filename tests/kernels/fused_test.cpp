@@ -235,6 +235,62 @@ TEST_F(Fused, OwnWinogradAllPasses) {
       std::invalid_argument);
 }
 
+// The AVX2 rule's matmul routes (KernelRule: smallImagePointwiseMatMul, wideWeightGradMatMul,
+// stride2Conv3x3Im2col), chosen through setRuleIsa on any host, every pass against the
+// reference: a 3x3 stride-2 convolution whose patch matrix takes two blocks (a full one and a
+// partial one), a pointwise convolution beyond the 4096-pixel bound onto 14x14 (all passes), a
+// pointwise weight gradient over 28x28 beyond it with C < K (transposed), a strided pointwise
+// one with C < K (transposed). The AVX-512 rule keeps them as they were.
+TEST_F(Fused, Avx2RuleMatMulRoutes) {
+  struct RouteCase {
+    std::string name;
+    Conv2dShape s;
+    std::string forward, data, filter;  // implementations under the AVX2 rule
+  };
+  const std::vector<RouteCase> cases = {
+      {"stride2_3x3_two_blocks", conv(4, 64, 64, 16, 3, 2, 1),
+       "matmul (blocked im2col convolution)", "", "matmul (blocked im2col convolution)"},
+      {"pointwise_14x14", conv(24, 14, 24, 8, 1, 1, 0), "matmul (pointwise convolution)",
+       "matmul (pointwise convolution)", "matmul (pointwise convolution)"},
+      {"pointwise_28x28_wide", conv(6, 28, 8, 24, 1, 1, 0), "", "",
+       "matmul (pointwise convolution, dW^T = x^T dy)"},
+      {"strided_pointwise_wide", conv(2, 14, 16, 32, 1, 2, 0), "", "",
+       "matmul (strided pointwise convolution, dW^T = x^T dy)"},
+  };
+  unsigned seed = 700;
+  for (const auto isa : {fused::KernelIsa::Avx2, fused::KernelIsa::Avx512}) {
+    fused::setRuleIsa(isa);
+    for (const auto& [name, s, forward, data, filter] : cases) {
+      SCOPED_TRACE(name + " rule " + fused::isaName(isa));
+      const Vec x = randomVec(s.inputElems(), seed++), w = randomVec(s.weightElems(), seed++),
+                dy = randomVec(s.outputElems(), seed++);
+      Vec y(s.outputElems()), dx(s.inputElems()), dw(s.weightElems(), 7.0f);
+      fused::Conv2dForward fwd(s);
+      fused::Conv2dBackwardData bwdData(s);
+      fused::Conv2dBackwardFilter bwdFilter(s);
+      const std::string impls[] = {fwd.implementation(), bwdData.implementation(),
+                                   bwdFilter.implementation()};
+      const std::string* want[] = {&forward, &data, &filter};
+      for (int p = 0; p < 3; ++p) {  // "": a pass the AVX2 rule leaves as every ISA runs it
+        if (want[p]->empty()) continue;
+        if (isa == fused::KernelIsa::Avx2)
+          EXPECT_EQ(impls[p], *want[p]) << "pass " << p;
+        else
+          EXPECT_NE(impls[p], *want[p]) << "pass " << p;
+      }
+      for (int rep = 0; rep < 2; ++rep) {  // twice: the weight gradient's blocks accumulate
+        fwd.run(x.data(), w.data(), y.data());
+        bwdData.run(dy.data(), w.data(), dx.data());
+        bwdFilter.run(x.data(), dy.data(), dw.data());
+      }
+      EXPECT_TRUE(closeRel(y, testing::refConvFwd(s, x, w), kTol));
+      EXPECT_TRUE(closeRel(dx, testing::refConvBwdData(s, dy, w), kTol));
+      EXPECT_TRUE(closeRel(dw, testing::refConvBwdFilter(s, x, dy), kTol));
+    }
+  }
+  fused::setRuleIsa(std::nullopt);
+}
+
 // The per-ISA kernel rule: a function of the ISA and the override alone.
 TEST(KernelRule, ConvolutionAlgorithmPerIsa) {
   using fused::Conv3x3Kernel;
@@ -254,9 +310,32 @@ TEST(KernelRule, ConvolutionAlgorithmPerIsa) {
   const std::string avx2 = fused::describe(fused::kernelRule(KernelIsa::Avx2, ConvAlgorithm::Auto));
   EXPECT_EQ(avx2.find("isa avx2: f32 conv 3x3 stride 1"), 0u) << avx2;
   EXPECT_NE(avx2.find("winograd F(4x4,3x3) (ours)"), std::string::npos) << avx2;
-  EXPECT_NE(fused::describe(fused::kernelRule(KernelIsa::Avx512, ConvAlgorithm::Auto))
-                .find("winograd F(4x4,3x3) (oneDNN)"),
-            std::string::npos);
+  const std::string avx512 =
+      fused::describe(fused::kernelRule(KernelIsa::Avx512, ConvAlgorithm::Auto));
+  EXPECT_NE(avx512.find("winograd F(4x4,3x3) (oneDNN)"), std::string::npos);
+  // The matmul routes over oneDNN's direct kernels: AVX2's alone, whatever the override.
+  for (ConvAlgorithm a : {ConvAlgorithm::Auto, ConvAlgorithm::Direct, ConvAlgorithm::OwnWinograd}) {
+    const fused::KernelRule r2 = fused::kernelRule(KernelIsa::Avx2, a);
+    EXPECT_TRUE(r2.smallImagePointwiseMatMul && r2.wideWeightGradMatMul && r2.stride2Conv3x3Im2col);
+    for (KernelIsa isa : {KernelIsa::Avx512, KernelIsa::Older}) {
+      const fused::KernelRule r = fused::kernelRule(isa, a);
+      EXPECT_FALSE(r.smallImagePointwiseMatMul || r.wideWeightGradMatMul || r.stride2Conv3x3Im2col)
+          << fused::isaName(isa);
+    }
+  }
+  EXPECT_NE(avx2.find("conv 3x3 stride 2 forward, weight gradient = blocked im2col + matmul"),
+            std::string::npos)
+      << avx2;
+  EXPECT_EQ(avx512.find("stride 2"), std::string::npos) << avx512;
+}
+
+// setRuleIsa chooses the rule the kernels follow; nullopt returns to the CPU's.
+TEST(KernelRule, RuleIsaOverride) {
+  fused::setRuleIsa(fused::KernelIsa::Older);
+  EXPECT_EQ(fused::activeKernelRule().isa, fused::KernelIsa::Older);
+  EXPECT_EQ(fused::activeKernelRule().conv3x3, fused::Conv3x3Kernel::Direct);
+  fused::setRuleIsa(std::nullopt);
+  EXPECT_EQ(fused::activeKernelRule().isa, fused::kernelIsa());
 }
 
 // The rule in force follows oneDNN's ISA, which ONEDNN_MAX_CPU_ISA limits: `ctest` runs this on

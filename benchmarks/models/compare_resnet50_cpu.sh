@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# ResNet-50 f32 training step, ours (models_bench) vs PyTorch, by ONE thread's CPU time per step:
+# on a loaded shared host the CPU time a process spends is far less inflated than its wall time
+# (which counts the time other jobs hold the core), so the ratio means something where the
+# two-thread img/s of compare_resnet50.sh does not. Ours: models_bench's cpu_time (mean over its
+# timed steps, after 3 warm-up steps) with MODELS_BENCH_THREADS=1 OMP_NUM_THREADS=1
+# OMP_WAIT_POLICY=passive; PyTorch: pytorch_resnet50_step.py --threads 1 --cpu-time (median of
+# its timed steps' process CPU time, after 3 warm-up steps). Ratio = PyTorch / ours (> 1: ours
+# faster), the median of the per-repetition ratios; each repetition runs ours (then BASELINE's)
+# then PyTorch per workload.
+#   ISA=avx2 REPS=3 CONFIGS="224 8;32 32" bash benchmarks/models/compare_resnet50_cpu.sh [BUILD]
+# ISA=avx2 (default) holds both sides to AVX2 exactly as compare_resnet50.sh does (oneDNN's
+# ONEDNN_MAX_CPU_ISA, ATEN_CPU_CAPABILITY, OPENBLAS_CORETYPE; ours from build-avx2, built with
+# -DIPU_MARCH=x86-64-v3); ISA=native uses the host's own (default build: build).
+# BASELINE=OTHER_BUILD also times OTHER_BUILD's models_bench (e.g. a build of an earlier commit)
+# in every repetition, for a before / after of our side. PYTORCH_STEPS (default 3 at 224, 10
+# below) sets PyTorch's timed steps.
+set -uo pipefail
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+source "$ROOT/benchmarks/models/compare_common.sh"
+ISA="${ISA:-avx2}"
+case "$ISA" in
+  native) BUILD="${1:-$ROOT/build}" ;;
+  avx2)
+    BUILD="${1:-$ROOT/build-avx2}"
+    export ONEDNN_MAX_CPU_ISA=AVX2 DNNL_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 \
+      OPENBLAS_CORETYPE=Haswell
+    ;;
+  *) echo "ISA=$ISA: expected 'avx2' or 'native'" >&2; exit 1 ;;
+esac
+MARCH="$(sed -n 's/^IPU_MARCH:[A-Z]*=//p' "$BUILD/CMakeCache.txt" 2>/dev/null)"
+if [[ "$ISA" == avx2 && "$MARCH" != x86-64-v3 ]]; then
+  echo "ISA=avx2 needs a build with -DIPU_MARCH=x86-64-v3; $BUILD has IPU_MARCH='${MARCH:-?}'" >&2
+  exit 1
+fi
+BENCH="$(compare_bench "$BUILD")" || exit 1
+BASE_BENCH=""
+[[ -n "${BASELINE:-}" ]] && { BASE_BENCH="$(compare_bench "$BASELINE")" || exit 1; }
+export MODELS_BENCH_THREADS=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
+compare_host 1
+echo "ISA=$ISA, ours: $BENCH (IPU_MARCH=${MARCH:-?})${BASE_BENCH:+, before: $BASE_BENCH}"
+
+REPS="${REPS:-3}"
+IFS=';' read -r -a CONFIGS <<<"${CONFIGS:-224 8;32 32}"
+run_ours() { # $1 = bench, $2 = out, $3 = hw, $4 = batch
+  "$1" --benchmark_filter="^BM_ResNet50TrainStep/hw:$3/batch:$4/" --benchmark_out="$2" \
+    --benchmark_out_format=json >/dev/null 2>&1 || echo "   $1 failed (rc $?)"
+}
+for ((r = 0; r < REPS; ++r)); do
+  for cfg in "${CONFIGS[@]}"; do
+    read -r hw b <<<"$cfg"
+    steps="${PYTORCH_STEPS:-$( ((hw >= 224)) && echo 3 || echo 10)}"
+    echo "== ${hw}x${hw} batch $b, rep $r (load $(cut -d' ' -f1 /proc/loadavg))"
+    run_ours "$BENCH" "$COMPARE_TMP/ours_${hw}_${b}_$r.json" "$hw" "$b"
+    [[ -n "$BASE_BENCH" ]] && run_ours "$BASE_BENCH" "$COMPARE_TMP/base_${hw}_${b}_$r.json" "$hw" "$b"
+    peer /usr/bin/python3 "$ROOT/benchmarks/models/pytorch_resnet50_step.py" --hw "$hw" \
+      --batch "$b" --threads 1 --cpu-time --steps "$steps" >"$COMPARE_TMP/torch_${hw}_${b}_$r.json"
+  done
+done
+
+/usr/bin/python3 - "$COMPARE_TMP" "$REPS" "${CONFIGS[@]}" <<'PY'
+import json, statistics, sys
+d, reps, configs = sys.argv[1], int(sys.argv[2]), [tuple(map(int, c.split())) for c in sys.argv[3:]]
+def ours_ms(path):
+    try:
+        runs = json.load(open(path)).get("benchmarks", [])
+        return runs[0]["cpu_time"] if runs else None  # the benchmark's unit: ms
+    except (OSError, ValueError):
+        return None
+def torch_ms(path):
+    try:
+        t = json.load(open(path))
+        assert t["clock"] == "process_cpu"
+        return 1e3 * t["median_s"]
+    except (OSError, ValueError, KeyError):
+        return None
+med = lambda xs: statistics.median(xs) if xs else float("nan")
+print("ResNet-50 f32 step, one thread's CPU time, ms per step (ratio = PyTorch / ours)")
+for hw, b in configs:
+    o = [ours_ms(f"{d}/ours_{hw}_{b}_{r}.json") for r in range(reps)]
+    base = [ours_ms(f"{d}/base_{hw}_{b}_{r}.json") for r in range(reps)]
+    t = [torch_ms(f"{d}/torch_{hw}_{b}_{r}.json") for r in range(reps)]
+    ratios = [y / x for x, y in zip(o, t) if x and y]
+    before = [y / x for x, y in zip(base, t) if x and y]
+    for r in range(reps):
+        line = f"  {hw}x{hw} batch {b} rep {r}: ours {o[r] or 0:9.1f}  PyTorch {t[r] or 0:9.1f}"
+        if base[r]:
+            line += f"  before {base[r]:9.1f}"
+        print(line)
+    print(f"{hw}x{hw} batch {b}: ratio {med(ratios):.3f} (median of {len(ratios)}); ours "
+          f"{med([x for x in o if x]):.1f} ms, PyTorch {med([x for x in t if x]):.1f} ms"
+          + (f"; before: ratio {med(before):.3f}, {med([x for x in base if x]):.1f} ms"
+             if before else ""))
+PY
