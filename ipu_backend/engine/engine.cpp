@@ -332,8 +332,13 @@ struct Engine::Impl {
   std::function<void()> makeFusedWithConversions(const Op& op) {
     // Native kernels first (bf16 primitives on bf16 data, host fusions); AVX2-only CPUs have
     // no oneDNN bf16 primitives: the conversion path below serves them.
-    if (const ops::OpInfo* info = ops::find(op.kind); info && info->nativeFused)
+    if (const ops::OpInfo* info = ops::find(op.kind); info && info->nativeFused) {
       if (auto native = makeNativeFused(*info, op)) return native;
+      if (fusion.role[op.id] != HostFusionPlan::Role::kNone)
+        throw std::logic_error(fmt::format(
+            "engine: op {} ('{}') is planned as a host fusion but its native kernel declined it",
+            op.id, opName(op.kind)));
+    }
     auto ops = halfOperands(op);
     if (ops.empty()) return makeFused(op);
     if (auto chunked = makeFusedElementwise(op)) return chunked;
