@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "harness/config.h"
+#include "harness/rules/efficientnet_rules.h"
 
 namespace ipu::harness {
 namespace {
@@ -288,6 +289,8 @@ void fillDatasetFields(PodPreset& p) {
         p.model_variant = mini ? "resnet_mini" : "resnet50";
       } else {
         p.model_variant = mini ? "efficientnet_mini" : "efficientnet_b4";
+        // The rules' mini target, set from measured curves (docs/rules/efficientnet_b4.md).
+        if (mini) p.target_accuracy = builtinEfficientNetRules().mini_target;
       }
       break;
     case Benchmark::kBertLarge:

@@ -150,8 +150,11 @@ TEST(EfficientNet, ClassifierInitRangeFollowsItsFanOut) {
   EXPECT_GT(maxAbs(wa), 0.8f / std::sqrt(10.0f));  // the range is used, not a smaller one
   EXPECT_LE(maxAbs(wb), 1 / std::sqrt(1000.0f));
   EXPECT_GT(maxAbs(wb), 0.8f / std::sqrt(1000.0f));
-  for (const auto& [name, values] : a)
-    if (name != "classifier.1.weight") EXPECT_EQ(values, b.at(name)) << name;
+  for (const auto& [name, values] : a) {
+    if (name != "classifier.1.weight") {
+      EXPECT_EQ(values, b.at(name)) << name;
+    }
+  }
 }
 
 TEST(EfficientNet, BadConfigsNameTheField) {
