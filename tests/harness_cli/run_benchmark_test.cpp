@@ -43,10 +43,9 @@ TEST(RunBenchmarkRegistry, EfficientNetMiniIsB4WithTorchvisionNamesAndEmaForEval
   r.hyperparameters =
       mlperfHyperparameters(findPreset(Benchmark::kEfficientNetB4, 1, Scale::kMini));
   // The mini recipe's classifier starts at the 1000-class head's range.
+  const auto miniInit = findBenchmarkEntry(Benchmark::kEfficientNetB4).build(r).init(7);
   float head = 0;
-  for (float x :
-       findBenchmarkEntry(Benchmark::kEfficientNetB4).build(r).init(7).at("classifier.1.weight"))
-    head = std::max(head, std::abs(x));
+  for (float x : miniInit.at("classifier.1.weight")) head = std::max(head, std::abs(x));
   EXPECT_LE(head, 1 / std::sqrt(1000.0f));
   // The full recipe's dropout and stochastic depth (the mini recipe has none).
   r.hyperparameters["dropout_rate"] = 0.4;
