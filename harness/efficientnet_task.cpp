@@ -94,6 +94,8 @@ en::Config efficientNetConfig(Scale scale, const Json& hp) {
   c.dropout = hp.value(keys::kDropoutRate, c.dropout);
   c.stochasticDepth = hp.value(keys::kStochasticDepthRate, c.stochasticDepth);
   c.labelSmoothing = hp.value(keys::kLabelSmoothing, 0.0);
+  c.bnMomentum = hp.value(keys::kModelBnMomentum, c.bnMomentum);
+  c.classifierInitFanOut = hp.value(keys::kModelClassifierInitFanOut, 0);
   if (scale == Scale::kMini) {  // Fashion-MNIST: 28x28x1, 10 classes; the same architecture
     c.inputH = c.inputW = 28;
     c.inputC = 1;

@@ -114,6 +114,12 @@ inline constexpr char kDropoutRate[] = "dropout_rate";
 inline constexpr char kStochasticDepthRate[] = "stochastic_depth_rate";
 inline constexpr char kModelVariant[] = "model_variant";
 inline constexpr char kNormType[] = "norm_type";
+// "full" | "mini": which of the rules' two fixed recipes the log follows (logged first of them).
+inline constexpr char kBenchmarkScale[] = "benchmark_scale";
+// Batch norm's running statistics: running = m x running + (1 - m) x batch (torchvision: 0.9).
+inline constexpr char kModelBnMomentum[] = "model_bn_momentum";
+// The classifier weight's init range U(+-1/sqrt(value)) (torchvision: the number of classes).
+inline constexpr char kModelClassifierInitFanOut[] = "model_classifier_init_fan_out";
 }  // namespace keys
 
 // Metadata keys and values.

@@ -61,16 +61,17 @@ std::string joinViolations(const std::vector<Violation>& v) {
 }
 
 // EfficientNet-B4's closed cadence and target: our rules (harness/rules/efficientnet_b4.json).
-std::vector<Violation> validateEfficientNetSettings(Division division, const RunSettings& s) {
+std::vector<Violation> validateEfficientNetSettings(Division division, Scale scale,
+                                                    const RunSettings& s) {
   const EfficientNetRules& rules = builtinEfficientNetRules();
   std::vector<Violation> out =
       validateEfficientNetEvaluation(rules, division, s.eval_period, s.eval_offset);
-  if (division == Division::kClosed &&
-      (s.target_accuracy < rules.target || s.target_accuracy >= 1)) {
+  const double target = scale == Scale::kMini ? rules.mini_target : rules.target;
+  if (division == Division::kClosed && (s.target_accuracy < target || s.target_accuracy >= 1)) {
     out.push_back({kTargetKey, fmt::format("{}", s.target_accuracy),
-                   fmt::format(">= {} and < 1 (the quality target of the rules; the checker's "
+                   fmt::format(">= {} and < 1 (the {} quality target of the rules; the checker's "
                                "ruleset refuses a log below it)",
-                               rules.target),
+                               target, toString(scale)),
                    fmt::format("EfficientNet-B4 closed rules ({}, quality)", rules.source)});
   }
   return out;
@@ -78,11 +79,11 @@ std::vector<Violation> validateEfficientNetSettings(Division division, const Run
 
 // Harness rules on the run settings: the closed ResNet schedule evaluates every 4 epochs with
 // an offset of 0-3 and stops at the 75.9% quality target or above.
-std::vector<Violation> validateSettings(Division division, Benchmark benchmark,
+std::vector<Violation> validateSettings(Division division, Benchmark benchmark, Scale scale,
                                         const RunSettings& s) {
   std::vector<Violation> out;
   if (benchmark == Benchmark::kEfficientNetB4) {
-    out = validateEfficientNetSettings(division, s);
+    out = validateEfficientNetSettings(division, scale, s);
     division = Division::kOpen;  // the ResNet-50 cadence and target below do not apply
   }
   const bool closed = division == Division::kClosed;
@@ -598,8 +599,14 @@ Json resolveHyperparameters(const CliChoice& choice, const ResolvedPreset& r,
   std::vector<Violation> violations =
       validate(choice.division, choice.benchmark, hp, findBenchmarkEntry(choice.benchmark).variant,
                choice.scale);
-  for (Violation& v : validateSettings(choice.division, choice.benchmark, s))
+  for (Violation& v : validateSettings(choice.division, choice.benchmark, choice.scale, s))
     violations.push_back(std::move(v));
+  if (hp.contains(keys::kBenchmarkScale) && hp[keys::kBenchmarkScale] != toString(choice.scale)) {
+    // The rules pick the recipe a log must follow from this key: it must name the run's scale.
+    violations.push_back({keys::kBenchmarkScale, hp[keys::kBenchmarkScale].dump(),
+                          fmt::format("\"{}\" (the run's --scale)", toString(choice.scale)),
+                          "run_benchmark"});
+  }
   if (hp.value(keys::kOptName, "") == "lamb" &&
       hp.value(keys::kNumWarmupSteps, Json()) != hp.value(keys::kOptLrWarmupSteps, Json())) {
     violations.push_back({keys::kNumWarmupSteps, hp.value(keys::kNumWarmupSteps, Json()).dump(),

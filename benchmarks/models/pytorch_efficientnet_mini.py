@@ -33,6 +33,8 @@ def main():
     ap.add_argument("--images", type=int, default=256)
     ap.add_argument("--epochs", type=int, default=4)
     ap.add_argument("--lr", type=float, default=0.002)
+    ap.add_argument("--batch", type=int, default=32,
+                    help="32: the POD4 preset's global batch; 16: POD1's (LR 0.001)")
     ap.add_argument("--ms-init", type=float, default=1.0, help="RMSProp ms start (TF: 1)")
     ap.add_argument("--classifier-init", choices=["torchvision", "reference1000"],
                     default="torchvision",
@@ -43,17 +45,39 @@ def main():
     ap.add_argument("--adam", action="store_true", help="Adam 1e-3 instead of RMSProp")
     ap.add_argument("--train-mode-eval", action="store_true",
                     help="score with batch statistics instead of the running ones")
+    ap.add_argument("--bn-momentum", type=float, default=None,
+                    help="PyTorch's batch-norm momentum (default 0.1: torchvision; the mini "
+                    "recipe 0.5)")
+    ap.add_argument("--eval-images", type=int, default=0,
+                    help="> 0: score on this many Fashion-MNIST test images (the mini target's "
+                    "metric) instead of the training images")
+    ap.add_argument("--mini-recipe", action="store_true",
+                    help="the closed mini recipe of docs/rules/efficientnet_b4.md: "
+                    "--classifier-init reference1000 --no-regularisation --bn-momentum 0.5 (unless given)")
     ap.add_argument("--recalibrate-bn", action="store_true",
                     help="before scoring, recompute the running batch-norm statistics as the "
                     "plain average over the training images at the current weights")
     a = ap.parse_args()
+    if a.mini_recipe:
+        a.classifier_init, a.no_regularisation = "reference1000", True
+        a.bn_momentum = 0.5 if a.bn_momentum is None else a.bn_momentum
+    a.bn_momentum = 0.1 if a.bn_momentum is None else a.bn_momentum
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    n, batch = a.images, 32
+    n, batch = a.images, a.batch
     x = torch.tensor(idx(f"{a.data_dir}/train-images-idx3-ubyte.gz", True)[:n].copy())
     x = x.float().div(255).unsqueeze(1)
-    x = (x - x.mean()) / x.std()
     y = torch.tensor(idx(f"{a.data_dir}/train-labels-idx1-ubyte.gz", False)[:n].copy()).long()
+    mean, std = x.mean(), x.std()
+    x = (x - mean) / std
+    if a.eval_images > 0:
+        xe = torch.tensor(idx(f"{a.data_dir}/t10k-images-idx3-ubyte.gz", True)[:a.eval_images]
+                          .copy()).float().div(255).unsqueeze(1)
+        xe = (xe - mean) / std
+        ye = torch.tensor(idx(f"{a.data_dir}/t10k-labels-idx1-ubyte.gz", False)[:a.eval_images]
+                          .copy()).long()
+    else:
+        xe, ye = x, y
     reg = not a.no_regularisation
     m = torchvision.models.efficientnet_b4(num_classes=10, stochastic_depth_prob=0.2 * reg)
     m.classifier[0].p = 0.4 * reg  # efficientnet_b4 fixes its dropout at 0.4
@@ -62,6 +86,9 @@ def main():
     if a.classifier_init == "reference1000":
         r = 1 / math.sqrt(1000)
         torch.nn.init.uniform_(m.classifier[1].weight, -r, r)
+    for bn in m.modules():
+        if isinstance(bn, torch.nn.BatchNorm2d):
+            bn.momentum = a.bn_momentum
     params = list(m.parameters())
     ms = [torch.full_like(p, a.ms_init) for p in params]
     mom = [torch.zeros_like(p) for p in params]
@@ -98,11 +125,14 @@ def main():
                     m(x[b * batch:(b + 1) * batch])
             for bn in m.modules():
                 if isinstance(bn, torch.nn.BatchNorm2d):
-                    bn.momentum = 0.1
+                    bn.momentum = a.bn_momentum
         m.train(a.train_mode_eval)
         with torch.no_grad():
-            acc = (m(x).argmax(1) == y).float().mean().item()
-        print(f"epoch {epoch + 1}: accuracy on the training images {acc:.4f}", flush=True)
+            acc = torch.cat([m(xe[i:i + 256]).argmax(1) == ye[i:i + 256]
+                             for i in range(0, len(ye), 256)]).float().mean().item()
+        where = "test" if a.eval_images > 0 else "training"
+        print(f"epoch {epoch + 1} ({(epoch + 1) * steps_per_epoch * batch} samples): accuracy "
+              f"on the {where} images {acc:.4f}", flush=True)
 
 
 if __name__ == "__main__":

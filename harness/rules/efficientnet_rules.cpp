@@ -128,6 +128,20 @@ EfficientNetRules parseEfficientNetRules(std::string_view text, const std::strin
         fmt::format("{}: \"closed.learning_rate_per_256_multiple_of\" must be > 0 (got {})", source,
                     r.lr_per_256_multiple_of));
   }
+  r.mini_target = member(root, source, "mini.target", T::number_float, "a number").get<double>();
+  if (!(r.mini_target > 0 && r.mini_target < 1)) {
+    throw RulesError(fmt::format("{}: \"mini.target\" must be a top-1 fraction in (0, 1) (got {})",
+                                 source, r.mini_target));
+  }
+  r.mini_closed_fixed = member(root, source, "mini.closed_fixed", T::object, "an object");
+  for (const auto& [key, value] : r.mini_closed_fixed.items()) {
+    if (!r.closed_fixed.contains(key)) {
+      throw RulesError(fmt::format(
+          "{}: \"mini.closed_fixed.{}\" is not a key of \"closed.fixed\" (the mini section "
+          "only changes values of the full recipe)",
+          source, key));
+    }
+  }
   r.open_model_variants = strings(root, source, "open.model_variant");
   r.open_norm_types = strings(root, source, "open.norm_type");
   r.open_required = strings(root, source, "open.required");
@@ -151,6 +165,14 @@ const EfficientNetRules& builtinEfficientNetRules() {
   static const EfficientNetRules rules =
       parseEfficientNetRules(kEfficientNetRulesJson, kBuiltinSource);
   return rules;
+}
+
+Json closedFixedFor(const EfficientNetRules& rules, const Json& hp) {
+  Json fixed = rules.closed_fixed;
+  if (hp.is_object() && hp.value(keys::kBenchmarkScale, Json()) == "mini") {
+    for (const auto& [key, value] : rules.mini_closed_fixed.items()) fixed[key] = value;
+  }
+  return fixed;
 }
 
 std::vector<Violation> validateEfficientNet(const EfficientNetRules& rules, Division division,
@@ -181,7 +203,8 @@ std::vector<Violation> validateEfficientNet(const EfficientNetRules& rules, Divi
     return out;
   }
 
-  for (const auto& [key, want] : rules.closed_fixed.items()) {
+  const Json fixed = closedFixedFor(rules, hp);
+  for (const auto& [key, want] : fixed.items()) {
     if (!hp.contains(key)) {
       add(key, "<missing>", want.dump() + " (fixed in the closed division)");
     } else if (!sameValue(hp[key], want)) {

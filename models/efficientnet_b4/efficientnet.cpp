@@ -345,7 +345,9 @@ std::map<std::string, std::vector<float>> initWeights(const EfficientNetGraph& e
     std::mt19937_64 rng = tensorRng(seed, name);
     std::vector<float> v;
     if (name == "classifier.1.weight") {
-      v = uniform(rng, n, 1.0 / std::sqrt(static_cast<double>(t.shape[0])));
+      const i64 fanOut =
+          eg.config.classifierInitFanOut > 0 ? eg.config.classifierInitFanOut : t.shape[0];
+      v = uniform(rng, n, 1.0 / std::sqrt(static_cast<double>(fanOut)));
     } else if (endsWith(name, ".weight") && t.shape.size() == 4) {
       // [K,R,S,C/G]: PyTorch's fan_out of a conv is K x R x S (groups do not divide it).
       v = normal(rng, n,

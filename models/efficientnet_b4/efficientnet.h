@@ -61,6 +61,9 @@ struct Config {
   // EMA momentum of the running statistics: running = m * running + (1 - m) * batch.
   // torchvision's BatchNorm2d momentum 0.1 is m = 0.9 here.
   double bnMomentum = 0.9;
+  // > 0: the classifier weight starts U(+-1/sqrt(classifierInitFanOut)) instead of torchvision's
+  // U(+-1/sqrt(numClasses)); the mini runs keep the 1000-class head's range at 10 classes.
+  int classifierInitFanOut = 0;
   int groupSize = 1;            // channels per group of the spatial convs; 1 = depthwise
   int expandRatioOverride = 0;  // > 0: replaces every expansion ratio other than 1 (G16: 4)
   double labelSmoothing = 0.0;

@@ -21,6 +21,7 @@ namespace fs = std::filesystem;
 Json efficientNetClosedReference() {
   return Json{{"global_batch_size", 768},
               {"gradient_accumulation_steps", 64},
+              {"benchmark_scale", "full"},
               {"opt_name", "rmsprop"},
               {"opt_base_learning_rate", 0.016 * 768 / 256},
               {"opt_learning_rate_warmup_epochs", 5},
@@ -37,7 +38,9 @@ Json efficientNetClosedReference() {
               {"stochastic_depth_rate", 0.2},
               {"model_variant", "b4"},
               {"norm_type", "batch_norm"},
-              {"model_bn_span", 3}};
+              {"model_bn_span", 3},
+              {"model_bn_momentum", 0.9},
+              {"model_classifier_init_fan_out", 1000}};
 }
 
 namespace {
@@ -63,7 +66,9 @@ TEST(EfficientNetRules, BuiltinEqualsTheFileAndHoldsTheDefinition) {
   EXPECT_EQ(rules().target, 0.82);
   EXPECT_EQ(rules().eval_period_epochs, 4);
   EXPECT_EQ(rules().eval_offsets, (std::vector<int>{0, 1, 2, 3}));
-  EXPECT_EQ(rules().closed_fixed.size(), 14u);
+  EXPECT_EQ(rules().closed_fixed.size(), 17u);
+  EXPECT_EQ(file.mini_closed_fixed, rules().mini_closed_fixed);
+  EXPECT_EQ(file.mini_target, rules().mini_target);
   EXPECT_EQ(rules().open_model_variants, (std::vector<std::string>{"b4", "g16"}));
 }
 
@@ -91,6 +96,27 @@ TEST(EfficientNetRules, EachTunedFixedValueIsRefusedNamingTheKey) {
   hp["opt_weight_decay_skip_norm"] = 1;
   hp["opt_rmsprop_decay"] = "0.9";
   EXPECT_EQ(closed(hp).size(), 2u) << formatViolations(closed(hp));
+}
+
+TEST(EfficientNetRules, MiniScaleFixesTheMiniRecipe) {
+  Json mini = closedReference();
+  for (const auto& [key, value] : rules().mini_closed_fixed.items()) mini[key] = value;
+  EXPECT_EQ(mini["benchmark_scale"], "mini");
+  EXPECT_EQ(mini["dropout_rate"], 0.0);
+  EXPECT_TRUE(closed(mini).empty()) << formatViolations(closed(mini));
+  // The full recipe's regularisation in a mini log, and the mini values in a full one.
+  Json regularised = mini;
+  regularised["dropout_rate"] = 0.4;
+  const auto v = closed(regularised);
+  ASSERT_EQ(v.size(), 1u) << formatViolations(v);
+  EXPECT_EQ(v[0].key, "dropout_rate");
+  EXPECT_EQ(v[0].allowed, "0.0 (fixed in the closed division)");
+  Json full = mini;
+  full["benchmark_scale"] = "full";
+  EXPECT_EQ(closed(full).size(), rules().mini_closed_fixed.size() - 1)
+      << formatViolations(closed(full));
+  EXPECT_GT(rules().mini_target, 0.1);  // above chance (10 classes)
+  EXPECT_LT(rules().mini_target, rules().target);
 }
 
 TEST(EfficientNetRules, G16InClosedIsRefusedPointingToOpen) {

@@ -3,6 +3,8 @@
 // the request checks. The binary itself is tested by test_run_benchmark.py.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -40,6 +42,14 @@ TEST(RunBenchmarkRegistry, EfficientNetMiniIsB4WithTorchvisionNamesAndEmaForEval
   r.optimizer.emaDecay = 0.9999;
   r.hyperparameters =
       mlperfHyperparameters(findPreset(Benchmark::kEfficientNetB4, 1, Scale::kMini));
+  // The mini recipe's classifier starts at the 1000-class head's range.
+  const auto miniInit = findBenchmarkEntry(Benchmark::kEfficientNetB4).build(r).init(7);
+  float head = 0;
+  for (float x : miniInit.at("classifier.1.weight")) head = std::max(head, std::abs(x));
+  EXPECT_LE(head, 1 / std::sqrt(1000.0f));
+  // The full recipe's dropout and stochastic depth (the mini recipe has none).
+  r.hyperparameters["dropout_rate"] = 0.4;
+  r.hyperparameters["stochastic_depth_rate"] = 0.2;
   const ModelInstance m = findBenchmarkEntry(Benchmark::kEfficientNetB4).build(r);
   EXPECT_EQ(m.weight_tensor_names.size(), 418u);  // B4's, as the closed ruleset lists them
   EXPECT_EQ(m.train.graph.tensor(m.train.input("images")).shape, (Shape{2, 28, 28, 1}));

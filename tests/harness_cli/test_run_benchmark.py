@@ -147,8 +147,12 @@ REFUSALS = {
         ["--benchmark", "efficientnet_b4"], {"eval_period": 2}, 1,
         ["evaluation cadence", "eval_period must be 4"]),
     "efficientnet_closed_target_below_rules": (
-        ["--benchmark", "efficientnet_b4"], {"mini_target_accuracy": 0.5}, 1,
-        ["mini_target_accuracy must be >= 0.82"]),
+        ["--benchmark", "efficientnet_b4"], {"mini_target_accuracy": 0.15}, 1,
+        ["mini_target_accuracy must be >= 0.2 ", "the mini quality target of the rules"]),
+    "efficientnet_benchmark_scale_not_the_runs": (
+        ["--benchmark", "efficientnet_b4"], {"benchmark_scale": "full"}, 1,
+        ["benchmark_scale must be \"mini\" (the run's --scale)",
+         "dropout_rate must be 0.4 (fixed in the closed division)"]),
     "efficientnet_open_norm_not_built": (
         ["--benchmark", "efficientnet_b4", "--division", "open"],
         {"norm_type": "layer_norm_proxy_norm"}, 1,

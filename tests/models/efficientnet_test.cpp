@@ -2,6 +2,8 @@
 // scaling, the stochastic-depth schedule, config errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "ipu_backend/ops/op_info.h"
@@ -126,6 +128,33 @@ TEST(EfficientNet, GroupNormHasNoRunningStatistics) {
   const EfficientNetGraph eg = buildForward(c, 2, Mode::Train);
   EXPECT_TRUE(eg.runningStats.empty());
   EXPECT_EQ(eg.parameterCount(), buildForward(Config::small(), 2, Mode::Train).parameterCount());
+}
+
+// torchvision's head init U(+-1/sqrt(classes)) by default; classifierInitFanOut (the mini runs'
+// 1000) narrows it to the 1000-class head's range at 10 classes. Other tensors are unchanged.
+TEST(EfficientNet, ClassifierInitRangeFollowsItsFanOut) {
+  Config c = Config::small();  // 10 classes
+  const EfficientNetGraph torchvisionInit = buildForward(c, 2, Mode::Train);
+  c.classifierInitFanOut = 1000;
+  const EfficientNetGraph reference1000 = buildForward(c, 2, Mode::Train);
+  const auto a = initWeights(torchvisionInit, 7);
+  const auto b = initWeights(reference1000, 7);
+  const auto maxAbs = [](const std::vector<float>& v) {
+    float m = 0;
+    for (float x : v) m = std::max(m, std::abs(x));
+    return m;
+  };
+  const std::vector<float>& wa = a.at("classifier.1.weight");
+  const std::vector<float>& wb = b.at("classifier.1.weight");
+  EXPECT_LE(maxAbs(wa), 1 / std::sqrt(10.0f));
+  EXPECT_GT(maxAbs(wa), 0.8f / std::sqrt(10.0f));  // the range is used, not a smaller one
+  EXPECT_LE(maxAbs(wb), 1 / std::sqrt(1000.0f));
+  EXPECT_GT(maxAbs(wb), 0.8f / std::sqrt(1000.0f));
+  for (const auto& [name, values] : a) {
+    if (name != "classifier.1.weight") {
+      EXPECT_EQ(values, b.at(name)) << name;
+    }
+  }
 }
 
 TEST(EfficientNet, BadConfigsNameTheField) {

@@ -47,8 +47,9 @@ def expected_tensor_names():
     return state["expected_tensors"]
 
 
-def check_eval(test, value):
-    return eval(test.strip(), {"s": {}, "is_integer": lambda x: abs(round(x) - x) < 1e-5},
+def check_eval(test, value, scale=None):
+    s = {} if scale is None else {"scale": scale}
+    return eval(test.strip(), {"s": s, "is_integer": lambda x: abs(round(x) - x) < 1e-5},
                 {"v": {"value": value, "metadata": {}}})
 
 
@@ -79,12 +80,31 @@ def test_fixed_values_of_json_and_closed_yaml_agree():
         assert keys[key]["REQ"] == "EXACTLY_ONE", key
 
 
+def test_mini_values_of_json_and_closed_yaml_agree():
+    """Under benchmark_scale "mini" the closed YAML takes the JSON's mini values, not the full
+    recipe's; every other fixed key keeps its full value."""
+    rules = R.load_json_rules()
+    keys = key_records(CLOSED_YAML)
+    full, mini = rules["closed"]["fixed"], rules["mini"]["closed_fixed"]
+    assert set(mini) <= set(full)
+    for key, value in dict(full, **mini).items():
+        assert check_eval(keys[key]["CHECK"], value, "mini"), f"{key}: mini refuses {value!r}"
+        if key in mini and mini[key] != full[key] and key != "benchmark_scale":
+            assert not check_eval(keys[key]["CHECK"], full[key], "mini"), \
+                f"{key}: a mini log may carry the full value {full[key]!r}"
+            assert not check_eval(keys[key]["CHECK"], mini[key]), \
+                f"{key}: a full log may carry the mini value {mini[key]!r}"
+    assert L.CLOSED_MINI_HPARAMS["benchmark_scale"] == "mini"
+    assert {k: L.CLOSED_MINI_HPARAMS[k] for k in mini} == mini
+
+
 def test_target_cadence_and_lr_rule_agree():
     rules = R.load_json_rules()
     target = rules["quality"]["target"]
     assert target == 0.82
     for path in (os.path.join(R.RULESET_DIR, "common.yaml"), CLOSED_YAML, OPEN_YAML):
         assert begin_state(path)["quality_target"] == target, path
+        assert begin_state(path)["mini_quality_target"] == rules["mini"]["target"], path
     closed = begin_state(CLOSED_YAML)
     assert closed["eval_period_epochs"] == rules["evaluation"]["period_epochs"]
     assert closed["lr_per_256_multiple_of"] == rules["closed"]["learning_rate_per_256_multiple_of"]
@@ -235,6 +255,26 @@ def test_success_below_target_fails(checker):
     assert_fails(checker(L.make_log(L.OPEN_G16_HPARAMS, [], division="open",
                                     accuracies={4: 0.61, 8: 0.8199}, status="success")),
                  "CHECK for 'run_stop' failed", "Failed checks for eval_accuracy")
+
+
+def test_closed_mini_log_passes_at_the_mini_target(checker):
+    target = R.load_json_rules()["mini"]["target"]
+    mini = lambda hp, acc: L.make_log(hp, expected_tensor_names(), accuracies={4: 0.15, 8: acc},
+                                      target=target)
+    assert_passes(checker(mini(L.CLOSED_MINI_HPARAMS, target)))
+    # Below the mini target, and the full target's check on a mini log that reached it.
+    assert_fails(checker(mini(L.CLOSED_MINI_HPARAMS, round(target - 0.01, 4))),
+                 "Failed checks for eval_accuracy")
+    full_scale = dict(L.CLOSED_MINI_HPARAMS, benchmark_scale="full")
+    assert_fails(checker(mini(full_scale, target)), "CHECK for 'dropout_rate' failed",
+                 "CHECK for 'model_bn_momentum' failed", "Failed checks for eval_accuracy")
+    # The full recipe's regularisation in a mini log: closed mini fixes the mini values.
+    regularised = dict(L.CLOSED_MINI_HPARAMS, dropout_rate=0.4)
+    assert_fails(checker(mini(regularised, target)), "CHECK for 'dropout_rate' failed")
+    # The open division has the mini target too.
+    assert_passes(checker(L.make_log(dict(L.CLOSED_MINI_HPARAMS, model_variant="g16"), [],
+                                     division="open", accuracies={4: 0.15, 8: target},
+                                     target=target)))
 
 
 def test_non_numeric_accuracy_fails_without_a_traceback(checker):
