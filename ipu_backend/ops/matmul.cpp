@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "ipu_backend/compiler/executable.h"
 #include "ipu_backend/compiler/op_shapes.h"
 #include "ipu_backend/ir/builder.h"
 #include "ipu_backend/kernels/fused.h"
