@@ -29,6 +29,7 @@ add_library(ipu_backend STATIC
   ${CMAKE_CURRENT_LIST_DIR}/compiler/autodiff.cpp
   ${CMAKE_CURRENT_LIST_DIR}/compiler/op_shapes.cpp
   ${CMAKE_CURRENT_LIST_DIR}/compiler/compiler.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/compiler/conv_plan.cpp
   ${CMAKE_CURRENT_LIST_DIR}/compiler/first_fit.cpp
   ${CMAKE_CURRENT_LIST_DIR}/compiler/recompute.cpp
   ${CMAKE_CURRENT_LIST_DIR}/compiler/mixed_precision.cpp

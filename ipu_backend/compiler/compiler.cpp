@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "ipu_backend/compiler/conv_plan.h"
 #include "ipu_backend/compiler/first_fit.h"
 #include "ipu_backend/compiler/op_shapes.h"
 #include "ipu_backend/ir/op_defs.h"
@@ -123,6 +124,7 @@ class Planner : public ops::PlanApi {
                         opName(op.kind), exe_.buffers[outs[0]].name, exe_.buffers[o].name),
             -1, 0, 0);
     ComputeSet& cs = newComputeSet(op, phase, std::string(what));
+    cs.vertices.reserve(exe_.mapping[outs[0]].size());
     for (const TileSlice& s : exe_.mapping[outs[0]])
       for (i64 b = s.begin; b < s.end;) {
         const i64 e = cutAt > 0 ? std::min(s.end, (b / cutAt + 1) * cutAt) : s.end;
@@ -143,9 +145,7 @@ class Planner : public ops::PlanApi {
   const std::vector<TileSlice>& mapping(int buffer) const override { return exe_.mapping[buffer]; }
   int tileOf(int buffer, i64 element) const override { return exe_.sliceOf(buffer, element).tile; }
   i64 numTiles() const override { return t_.numTiles; }
-  // What one vertex may gather of one operand (weights, rows): an eighth of the tile, so that
-  // the gathered operands of a compute set, its partials and the live activations share a tile.
-  i64 windowBudgetBytes() const override { return t_.bytesPerTile / 8; }
+  i64 windowBudgetBytes() const override { return conv_plan::windowBudgetBytes(t_); }
   void mapChannelBlocked(int buffer, i64 pixels, i64 k, i64 kg) override {
     exe_.mapping[buffer] = channelBlockedMapping(pixels, k, kg, t_);
   }
@@ -160,10 +160,61 @@ class Planner : public ops::PlanApi {
   }
   int scratch(const Op& op, const std::string& what, i64 elements) override {
     const int out = op.outputs.empty() ? op.inputs[0] : op.outputs[0];
-    Buffer b{fmt::format("{}/{}", exe_.buffers[out].name, what), elements, DType::F32, -1, false};
-    exe_.buffers.push_back(b);
-    exe_.mapping.push_back(linearMapping(b, t_));
-    return static_cast<int>(exe_.buffers.size() - 1);
+    return addTemporary(fmt::format("{}/{}", exe_.buffers[out].name, what), elements, DType::F32);
+  }
+  bool convBackwardDataTransposed(const Op& op) override {
+    namespace cp = conv_plan;
+    const auto s = convShapeOf(g_, op);
+    const int dy = op.inputs[0], w = op.inputs[1], dx = op.outputs[0];
+    const DType wType = g_.tensor(w).dtype;
+    const i64 wBytes = sizeOf(wType), dyBytes = sizeOf(g_.tensor(dy).dtype);
+    const DType partials =
+        op.attrs.has("partials") ? parseDType(op.attrs.getString("partials")).value() : DType::F32;
+    if (!cp::transposedPlanIsSmaller(s, dyBytes, wBytes, sizeOf(partials), t_)) return false;
+    const i64 kb = cp::kBlockSize(s, wBytes, t_);
+    const std::string& name = exe_.buffers[dx].name;
+    // The k-blocks: a slice of block b reads w's rows of that block.
+    const int blocks = addTemporary(name + "/weight_k_blocks", s.weightElems(), wType);
+    perSlice(
+        op, cp::kWeightKBlocksPhase, {blocks},
+        [&, s, kb](Range r) {
+          const Range rows = cp::weightRowsOfKBlockSlice(s, kb, r);
+          return ops::Windows{{w, rows.begin, rows.end}};
+        },
+        cp::kBlockElems(s, kb), "weight_k_blocks");
+    // The transposed weights wt[C,R,S,K]: a slice reads its rows of every block.
+    const int wt = addTemporary(name + "/weights_transposed", s.weightElems(), wType);
+    perSlice(
+        op, cp::kWeightTransposePhase, {wt},
+        [&, s, kb](Range r) {
+          ops::Windows ws;
+          for (const Range& b : cp::kBlockWindowsOfTransposedSlice(s, kb, r))
+            ws.push_back({blocks, b.begin, b.end});
+          return ws;
+        },
+        0, "weights_transposed");
+    // dx as a forward convolution's output: channel-blocked, each tile reading one window of dy
+    // rows (those of all its pixels) and the wt rows of its channels.
+    const i64 cg = cp::inputChannelsPerTile(s, dyBytes, wBytes, t_);
+    if (cg < s.c) mapChannelBlocked(dx, s.n * s.h * s.w, s.c, cg);
+    const i64 iRowLen = s.w * s.c, oRowLen = s.outW() * s.k;
+    std::vector<Range> tileRows(static_cast<size_t>(t_.numTiles), Range{0, 0});
+    for (const TileSlice& sl : exe_.mapping[dx]) {
+      const Range rows = rowsOf({sl.begin, sl.end}, iRowLen);
+      Range& u = tileRows[static_cast<size_t>(sl.tile)];
+      u = u.size() == 0 ? rows : Range{std::min(u.begin, rows.begin), std::max(u.end, rows.end)};
+    }
+    perSlice(op, cp::kTransposedDataPhase, {dx},
+             [&, s, iRowLen, oRowLen](Range r) {
+               const Range& dxRows = tileRows[static_cast<size_t>(exe_.sliceOf(dx, r.begin).tile)];
+               const Range rows = outputRowsForInputRows(dxRows, s.outH(), s.h, s.strideH, s.padTop,
+                                                         s.dilH * (s.r - 1) + 1);
+               const Range wRows = cp::transposedWeightsOfChannels(s, channelsOf(r, s.c));
+               return ops::Windows{{dy, rows.begin * oRowLen, rows.end * oRowLen},
+                                   {wt, wRows.begin, wRows.end}};
+             },
+             0, {});
+    return true;
   }
 
   void run() {
@@ -203,6 +254,14 @@ class Planner : public ops::PlanApi {
       }
     }
     exe_.mapping.push_back(std::move(m));
+    return static_cast<int>(exe_.buffers.size() - 1);
+  }
+  // A temporary of an op's plan (not a graph tensor), mapped linearly; live from its first
+  // write to its last read.
+  int addTemporary(const std::string& name, i64 elements, DType dtype) {
+    Buffer b{name, elements, dtype, -1, false};
+    exe_.buffers.push_back(b);
+    exe_.mapping.push_back(linearMapping(b, t_));
     return static_cast<int>(exe_.buffers.size() - 1);
   }
   // Two partial rows per part ([parts][2][c]: sums and sums of squares); part p's pair of rows
@@ -273,6 +332,7 @@ class Planner : public ops::PlanApi {
   void perOutputSlice(const Op& op, int out, F windows, const std::string& what = "",
                       i64 cutAt = 0) {
     ComputeSet& cs = newComputeSet(op, 0, what);
+    cs.vertices.reserve(exe_.mapping[out].size());
     for (const TileSlice& s : exe_.mapping[out]) {
       for (i64 b = s.begin; b < s.end;) {
         i64 e = cutAt > 0 ? std::min(s.end, (b / cutAt + 1) * cutAt) : s.end;
@@ -300,25 +360,9 @@ class Planner : public ops::PlanApi {
       }
     };
     const std::vector<TileSlice> outMap = exe_.mapping[out];  // copy: partials add mappings
-    // Per tile, P parts cost about P x |partials row| / T of partials and |windows| / P of
-    // gathered operands. Take the fewest parts that keep the windows within the budget if the
-    // partials then fit the budget too; otherwise P = sqrt(|windows| x T / |row|), which
-    // minimises the sum (windows may then exceed the budget). At least enough parts to occupy the
-    // tiles when the output is small.
     const i64 e = exe_.buffers[out].elements;
-    const double windowsTotal = static_cast<double>(bytesPerRedUnit) * redExtent;
-    const double budget = static_cast<double>(windowBudgetBytes());
-    const double T = static_cast<double>(t_.numTiles);
-    const i64 unitsPerPart =
-        std::max<i64>(1, windowBudgetBytes() / std::max<i64>(1, bytesPerRedUnit));
-    const i64 fewest = ceilDiv(redExtent, unitsPerPart);
-    const i64 most = static_cast<i64>(T * budget / (4.0 * e));
-    const i64 memParts = fewest <= most
-                             ? fewest
-                             : static_cast<i64>(std::ceil(std::sqrt(windowsTotal * T / (4.0 * e))));
-    const i64 parParts =
-        std::max<i64>(1, std::min<i64>(8, t_.numTiles / static_cast<i64>(outMap.size())));
-    i64 parts = std::clamp<i64>(std::max(memParts, parParts), 1, redExtent);
+    i64 parts = conv_plan::reductionParts(e, redExtent, bytesPerRedUnit,
+                                          static_cast<i64>(outMap.size()), t_);
     if (parts == 1) {
       ComputeSet& cs = newComputeSet(op, 0, "");
       for (const TileSlice& s : outMap)
@@ -481,31 +525,99 @@ class Planner : public ops::PlanApi {
   void allocateArenas() {
     const int T = static_cast<int>(t_.numTiles);
     const int nCs = static_cast<int>(exe_.computeSets.size());
-    // Liveness of every buffer in compute-set indices.
+    // Liveness of every buffer in compute-set indices (threads scan blocks of compute sets).
     std::vector<int> first(exe_.buffers.size(), nCs), last(exe_.buffers.size(), -1);
-    for (int c = 0; c < nCs; ++c) {
-      for (const Vertex& v : exe_.computeSets[c].vertices) {
-        for (const Window& w : v.inputs) {
-          first[w.buffer] = std::min(first[w.buffer], c);
-          last[w.buffer] = std::max(last[w.buffer], c);
+#pragma omp parallel
+    {
+      std::vector<int> f(exe_.buffers.size(), nCs), l(exe_.buffers.size(), -1);
+#pragma omp for schedule(static) nowait
+      for (int c = 0; c < nCs; ++c) {
+        auto touch = [&](int b) {
+          f[b] = std::min(f[b], c);
+          l[b] = std::max(l[b], c);
+        };
+        for (const Vertex& v : exe_.computeSets[c].vertices) {
+          for (const Window& w : v.inputs) touch(w.buffer);
+          for (const OutRegion& o : v.outputs) touch(o.buffer);
         }
-        for (const OutRegion& o : v.outputs) {
-          first[o.buffer] = std::min(first[o.buffer], c);
-          last[o.buffer] = std::max(last[o.buffer], c);
-        }
+      }
+#pragma omp critical
+      for (size_t b = 0; b < first.size(); ++b) {
+        first[b] = std::min(first[b], f[b]);
+        last[b] = std::max(last[b], l[b]);
       }
     }
     for (const Tensor& t : g_.tensors())
       if (t.kind == TensorKind::Input) first[t.id] = -1;  // streamed in before the first set
     for (int o : g_.outputs()) last[o] = nCs;             // streamed out after the last set
 
+    // Gather buffers: a vertex input window not contained in one local slice. Vertices on one
+    // tile that need the same window in the same compute set share one buffer and one exchange.
+    // Compute sets are independent: each marks its own windows (threads take compute sets).
+    std::vector<std::vector<std::pair<Window*, Window*>>> sharedWindows(nCs);  // (dup, owner)
+    struct Gather {
+      int tile, buffer;
+      i64 begin, end;
+      std::size_t order;  // position in the compute set: the first of equal windows owns them
+      Window* window;
+    };
+#pragma omp parallel
+    {
+      std::vector<Gather> gathers, byTile;
+      std::vector<std::size_t> tileStart(static_cast<size_t>(T) + 1);
+#pragma omp for schedule(dynamic, 4)
+      for (int c = 0; c < nCs; ++c) {
+        ComputeSet& cs = exe_.computeSets[c];
+        gathers.clear();
+        for (Vertex& v : cs.vertices)
+          for (Window& w : v.inputs) {
+            const TileSlice& s = exe_.sliceOf(w.buffer, w.begin);
+            w.gather = !(s.tile == v.tile && w.end <= s.end);
+            w.shared = false;
+            if (w.gather) gathers.push_back({v.tile, w.buffer, w.begin, w.end, gathers.size(), &w});
+          }
+        // Equal windows side by side: a counting sort by tile (stable, so each tile's windows
+        // stay in vertex order), then each tile's few windows sorted (millions in a full step).
+        std::fill(tileStart.begin(), tileStart.end(), 0);
+        for (const Gather& g : gathers) ++tileStart[static_cast<size_t>(g.tile) + 1];
+        for (size_t t = 1; t < tileStart.size(); ++t) tileStart[t] += tileStart[t - 1];
+        byTile.resize(gathers.size());
+        {
+          std::vector<std::size_t> next(tileStart.begin(), tileStart.end() - 1);
+          for (const Gather& g : gathers) byTile[next[static_cast<size_t>(g.tile)]++] = g;
+        }
+        for (size_t t = 0; t + 1 < tileStart.size(); ++t)
+          if (tileStart[t + 1] - tileStart[t] > 1)
+            std::sort(byTile.begin() + static_cast<std::ptrdiff_t>(tileStart[t]),
+                      byTile.begin() + static_cast<std::ptrdiff_t>(tileStart[t + 1]),
+                      [](const Gather& a, const Gather& b) {
+                        return std::tie(a.buffer, a.begin, a.end, a.order) <
+                               std::tie(b.buffer, b.begin, b.end, b.order);
+                      });
+        Window* owner = nullptr;
+        for (std::size_t i = 0; i < byTile.size(); ++i) {
+          const Gather& b = byTile[i];
+          const Gather* a = i > 0 ? &byTile[i - 1] : nullptr;
+          if (a && a->tile == b.tile && a->buffer == b.buffer && a->begin == b.begin &&
+              a->end == b.end) {
+            b.window->shared = true;
+            sharedWindows[c].emplace_back(b.window, owner);
+          } else {
+            owner = b.window;
+          }
+        }
+      }
+    }
+    // Arena items: every buffer's slices, then one per owned gather window in compute-set and
+    // vertex order (the placement's order of ties).
     std::vector<std::vector<Item>> items(T);
-    {  // reserved up front: a full ResNet-50 step has ~15,000 items per tile
+    {
       std::vector<size_t> count(T, 0);
       for (const auto& m : exe_.mapping)
         for (const TileSlice& s : m) ++count[s.tile];
       for (const ComputeSet& cs : exe_.computeSets)
-        for (const Vertex& v : cs.vertices) count[v.tile] += v.inputs.size();
+        for (const Vertex& v : cs.vertices)
+          for (const Window& w : v.inputs) count[v.tile] += w.gather && !w.shared;
       for (int t = 0; t < T; ++t) items[t].reserve(count[t]);
     }
     exe_.tileMemory.assign(T, {});
@@ -522,50 +634,12 @@ class Planner : public ops::PlanApi {
         }
       }
     }
-    // Gather buffers: a vertex input window not contained in one local slice. Vertices on one
-    // tile that need the same window in the same compute set share one buffer and one exchange.
-    std::vector<std::pair<Window*, Window*>> sharedWindows;  // (duplicate, owner)
-    struct Gather {
-      int tile, buffer;
-      i64 begin, end;
-      std::size_t order;  // position in the compute set: the first of equal windows owns them
-      Window* window;
-    };
-    std::vector<Gather> gathers;
-    for (int c = 0; c < nCs; ++c) {
-      ComputeSet& cs = exe_.computeSets[c];
-      gathers.clear();
-      for (Vertex& v : cs.vertices)
-        for (Window& w : v.inputs) {
-          const TileSlice& s = exe_.sliceOf(w.buffer, w.begin);
-          w.gather = !(s.tile == v.tile && w.end <= s.end);
-          w.shared = false;
-          if (w.gather) gathers.push_back({v.tile, w.buffer, w.begin, w.end, gathers.size(), &w});
-        }
-      // Equal windows side by side (a sort, not a map: millions of windows in a full step).
-      std::sort(gathers.begin(), gathers.end(), [](const Gather& a, const Gather& b) {
-        return std::tie(a.tile, a.buffer, a.begin, a.end, a.order) <
-               std::tie(b.tile, b.buffer, b.begin, b.end, b.order);
-      });
-      Window* owner = nullptr;
-      for (std::size_t i = 0; i < gathers.size(); ++i) {
-        const Gather& b = gathers[i];
-        const Gather* a = i > 0 ? &gathers[i - 1] : nullptr;
-        if (a && a->tile == b.tile && a->buffer == b.buffer && a->begin == b.begin &&
-            a->end == b.end) {
-          b.window->shared = true;
-          sharedWindows.emplace_back(b.window, owner);
-        } else {
-          owner = b.window;
-        }
-      }
-      // Arena items in vertex order (the placement's order of ties), one per owned window.
-      for (Vertex& v : cs.vertices)
+    for (int c = 0; c < nCs; ++c)
+      for (Vertex& v : exe_.computeSets[c].vertices)
         for (Window& w : v.inputs)
           if (w.gather && !w.shared)
             items[v.tile].push_back({c, c, (w.end - w.begin) * sizeOf(exe_.buffers[w.buffer].dtype),
                                      &w.gatherOffset, w.buffer, c});
-    }
     // Code and vertex state, always live.
     std::vector<i64> fixed(T, 0);
     // One codelet per (op kind, phase) a tile runs: a flat table per tile.
@@ -601,7 +675,8 @@ class Planner : public ops::PlanApi {
     // Tiles are placed independently (each writes only its own items and memory record).
 #pragma omp parallel for schedule(dynamic, 8)
     for (int tile = 0; tile < T; ++tile) placeTile(tile, items[tile], fixed[tile]);
-    for (auto& [dup, owner] : sharedWindows) dup->gatherOffset = owner->gatherOffset;
+    for (const auto& list : sharedWindows)
+      for (auto& [dup, owner] : list) dup->gatherOffset = owner->gatherOffset;
     describeMemory(items, fixed);
     checkMemory();
   }

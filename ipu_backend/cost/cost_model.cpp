@@ -37,10 +37,19 @@ double elemBytes(const Executable& exe, int buffer, const CostOptions& o) {
   return 2;
 }
 
-// Registered kinds whose phase-0 vertices are priced as MACs (CostTraits::macWork).
+// Registered kinds priced as MACs in some phases (CostTraits::macWork).
 bool isMacOp(OpKind k) {
   const ops::OpInfo* info = ops::find(k);
   return info && info->costTraits.macWork;
+}
+
+// The compute sets priced as MACs: those of a MAC op's phases that multiply
+// (CostTraits::macPhases; the others combine partials or move operands).
+bool isMacPhase(const Op& op, int phase) {
+  const ops::OpInfo* info = ops::find(op.kind);
+  if (!info || !info->costTraits.macWork) return false;
+  const std::vector<int>& phases = info->costTraits.macPhases;
+  return std::find(phases.begin(), phases.end(), phase) != phases.end();
 }
 
 // Registered kinds whose phases 0-1 are channel sums (CostTraits::channelSumStreams).
@@ -110,7 +119,7 @@ VertexWork vertexWork(const Executable& exe, const ComputeSet& cs, const Op& op,
   const double inBytes0 = v.inputs.empty() ? 4.0 : elemBytes(exe, v.inputs[0].buffer, o);
   w.vectorWidth = kVectorBits / 8 / inBytes0;
 
-  if (isMacOp(op.kind) && cs.phase == 0) {
+  if (isMacPhase(op, cs.phase)) {
     double redFrac = v.red.empty() ? 1.0 : static_cast<double>(v.red.size()) / info.redExtent;
     w.macs = info.macs * outElems / info.outElems * redFrac / info.ampEfficiency;
     w.units = std::max(1.0, outElems);
@@ -371,7 +380,7 @@ void addComputeSets(const Executable& exe, const CostOptions& o, StepCost& sc) {
     c.busiestTile = static_cast<int>(busiest - tileCycles.begin());
     if (o.exchange == ExchangeModel::AsCompiled)
       c.exchangeCycles = compiledExchangeCycles(cs, t, exchangeScale(exe, cs, o), o);
-    else if (isMacOp(op.kind) && cs.phase == 0)
+    else if (isMacPhase(op, cs.phase))
       c.exchangeCycles = plannedExchangeCycles(info, t);
     else
       c.exchangeCycles = plannedWindowExchangeCycles(exe, cs, op, o);

@@ -387,6 +387,11 @@ struct Engine::Impl {
   }
 
   // ---- fused mode ---------------------------------------------------------------------------
+  // Fused mode runs an op's one kernel at its first compute set (whatever that set's phase: the
+  // transposed plan of conv2d_backward_data starts at phase 2).
+  bool startsOp(int computeSet) const {
+    return exe.opFirstComputeSet[static_cast<size_t>(exe.computeSets[computeSet].op)] == computeSet;
+  }
   // Tensor memory as on the device: a tensor holds bytes from the first program step that
   // writes or reads it to the last one (program order, the op's first compute set), so
   // activations whose lifetimes do not overlap share memory (first fit, 64-byte aligned).
@@ -404,7 +409,7 @@ struct Engine::Impl {
     for (const Program::Step& st : exe.program.body) {
       if (st.kind != Program::Step::Kind::Execute) {
         touch(st.index);
-      } else if (const ComputeSet& cs = exe.computeSets[st.index]; cs.phase == 0) {
+      } else if (const ComputeSet& cs = exe.computeSets[st.index]; startsOp(st.index)) {
         for (int t : fusion.inputsOf(g.op(cs.op))) touch(t);
         for (int t : fusion.outputsOf(g.op(cs.op))) touch(t);
       }
@@ -663,7 +668,7 @@ struct Engine::Impl {
     std::vector<FW> W;
     for (const Window& w : v.inputs) W.push_back(fw(t, w));
     if (const ops::OpInfo* info = ops::find(op.kind)) {
-      ops::VertexArgs a{g, op, cs.phase, W, {}, {}, v.work, v.red};
+      ops::VertexArgs a{g, op, cs.phase, W, {}, {}, v.work, v.red, exe.target};
       for (const Window& w : v.inputs) a.ints.push_back(iw(t, w));
       for (const OutRegion& o : v.outputs) a.out.push_back(outPtr(t, o));
       if (!info->vertex)
@@ -745,7 +750,7 @@ struct Engine::Impl {
       const ComputeSet& cs = exe.computeSets[st.index];
       if (cs.op < firstOp || cs.op >= endOp) continue;
       if (mode == EngineMode::Fused) {
-        if (cs.phase == 0) fusedSteps[cs.op]();
+        if (startsOp(st.index)) fusedSteps[cs.op]();
       } else {
         runComputeSet(st.index);
       }
@@ -772,7 +777,7 @@ struct Engine::Impl {
           case Program::Step::Kind::Execute:
             if (mode == EngineMode::Fused) {
               const ComputeSet& cs = exe.computeSets[st.index];
-              if (cs.phase != 0) break;
+              if (!startsOp(st.index)) break;
               if (profiling) {
                 const auto t0 = std::chrono::steady_clock::now();
                 fusedSteps[cs.op]();

@@ -90,6 +90,47 @@ void conv2dBackwardData(const Conv2dShape& s, W dy, W w, float* dx, Range out, R
   }
 }
 
+void conv2dBackwardDataTransposed(const Conv2dShape& s, W dy, W wt, float* dx, Range out) {
+  const i64 oh = s.outH(), ow = s.outW();
+  for (i64 i = out.begin; i < out.end; ++i) {
+    const i64 c = i % s.c, iw = (i / s.c) % s.w, ih = (i / (s.c * s.w)) % s.h,
+              n = i / (s.c * s.w * s.h);
+    double acc = 0;
+    for (i64 r = 0; r < s.r; ++r) {
+      const i64 ph = ih + s.padTop - r * s.dilH;
+      if (ph < 0 || ph % s.strideH != 0 || ph / s.strideH >= oh) continue;
+      const i64 p = ph / s.strideH;
+      for (i64 t = 0; t < s.s; ++t) {
+        const i64 qw = iw + s.padLeft - t * s.dilW;
+        if (qw < 0 || qw % s.strideW != 0 || qw / s.strideW >= ow) continue;
+        const i64 q = qw / s.strideW;
+        const i64 dyRow = ((n * oh + p) * ow + q) * s.k, wRow = ((c * s.r + r) * s.s + t) * s.k;
+        for (i64 k = 0; k < s.k; ++k) acc += double(dy[dyRow + k]) * wt[wRow + k];
+      }
+    }
+    dx[i - out.begin] = float(acc);
+  }
+}
+
+void conv2dWeightsToKBlocks(const Conv2dShape& s, i64 kb, W w, float* blocks, Range out) {
+  const i64 rs = s.r * s.s, blockElems = kb * s.c * rs;
+  for (i64 i = out.begin; i < out.end; ++i) {
+    const i64 b = i / blockElems, kbb = std::min(kb, s.k - b * kb), j = i - b * blockElems;
+    const i64 kk = j % kbb, rt = (j / kbb) % rs, c = j / (kbb * rs);
+    blocks[i - out.begin] = w[((b * kb + kk) * rs + rt) * s.c + c];
+  }
+}
+
+void conv2dKBlocksToTransposed(const Conv2dShape& s, i64 kb, const std::vector<W>& blocks,
+                               float* wt, Range out) {
+  const i64 rs = s.r * s.s, blockElems = kb * s.c * rs;
+  for (i64 i = out.begin; i < out.end; ++i) {
+    const i64 k = i % s.k, row = i / s.k;  // row = c * R * S + r * S + t
+    const i64 b = k / kb, kbb = std::min(kb, s.k - b * kb);
+    wt[i - out.begin] = blocks[static_cast<size_t>(b)][b * blockElems + row * kbb + k % kb];
+  }
+}
+
 void conv2dBackwardFilter(const Conv2dShape& s, W x, W dy, float* dw, Range out, Range red) {
   const i64 oh = s.outH(), ow = s.outW(), cpg = s.cPerGroup(), kpg = s.kPerGroup();
   for (i64 i = out.begin; i < out.end; ++i) {

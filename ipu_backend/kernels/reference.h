@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "ipu_backend/kernels/kernel_types.h"
 
@@ -27,6 +28,18 @@ void conv2dForward(const Conv2dShape& s, W x, W w, float* y, Range out);
 // dx[N,H,W,C] from dy[N,OH,OW,K] and w, summed over output channels k in red only (partials:
 // each part then reads only the weight rows w[red.begin:red.end]).
 void conv2dBackwardData(const Conv2dShape& s, W dy, W w, float* dx, Range out, Range red);
+// The data gradient from transposed weights (groups == 1), the tile plan of a convolution whose
+// weights exceed a tile: wt[C,R,S,K] = w[K,R,S,C] read as a forward convolution's weights, so a
+// vertex reads the weights of its input channels only. The same sum, in the same order, as
+// conv2dBackwardData over every k.
+void conv2dBackwardDataTransposed(const Conv2dShape& s, W dy, W wt, float* dx, Range out);
+// The weights in k-blocks: block b holds output channels [b*kb, min(K, (b+1)*kb)) as
+// [C][R][S][kbb] (kbb its size) at flat offset b*kb*C*R*S; writes flat range `out` of it.
+void conv2dWeightsToKBlocks(const Conv2dShape& s, i64 kb, W w, float* blocks, Range out);
+// wt[C,R,S,K] from the k-blocks; `blocks[b]` is a window onto block b (global flat indices of
+// the k-blocked buffer) for every block that range `out` reads.
+void conv2dKBlocksToTransposed(const Conv2dShape& s, i64 kb, const std::vector<W>& blocks,
+                               float* wt, Range out);
 // dw[K,R,S,C/G] summed over output rows (n * OH + oh) in red only: a part reads only the dy rows
 // in red and the x rows they cover.
 void conv2dBackwardFilter(const Conv2dShape& s, W x, W dy, float* dw, Range out, Range red);

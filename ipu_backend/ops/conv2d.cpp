@@ -15,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include "ipu_backend/compiler/conv_plan.h"
 #include "ipu_backend/compiler/executable.h"
 #include "ipu_backend/compiler/op_shapes.h"
 #include "ipu_backend/kernels/fused.h"
@@ -183,8 +184,11 @@ void planBackwardData(PlanApi& p, const Op& op) {
     p.perSlice(op, 0, {out}, [dyRows, all](Range r) { return Windows{dyRows(r), all}; });
     return;
   }
-  // Large weights: split the sum over output channels k, each part reading only its weight
-  // rows w[k0:k1] (contiguous in the [K,R,S,C/G] layout).
+  // Large weights: a forward convolution of dy with transposed weights where that plan applies
+  // and a tile holds less (compiler/conv_plan.h). Otherwise (grouped, or a tile holds less this
+  // way) split the sum over output channels k, each part reading only its weight rows w[k0:k1]
+  // (contiguous in the [K,R,S,C/G] layout).
+  if (p.convBackwardDataTransposed(op)) return;
   p.splitReduction(op, 0, out, s.k, weightBytesPerOutputChannel(s),
                    [dyRows, w, wPerK](Range r, Range ks) {
                      return Windows{dyRows(r), {w, ks.begin * wPerK, ks.end * wPerK}};
@@ -217,6 +221,21 @@ std::function<void()> vertexForward(const VertexArgs& a) {
 std::function<void()> vertexBackwardData(const VertexArgs& a) {
   if (a.phase == 1) return sumPartials(a);
   const auto s = convShapeOf(a.g, a.op);
+  // The transposed-weights plan (compiler/conv_plan.h): k-blocks, wt, then dx.
+  if (a.phase >= conv_plan::kWeightKBlocksPhase) {
+    if (a.phase == conv_plan::kTransposedDataPhase)
+      return [s, W = a.in, y = a.out[0], work = a.work] {
+        ref::conv2dBackwardDataTransposed(s, W[0], W[1], y, work);
+      };
+    const i64 kb = conv_plan::kBlockSize(s, sizeOf(a.g.tensor(a.op.inputs[1]).dtype), a.target);
+    if (a.phase == conv_plan::kWeightKBlocksPhase)
+      return [s, kb, W = a.in, y = a.out[0], work = a.work] {
+        ref::conv2dWeightsToKBlocks(s, kb, W[0], y, work);
+      };
+    return [s, kb, W = a.in, y = a.out[0], work = a.work] {
+      ref::conv2dKBlocksToTransposed(s, kb, W, y, work);
+    };
+  }
   const Range ks = a.red.size() > 0 ? a.red : Range{0, s.k};  // split over k: partials
   return [s, W = a.in, y = a.out[0], work = a.work, ks] {
     ref::conv2dBackwardData(s, W[0], W[1], y, work, ks);
@@ -316,6 +335,8 @@ IPU_REGISTER_OPS(conv2d) {
   d.vertex = vertexBackwardData;
   d.fused = fusedPass<fz::Conv2dBackwardData>();
   d.nativeFused = nativeBf16Pass<fz::Conv2dBackwardData>();
+  // The transposed plan's dx phase multiplies; its k-block and transpose phases move weights.
+  d.costTraits.macPhases = {0, conv_plan::kTransposedDataPhase};
   registerOp(std::move(d));
 
   OpInfo w = convInfo(OpKind::Conv2dBackwardFilter, "conv2d_backward_filter",

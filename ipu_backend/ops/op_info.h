@@ -25,6 +25,7 @@
 namespace ipu {
 class Builder;
 struct HostFusionPlan;  // engine/host_fusion.h
+struct Target;          // target/target.h
 struct TileSlice;       // compiler/executable.h
 class Collective;
 }  // namespace ipu
@@ -119,6 +120,13 @@ class PlanApi {
   // A temporary f32 buffer of `elements`, mapped linearly, that later phases of the op read
   // (sums an op needs between its phases, e.g. group norm's per-group sums); its id.
   virtual int scratch(const Op& op, const std::string& what, i64 elements) = 0;
+
+  // -- conv2d_backward_data's transposed-weights plan (compiler/conv_plan.h) --
+  // With weights larger than a window budget and groups == 1, plans dx as a forward convolution
+  // of dy with transposed weights wt[C,R,S,K] (phases conv_plan::kWeightKBlocksPhase,
+  // kWeightTransposePhase, kTransposedDataPhase) where a tile holds less than under the split
+  // over k; false (nothing planned) where that plan does not apply.
+  virtual bool convBackwardDataTransposed(const Op& op) = 0;
 };
 using PlanRule = std::function<void(PlanApi&, const Op&)>;
 
@@ -133,6 +141,7 @@ struct VertexArgs {
   std::vector<IW> ints;
   std::vector<float*> out;
   Range work, red;
+  const Target& target;  // the compiled target (plans whose geometry depends on the tile size)
 };
 using VertexKernel = std::function<std::function<void()>(const VertexArgs&)>;
 
@@ -177,7 +186,7 @@ struct CostTraits {
   bool readsWindows = false;
   // Elements a vertex reads per output element (pools: the window), when not 1.
   std::function<double(const Graph&, const Op&)> elementsPerOutput;
-  // AMP ops (convolutions, matmuls): their phase-0 vertices are priced as multiply-accumulates
+  // AMP ops (convolutions, matmuls): their macPhases' vertices are priced as multiply-accumulates
   // (their share of `macs`: output elements and, split, their part of redExtent) at the AMP's
   // efficiency for the contraction length; the Planned exchange model prices moving planA /
   // planW (activations / weights: the tensors' bytes) for the best split of the tiles.
@@ -186,6 +195,9 @@ struct CostTraits {
     std::vector<int> planA, planW;  // tensors
   };
   std::function<MacWork(const Graph&, const Op&)> macWork;
+  // The phases of a macWork op whose vertices multiply (the others, e.g. the sum of partial
+  // rows in phase 1, are priced by instructions per vector like any op).
+  std::vector<int> macPhases{0};
   // Channel sums (PlanApi::channelSums, phases 0 and 1; batch norm): tensors a phase-0 vertex
   // reads per element (0: the op has none); phase 1 reads the two partial rows. The phases
   // after them are elementwise.

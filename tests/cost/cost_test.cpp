@@ -268,6 +268,33 @@ TEST(CostModel, EveryOptimizerIsPricedAsTheOpsItLowersTo) {
 // Every MAC of the graph is priced exactly once, however the compiler splits the work: whole
 // ops, output slices, or partial sums over the contraction (data gradient over output
 // channels, filter gradient over output rows, matmul over k). Small tiles force the splits.
+// conv2d_backward_data's transposed-weights plan (compiler/conv_plan.h) multiplies in its dx
+// phase (4), not in phase 0: the op's cost traits (macPhases) price that phase as MACs, the
+// k-block and transpose phases (2, 3) as moves, and the op's MACs add up.
+TEST(CostModel, TransposedDataGradientIsPricedAsMacsInItsDxPhase) {
+  Graph g;
+  Builder b(g);
+  const i64 n = 4, h = 8, c = 64, k = 128;
+  int x = b.variable("features", {n, h, h, c});
+  int w = b.variable("shortcut_weight", {k, 1, 1, c});  // 32 KiB, window budget 8 KiB
+  int loss = b.reduceMean(b.conv2d(x, w, Conv2dOptions::make(2, 0), "shortcut"), {0, 1, 2, 3},
+                          false, "loss");
+  g.markOutput(loss);
+  g.markOutput(appendBackward(g, loss, {x}).grads.at(x));
+  const Executable exe = compile(g, Target::small(256, 64 << 10), CompileOptions{});
+  double opMacs = 0;
+  for (const Op& op : exe.graph.ops())
+    if (op.kind == OpKind::Conv2dBackwardData)
+      opMacs += static_cast<double>(convShapeOf(exe.graph, op).macs());
+  std::map<int, double> macsByPhase;
+  for (const ComputeSetCost& cs : estimateStep(exe).computeSets)
+    if (cs.kind == OpKind::Conv2dBackwardData) macsByPhase[cs.phase] += cs.macs;
+  ASSERT_EQ(macsByPhase.size(), 3u) << "expected the transposed plan's phases 2, 3 and 4";
+  EXPECT_EQ(macsByPhase[2], 0.0);
+  EXPECT_EQ(macsByPhase[3], 0.0);
+  EXPECT_NEAR(macsByPhase[4], opMacs, 1e-9 * opMacs);
+}
+
 TEST(CostModel, MacsOfSplitConvolutionsAndMatMulsAddUpToTheGraphsMacs) {
   Graph g;
   Builder b(g);

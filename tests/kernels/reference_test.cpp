@@ -377,6 +377,35 @@ TEST(RefPartials, ConvBackwardDataSplitOverOutputChannels) {
   EXPECT_TRUE(closeRel(sum, full, 1e-5f));
 }
 
+// The transposed-weights plan of the data gradient (compiler/conv_plan.h): w -> k-blocks (the
+// last block shorter) -> wt[C,R,S,K], each step over sub-ranges as tiles compute them, then dx
+// from wt: the same bits as the untransposed kernel over every k (same sum, same order).
+TEST(RefTransposedWeights, KBlocksThenTransposeThenDataGradientEqualTheDirectKernel) {
+  for (const Conv2dShape& s : {convShape(2, 7, 6, 5, 7, 3, 3, 2, 1, 1, 1, 1, 1, 1),
+                               convShape(3, 6, 6, 8, 12, 1, 1, 2, 0, 0, 0, 0, 1, 1),
+                               convShape(1, 5, 7, 3, 4, 3, 2, 1, 2, 0, 1, 1, 2, 1)}) {
+    const Vec dy = randomVec(s.outputElems(), 7), w = randomVec(s.weightElems(), 8);
+    const i64 kb = 3, blocks = (s.k + kb - 1) / kb, n = s.weightElems();
+    Vec kBlocks(n), wt(n);
+    expectSubRangesAgree(
+        n, [&](Range r, float* out) { ref::conv2dWeightsToKBlocks(s, kb, win(w), out, r); });
+    ref::conv2dWeightsToKBlocks(s, kb, win(w), kBlocks.data(), all(n));
+    const std::vector<ref::W> windows(static_cast<size_t>(blocks), win(kBlocks));
+    expectSubRangesAgree(
+        n, [&](Range r, float* out) { ref::conv2dKBlocksToTransposed(s, kb, windows, out, r); });
+    ref::conv2dKBlocksToTransposed(s, kb, windows, wt.data(), all(n));
+    for (i64 k = 0; k < s.k; ++k)  // wt[c][r][t][k] = w[k][r][t][c]
+      for (i64 rt = 0; rt < s.r * s.s; ++rt)
+        for (i64 c = 0; c < s.c; ++c)
+          ASSERT_EQ(wt[(c * s.r * s.s + rt) * s.k + k], w[(k * s.r * s.s + rt) * s.c + c]);
+    Vec direct(s.inputElems()), transposed(s.inputElems());
+    ref::conv2dBackwardData(s, win(dy), win(w), direct.data(), all(s.inputElems()), all(s.k));
+    ref::conv2dBackwardDataTransposed(s, win(dy), win(wt), transposed.data(), all(s.inputElems()));
+    EXPECT_EQ(direct, transposed);
+    EXPECT_TRUE(closeRel(transposed, testing::refConvBwdData(s, dy, w), 1e-5f));
+  }
+}
+
 TEST(RefPartials, MatMulSplitOverK) {
   MatMulShape s;
   s.batch = 2, s.m = 3, s.k = 10, s.n = 4, s.transA = true;

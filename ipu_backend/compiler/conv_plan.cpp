@@ -1,0 +1,117 @@
+#include "ipu_backend/compiler/conv_plan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "ipu_backend/compiler/op_shapes.h"
+
+namespace ipu::conv_plan {
+namespace {
+
+i64 ceilDiv(i64 a, i64 b) {
+  return (a + b - 1) / b;
+}
+
+}  // namespace
+
+i64 reductionParts(i64 outElems, i64 redExtent, i64 bytesPerRedUnit, i64 outSlices,
+                   const Target& t) {
+  const double windowsTotal = static_cast<double>(bytesPerRedUnit) * redExtent;
+  const double budget = static_cast<double>(windowBudgetBytes(t));
+  const double T = static_cast<double>(t.numTiles), e = static_cast<double>(outElems);
+  const i64 unitsPerPart =
+      std::max<i64>(1, windowBudgetBytes(t) / std::max<i64>(1, bytesPerRedUnit));
+  const i64 fewest = ceilDiv(redExtent, unitsPerPart);
+  const i64 most = static_cast<i64>(T * budget / (4.0 * e));
+  const i64 memParts = fewest <= most
+                           ? fewest
+                           : static_cast<i64>(std::ceil(std::sqrt(windowsTotal * T / (4.0 * e))));
+  const i64 parParts = std::max<i64>(1, std::min<i64>(8, t.numTiles / std::max<i64>(1, outSlices)));
+  return std::clamp<i64>(std::max(memParts, parParts), 1, redExtent);
+}
+
+namespace {
+
+// Per tile: the gathered dy rows and wt rows of `cg` input channels, and the work-list entries of
+// its output regions (one per pixel: the channel block of a pixel is one region).
+struct TransposedTile {
+  i64 cg = 1;
+  double bytes = 0;
+};
+
+TransposedTile bestTransposedTile(const Conv2dShape& s, i64 dyBytes, i64 weightBytes,
+                                  const Target& t) {
+  const i64 perC = s.r * s.s * s.k * weightBytes;
+  const i64 pixels = s.n * s.h * s.w, oh = s.outH(), span = s.dilH * (s.r - 1) + 1;
+  TransposedTile best{1, std::numeric_limits<double>::infinity()};
+  for (i64 cg = 1; cg <= s.c; ++cg) {
+    const i64 groups = ceilDiv(s.c, cg);
+    if (cg > 1 && ceilDiv(s.c, cg - 1) == groups) continue;  // same groups, more weights
+    const i64 blocks = std::clamp<i64>(t.numTiles / groups, 1, pixels);
+    const i64 pixelsPerTile = ceilDiv(pixels, blocks);
+    const i64 dxRows = std::min(s.n * s.h, ceilDiv(pixelsPerTile, s.w) + 1);
+    const i64 dyRows =
+        outputRowsForInputRows({0, dxRows}, oh, s.h, s.strideH, s.padTop, span).size();
+    const i64 regions = cg < s.c ? pixelsPerTile : 1;
+    const double bytes = static_cast<double>(dyRows * s.outW() * s.k * dyBytes) +
+                         static_cast<double>(cg * perC) +
+                         static_cast<double>((regions - 1) * t.workListBytesPerOperand);
+    if (bytes < best.bytes) best = {cg, bytes};
+  }
+  return best;
+}
+
+}  // namespace
+
+bool transposedPlanIsSmaller(const Conv2dShape& s, i64 dyBytes, i64 weightBytes, i64 partialBytes,
+                             const Target& t) {
+  if (s.groups != 1) return false;
+  const double T = static_cast<double>(t.numTiles);
+  const i64 dxElems = s.inputElems();
+  // The split plan as the planner makes it (its budget counts weights as f32).
+  const i64 parts = reductionParts(dxElems, s.k, s.r * s.s * s.c * 4,
+                                   std::max<i64>(1, dxElems * partialBytes / t.minBytesPerTile), t);
+  const double split = parts > 1 ? static_cast<double>(parts * dxElems * partialBytes) / T +
+                                       static_cast<double>(s.weightElems() * weightBytes) /
+                                           static_cast<double>(parts)
+                                 : static_cast<double>(s.weightElems() * weightBytes);
+  return bestTransposedTile(s, dyBytes, weightBytes, t).bytes < split;
+}
+
+i64 kBlockSize(const Conv2dShape& s, i64 weightBytes, const Target& t) {
+  const i64 rowBytes = s.r * s.s * s.c * weightBytes;  // one output channel's weights
+  return std::clamp<i64>(windowBudgetBytes(t) / std::max<i64>(1, rowBytes), 1, s.k);
+}
+
+Range weightRowsOfKBlockSlice(const Conv2dShape& s, i64 kb, Range out) {
+  const i64 rs = s.r * s.s, blockElems = kBlockElems(s, kb);
+  const i64 b = out.begin / blockElems, kbb = std::min(kb, s.k - b * kb);
+  // Rows (c * R*S + rt) of the block that the slice covers, hence its input channels.
+  const i64 row0 = (out.begin - b * blockElems) / kbb, row1 = (out.end - 1 - b * blockElems) / kbb;
+  const i64 c0 = row0 / rs, c1 = row1 / rs;
+  const i64 k0 = b * kb, k1 = k0 + kbb;
+  return {k0 * rs * s.c + c0, (k1 - 1) * rs * s.c + (rs - 1) * s.c + c1 + 1};
+}
+
+std::vector<Range> kBlockWindowsOfTransposedSlice(const Conv2dShape& s, i64 kb, Range out) {
+  const i64 row0 = out.begin / s.k, row1 = (out.end - 1) / s.k + 1, blockElems = kBlockElems(s, kb);
+  std::vector<Range> w;
+  for (i64 b = 0; b * kb < s.k; ++b) {
+    const i64 kbb = std::min(kb, s.k - b * kb);
+    w.push_back({b * blockElems + row0 * kbb, b * blockElems + row1 * kbb});
+  }
+  return w;
+}
+
+Range transposedWeightsOfChannels(const Conv2dShape& s, Range channels) {
+  const i64 rowElems = s.r * s.s * s.k;
+  return {channels.begin * rowElems, channels.end * rowElems};
+}
+
+i64 inputChannelsPerTile(const Conv2dShape& s, i64 dyBytes, i64 weightBytes, const Target& t) {
+  if (s.r * s.s * s.k * weightBytes * s.c <= windowBudgetBytes(t)) return s.c;
+  return bestTransposedTile(s, dyBytes, weightBytes, t).cg;
+}
+
+}  // namespace ipu::conv_plan
