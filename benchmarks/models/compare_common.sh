@@ -24,6 +24,33 @@ peer() {
   exit 1
 }
 
+# compare_select_isa [BUILD_DIR]: for ISA=native (the host's own) or ISA=avx2 (both sides held
+# to AVX2 on any host: oneDNN by ONEDNN_MAX_CPU_ISA, PyTorch's own kernels by
+# ATEN_CPU_CAPABILITY, its OpenBLAS by OPENBLAS_CORETYPE), sets BUILD (BUILD_DIR, or build /
+# build-avx2) and MARCH (the -march our loops were compiled for: IPU_MARCH in the build's CMake
+# cache); an avx2 run of a build not made for AVX2 exits with the command that makes one.
+compare_select_isa() {
+  case "$ISA" in
+    native) BUILD="${1:-$ROOT/build}" ;;
+    avx2)
+      BUILD="${1:-$ROOT/build-avx2}"
+      export ONEDNN_MAX_CPU_ISA=AVX2 DNNL_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 \
+        OPENBLAS_CORETYPE=Haswell
+      ;;
+    *)
+      echo "ISA=$ISA: expected 'native' (the host's own) or 'avx2'" >&2
+      exit 1
+      ;;
+  esac
+  MARCH="$(sed -n 's/^IPU_MARCH:[A-Z]*=//p' "$BUILD/CMakeCache.txt" 2>/dev/null)"
+  if [[ "$ISA" == avx2 && "$MARCH" != x86-64-v3 ]]; then
+    echo "ISA=avx2 needs a build of our loops for AVX2; $BUILD has IPU_MARCH='${MARCH:-?}'." >&2
+    echo "  cmake -S . -B build-avx2 -G Ninja -DCMAKE_BUILD_TYPE=Release -DIPU_MARCH=x86-64-v3 &&" \
+      "ninja -C build-avx2 models_bench" >&2
+    exit 1
+  fi
+}
+
 # compare_host THREADS: the host line (CPU, the ISA both sides run with, its f32 peak) and the
 # load average, so that every figure says where it came from.
 compare_host() {

@@ -25,31 +25,12 @@ ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 MODE=fp32
 if [[ "${1:-}" == "--bf16" ]]; then MODE=bf16; shift; fi
 ISA="${ISA:-native}"
-case "$ISA" in
-  native) BUILD="${1:-$ROOT/build}" ;;
-  avx2)
-    BUILD="${1:-$ROOT/build-avx2}"
-    export ONEDNN_MAX_CPU_ISA=AVX2 DNNL_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 \
-      OPENBLAS_CORETYPE=Haswell
-    [[ "$MODE" == bf16 ]] && { echo "ISA=avx2 has no bf16 mode (no bf16 kernels at AVX2)" >&2; exit 1; }
-    ;;
-  *) echo "ISA=$ISA: expected 'native' (the host's own) or 'avx2'" >&2; exit 1 ;;
-esac
-# The -march our loops were compiled for (IPU_MARCH in the build's CMake cache).
-MARCH="$(sed -n 's/^IPU_MARCH:[A-Z]*=//p' "$BUILD/CMakeCache.txt" 2>/dev/null)"
-if [[ "$ISA" == avx2 && "$MARCH" != x86-64-v3 ]]; then
-  echo "ISA=avx2 needs a build of our loops for AVX2; $BUILD has IPU_MARCH='${MARCH:-?}'." >&2
-  echo "  cmake -S . -B build-avx2 -G Ninja -DCMAKE_BUILD_TYPE=Release -DIPU_MARCH=x86-64-v3 &&" \
-    "ninja -C build-avx2 models_bench" >&2
-  exit 1
-fi
+[[ "$ISA" == avx2 && "$MODE" == bf16 ]] && { echo "ISA=avx2 has no bf16 mode (no bf16 kernels at AVX2)" >&2; exit 1; }
 source "$ROOT/benchmarks/models/compare_common.sh"
+compare_select_isa "${1:-}"
 BENCH="$(compare_bench "$BUILD")" || exit 1
 BASE_BENCH=""
-if [[ -n "${BASELINE:-}" ]]; then
-  BASE_BENCH="$BASELINE/benchmarks/models/models_bench"
-  [[ -x "$BASE_BENCH" ]] || { echo "BASELINE=$BASELINE: no benchmarks/models/models_bench there" >&2; exit 1; }
-fi
+[[ -n "${BASELINE:-}" ]] && { BASE_BENCH="$(compare_bench "$BASELINE")" || exit 1; }
 export OMP_NUM_THREADS=2
 TMP="$COMPARE_TMP"
 

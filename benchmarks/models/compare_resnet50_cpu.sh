@@ -19,20 +19,7 @@ set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 source "$ROOT/benchmarks/models/compare_common.sh"
 ISA="${ISA:-avx2}"
-case "$ISA" in
-  native) BUILD="${1:-$ROOT/build}" ;;
-  avx2)
-    BUILD="${1:-$ROOT/build-avx2}"
-    export ONEDNN_MAX_CPU_ISA=AVX2 DNNL_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 \
-      OPENBLAS_CORETYPE=Haswell
-    ;;
-  *) echo "ISA=$ISA: expected 'avx2' or 'native'" >&2; exit 1 ;;
-esac
-MARCH="$(sed -n 's/^IPU_MARCH:[A-Z]*=//p' "$BUILD/CMakeCache.txt" 2>/dev/null)"
-if [[ "$ISA" == avx2 && "$MARCH" != x86-64-v3 ]]; then
-  echo "ISA=avx2 needs a build with -DIPU_MARCH=x86-64-v3; $BUILD has IPU_MARCH='${MARCH:-?}'" >&2
-  exit 1
-fi
+compare_select_isa "${1:-}"
 BENCH="$(compare_bench "$BUILD")" || exit 1
 BASE_BENCH=""
 [[ -n "${BASELINE:-}" ]] && { BASE_BENCH="$(compare_bench "$BASELINE")" || exit 1; }
