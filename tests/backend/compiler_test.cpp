@@ -1,5 +1,6 @@
 // Compiler: tile mapping covers every tensor, memory overflow errors, compile report, programs.
 #include <gtest/gtest.h>
+#include <array>
 
 #include <limits>
 #include <map>
@@ -18,6 +19,44 @@
 
 namespace ipu {
 namespace {
+
+// One step of `exe` in fused mode ([0]) and tile mode ([1]) from the same variable values:
+// the values of `read` (outputs) and the gradient of each variable in `grads` (by variable id).
+template <class Grads>
+std::array<std::map<int, std::vector<float>>, 2> runBothModes(
+    const std::shared_ptr<const Executable>& exe,
+    const std::vector<std::pair<int, const std::vector<float>*>>& values, int loss,
+    const Grads& grads, const std::vector<int>& read = {}) {
+  std::array<std::map<int, std::vector<float>>, 2> got;
+  for (EngineMode mode : {EngineMode::Fused, EngineMode::Tile}) {
+    Engine e(exe, mode);
+    for (const auto& [t, v] : values) e.writeTensor(t, v->data(), v->size() * 4);
+    float l = 0;
+    e.connectOutput(loss, &l);
+    e.run();
+    auto& out = got[mode == EngineMode::Tile];
+    for (int t : read) out[t] = e.readFloats(t);
+    for (const auto& [v, gr] : grads) out[v] = e.readFloats(gr);
+  }
+  return got;
+}
+
+// Tile mode within rel x (the fused values' largest magnitude) + abs of fused mode, for each of
+// `tensors`; nonZero: that largest magnitude must be positive as well.
+void expectTileNearFused(const std::array<std::map<int, std::vector<float>>, 2>& got,
+                         const std::vector<int>& tensors, double rel, double abs,
+                         bool nonZero = false) {
+  for (int v : tensors) {
+    const auto &f = got[0].at(v), &tl = got[1].at(v);
+    ASSERT_EQ(f.size(), tl.size());
+    double scale = 0;
+    for (float a : f) scale = std::max(scale, static_cast<double>(std::abs(a)));
+    if (nonZero) {
+      ASSERT_GT(scale, 0.0);
+    }
+    for (size_t i = 0; i < f.size(); ++i) ASSERT_NEAR(tl[i], f[i], rel * scale + abs) << i;
+  }
+}
 
 Graph convGraph(i64 batch) {
   Graph g("conv_stack");
@@ -105,24 +144,8 @@ TEST(Compiler, LargeWeightsAreSplitSoThatNoVertexGathersThemWhole) {
   for (size_t i = 0; i < images.size(); ++i) images[i] = static_cast<float>((i * 7) % 13) / 13.f;
   for (size_t i = 0; i < wv.size(); ++i) wv[i] = static_cast<float>((i * 5) % 11) / 110.f - 0.05f;
   for (size_t i = 0; i < fv.size(); ++i) fv[i] = static_cast<float>((i * 3) % 7) / 70.f - 0.05f;
-  std::map<int, std::vector<float>> got[2];
-  for (EngineMode mode : {EngineMode::Fused, EngineMode::Tile}) {
-    Engine e(exe, mode);
-    e.writeTensor(w, wv.data(), wv.size() * 4);
-    e.writeTensor(fw, fv.data(), fv.size() * 4);
-    e.writeTensor(x, images.data(), images.size() * 4);
-    float l = 0;
-    e.connectOutput(loss, &l);
-    e.run();
-    for (const auto& [v, gr] : grads) got[mode == EngineMode::Tile][v] = e.readFloats(gr);
-  }
-  for (int v : {w, fw, x}) {
-    const auto &f = got[0][v], &tl = got[1][v];
-    ASSERT_EQ(f.size(), tl.size());
-    double scale = 0;
-    for (float a : f) scale = std::max(scale, static_cast<double>(std::abs(a)));
-    for (size_t i = 0; i < f.size(); ++i) ASSERT_NEAR(tl[i], f[i], 1e-5 * scale + 1e-9) << i;
-  }
+  const auto got = runBothModes(exe, {{w, &wv}, {fw, &fv}, {x, &images}}, loss, grads);
+  expectTileNearFused(got, {w, fw, x}, 1e-5, 1e-9);
 }
 
 // The data gradient of a strided 1x1 convolution with large weights (ResNet-50's projection
@@ -224,24 +247,8 @@ TEST(Compiler, BatchNormPartialSumsAreNeverGatheredWhole) {
   std::vector<float> xv(16 * 32 * 32 * c), gv(c), bv(c);
   for (size_t i = 0; i < xv.size(); ++i) xv[i] = static_cast<float>((i * 7) % 13) / 13.f;
   for (size_t i = 0; i < gv.size(); ++i) gv[i] = 0.5f + static_cast<float>(i) / 16.f, bv[i] = 0.1f;
-  std::map<int, std::vector<float>> got[2];
-  for (EngineMode mode : {EngineMode::Fused, EngineMode::Tile}) {
-    Engine e(exe, mode);
-    e.writeTensor(x, xv.data(), xv.size() * 4);
-    e.writeTensor(gamma, gv.data(), gv.size() * 4);
-    e.writeTensor(beta, bv.data(), bv.size() * 4);
-    float l = 0;
-    e.connectOutput(loss, &l);
-    e.run();
-    for (const auto& [v, gr] : grads) got[mode == EngineMode::Tile][v] = e.readFloats(gr);
-  }
-  for (int v : {x, gamma, beta}) {
-    const auto &f = got[0][v], &tl = got[1][v];
-    ASSERT_EQ(f.size(), tl.size());
-    double scale = 0;
-    for (float a : f) scale = std::max(scale, static_cast<double>(std::abs(a)));
-    for (size_t i = 0; i < f.size(); ++i) ASSERT_NEAR(tl[i], f[i], 1e-4 * scale + 1e-7) << i;
-  }
+  const auto got = runBothModes(exe, {{x, &xv}, {gamma, &gv}, {beta, &bv}}, loss, grads);
+  expectTileNearFused(got, {x, gamma, beta}, 1e-4, 1e-7);
 }
 
 // Group norm with samples larger than a vertex's window budget (EfficientNet-B4's first stage:
@@ -284,26 +291,8 @@ TEST(Compiler, GroupNormSplitsItsSampleSumsOverTiles) {
   std::vector<float> xv(2 * 12 * 16 * c), gv(c), bv(c);
   for (size_t i = 0; i < xv.size(); ++i) xv[i] = static_cast<float>((i * 7) % 13) / 13.f + 0.3f;
   for (size_t i = 0; i < gv.size(); ++i) gv[i] = 0.5f + static_cast<float>(i) / 16.f, bv[i] = 0.1f;
-  std::map<int, std::vector<float>> got[2];
-  for (EngineMode mode : {EngineMode::Fused, EngineMode::Tile}) {
-    Engine e(exe, mode);
-    e.writeTensor(x, xv.data(), xv.size() * 4);
-    e.writeTensor(gamma, gv.data(), gv.size() * 4);
-    e.writeTensor(beta, bv.data(), bv.size() * 4);
-    float l = 0;
-    e.connectOutput(loss, &l);
-    e.run();
-    got[mode == EngineMode::Tile][y] = e.readFloats(y);
-    for (const auto& [v, gr] : grads) got[mode == EngineMode::Tile][v] = e.readFloats(gr);
-  }
-  for (int v : {y, x, gamma, beta}) {
-    const auto &f = got[0][v], &tl = got[1][v];
-    ASSERT_EQ(f.size(), tl.size());
-    double scale = 0;
-    for (float q : f) scale = std::max(scale, static_cast<double>(std::abs(q)));
-    ASSERT_GT(scale, 0.0);
-    for (size_t i = 0; i < f.size(); ++i) ASSERT_NEAR(tl[i], f[i], 1e-5 * scale + 1e-7) << i;
-  }
+  const auto got = runBothModes(exe, {{x, &xv}, {gamma, &gv}, {beta, &bv}}, loss, grads, {y});
+  expectTileNearFused(got, {y, x, gamma, beta}, 1e-5, 1e-7, /*nonZero=*/true);
 }
 
 // A spatial mean [N, H, W, C] -> [N, C] (squeeze-excite) with samples larger than a window
