@@ -573,6 +573,16 @@ TEST(PipelineCost, InterIpuCopiesArePricedOverIpuLinksAndStashesAtTileMemoryBand
 
 // ---- automatic split points ------------------------------------------------------------------
 
+// The tail both auto-split models share: mean softmax cross-entropy, then SGD with momentum.
+void lossAndSgd(Graph& g, Builder& b, int logits, int labels, int lr,
+                const std::vector<int>& params) {
+  int loss = b.reduceMean(b.softmaxCrossEntropy(logits, labels), {0}, false, "loss");
+  g.markOutput(loss);
+  SgdOptions sgd;
+  sgd.momentum = 0.9;
+  appendSgdUpdate(g, appendBackward(g, loss, params).grads, lr, sgd);
+}
+
 // A chain of dense layers of very uneven widths (the work of a layer is in x out).
 Graph unevenChain(i64 batch, const std::vector<i64>& widths, std::vector<std::string>* layers) {
   Graph g("uneven_chain");
@@ -590,11 +600,7 @@ Graph unevenChain(i64 batch, const std::vector<i64>& widths, std::vector<std::st
     x = l + 1 < widths.size() ? b.relu(b.dense(x, w, bias), n) : b.dense(x, w, bias, n);
     layers->push_back(n);
   }
-  int loss = b.reduceMean(b.softmaxCrossEntropy(x, y), {0}, false, "loss");
-  g.markOutput(loss);
-  SgdOptions sgd;
-  sgd.momentum = 0.9;
-  appendSgdUpdate(g, appendBackward(g, loss, params).grads, lr, sgd);
+  lossAndSgd(g, b, x, y, lr, params);
   return g;
 }
 
@@ -651,11 +657,7 @@ Graph weightsThenWork(std::vector<std::string>* layers) {
   for (int l = 1; l <= 3; ++l) x = layer(x, 64, 64, "work" + std::to_string(l), true);
   x = layer(x, 64, 10, "logits", false);
   layers->pop_back();
-  int loss = b.reduceMean(b.softmaxCrossEntropy(x, y), {0}, false, "loss");
-  g.markOutput(loss);
-  SgdOptions sgd;
-  sgd.momentum = 0.9;
-  appendSgdUpdate(g, appendBackward(g, loss, params).grads, lr, sgd);
+  lossAndSgd(g, b, x, y, lr, params);
   return g;
 }
 
