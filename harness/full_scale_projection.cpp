@@ -317,7 +317,13 @@ FullScaleProjection projectBert(const PodPreset& p) {
   o.splits = placement.splits;
   o.stageIpu = placement.stageIpu;
   o.ipus = placement.ipus;
-  o.accumulation = p.gradient_accumulation;
+  // Graphcore's BERT ran on PopART, whose pipeline takes any G >= its stage count and runs
+  // G + 2N - 2 cycles a step (PIPELINING_FACTS.md 1b); this compiler's grouped schedule asks for
+  // a multiple of 2N (TensorFlow's rule). A stage's programs do not depend on G, so the
+  // pipeline is compiled at the smallest G the schedule takes and the step counts the
+  // published G's cycles.
+  o.accumulation =
+      pipeline::smallestAccumulation(o.schedule, static_cast<int>(o.splits.size()) + 1);
   o.replicas = p.replicas;
   // Graphcore: the optimizer state in streaming memory on POD16 only (4-IPU pipelines).
   o.optimizerStateOffChip = p.ipus_per_replica == 4;
@@ -363,7 +369,10 @@ FullScaleProjection projectBert(const PodPreset& p) {
   const cost::CostOptions costOpts{.precision = costPrecision(p.precision),
                                    .exchange = cost::ExchangeModel::Planned};
   pp.step = cost::estimatePipelineStep(pe, costOpts);
-  const cost::PipelineStepCost& ps = pp.step;
+  cost::PipelineStepCost& ps = pp.step;
+  ps.cycles = p.gradient_accumulation + 2 * pe.stages - 2;
+  ps.rampFraction = static_cast<double>(ps.cycles - p.gradient_accumulation) / ps.cycles;
+  ps.seconds = ps.cycles * ps.cycleSeconds + ps.updateSeconds;
 
   // MLPerf's evaluation: 10,000 sequences, one per row (Graphcore's packed eval files), every
   // interval; priced as forward passes through the pipeline (its slowest IPU's forward stages
