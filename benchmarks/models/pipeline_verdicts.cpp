@@ -215,6 +215,16 @@ int main(int argc, char** argv) {
         "step (G = %d): %d cycles x %.3f ms + update %.3f ms (off-chip state %.3f ms) = %.3f ms\n",
         o.accumulation, pc.cycles, pc.cycleSeconds * 1e3, pc.updateSeconds * 1e3,
         pc.offChipStateSeconds * 1e3, pc.seconds * 1e3);
+    std::string perStage, perIpu;
+    for (size_t k = 0; k < pc.forwardSeconds.size(); ++k)
+      perStage +=
+          fmt::format(" {:.3f}/{:.3f}", pc.forwardSeconds[k] * 1e3, pc.backwardSeconds[k] * 1e3);
+    for (size_t i = 0; i < pc.ipuSeconds.size(); ++i)
+      perIpu += fmt::format(" {:.3f} (compute {:.3f}, exchange {:.3f}, sync {:.3f})",
+                            pc.ipuSeconds[i] * 1e3, pc.ipuComputeSeconds[i] * 1e3,
+                            pc.ipuExchangeSeconds[i] * 1e3, pc.ipuSyncSeconds[i] * 1e3);
+    std::printf("stage forward/backward per micro-batch (ms):%s\nper IPU per micro-batch (ms):%s\n",
+                perStage.c_str(), perIpu.c_str());
     // Samples per second of `replicas` such pipelines (images; BERT: packs).
     std::printf("throughput: %d replicas x %d x G %d / step = %.1f samples/s\n", replicas,
                 microBatch, o.accumulation,
