@@ -181,9 +181,8 @@ namespace {
 struct Priced {
   cost::StepCost step, eval;
   std::int64_t parameters = 0;
-  // Batch norm over several replicas: the cross-replica sums of one micro-batch's statistics.
-  double bnStatisticsSeconds = 0;
-  int bnStatisticsSums = 0;
+  // Channels of every batch-norm pass of a micro-batch (forward, recomputed forward, backward).
+  std::vector<std::int64_t> batchNormChannels;
 };
 
 // Batch norm whose statistics span `span` replicas (model_bn_span / micro-batch) adds, to every
@@ -194,27 +193,23 @@ struct Priced {
 // ops themselves are priced by the cost model as compiled for one replica: the graph built with
 // bnSpanReplicas > 1 spells batch norm as a dozen unfused elementwise ops and would charge
 // this compiler's decomposition, not the cross-replica traffic.
-void priceBatchNormAcrossReplicas(const Graph& g, int span, const Target& target, Priced& r) {
-  if (span <= 1) return;
+double batchNormAcrossReplicasSeconds(const Priced& priced, int span, const Target& target) {
+  if (span <= 1) return 0;
   const cost::PodShape group = cost::PodShape::pod(span);
-  for (const Op& op : g.ops()) {
-    if (op.kind != OpKind::BatchNormTrain && op.kind != OpKind::BatchNormBackward) continue;
-    const std::int64_t channels = g.tensor(op.inputs[0]).shape.back();
+  double seconds = 0;
+  for (const std::int64_t channels : priced.batchNormChannels) {
     const std::int64_t bytes = 2 * channels * 4;  // two f32 sums per channel
-    r.bnStatisticsSeconds +=
-        cost::allReduceSeconds(bytes, group, target) + target.syncCycles / target.clockHz;
-    ++r.bnStatisticsSums;
+    seconds += cost::allReduceSeconds(bytes, group, target) + target.syncCycles / target.clockHz;
   }
+  return seconds;
 }
 
 Priced price(const PodPreset& p) {
   const Target target = Target::mk2();
   const cost::CostOptions opts{.precision = costPrecision(p.precision)};
   // The published run's optimizer (LARS: per weight tensor two norms, each a reduction over
-  // the tiles, and its trust ratio) and batch norm over model_bn_span images, i.e. the
-  // statistics summed over model_bn_span / micro-batch replicas (the v1.1 logs: 40 = 2 x 20)
-  // every micro-batch, forward and backward, priced as cross-replica sums over IPU-Links. The
-  // forward segments between the published checkpoints run twice (recomputation).
+  // the tiles, and its trust ratio). The forward segments between the published checkpoints
+  // run twice (recomputation). Batch norm across replicas: batchNormAcrossReplicasSeconds.
   const ModelRequest request =
       modelRequestOf(p, mlperfHyperparameters(p), Scale::kFull, precisionPolicyOf(p));
   const models::ResNetConfig full = models::ResNetConfig::resnet50();
@@ -225,7 +220,9 @@ Priced price(const PodPreset& p) {
   Priced r;
   r.parameters = train.parameterCount();
   r.step = cost::estimateGraph(train.graph, target, {opts}, kOpsPerSegment)[0];
-  priceBatchNormAcrossReplicas(train.graph, request.bn_span_replicas, target, r);
+  for (const Op& op : train.graph.ops())
+    if (op.kind == OpKind::BatchNormTrain || op.kind == OpKind::BatchNormBackward)
+      r.batchNormChannels.push_back(train.graph.tensor(op.inputs[0]).shape.back());
   r.eval = cost::estimateGraph(models::buildInference(full, p.micro_batch).graph, target, {opts},
                                kOpsPerSegment)[0];
   return r;
@@ -245,8 +242,12 @@ FullScaleProjection project(const PodPreset& p, const Priced& priced, FitVerdict
   const cost::StepCost& step = priced.step;
   cost::StepTimes st;
   st.weightUpdateSeconds = step.optimizerCycles / target.clockHz;
-  st.microBatchSeconds = std::max(step.deviceSeconds - st.weightUpdateSeconds, step.hostSeconds) +
-                         priced.bnStatisticsSeconds;
+  // model_bn_span / micro-batch replicas (the v1.1 logs: 40 = 2 x 20).
+  const int bnSpan = modelRequestOf(p, mlperfHyperparameters(p), Scale::kFull, precisionPolicyOf(p))
+                         .bn_span_replicas;
+  const double bnStatistics = batchNormAcrossReplicasSeconds(priced, bnSpan, target);
+  st.microBatchSeconds =
+      std::max(step.deviceSeconds - st.weightUpdateSeconds, step.hostSeconds) + bnStatistics;
   st.evalStepSeconds = priced.eval.seconds;
 
   cost::TrainingRun run;
@@ -274,8 +275,8 @@ FullScaleProjection project(const PodPreset& p, const Priced& priced, FitVerdict
   b.compute = c / target.clockHz * share;
   b.exchange = x / target.clockHz * share;
   b.sync = s / target.clockHz * share;
-  b.bn_statistics = priced.bnStatisticsSeconds * share;
-  b.host_io = std::max(0.0, mb - priced.bnStatisticsSeconds - (c + x + s) / target.clockHz) * share;
+  b.bn_statistics = bnStatistics * share;
+  b.host_io = std::max(0.0, mb - bnStatistics - (c + x + s) / target.clockHz) * share;
   b.host_io_total = step.hostSeconds * share;
   b.weight_update = r.time.updateSeconds;
   b.collectives = r.time.allReduceSeconds;
@@ -476,8 +477,7 @@ std::vector<FullScaleProjection> projectFullScale(Benchmark benchmark,
       throw Refusal(e.what());
     }
   }
-  // The priced programs depend only on the micro-batch, the precision, the optimizer and the
-  // batch-norm span.
+  // The priced programs depend only on the micro-batch, the precision and the optimizer.
   std::map<std::tuple<int, std::string, std::string>, Priced> priced;
   std::vector<FullScaleProjection> out;
   for (const PodPreset* p : presets) {
@@ -487,10 +487,8 @@ std::vector<FullScaleProjection> projectFullScale(Benchmark benchmark,
     }
     const auto t0 = std::chrono::steady_clock::now();
     FitVerdict fit = checkFit(*p, {}, report);
-    const Json hp = mlperfHyperparameters(*p);
-    const auto key = std::make_tuple(
-        p->micro_batch, p->precision,
-        hp.value(keys::kOptName, "") + "/" + hp.value(keys::kModelBnSpan, Json(0)).dump());
+    const auto key = std::make_tuple(p->micro_batch, p->precision,
+                                     mlperfHyperparameters(*p).value(keys::kOptName, ""));
     auto it = priced.find(key);
     if (it == priced.end()) it = priced.emplace(key, price(*p)).first;
     out.push_back(project(*p, it->second, std::move(fit)));
