@@ -16,6 +16,7 @@
 #include "harness/mllog.h"  // Json
 #include "harness/pod_presets.h"
 #include "harness/report_pages.h"
+#include "ipu_backend/cost/pipeline_cost.h"
 #include "ipu_backend/cost/time_to_train.h"
 
 namespace ipu::harness {
@@ -72,14 +73,45 @@ FitVerdict checkFit(const PodPreset& preset, const FitOptions& options = {},
 // One weight update of the whole system, in seconds: the parts sum to TimeToTrain::stepSeconds.
 struct StepBreakdown {
   double compute = 0, exchange = 0, sync = 0;  // the micro-batches (forward + backward)
+  double bn_statistics = 0;  // batch-norm statistics summed across replicas (model_bn_span)
   double host_io = 0;        // host stream time not hidden behind the device (0 when hidden)
   double host_io_total = 0;  // host stream time of the step, overlapped or not
   double weight_update = 0;  // the optimizer, once per step
   double collectives = 0;    // the gradient all-reduce over IPU-Links / GW-Links
   double pipeline_ramp = 0;  // pipeline fill and drain (0 without pipelining)
   double sum() const {
-    return compute + exchange + sync + host_io + weight_update + collectives + pipeline_ramp;
+    return compute + exchange + sync + bn_statistics + host_io + weight_update + collectives +
+           pipeline_ramp;
   }
+};
+
+// A pipelined replica (BERT-Large): Graphcore's placement, every IPU's program compiled for the
+// Mk2 (tile memory checked, not required) and priced by cost::estimatePipelineStep.
+struct IpuFit {
+  int ipu = 0;
+  bool fits = false;
+  int worst_tile = -1;
+  std::int64_t worst_tile_bytes = 0, capacity = 0;
+  std::int64_t stash_bytes = 0, off_chip_state_bytes = 0;
+};
+
+struct PipelineProjection {
+  std::string placement;  // the stages and their IPUs
+  int stages = 0;
+  bool optimizer_state_off_chip = false;
+  std::vector<IpuFit> ipus;
+  cost::PipelineStepCost step;  // one weight update of one replica
+  // One evaluation: its micro-batches through the pipeline's forward stages (fill included).
+  double evaluation_seconds = 0;
+};
+
+// BERT's progress in samples: MLPerf's reference convergence point for the global batch,
+// rounded up to the rules' evaluation interval (a run stops at an evaluation).
+struct SampleSchedule {
+  double rcp_samples = 0;
+  std::int64_t eval_interval = 0;
+  int evaluations = 0;
+  std::int64_t trained_samples = 0;  // evaluations x eval_interval
 };
 
 struct FullScaleProjection {
@@ -90,18 +122,25 @@ struct FullScaleProjection {
   FitVerdict fit;
   StepBreakdown breakdown;
   cost::TimeToTrain time;
-  double model_seconds = 0;                 // host time spent compiling and pricing
-  std::optional<double> published_minutes;  // MLPerf Training v1.1, Graphcore, closed
-  std::string describe() const;             // the lines run_benchmark prints
-  Json json() const;                        // the same, machine-readable (--json)
+  std::optional<PipelineProjection> pipeline;  // pipelined presets (BERT-Large)
+  std::optional<SampleSchedule> samples;       // BERT: samples instead of epochs
+  double model_seconds = 0;                    // host time spent compiling and pricing
+  std::optional<double> published_minutes;     // MLPerf Training v1.1, Graphcore, closed
+  // Graphcore's steady-state samples per second in those logs (a comparison, not an input).
+  std::optional<double> published_throughput;
+  std::string describe() const;  // the lines run_benchmark prints
+  Json json() const;             // the same, machine-readable (--json)
 };
 
 // The published MLPerf Training v1.1 time of `benchmark` on the pod (Graphcore, closed), if any.
 std::optional<double> publishedMinutes(Benchmark benchmark, int podSize);
+// Graphcore's steady-state training throughput in its v1.1 logs (samples/s), if derived.
+std::optional<double> publishedThroughput(Benchmark benchmark, int podSize);
 
 // Every pod size in `podSizes` (each must have a full-scale preset); programs shared by several
-// pod sizes are priced once. ResNet-50 only: the other benchmarks have no full-scale model yet
-// (throws Refusal naming them).
+// pod sizes are priced once. ResNet-50 (one IPU per replica) and BERT-Large (Graphcore's v1.1
+// pipelines: minutes and ~5 GB per pod size); EfficientNet-B4 has no full-scale projection yet
+// (throws Refusal naming it).
 // `report`, when set, receives every program the fit check compiles (run_benchmark --report).
 std::vector<FullScaleProjection> projectFullScale(Benchmark benchmark,
                                                   const std::vector<int>& podSizes,

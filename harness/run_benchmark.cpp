@@ -350,8 +350,9 @@ int main(int argc, char** argv) {
                "six published checkpoints)");
   app.add_flag("--project-full-scale", o.project_full_scale,
                "after the runs, also print the modeled time-to-train at full scale on this pod "
-               "size: the published configuration (full-scale preset), full ResNet-50 compiled "
-               "for IPU-Mk2 and priced by the cost model (about 30 s more)");
+               "size: the published configuration (full-scale preset), the full model compiled "
+               "for IPU-Mk2 and priced by the cost model (ResNet-50: about 30 s more; BERT-Large, "
+               "its pipeline's IPU programs: minutes and ~5 GB)");
   app.add_option("--report", o.report_dir,
                  "write a report page (HTML: per-tile memory, the fullest tiles' occupants, memory "
                  "over the program, the cost model's BSP timeline) of every program the fit check "
@@ -362,7 +363,8 @@ int main(int argc, char** argv) {
                "only the full-scale projection, no runs and no results package: the published "
                "configuration for --pod-size, one replica's programs compiled for IPU-Mk2, the "
                "tile-memory fit verdict, the modeled step time and its breakdown and the "
-               "time-to-train (any pod size on one machine, under a minute)");
+               "time-to-train (any pod size on one machine; ResNet-50 under a minute, BERT-Large "
+               "minutes)");
   app.add_flag("--all-pod-sizes", o.all_pod_sizes,
                "with --project-only: every pod size the benchmark has a full-scale preset for "
                "(programs shared by several sizes are priced once)");

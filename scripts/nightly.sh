@@ -61,7 +61,7 @@
 #                        NIGHTLY_SKIP_BUILD=1: a given build's harness may be a fake; 0: none)
 #   NIGHTLY_INTERRUPT_ARGS  its further arguments ("--emulate-avx2 --malloc-check")
 #   NIGHTLY_LONG_TESTS   1 (default): run the long tests CI leaves out; 0: skip them
-#   NIGHTLY_LONG_TESTS_REGEX  their ctest regex (^(harness_cli\.real_resnet50|harness_cli\.bert_package|EfficientNetNightly\..*|BertNightly\..*|PipelineNightly\..*)$)
+#   NIGHTLY_LONG_TESTS_REGEX  their ctest regex (^(harness_cli\.real_resnet50|harness_cli\.bert_package|EfficientNetNightly\..*|BertNightly\..*|PipelineNightly\..*|ProjectionNightly\..*)$)
 #   NIGHTLY_BERT_CURVE   1: the BERT mini curve (3b; 0 with NIGHTLY_SKIP_BUILD=1: a given
 #                        build's harness may be a fake); 0: skip
 #   NIGHTLY_FUZZ_SECONDS seconds per fuzz target (900, or 0 with NIGHTLY_SKIP_BUILD=1; 0: none)
@@ -91,7 +91,7 @@ SMALL_CNN_ARGS="${NIGHTLY_SMALL_CNN_ARGS:---epochs 2 --train-subset 20000 --thre
 SMALL_CNN_TARGET="${NIGHTLY_SMALL_CNN_TARGET:-0.85}"
 TTA_TIMEOUT="${NIGHTLY_TTA_TIMEOUT:-3600}"
 # The tests .ci/run leaves out (CI_NIGHTLY_ONLY there) and the long fuzz runs.
-LONG_TESTS="${NIGHTLY_LONG_TESTS_REGEX:-^(harness_cli\.real_resnet50|harness_cli\.bert_package|EfficientNetNightly\..*|BertNightly\..*|PipelineNightly\..*)\$}"
+LONG_TESTS="${NIGHTLY_LONG_TESTS_REGEX:-^(harness_cli\.real_resnet50|harness_cli\.bert_package|EfficientNetNightly\..*|BertNightly\..*|PipelineNightly\..*|ProjectionNightly\..*)\$}"
 # With NIGHTLY_SKIP_BUILD=1 (a given build folder, e.g. the tests' fake one) nothing is fuzzed,
 # built under ASan or interrupted unless NIGHTLY_FUZZ_SECONDS, NIGHTLY_ASAN or NIGHTLY_INTERRUPTS
 # ask for it: those need builds of their own, or the real harness.

@@ -1,6 +1,7 @@
 #include "ipu_backend/cost/pipeline_cost.h"
 
 #include <algorithm>
+#include <array>
 #include <set>
 
 namespace ipu::cost {
@@ -13,6 +14,8 @@ PipelineStepCost estimatePipelineStep(const pipeline::PipelinedExecutable& pe,
   PipelineStepCost c;
   const int N = pe.stages, G = pe.options.accumulation;
   std::vector<double> segmentSeconds(pe.segments.size(), 0.0);
+  // The same split into compute, exchange and sync.
+  std::vector<std::array<double, 3>> segmentParts(pe.segments.size(), {0.0, 0.0, 0.0});
   std::vector<double> syncSeconds(pe.programs.size(), 0.0);
   for (const auto& prog : pe.programs) {
     const Executable& exe = *prog.exe;
@@ -23,8 +26,15 @@ PipelineStepCost estimatePipelineStep(const pipeline::PipelinedExecutable& pe,
         for (int o = pe.segments[s].firstOp; o < pe.segments[s].endOp; ++o)
           segmentOfOp[static_cast<size_t>(o)] = static_cast<int>(s);
     for (size_t k = 0; k < exe.computeSets.size(); ++k)
-      if (const int s = segmentOfOp[static_cast<size_t>(exe.computeSets[k].op)]; s >= 0)
-        segmentSeconds[static_cast<size_t>(s)] += sc.computeSets[k].total() / exe.target.clockHz;
+      if (const int s = segmentOfOp[static_cast<size_t>(exe.computeSets[k].op)]; s >= 0) {
+        const ComputeSetCost& cs = sc.computeSets[k];
+        const double hz = exe.target.clockHz;
+        segmentSeconds[static_cast<size_t>(s)] += cs.total() / hz;
+        auto& parts = segmentParts[static_cast<size_t>(s)];
+        parts[0] += cs.computeCycles / hz;
+        parts[1] += cs.exchangeCycles / hz;
+        parts[2] += cs.syncCycles / hz;
+      }
     syncSeconds[static_cast<size_t>(prog.ipu)] = exe.target.syncCycles / exe.target.clockHz;
   }
   for (int s = 0; s < N; ++s) {
@@ -58,8 +68,19 @@ PipelineStepCost estimatePipelineStep(const pipeline::PipelinedExecutable& pe,
     }
   }
   c.ipuSeconds.assign(I, 0.0);
-  for (int s = 0; s < N; ++s)
-    c.ipuSeconds[static_cast<size_t>(pe.stageIpu[s])] += c.forwardSeconds[s] + c.backwardSeconds[s];
+  c.ipuComputeSeconds.assign(I, 0.0);
+  c.ipuExchangeSeconds.assign(I, 0.0);
+  c.ipuSyncSeconds.assign(I, 0.0);
+  for (int s = 0; s < N; ++s) {
+    const size_t ipu = static_cast<size_t>(pe.stageIpu[s]);
+    c.ipuSeconds[ipu] += c.forwardSeconds[s] + c.backwardSeconds[s];
+    for (int seg : {pe.forwardSegment[s], pe.backwardSegment[s]}) {
+      const auto& parts = segmentParts[static_cast<size_t>(seg)];
+      c.ipuComputeSeconds[ipu] += parts[0];
+      c.ipuExchangeSeconds[ipu] += parts[1];
+      c.ipuSyncSeconds[ipu] += parts[2];
+    }
+  }
   for (size_t i = 0; i < I; ++i) c.ipuSeconds[i] += c.stashSeconds[i];
   const double sync = syncSeconds.empty() ? 0.0 : syncSeconds[0];
   const double slowestIpu = *std::max_element(c.ipuSeconds.begin(), c.ipuSeconds.end());
@@ -118,6 +139,9 @@ nlohmann::json PipelineStepCost::report() const {
   return {{"forward_seconds", forwardSeconds},
           {"backward_seconds", backwardSeconds},
           {"ipu_seconds", ipuSeconds},
+          {"ipu_compute_seconds", ipuComputeSeconds},
+          {"ipu_exchange_seconds", ipuExchangeSeconds},
+          {"ipu_sync_seconds", ipuSyncSeconds},
           {"stash_seconds", stashSeconds},
           {"copy_seconds", copySeconds},
           {"cycles", cycles},

@@ -33,7 +33,9 @@ namespace ipu::cost {
 
 struct PipelineStepCost {
   std::vector<double> forwardSeconds, backwardSeconds;  // per stage, one micro-batch
-  std::vector<double> ipuSeconds;    // per IPU: its stages' forward + backward + stash traffic
+  std::vector<double> ipuSeconds;  // per IPU: its stages' forward + backward + stash traffic
+  // The compute, exchange and sync parts of the forward + backward in ipuSeconds (per IPU).
+  std::vector<double> ipuComputeSeconds, ipuExchangeSeconds, ipuSyncSeconds;
   std::vector<double> stashSeconds;  // per IPU: stash traffic per micro-batch
   std::vector<double> copySeconds;   // per IPU: inter-IPU bytes it sends per micro-batch
   int cycles = 0;                    // pipeline cycles per step (ramp-up to ramp-down)

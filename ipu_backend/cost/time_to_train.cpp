@@ -3,12 +3,28 @@
 #include <algorithm>
 #include <cmath>
 #include <iterator>
+#include <span>
 #include <stdexcept>
 #include <utility>
 
 #include <fmt/format.h>
 
 namespace ipu::cost {
+
+namespace {
+
+// Linear interpolation in (x, y) points sorted by x, clamped at the ends.
+double interpolate(std::span<const std::pair<double, double>> points, double x) {
+  if (x <= points.front().first) return points.front().second;
+  for (size_t i = 1; i < points.size(); ++i)
+    if (x <= points[i].first) {
+      const auto [x0, y0] = points[i - 1];
+      const auto [x1, y1] = points[i];
+      return y0 + (y1 - y0) * (x - x0) / (x1 - x0);
+    }
+  return points.back().second;
+}
+}  // namespace
 
 TimeToTrain projectTimeToTrain(const TrainingRun& run, const StepTimes& t, const Target& target,
                                const CollectiveOptions& copts) {
@@ -47,15 +63,20 @@ double resnetRcpEpochs(i64 globalBatch) {
   static const std::pair<double, double> kRcp[] = {{1632, 35.0},  {3264, 35.15}, {4096, 39.9},
                                                    {8192, 41.9},  {13056, 45.5}, {32768, 56.0},
                                                    {49152, 68.0}, {65536, 84.5}};
-  const double b = static_cast<double>(globalBatch);
-  if (b <= kRcp[0].first) return kRcp[0].second;
-  for (size_t i = 1; i < std::size(kRcp); ++i)
-    if (b <= kRcp[i].first) {
-      const auto [b0, e0] = kRcp[i - 1];
-      const auto [b1, e1] = kRcp[i];
-      return e0 + (e1 - e0) * (b - b0) / (b1 - b0);
-    }
-  return std::end(kRcp)[-1].second;
+  return interpolate(kRcp, static_cast<double>(globalBatch));
+}
+
+double bertRcpSamples(i64 globalBatch) {
+  static const std::pair<double, double> kRcp[] = {
+      {256, 2549220},  {1536, 2776278}, {3072, 2764499}, {4608, 2798080},
+      {6144, 3319125}, {8192, 4186112}, {12288, 4465067}};
+  return interpolate(kRcp, static_cast<double>(globalBatch));
+}
+
+i64 bertEvalIntervalSamples(i64 globalBatch) {
+  constexpr i64 kGrain = 25000;
+  const double raw = 0.05 * (230.23 * static_cast<double>(globalBatch) + 3'000'000.0);
+  return static_cast<i64>(std::floor(raw / kGrain)) * kGrain;
 }
 
 nlohmann::json TimeToTrain::report() const {

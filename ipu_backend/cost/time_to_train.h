@@ -61,4 +61,14 @@ TimeToTrain projectTimeToTrain(const TrainingRun& run, const StepTimes& t,
 // logging, RCP table), linearly interpolated, clamped at the ends.
 double resnetRcpEpochs(i64 globalBatch);
 
+// MLPerf BERT reference convergence points: samples to converge by global batch (the olympic
+// means of the reference runs in mlperf-logging's rcps_bert.json, training 5.0.0; docs: BERT
+// facts section 1), linearly interpolated, clamped at the ends.
+double bertRcpSamples(i64 globalBatch);
+// MLPerf BERT evaluation interval in samples (docs: BERT facts section 1):
+// FLOOR(0.05 x (230.23 x globalBatch + 3,000,000), 25,000), i.e. rounded down to a multiple of
+// 25,000. A run stops at the first evaluation that reaches the target, so it trains a whole
+// number of intervals.
+i64 bertEvalIntervalSamples(i64 globalBatch);
+
 }  // namespace ipu::cost

@@ -411,6 +411,26 @@ TEST(TimeToTrain, ResNetReferenceConvergencePoints) {
   EXPECT_DOUBLE_EQ(resnetRcpEpochs(100000), 84.5);
 }
 
+TEST(TimeToTrain, BertReferenceConvergencePointsAndEvaluationInterval) {
+  EXPECT_DOUBLE_EQ(bertRcpSamples(3072), 2764499);
+  EXPECT_DOUBLE_EQ(bertRcpSamples(6144), 3319125);
+  EXPECT_DOUBLE_EQ(bertRcpSamples(100), 2549220);
+  EXPECT_DOUBLE_EQ(bertRcpSamples(1 << 20), 4465067);
+  EXPECT_NEAR(bertRcpSamples(5376), 2798080 + (3319125 - 2798080) * 0.5, 1e-6);
+  // The rules' table (docs: BERT facts section 1): 256-2048 -> 150,000, 3072 / 4096 -> 175,000,
+  // 4608 / 6144 -> 200,000, 8192 -> 225,000, 12288 -> 275,000, 16384 -> 325,000.
+  for (auto [gbs, interval] : std::vector<std::pair<i64, i64>>{{256, 150000},
+                                                               {2048, 150000},
+                                                               {3072, 175000},
+                                                               {4096, 175000},
+                                                               {4608, 200000},
+                                                               {6144, 200000},
+                                                               {8192, 225000},
+                                                               {12288, 275000},
+                                                               {16384, 325000}})
+    EXPECT_EQ(bertEvalIntervalSamples(gbs), interval) << gbs;
+}
+
 }  // namespace
 }  // namespace ipu::cost
 

@@ -537,6 +537,14 @@ TEST(PipelineCost, GroupedStepIsRampPlusSteadyCyclesBoundByTheSlowestIpu) {
   EXPECT_LT(c.cycleSeconds, all);  // the stages overlap
   EXPECT_GT(c.updateSeconds, 0);
   EXPECT_DOUBLE_EQ(c.seconds, c.cycles * c.cycleSeconds + c.updateSeconds);
+  // Every IPU's forward + backward splits into compute, exchange and sync (stashes beside).
+  for (size_t i = 0; i < c.ipuSeconds.size(); ++i) {
+    EXPECT_GT(c.ipuComputeSeconds[i], 0);
+    EXPECT_GT(c.ipuSyncSeconds[i], 0);
+    EXPECT_NEAR(
+        c.ipuComputeSeconds[i] + c.ipuExchangeSeconds[i] + c.ipuSyncSeconds[i] + c.stashSeconds[i],
+        c.ipuSeconds[i], 1e-12 * c.ipuSeconds[i]);
+  }
   // Sequential runs the same stages without overlap: slower per step.
   const PipelinedExecutable seq =
       compilePipeline(m.graph, testIpu(), options({"pool1", "relu2"}, Schedule::Sequential, 6));
