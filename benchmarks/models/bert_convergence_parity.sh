@@ -12,26 +12,28 @@
 #
 # Two presets (PRESET):
 #   wikitext (default): the real-text time-to-accuracy mini of harness/README.md ("BERT mini on
-#     real text"): open division, 2 layers x 128, 2 heads, FFN 512, on WikiText-2 (test.txt for
-#     training, dupe factor 5; valid.txt held out for evaluation) with a 2,048-token WordPiece
-#     vocabulary trained on the training text by prepare_bert_data; global batch 32 (micro-batch
-#     32), LAMB 0.01, 50 warm-up steps, decay to 0 at 600 steps (19,200 samples), evaluation of
-#     512 held-out packs every 1,024 samples; target 0.13 per sequence (the open division's
-#     averaging, which the PyTorch side applies too). WIKITEXT names the folder holding
-#     WikiText-2's test.txt and valid.txt (default ../shared/data/wikitext-2 next to the
-#     checkout); the shards are made under OUT_DIR/data. The model does not fit one Mk2 in this
-#     compiler (the tied decoder's weight-gradient matmul gathers the whole masked-LM logit
-#     gradient on one tile: docs/PERFORMANCE.md), so the run passes --skip-memory-check.
+#     real text"): open division, the model and hyperparameters of
+#     benchmarks/tta_mini_bert_wikitext.json (2 layers x 128, 2 heads, FFN 512, vocabulary 2,048,
+#     global batch 32, LAMB 0.01, 50 warm-up steps, decay to 0 at 600 steps = 19,200 samples,
+#     512 held-out packs evaluated every 1,024 samples; TARGET defaults to its
+#     mini_target_accuracy), accuracy per sequence (the open division's averaging, which the
+#     PyTorch side applies too). Data: WikiText-2 (test.txt for training, dupe factor 5;
+#     valid.txt held out) with a 2,048-token WordPiece vocabulary trained on the training text by
+#     prepare_bert_data, made under OUT_DIR/data; WIKITEXT names the folder holding test.txt and
+#     valid.txt (default ../shared/data/wikitext-2 next to the checkout). The model does not fit
+#     one Mk2 in this compiler (the tied decoder's weight-gradient matmul gathers the whole
+#     masked-LM logit gradient on one tile: docs/PERFORMANCE.md), so the run passes
+#     --skip-memory-check.
 #   closed24: the closed mini (24 x 32, vocabulary 512, default WordNet data, global batch 8,
 #     per-token accuracy), as before; it stays at the unigram level (harness/README.md).
 #
-# Environment (defaults of the wikitext preset): SEEDS ["1 2 3"], TARGET [0.13], LR [0.01],
-# STEPS [600] (opt_learning_rate_training_steps, also the budget), WARMUP [50],
-# EVAL_RECORDS [512], EVAL_INTERVAL [1024], SHARED_INIT [1], DATA_DIR (another data folder of
-# shards; its vocabulary must match VOCAB). Both runs take the whole budget (targets set out of
-# reach: 0.99), so both curves are complete and any TARGET can be read from them afterwards:
-# SUMMARY_ONLY=1 only summarises the seeds' finished runs under OUT_DIR (seeds may run as
-# separate invocations side by side, each with its own SEEDS). Every process uses one thread.
+# Environment (overriding the preset's): SEEDS ["1 2 3"], TARGET, LR, STEPS
+# (opt_learning_rate_training_steps, also the budget), WARMUP, EVAL_RECORDS, SHARED_INIT [1],
+# DATA_DIR (another data folder of shards, made for the preset's vocabulary). Both runs take the
+# whole budget (targets set out of reach: 0.99), so both curves are complete and any TARGET can
+# be read from them afterwards: SUMMARY_ONLY=1 only summarises the seeds' finished runs under
+# OUT_DIR (seeds may run as separate invocations side by side, each with its own SEEDS, after
+# one invocation with SEEDS="" made the data). Every process uses one thread.
 set -euo pipefail
 BUILD="${1:-build}"
 OUT="${2:-out/bert_convergence_parity}"
@@ -41,10 +43,23 @@ PRESET="${PRESET:-wikitext}"
 SEEDS="${SEEDS-1 2 3}"
 SHARED_INIT="${SHARED_INIT:-1}"
 case "$PRESET" in
-  wikitext)
-    DIVISION=open LAYERS=2 HIDDEN=128 HEADS=2 FFN=512 VOCAB=2048 GLOBAL_BATCH=32
-    TARGET="${TARGET:-0.13}" LR="${LR:-0.01}" STEPS="${STEPS:-600}" WARMUP="${WARMUP:-50}"
-    EVAL_RECORDS="${EVAL_RECORDS:-512}" EVAL_INTERVAL="${EVAL_INTERVAL:-1024}" ;;
+  wikitext)  # the values of the run_benchmark config, one place
+    CONFIG="$ROOT/benchmarks/tta_mini_bert_wikitext.json"
+    eval "$(/usr/bin/python3 - "$CONFIG" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+for var, key in (("LAYERS", "mini_bert_layers"), ("HIDDEN", "mini_bert_hidden"),
+                 ("HEADS", "mini_bert_heads"), ("FFN", "mini_bert_ffn"), ("VOCAB", "mini_bert_vocab"),
+                 ("GLOBAL_BATCH", "micro_batch_size"), ("C_TARGET", "mini_target_accuracy"),
+                 ("C_LR", "opt_base_learning_rate"), ("C_STEPS", "opt_learning_rate_training_steps"),
+                 ("C_WARMUP", "opt_learning_rate_warmup_steps"), ("C_EVAL_RECORDS", "mini_eval_samples"),
+                 ("EVAL_INTERVAL", "mini_eval_interval_samples")):
+    print(f"{var}={c[key]}")
+PY
+)"
+    DIVISION=open
+    TARGET="${TARGET:-$C_TARGET}" LR="${LR:-$C_LR}" STEPS="${STEPS:-$C_STEPS}"
+    WARMUP="${WARMUP:-$C_WARMUP}" EVAL_RECORDS="${EVAL_RECORDS:-$C_EVAL_RECORDS}" ;;
   closed24)
     DIVISION=closed LAYERS=24 HIDDEN=32 HEADS=2 FFN=128 VOCAB=512 GLOBAL_BATCH=8
     TARGET="${TARGET:-0.05}" LR="${LR:-0.01}" STEPS="${STEPS:-500}" WARMUP="${WARMUP:-100}"
@@ -71,11 +86,8 @@ fi
 [ -z "${SEEDS// }" ] && exit 0  # SEEDS="": only make the data (before seeds run side by side)
 data_args=()
 [ -n "$DATA_DIR" ] && data_args=(--data-dir "$DATA_DIR")
-model_keys="" ours_args=() torch_args=()
+ours_args=() torch_args=()
 if [ "$PRESET" = wikitext ]; then
-  model_keys=", \"micro_batch_size\": $GLOBAL_BATCH, \"mini_eval_interval_samples\": $EVAL_INTERVAL,
- \"mini_bert_layers\": $LAYERS, \"mini_bert_hidden\": $HIDDEN, \"mini_bert_heads\": $HEADS,
- \"mini_bert_ffn\": $FFN, \"mini_bert_vocab\": $VOCAB"
   ours_args=(--skip-memory-check)
   torch_args=(--per-sequence)
 fi
@@ -90,11 +102,15 @@ for seed in $SEEDS; do
   dir="$OUT/seed_$seed"
   rm -rf "$dir"
   mkdir -p "$dir"
-  cat > "$dir/config.json" <<JSON
-{"opt_learning_rate_training_steps": $STEPS, "opt_learning_rate_warmup_steps": $WARMUP,
- "num_warmup_steps": $WARMUP, "opt_base_learning_rate": $LR,
- "mini_eval_samples": $EVAL_RECORDS, "mini_target_accuracy": 0.99$model_keys}
-JSON
+  # The preset's config with the environment's values, and a target out of reach (full curves).
+  /usr/bin/python3 - "${CONFIG:-}" "$dir/config.json" <<PY
+import json, sys
+c = json.load(open(sys.argv[1])) if sys.argv[1] else {}
+c.update({"opt_learning_rate_training_steps": $STEPS, "opt_learning_rate_warmup_steps": $WARMUP,
+          "num_warmup_steps": $WARMUP, "opt_base_learning_rate": $LR,
+          "mini_eval_samples": $EVAL_RECORDS, "mini_target_accuracy": 0.99})
+json.dump(c, open(sys.argv[2], "w"))
+PY
   "$BUILD/benchmarks/models/bert_training_stream" --seed "$seed" \
       --global-batch "$GLOBAL_BATCH" --records $((STEPS * GLOBAL_BATCH)) \
       --eval-records "$EVAL_RECORDS" "${data_args[@]}" "${stream_args[@]}" --output "$dir/stream"
