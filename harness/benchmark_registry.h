@@ -37,6 +37,8 @@ struct ModelRequest {
   // graph is built for, and the vocabulary (the data must have been made for the same).
   struct Text {
     int sequence_length = 0, masked_slots = 0, max_per_pack = 1, vocab = 0;
+    // The mini encoder's shape (0: bertMiniConfig's closed mini model, 24 x 32).
+    int layers = 0, hidden = 0, heads = 0, ffn = 0;
   } text;
 };
 

@@ -277,7 +277,8 @@ void checkBertDataFitsModel(const BertDataSet& d, const ModelRequest::Text& m) {
            "max_sequence_length must equal the shards'");
   if (static_cast<std::int64_t>(d.vocab) != m.vocab)
     refuse("vocabulary size", d.vocab, m.vocab,
-           "token ids of another vocabulary would index the wrong embeddings");
+           "token ids of another vocabulary would index the wrong embeddings; an open mini run "
+           "may build its model for the data's with mini_bert_vocab");
   if (d.layout.maskedSlots != m.masked_slots)
     refuse("masked-LM slots per pack", d.layout.maskedSlots, m.masked_slots,
            "the masked-LM head is built for a fixed number of slots");
@@ -297,11 +298,24 @@ models::BertConfig bertMiniConfig(int vocab, int sequence) {
   return c;
 }
 
+models::BertConfig bertMiniConfig(const ModelRequest::Text& t) {
+  models::BertConfig c = bertMiniConfig(t.vocab, t.sequence_length);
+  if (t.layers > 0) c.layers = t.layers;
+  if (t.hidden > 0) c.hidden = t.hidden;
+  if (t.heads > 0) c.heads = t.heads;
+  if (t.ffn > 0) c.ffn = t.ffn;
+  if (c.hidden % c.heads != 0)
+    throw std::invalid_argument(fmt::format(
+        "mini_bert_hidden {} is not a multiple of mini_bert_heads {}: each head takes hidden / "
+        "heads features (e.g. 128 with 2 heads)",
+        c.hidden, c.heads));
+  return c;
+}
+
 ModelInstance buildBert(const ModelRequest& r) {
   const ModelRequest::Text& t = r.text;
-  const models::BertConfig config = r.scale == Scale::kFull
-                                        ? models::BertConfig::large()
-                                        : bertMiniConfig(t.vocab, t.sequence_length);
+  const models::BertConfig config =
+      r.scale == Scale::kFull ? models::BertConfig::large() : bertMiniConfig(t);
   const models::BertShape shape{r.micro_batch, t.sequence_length, t.masked_slots, t.max_per_pack};
   OptimizerOptions opt = r.optimizer;
   opt.decay = models::bertLambOptions().decay;  // no decay, trust ratio 1: LayerNorm and biases
@@ -354,7 +368,8 @@ std::unique_ptr<TaskData> makeBertData(const DataRequest& request) {
 namespace ipu::harness {
 
 BertDataPlan planBertData(const std::string& dataDir, Scale scale, const Json& hp,
-                          std::int64_t trainSamplesCap, std::int64_t evalSamplesCap) {
+                          std::int64_t trainSamplesCap, std::int64_t evalSamplesCap,
+                          int miniVocab) {
   BertDataPlan p;
   constexpr int kMaxPerPack = 3;  // Graphcore's max_sequences_per_pack
   constexpr double kMaskedLmProb = 0.15;
@@ -374,7 +389,9 @@ BertDataPlan planBertData(const std::string& dataDir, Scale scale, const Json& h
   // What prepare_bert_data's packing gives this length (78 at 512, as Graphcore's; 20 at 128).
   p.text.masked_slots = bert::PackedLayout::slotsFor(seq, kMaskedLmProb, kMaxPerPack,
                                                      static_cast<int>(kMaskedLmProb * seq));
-  p.text.vocab = scale == Scale::kFull ? models::BertConfig::large().vocab : kBertMiniVocab;
+  p.text.vocab = scale == Scale::kFull ? models::BertConfig::large().vocab
+                 : miniVocab > 0       ? miniVocab
+                                       : kBertMiniVocab;
   if (!dataDir.empty()) {
     p.dir = dataDir;
   } else if (scale == Scale::kMini) {

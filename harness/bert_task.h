@@ -43,8 +43,11 @@ void checkBertDataFitsModel(const BertDataSet& data, const ModelRequest::Text& m
 
 // The mini model: the reference architecture (models/bert_large, the same code) with all 24
 // layers (so all 398 tensors of the closed checker's list) narrowed to 32, 2 heads, FFN 128,
-// for `vocab` tokens and `sequence` positions.
+// for `vocab` tokens and `sequence` positions. An open run may set another encoder shape
+// (text.layers / hidden / heads / ffn, from the mini_bert_* keys; 0 keeps the closed one): the
+// real-text mini of docs/PERFORMANCE.md is 2 layers x 128.
 models::BertConfig bertMiniConfig(int vocab, int sequence);
+models::BertConfig bertMiniConfig(const ModelRequest::Text& text);
 inline constexpr int kBertMiniVocab = 512;  // the default data's trained vocabulary
 
 // The model of a request: mini (bertMiniConfig) or BERT-Large, LAMB with the reference's
@@ -96,7 +99,9 @@ struct BertDataPlan {
   std::int64_t train_samples = 0, eval_samples = 0;
   bool built_default = false;  // the default set (cached)
 };
+// `miniVocab` is the mini model's vocabulary (0: kBertMiniVocab, the default data's).
 BertDataPlan planBertData(const std::string& dataDir, Scale scale, const Json& hyperparameters,
-                          std::int64_t trainSamplesCap, std::int64_t evalSamplesCap);
+                          std::int64_t trainSamplesCap, std::int64_t evalSamplesCap,
+                          int miniVocab = 0);
 
 }  // namespace ipu::harness

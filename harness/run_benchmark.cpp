@@ -405,7 +405,9 @@ int main(int argc, char** argv) {
       fmt::print(stderr, "compiling {} (micro-batch {}) to check that it fits...\n",
                  plan.run.preset.name(), plan.run.trainer.batch);
     const double seconds = preflightCompile(plan);
-    if (rank == 0) fmt::print(stderr, "fits: compiled in {:.1f} s\n", seconds);
+    if (rank == 0)
+      fmt::print(stderr, "{}: compiled in {:.1f} s\n",
+                 o.skip_memory_check ? "memory check skipped" : "fits", seconds);
     if (rank == 0 && !plan.pipeline_description.empty())
       fmt::print(stderr, "pipeline placement ({} schedule, splits {}):\n{}",
                  ipu::pipeline::scheduleName(plan.run.trainer.pipeline.schedule),

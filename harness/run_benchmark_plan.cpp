@@ -29,6 +29,13 @@ constexpr char kTrainSamplesKey[] = "mini_train_samples";
 constexpr char kEvalSamplesKey[] = "mini_eval_samples";
 constexpr char kTargetKey[] = "mini_target_accuracy";
 constexpr char kAugmentFlipKey[] = "mini_augment_flip";
+// BERT mini, open division only: the evaluation interval and the encoder's shape (RunSettings).
+constexpr char kEvalIntervalKey[] = "mini_eval_interval_samples";
+constexpr char kBertLayersKey[] = "mini_bert_layers";
+constexpr char kBertHiddenKey[] = "mini_bert_hidden";
+constexpr char kBertHeadsKey[] = "mini_bert_heads";
+constexpr char kBertFfnKey[] = "mini_bert_ffn";
+constexpr char kBertVocabKey[] = "mini_bert_vocab";
 constexpr char kAugmentPaddingKey[] = "mini_augment_padding";
 // Random translations beyond a third of a 28x28 image push the garment out of the frame.
 constexpr int kMaxAugmentPadding = 8;
@@ -117,8 +124,35 @@ std::vector<Violation> validateSettings(Division division, Benchmark benchmark, 
     out.push_back({kTargetKey, fmt::format("{}", s.target_accuracy), "in (0, 1)", "run_benchmark"});
   }
   for (const auto& [key, value] :
-       {std::pair{kTrainSamplesKey, s.train_samples}, std::pair{kEvalSamplesKey, s.eval_samples}}) {
+       {std::pair{kTrainSamplesKey, s.train_samples}, std::pair{kEvalSamplesKey, s.eval_samples},
+        std::pair{kEvalIntervalKey, s.eval_interval_samples}}) {
     if (value < 0) out.push_back({key, std::to_string(value), "an integer >= 0", "run_benchmark"});
+  }
+  // The BERT mini model's shape and evaluation interval: open runs only. The closed mini keeps
+  // the 24-layer model (the 398 tensors of the 1.1.0 checker) and MLPerf's cadence scaled down.
+  const std::pair<const char*, std::int64_t> bertMiniKeys[] = {
+      {kEvalIntervalKey, s.eval_interval_samples},
+      {kBertLayersKey, s.bert_layers},
+      {kBertHiddenKey, s.bert_hidden},
+      {kBertHeadsKey, s.bert_heads},
+      {kBertFfnKey, s.bert_ffn},
+      {kBertVocabKey, s.bert_vocab}};
+  for (const auto& [key, value] : bertMiniKeys) {
+    if (value == 0) continue;
+    if (!bert || scale != Scale::kMini) {
+      out.push_back({key, std::to_string(value),
+                     "0 (unset): it applies to --benchmark bert_large "
+                     "--scale mini only",
+                     "run_benchmark"});
+    } else if (closed) {
+      out.push_back({key, std::to_string(value),
+                     "0 (unset) in the closed division: the closed mini model is 24 x 32 with "
+                     "the default vocabulary and MLPerf's evaluation rule scaled down; use "
+                     "--division open for another shape or interval",
+                     kBertRule});
+    } else if (value < 0) {
+      out.push_back({key, std::to_string(value), "an integer >= 0", "run_benchmark"});
+    }
   }
   if (!(s.max_corrupt_eval_fraction >= 0 && s.max_corrupt_eval_fraction < 1)) {
     out.push_back({kMaxCorruptEvalKey, fmt::format("{}", s.max_corrupt_eval_fraction),
@@ -267,6 +301,12 @@ Json runSettingKeys(const PodPreset& preset) {
               {kEvalPeriodKey, 4},
               {kEvalOffsetKey, 0},
               {kMaxCorruptEvalKey, RunSettings{}.max_corrupt_eval_fraction},
+              {kEvalIntervalKey, 0},
+              {kBertLayersKey, 0},
+              {kBertHiddenKey, 0},
+              {kBertHeadsKey, 0},
+              {kBertFfnKey, 0},
+              {kBertVocabKey, 0},
               // Pipelining, as the flags of the same names (--ipus-per-replica, ...).
               {kIpusPerReplicaKey, 1},
               {kPipelineSplitsKey, ""},
@@ -505,6 +545,12 @@ ResolvedPreset resolvePreset(const CliOptions& cli, const CliChoice& choice) {
   s.eval_period = settingsJson[kEvalPeriodKey].get<int>();
   s.eval_offset = settingsJson[kEvalOffsetKey].get<int>();
   s.max_corrupt_eval_fraction = settingsJson[kMaxCorruptEvalKey].get<double>();
+  s.eval_interval_samples = settingsJson[kEvalIntervalKey].get<std::int64_t>();
+  s.bert_layers = settingsJson[kBertLayersKey].get<int>();
+  s.bert_hidden = settingsJson[kBertHiddenKey].get<int>();
+  s.bert_heads = settingsJson[kBertHeadsKey].get<int>();
+  s.bert_ffn = settingsJson[kBertFfnKey].get<int>();
+  s.bert_vocab = settingsJson[kBertVocabKey].get<int>();
   for (const char* k : {kIpusPerReplicaKey, kPipelineSplitsKey, kPipelineStageIpusKey,
                         kPipelineScheduleKey, kPipelineAutoKey, kRecomputeKey})
     r.pipeline_keys[k] = settingsJson[k];
@@ -708,8 +754,10 @@ EvalCadence evalCadenceOf(Benchmark benchmark, const RunSettings& settings,
   EvalCadence c;
   if (benchmark == Benchmark::kBertLarge) {
     c.unit = ProgressUnit::kSamples;
-    c.every_samples = scale == Scale::kMini ? bertMiniEvalIntervalSamples(globalBatch)
-                                            : bertEvalIntervalSamples(globalBatch);
+    c.every_samples = scale == Scale::kFull ? bertEvalIntervalSamples(globalBatch)
+                      : settings.eval_interval_samples > 0
+                          ? settings.eval_interval_samples
+                          : bertMiniEvalIntervalSamples(globalBatch);
     return c;
   }
   c.period = settings.eval_period;
@@ -740,26 +788,41 @@ BenchmarkPlan makePlan(const CliOptions& cli) {
     BertDataPlan bp;
     try {
       bp = planBertData(cli.data_dir, choice.scale, hp, preset.settings.train_samples,
-                        preset.settings.eval_samples);
+                        preset.settings.eval_samples, preset.settings.bert_vocab);
     } catch (const std::exception& e) {
       throw Refusal(e.what());
     }
     r.model.text = bp.text;
+    const RunSettings& rs = preset.settings;
+    r.model.text.layers = rs.bert_layers;
+    r.model.text.hidden = rs.bert_hidden;
+    r.model.text.heads = rs.bert_heads;
+    r.model.text.ffn = rs.bert_ffn;
     data.dir = bp.dir;
     hp[keys::kTrainSamples] = bp.train_samples;
     hp[keys::kEvalSamples] = bp.eval_samples;
     const std::int64_t gbs = preset.preset.global_batch;
-    hp["ipu_eval_interval_samples"] = choice.scale == Scale::kMini
-                                          ? bertMiniEvalIntervalSamples(gbs)
-                                          : bertEvalIntervalSamples(gbs);
+    hp["ipu_eval_interval_samples"] =
+        evalCadenceOf(choice.benchmark, rs, gbs, choice.scale).every_samples;
     hp["ipu_eval_interval_rule"] =
-        choice.scale == Scale::kMini
+        rs.eval_interval_samples > 0 ? std::string("open: mini_eval_interval_samples")
+        : choice.scale == Scale::kMini
             ? fmt::format(
                   "mini: floor(0.05 x (230.23 x {} + 3,000,000) / {} / {}) x {} samples "
                   "(MLPerf's rule scaled down)",
                   gbs, kBertMiniEvalScale, gbs, gbs)
             : fmt::format("floor(0.05 x (230.23 x {} + 3,000,000), 25,000) samples", gbs);
     hp["ipu_sample_unit"] = "one packed row of up to 3 sequences";
+    if (choice.scale == Scale::kMini) {  // the encoder's shape: the open mini may change it
+      models::BertConfig c;
+      try {
+        c = bertMiniConfig(r.model.text);
+      } catch (const std::invalid_argument& e) {
+        throw Refusal(fmt::format("{}: {}", cli.config, e.what()));
+      }
+      hp["ipu_bert_mini_model"] = fmt::format("{} layers x {}, {} heads, FFN {}, vocabulary {}",
+                                              c.layers, c.hidden, c.heads, c.ffn, c.vocab);
+    }
     hp["ipu_masked_lm_accuracy"] =
         choice.division == Division::kOpen ? "per sequence" : "per token";
   }

@@ -53,6 +53,12 @@ struct RunSettings {
   // that may be corrupt (skipped, not scored) before the run is aborted. 0.001: 50 of
   // ImageNet's 50,000; the accuracy is over the images scored, and the log names the others.
   double max_corrupt_eval_fraction = 0.001;
+  // BERT mini, open division: "mini_eval_interval_samples" (0: the mini rule,
+  // bertMiniEvalIntervalSamples) and the encoder's shape, "mini_bert_layers", "mini_bert_hidden",
+  // "mini_bert_heads", "mini_bert_ffn", "mini_bert_vocab" (0: the closed mini model,
+  // harness/bert_task.h bertMiniConfig).
+  std::int64_t eval_interval_samples = 0;
+  int bert_layers = 0, bert_hidden = 0, bert_heads = 0, bert_ffn = 0, bert_vocab = 0;
 };
 
 // Everything a run needs; built once by run_benchmark after every check passed.

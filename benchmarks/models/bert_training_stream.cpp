@@ -14,6 +14,13 @@
 // masked ids, masked sequence [P]; [CLS] positions, NSP labels, NSP weights [K]);
 // OUT/layout.json gives S, P, K and the row counts. Without --data-dir: run_benchmark's default
 // mini data (WordNet's glosses, built into the cache on first use).
+//
+// --init-weights also writes the mini model's initial weights for the seed, exactly those
+// run_benchmark starts from (harness/bert_task.h bertMiniConfig with --layers / --hidden /
+// --heads / --ffn as the mini_bert_* keys, the data's vocabulary; models::initBertWeights):
+// OUT/init_weights.f32, every parameter in canonical (TF checkpoint) order and layout, and
+// their names and shapes under "weights" in layout.json. A reference that loads them starts
+// from the same point, so the two curves agree value by value early on.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -23,10 +30,13 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <CLI/CLI.hpp>
 
 #include "datasets/bert/mini_data.h"
 #include "datasets/bert/shards.h"
+#include "harness/bert_task.h"
+#include "models/bert_large/bert.h"
 
 namespace fs = std::filesystem;
 namespace bert = datasets::bert;
@@ -65,6 +75,32 @@ void writeRows(const fs::path& path, const std::vector<std::int32_t>& v) {
   if (!f) throw std::runtime_error("cannot write " + path.string());
 }
 
+// The model run_benchmark builds for this data (its bertMiniConfig) and its initial weights.
+std::string writeInitialWeights(const fs::path& out, const ipu::harness::ModelRequest::Text& text,
+                                std::uint64_t seed) {
+  const ipu::models::BertConfig c = ipu::harness::bertMiniConfig(text);
+  const ipu::models::BertGraph g = ipu::models::buildBertForward(
+      c, {1, text.sequence_length, text.masked_slots, text.max_per_pack});
+  const auto values = ipu::models::initBertWeights(g, seed);
+  std::vector<float> flat;
+  std::string names;
+  for (int p : g.params) {
+    const ipu::Tensor& t = g.graph.tensor(p);
+    const std::vector<float>& v = values.at(t.name);
+    flat.insert(flat.end(), v.begin(), v.end());
+    names += fmt::format("{}[\"{}\", [{}]]", names.empty() ? "" : ", ", t.name,
+                         fmt::join(t.shape, ", "));
+  }
+  std::ofstream f(out / "init_weights.f32", std::ios::binary);
+  f.write(reinterpret_cast<const char*>(flat.data()),
+          static_cast<std::streamsize>(flat.size() * sizeof(float)));
+  if (!f) throw std::runtime_error("cannot write " + (out / "init_weights.f32").string());
+  return fmt::format(
+      ", \"model\": {{\"layers\": {}, \"hidden\": {}, \"heads\": {}, "
+      "\"ffn\": {}, \"vocab\": {}}}, \"weights\": [{}]",
+      c.layers, c.hidden, c.heads, c.ffn, c.vocab, names);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -80,6 +116,14 @@ int main(int argc, char** argv) {
   app.add_option("--records", records, "training records to write (crossing epochs)")->required();
   app.add_option("--eval-records", evalRecords, "evaluation records (0: all)");
   app.add_option("--output", output, "output folder")->required();
+  bool initWeights = false;
+  ipu::harness::ModelRequest::Text text;
+  app.add_flag("--init-weights", initWeights,
+               "also write run_benchmark's initial weights of the mini model for --seed");
+  app.add_option("--layers", text.layers, "mini_bert_layers (0: the closed mini model's)");
+  app.add_option("--hidden", text.hidden, "mini_bert_hidden (0: the closed mini model's)");
+  app.add_option("--heads", text.heads, "mini_bert_heads (0: the closed mini model's)");
+  app.add_option("--ffn", text.ffn, "mini_bert_ffn (0: the closed mini model's)");
   CLI11_PARSE(app, argc, argv);
   try {
     fs::path dir = dataDir;
@@ -119,11 +163,20 @@ int main(int argc, char** argv) {
         }
     }
     writeRows(fs::path(output) / "eval.i32", rows);
+    std::string weights;
+    if (initWeights) {
+      text.sequence_length = layout.maxSeqLength;
+      text.masked_slots = layout.maskedSlots;
+      text.max_per_pack = layout.maxPerPack;
+      text.vocab =
+          static_cast<int>(bert::readShardHeader(shardsIn(dir / "train").front()).vocabSize);
+      weights = writeInitialWeights(output, text, seed);
+    }
     std::ofstream(fs::path(output) / "layout.json") << fmt::format(
         "{{\"seq_length\": {}, \"masked_slots\": {}, \"max_per_pack\": {}, \"train\": {}, "
-        "\"eval\": {}, \"data_dir\": \"{}\"}}\n",
+        "\"eval\": {}, \"data_dir\": \"{}\"{}}}\n",
         layout.maxSeqLength, layout.maskedSlots, layout.maxPerPack, written, evalWritten,
-        dir.string());
+        dir.string(), weights);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bert_training_stream: %s\n", e.what());
     return 1;

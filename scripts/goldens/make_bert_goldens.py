@@ -108,9 +108,11 @@ def gelu_tanh(x):
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
-def bert_pretraining(w, c, b, per_sequence=True):
+def bert_pretraining(w, c, b, per_sequence=True, slot_weights=None):
     """b: dict of int64 tensors [rows, S] / [rows, P] / [rows, K] in the packed layout.
-    per_sequence=False leaves out the open division's per-sequence averages (a loop in Python)."""
+    per_sequence=False leaves out the open division's per-sequence averages (a loop in Python).
+    slot_weights: the masked-LM slots' weights [rows * P] in place of 1 per masked token (the
+    harness's per-sequence weights, 1 / masked tokens of the slot's sequence)."""
     rows, S = b["input_ids"].shape
     H, nh = c["hidden"], c["heads"]
     d = H // nh
@@ -153,6 +155,8 @@ def bert_pretraining(w, c, b, per_sequence=True):
     mlm_logits = m @ w["bert/embeddings/word_embeddings"].t() + w["cls/predictions/output_bias"]
 
     weights = (b["masked_sequence"].reshape(-1) > 0).to(x.dtype)
+    if slot_weights is not None:
+        weights = slot_weights.to(x.dtype)
     labels = b["masked_ids"].reshape(-1)
     nll = -torch.log_softmax(mlm_logits, dim=-1).gather(1, labels[:, None])[:, 0]
     mlm = (weights * nll).sum() / (weights.sum() + 1e-5)
