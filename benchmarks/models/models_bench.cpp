@@ -9,7 +9,9 @@
 //   tensor_GB  the engine's tensor memory (fused: activations share an arena by lifetime)
 //   peak_rss_GB  the process's peak resident memory so far (compile, engine and kernels)
 // MODELS_BENCH_PROFILE=1 prints, after each step benchmark, the host time per op kind and the
-// slowest ops of two profiled steps (stderr; MODELS_BENCH_PROFILE_TOP=N lists N of them).
+// slowest ops of two profiled steps (stderr; MODELS_BENCH_PROFILE_TOP=N lists N of them);
+// MODELS_BENCH_PROFILE=cpu times them in process CPU seconds (with MODELS_BENCH_THREADS=1 on a
+// loaded host).
 // MODELS_BENCH_THREADS=n runs the steps on n threads instead of 2 (on a loaded host, 1 thread's CPU
 // time per step is a measure that time-slicing does not inflate).
 // MODELS_BENCH_REPORT=DIR writes the report page of the Mk2 compile (check 0: the whole plan) to
@@ -26,6 +28,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -68,7 +71,7 @@ void stepCounters(benchmark::State& state, const char* rate, double itemsPerStep
 void maybePrintProfile(Engine& engine, const std::string& what) {
   if (!std::getenv("MODELS_BENCH_PROFILE")) return;
   constexpr int kSteps = 2;
-  engine.setProfiling(true);
+  engine.setProfiling(true, std::string_view(std::getenv("MODELS_BENCH_PROFILE")) == "cpu");
   for (int i = 0; i < kSteps; ++i) engine.run();
   engine.setProfiling(false);
   const Graph& g = engine.executable().graph;
@@ -86,7 +89,9 @@ void maybePrintProfile(Engine& engine, const std::string& what) {
   std::vector<std::pair<double, std::string>> kinds;
   for (auto& [k, v] : byKind) kinds.emplace_back(v.first, fmt::format("{} ({} ops)", k, v.second));
   std::sort(kinds.rbegin(), kinds.rend());
-  std::fprintf(stderr, "profile of %s: %.1f ms per step over the ops\n", what.c_str(), total * 1e3);
+  std::fprintf(stderr, "profile of %s: %.1f ms %s per step over the ops\n", what.c_str(),
+               total * 1e3,
+               std::string_view(std::getenv("MODELS_BENCH_PROFILE")) == "cpu" ? "CPU" : "wall");
   for (auto& [t, k] : kinds)
     std::fprintf(stderr, "  %8.1f ms %5.1f%%  %s\n", t * 1e3, 100 * t / total, k.c_str());
   std::vector<int> ops(g.ops().size());

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <functional>
 #include <map>
 #include <unordered_map>
@@ -137,7 +138,15 @@ struct Engine::Impl {
   std::vector<std::function<void()>> preConvert, postConvert;
   std::vector<std::unique_ptr<AlignedBytes>> fusedScratchPool;     // fused: one per operand slot
   std::vector<std::shared_ptr<std::vector<float>>> vertexScratch;  // tile: kept alive
-  bool profiling = false;
+  bool profiling = false, profileCpuTime = false;
+  double profileClock() const {
+    if (!profileCpuTime)
+      return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+          .count();
+    timespec t{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+  }
   std::vector<double> opSeconds;   // fused profiling, per op id
   bool buildingInPlaceOp = false;  // tile: outputs are read-modify-write (update ops)
   const Op* buildingOp = nullptr;
@@ -631,7 +640,7 @@ struct Engine::Impl {
       n = g.tensor(y).elements();
       members.push_back(m);
     }
-    static constexpr i64 kChunk = 2048;
+    static constexpr i64 kChunk = 1024;
     const i64 chunks = (n + kChunk - 1) / kChunk;
     const int buffers = static_cast<int>(spreadValues.size());
     auto partials = std::make_shared<std::vector<double>>(static_cast<size_t>(chunks * sums));
@@ -932,10 +941,9 @@ struct Engine::Impl {
               const ComputeSet& cs = exe.computeSets[st.index];
               if (!startsOp(st.index)) break;
               if (profiling) {
-                const auto t0 = std::chrono::steady_clock::now();
+                const double t0 = profileClock();
                 fusedSteps[cs.op]();
-                opSeconds[static_cast<size_t>(cs.op)] +=
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+                opSeconds[static_cast<size_t>(cs.op)] += profileClock() - t0;
               } else {
                 fusedSteps[cs.op]();  // one host kernel per op
               }
@@ -1047,8 +1055,9 @@ std::int64_t Engine::tensorMemoryBytes() const {
   return bytes;
 }
 
-void Engine::setProfiling(bool on) {
+void Engine::setProfiling(bool on, bool cpuTime) {
   impl_->profiling = on;
+  impl_->profileCpuTime = cpuTime;
   if (on && impl_->opSeconds.empty()) impl_->opSeconds.assign(exe_->graph.ops().size(), 0.0);
 }
 
