@@ -247,11 +247,12 @@ Case gatherCase(std::string name, i64 v, i64 d, std::vector<std::int32_t> idx,
 }
 
 Case scatterAddCase(std::string name, i64 v, i64 d, std::vector<std::int32_t> idx,
-                    i64 tileBytes = 0) {
-  Case k = registeredCase({"scatter_add", "gather"}, DType::F32);
+                    i64 tileBytes = 0, DType dt = DType::F32) {
+  Case k = registeredCase({"scatter_add", "gather"}, dt);
   k.op.name = std::move(name);
   const i64 n = static_cast<i64>(idx.size());
   k.op.inputs = {{"updates", {n, d}}};
+  k.op.dtypes = {dt};
   k.op.intInputs = {{"indices", idx}};
   k.op.tileBytes = tileBytes;
   k.op.build = [v](Builder& b, const std::vector<int>& u, const std::vector<int>& i) {
@@ -523,6 +524,9 @@ void addRegisteredOpCases(std::vector<Case>& cs) {
   cs.push_back(
       gatherCase("gather_multi_slice", 64, 16, {5, 63, 17, 40, 5, 0, 33, 22}, DType::F32, 8192));
   cs.push_back(scatterAddCase("scatter_add", 10, 6, {3, 0, 9, 3, 7}));
+  // Native 16-bit kernel: repeated rows summed in f32 and rounded once; 20 columns: a block of
+  // 16 and a partial one.
+  cs.push_back(scatterAddCase("scatter_add_bf16", 10, 20, {3, 0, 9, 3, 7, 3}, 0, DType::BF16));
   cs.push_back(scatterAddCase("scatter_add_split", 12, 16,
                               {5, 11, 7, 3, 5, 0, 2, 2, 9, 1, 4, 6, 8, 10, 3, 5, 7, 1, 0, 11},
                               8192));
