@@ -327,17 +327,20 @@ Case geluCase(std::string name, const std::string& approximate, DType dt = DType
 }
 
 // Scores x [B, heads, S, S] with an additive mask of `maskShape` (values 0 or -10000).
-Case maskedSoftmaxCase(std::string name, Shape x, Shape maskShape, i64 tileBytes = 0) {
-  Case k = registeredCase({"masked_softmax"}, DType::F32);
+Case maskedSoftmaxCase(std::string name, Shape x, Shape maskShape, i64 tileBytes = 0,
+                       DType dt = DType::F32) {
+  Case k = registeredCase({"masked_softmax"}, dt);
   k.op.name = std::move(name);
   k.op.inputs = {{"x", x}, {"mask", maskShape}};
+  k.op.dtypes = {dt, dt};
   k.op.differentiable = {true, false};
   k.op.tileBytes = tileBytes;
   k.op.inputLo = -2.f, k.op.inputHi = 2.f;
   k.op.build = [](Builder& b, const std::vector<int>& v, const std::vector<int>&) {
     // A mask of 0 and -10000 from the random values: drop where the value is below -0.5.
-    int drop = b.unary("relu", b.scale(b.binary("sub", b.constant({}, -0.5), v[1]), 1e6));
-    int mask = b.scale(b.binary("min", drop, b.constant({}, 1.0)), -10000.0);
+    const DType t = b.graph().tensor(v[1]).dtype;
+    int drop = b.unary("relu", b.scale(b.binary("sub", b.constant({}, -0.5, t), v[1]), 1e6));
+    int mask = b.scale(b.binary("min", drop, b.constant({}, 1.0, t)), -10000.0);
     return ops::add(b.graph(), "masked_softmax", {v[0], mask}, {}, {"y"})[0];
   };
   k.reference = [x, maskShape](const Vals& v) {
@@ -510,6 +513,9 @@ void addRegisteredOpCases(std::vector<Case>& cs) {
   cs.push_back(maskedLmLossCase("masked_lm_loss_rows_across_tiles", 50, {3, 49, 0, 17}, 8192));
   cs.push_back(maskedSoftmaxCase("masked_softmax_bert_mask", {2, 3, 5, 5}, {2, 1, 1, 5}));
   cs.push_back(maskedSoftmaxCase("masked_softmax_per_query_mask", {3, 4, 6}, {1, 4, 6}, 8192));
+  // The native 16-bit kernel (rows widened and rounded in cache), BERT's packed-sequence mask.
+  cs.push_back(
+      maskedSoftmaxCase("masked_softmax_bf16", {2, 3, 20, 20}, {2, 1, 20, 20}, 0, DType::BF16));
   cs.push_back(geluCase("gelu_tanh", "tanh"));
   cs.push_back(geluCase("gelu_erf", "none"));
   cs.push_back(geluCase("gelu_tanh_bf16", "tanh", DType::BF16));
