@@ -156,7 +156,8 @@ struct Engine::Impl {
     inputs.assign(g.tensors().size(), nullptr);
     outputs.assign(g.tensors().size(), nullptr);
     if (mode == EngineMode::Fused) {
-      fusion = planHostFusions(g, {fz::bf16PrimitivesAvailable(), !microBatchesInterleaved});
+      fusion = planHostFusions(g, {fz::bf16PrimitivesAvailable(), !microBatchesInterleaved,
+                                   !microBatchesInterleaved, exe.options.updateFirstOp});
       allocateFusedTensors();
       allocateFusedScratch();
       for (const Op& op : g.ops())

@@ -139,8 +139,11 @@ void planElementwiseChains(const Graph& g, HostFusionPlan& p, SoleReader soleRea
 // its last member. Members: f32 unary / binary ops and apply_updates over n elements (other
 // operands: single values), squares whose sole reader sums them to one value (kSquareSum).
 // A group without an apply_update and a norm is left to the chains.
-void planUpdateGroups(const Graph& g, HostFusionPlan& p, const std::vector<bool>& graphOutput) {
+void planUpdateGroups(const Graph& g, HostFusionPlan& p, const std::vector<bool>& graphOutput,
+                      const HostFusionOptions& options) {
   using Role = HostFusionPlan::Role;
+  if (!options.updateGroups) return;
+  const int cut = options.updateFirstOp;
   const auto consumers = g.consumers();
   auto f32 = [&](int t) { return g.tensor(t).dtype == DType::F32; };
   // The n-element tensors an eligible op writes (its output, or its in-place target), or -1.
@@ -182,6 +185,7 @@ void planUpdateGroups(const Graph& g, HostFusionPlan& p, const std::vector<bool>
     constexpr int kReach = 64;
     for (int id = first.id; id < static_cast<int>(g.ops().size()); ++id) {
       if (!members.empty() && id - members.back() > kReach) break;
+      if (cut >= 0 && first.id < cut && id >= cut) break;  // the update part runs apart
       const Op& op = g.op(id);
       if (p.role[id] == Role::kAbsorbed) {
         // The reduce of a member square-sum: part of it. Other absorbed ops belong to fusions
@@ -434,7 +438,7 @@ HostFusionPlan planHostFusions(const Graph& g, const HostFusionOptions& options)
       ++p.absorbedOps;
     }
   }
-  planUpdateGroups(g, p, output);
+  planUpdateGroups(g, p, output, options);
   planElementwiseChains(g, p, soleReader);
   return p;
 }

@@ -106,6 +106,12 @@ struct HostFusionOptions {
   // ReLU mask, the ReLU bits). Off when a pipeline runs the forward of later micro-batches
   // before the backward of earlier ones (that state is not stashed per micro-batch).
   bool stateFromForwardToBackward = true;
+  // Update groups run at their last op, so a group must lie within one part of the program
+  // that runs as a whole: never across updateFirstOp (with gradient accumulation the ops before
+  // it run once per micro-batch, those after once per step), and not at all when the program
+  // is run in segments the plan does not know (pipelines).
+  bool updateGroups = true;
+  int updateFirstOp = -1;
 };
 
 HostFusionPlan planHostFusions(const Graph& g, const HostFusionOptions& options = {});

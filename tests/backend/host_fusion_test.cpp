@@ -419,6 +419,22 @@ TEST(HostFusion, LambStepRunsAsOneUpdateGroupAndEqualsTileMode) {
   EXPECT_EQ(outs, (std::vector<int>{c.get("w/grad_decayed"), c.get("w/lamb_weight_sumsq"),
                                     c.get("w/lamb_update_sumsq")}));
   EXPECT_FALSE(producerIn("w/lamb_lr")) << "reads the group's sums: runs after it";
+  // A group never spans the start of the update part (gradient accumulation runs the ops
+  // before it once per micro-batch), nor forms when the program runs in unknown segments.
+  HostFusionOptions cutAtV;
+  cutAtV.updateFirstOp = c.tensor(c.get("w/grad_squared")).producer;
+  const HostFusionPlan cutPlan = planHostFusions(c, cutAtV);
+  for (const Op& op : c.ops()) {
+    const auto& ids = cutPlan.group[static_cast<size_t>(op.id)];
+    if (ids.empty()) continue;
+    EXPECT_EQ(ids.front() < cutAtV.updateFirstOp, ids.back() < cutAtV.updateFirstOp)
+        << "a group across the cut";
+  }
+  HostFusionOptions pipelined;
+  pipelined.updateGroups = false;
+  const HostFusionPlan none = planHostFusions(c, pipelined);
+  for (const Op& op : c.ops())
+    EXPECT_NE(none.role[static_cast<size_t>(op.id)], HostFusionPlan::Role::kUpdateGroup);
 
   std::vector<float> xs(64 * 300), ws(300 * 80);
   for (size_t i = 0; i < xs.size(); ++i) xs[i] = std::sin(0.013f * static_cast<float>(i));
