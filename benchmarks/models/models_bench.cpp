@@ -9,7 +9,9 @@
 //   tensor_GB  the engine's tensor memory (fused: activations share an arena by lifetime)
 //   peak_rss_GB  the process's peak resident memory so far (compile, engine and kernels)
 // MODELS_BENCH_PROFILE=1 prints, after each step benchmark, the host time per op kind and the
-// slowest ops of two profiled steps (stderr; MODELS_BENCH_PROFILE_TOP=N lists N of them).
+// slowest ops of two profiled steps (stderr; MODELS_BENCH_PROFILE_TOP=N lists N of them);
+// MODELS_BENCH_PROFILE=cpu times them in process CPU seconds (with MODELS_BENCH_THREADS=1 on a
+// loaded host).
 // MODELS_BENCH_THREADS=n runs the steps on n threads instead of 2 (on a loaded host, 1 thread's CPU
 // time per step is a measure that time-slicing does not inflate).
 // MODELS_BENCH_REPORT=DIR writes the report page of the Mk2 compile (check 0: the whole plan) to
@@ -22,9 +24,11 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -67,7 +71,7 @@ void stepCounters(benchmark::State& state, const char* rate, double itemsPerStep
 void maybePrintProfile(Engine& engine, const std::string& what) {
   if (!std::getenv("MODELS_BENCH_PROFILE")) return;
   constexpr int kSteps = 2;
-  engine.setProfiling(true);
+  engine.setProfiling(true, std::string_view(std::getenv("MODELS_BENCH_PROFILE")) == "cpu");
   for (int i = 0; i < kSteps; ++i) engine.run();
   engine.setProfiling(false);
   const Graph& g = engine.executable().graph;
@@ -85,7 +89,9 @@ void maybePrintProfile(Engine& engine, const std::string& what) {
   std::vector<std::pair<double, std::string>> kinds;
   for (auto& [k, v] : byKind) kinds.emplace_back(v.first, fmt::format("{} ({} ops)", k, v.second));
   std::sort(kinds.rbegin(), kinds.rend());
-  std::fprintf(stderr, "profile of %s: %.1f ms per step over the ops\n", what.c_str(), total * 1e3);
+  std::fprintf(stderr, "profile of %s: %.1f ms %s per step over the ops\n", what.c_str(),
+               total * 1e3,
+               std::string_view(std::getenv("MODELS_BENCH_PROFILE")) == "cpu" ? "CPU" : "wall");
   for (auto& [t, k] : kinds)
     std::fprintf(stderr, "  %8.1f ms %5.1f%%  %s\n", t * 1e3, 100 * t / total, k.c_str());
   std::vector<int> ops(g.ops().size());
@@ -102,6 +108,13 @@ void maybePrintProfile(Engine& engine, const std::string& what) {
                  op.outputs.empty() ? "" : g.tensor(op.outputs[0]).name.c_str(),
                  op.outputs.empty() ? "" : shapeStr(g.tensor(op.outputs[0]).shape).c_str());
   }
+}
+
+// CPU time of every thread of this process so far.
+double processCpuSeconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
 }
 
 int benchThreads() {
@@ -331,7 +344,7 @@ BertHostBatch bertBenchBatch(const BertConfig& c, const BertShape& s) {
 }
 
 void BM_BertTrainStep(benchmark::State& state) {
-  kernels::fused::setNumThreads(2);
+  kernels::fused::setNumThreads(benchThreads());
   BertConfig c = BertConfig::large();
   c.layers = static_cast<int>(state.range(2));
   BertShape s;
@@ -376,15 +389,21 @@ void BM_BertTrainStep(benchmark::State& state) {
   }
   for (int i = 0; i < 3; ++i) engine.run();  // warm-up
 
-  std::vector<double> stepS;  // the median step is what compare_bert.sh compares
+  // The median step is what compare_bert.sh compares: wall time, and the process's CPU time
+  // (its cpu-time mode, one thread on a loaded host).
+  std::vector<double> stepS, stepCpuS;
   for (auto _ : state) {
     const auto s0 = std::chrono::steady_clock::now();
+    const double c0 = processCpuSeconds();
     engine.run();
     benchmark::DoNotOptimize(loss);
+    stepCpuS.push_back(processCpuSeconds() - c0);
     stepS.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count());
   }
   std::sort(stepS.begin(), stepS.end());
+  std::sort(stepCpuS.begin(), stepCpuS.end());
   state.counters["median_s"] = stepS[stepS.size() / 2];
+  state.counters["median_cpu_s"] = stepCpuS[stepCpuS.size() / 2];
   stepCounters(state, "seq/s", static_cast<double>(s.batch), flopsPerStep, setupS, loss, engine);
   const std::string what = fmt::format("BERT {} x 1024, {} batch {} at sequence {}", c.layers,
                                        policyName, s.batch, s.seqLength);

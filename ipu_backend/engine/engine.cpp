@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <functional>
 #include <map>
 #include <unordered_map>
@@ -137,7 +138,15 @@ struct Engine::Impl {
   std::vector<std::function<void()>> preConvert, postConvert;
   std::vector<std::unique_ptr<AlignedBytes>> fusedScratchPool;     // fused: one per operand slot
   std::vector<std::shared_ptr<std::vector<float>>> vertexScratch;  // tile: kept alive
-  bool profiling = false;
+  bool profiling = false, profileCpuTime = false;
+  double profileClock() const {
+    if (!profileCpuTime)
+      return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+          .count();
+    timespec t{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+  }
   std::vector<double> opSeconds;   // fused profiling, per op id
   bool buildingInPlaceOp = false;  // tile: outputs are read-modify-write (update ops)
   const Op* buildingOp = nullptr;
@@ -147,7 +156,8 @@ struct Engine::Impl {
     inputs.assign(g.tensors().size(), nullptr);
     outputs.assign(g.tensors().size(), nullptr);
     if (mode == EngineMode::Fused) {
-      fusion = planHostFusions(g, {fz::bf16PrimitivesAvailable(), !microBatchesInterleaved});
+      fusion = planHostFusions(g, {fz::bf16PrimitivesAvailable(), !microBatchesInterleaved,
+                                   !microBatchesInterleaved, exe.options.updateFirstOp});
       allocateFusedTensors();
       allocateFusedScratch();
       for (const Op& op : g.ops())
@@ -545,6 +555,157 @@ struct Engine::Impl {
     };
   }
 
+  // An update group (host_fusion.h): its ops over one cache-sized chunk at a time, in program
+  // order, with the element loops of the ops and of apply_update (the same bits as op by op);
+  // tensors only the group reads live in chunk buffers, the others are written as the ops
+  // produce them; a square's sum is taken in double per chunk and the chunks' sums added in
+  // order (the same for any thread count).
+  std::function<void()> makeUpdateGroup(const Op& runner) {
+    enum class Kind : unsigned char { kUnary, kBinary, kUpdate, kSquareSum };
+    // Where an operand's chunk comes from: memory (at the chunk's first element), a chunk
+    // buffer, or a single value spread over a buffer.
+    struct Source {
+      const float* memory = nullptr;
+      int buffer = -1;
+    };
+    struct Member {
+      Kind kind{};
+      kernels::UnaryKind unary{};
+      kernels::BinaryKind binary{};
+      float alpha = 1.0f;
+      int arity = 0;
+      std::array<Source, 3> in{};  // unary / binary operands, or apply_update's addends
+      float* outMemory = nullptr;  // output (or apply_update's target) in memory, or
+      int outBuffer = -1;          // in a chunk buffer
+      ApplyUpdateForm u{};
+      const float *factor = nullptr, *skip = nullptr;
+      float* sum = nullptr;  // kSquareSum: the reduce's output
+      int sumIndex = -1;
+    };
+    const std::vector<int>& ids = fusion.group[runner.id];
+    std::unordered_map<int, int> bufferOf;   // elided tensor -> chunk buffer
+    std::vector<const float*> spreadValues;  // buffer -> the single value it spreads (or null)
+    auto newBuffer = [&](const float* value) {
+      spreadValues.push_back(value);
+      return static_cast<int>(spreadValues.size()) - 1;
+    };
+    auto source = [&](int t) {
+      if (auto it = bufferOf.find(t); it != bufferOf.end()) return Source{nullptr, it->second};
+      if (g.tensor(t).elements() == 1) return Source{nullptr, newBuffer(F(t))};
+      return Source{F(t), -1};
+    };
+    std::vector<Member> members;
+    int sums = 0;
+    i64 n = 0;
+    for (int id : ids) {
+      const Op& op = g.op(id);
+      Member m;
+      if (fusion.sumOut[id] >= 0) {  // a square whose sum the group takes (its reduce: skipped)
+        m.kind = Kind::kSquareSum;
+        m.arity = 1;
+        m.in[0] = source(op.inputs[0]);
+        m.sum = F(fusion.sumOut[id]);
+        m.sumIndex = sums++;
+        n = g.tensor(op.inputs[0]).elements();
+        members.push_back(m);
+        continue;
+      }
+      if (op.kind == OpKind::ApplyUpdate) {
+        m.kind = Kind::kUpdate;
+        m.u = applyUpdateForm(op);
+        m.arity = m.u.k;
+        for (int i = 0; i < m.u.k; ++i) m.in[static_cast<size_t>(i)] = source(op.inputs[1 + i]);
+        m.factor = m.u.factorInput >= 0 ? F(op.inputs[m.u.factorInput]) : nullptr;
+        m.skip = m.u.skipInput >= 0 ? F(op.inputs[m.u.skipInput]) : nullptr;
+        m.outMemory = F(op.inputs[0]);
+        n = g.tensor(op.inputs[0]).elements();
+        members.push_back(m);
+        continue;
+      }
+      if (op.kind != OpKind::Unary && op.kind != OpKind::Binary) continue;  // a square's reduce
+      m.kind = op.kind == OpKind::Binary ? Kind::kBinary : Kind::kUnary;
+      if (m.kind == Kind::kBinary) {
+        m.binary = binaryKindOf(op);
+      } else {
+        m.unary = unaryKindOf(op);
+        m.alpha = static_cast<float>(op.attrs.getFloat("alpha", 1.0));
+      }
+      m.arity = static_cast<int>(op.inputs.size());
+      for (int k = 0; k < m.arity; ++k)
+        m.in[static_cast<size_t>(k)] = source(op.inputs[static_cast<size_t>(k)]);
+      const int y = op.outputs[0];
+      if (fusion.elided[static_cast<size_t>(y)])
+        bufferOf[y] = m.outBuffer = newBuffer(nullptr);
+      else
+        m.outMemory = F(y);
+      n = g.tensor(y).elements();
+      members.push_back(m);
+    }
+    static constexpr i64 kChunk = 1024;
+    const i64 chunks = (n + kChunk - 1) / kChunk;
+    const int buffers = static_cast<int>(spreadValues.size());
+    auto partials = std::make_shared<std::vector<double>>(static_cast<size_t>(chunks * sums));
+    return [members, spreadValues, buffers, n, chunks, sums, partials] {
+      std::vector<bool> skipped(members.size(), false);  // as apply_update: NaN (overflow) too
+      for (size_t i = 0; i < members.size(); ++i)
+        skipped[i] = members[i].skip && *members[i].skip != 0.0f;
+      const int team = n < (i64{1} << 14) ? 1 : fz::numThreads();
+      double* part = partials->data();
+#pragma omp parallel num_threads(team)
+      {
+        std::vector<float> space(static_cast<size_t>(buffers * kChunk));
+        auto buffer = [&](int b) { return space.data() + static_cast<i64>(b) * kChunk; };
+        for (int b = 0; b < buffers; ++b)
+          if (spreadValues[static_cast<size_t>(b)])
+            std::fill(buffer(b), buffer(b) + kChunk, *spreadValues[static_cast<size_t>(b)]);
+#pragma omp for schedule(static)
+        for (i64 c = 0; c < chunks; ++c) {
+          const i64 begin = c * kChunk, len = std::min(kChunk, n - begin);
+          auto at = [&](const Source& s) {
+            return s.memory ? s.memory + begin : static_cast<const float*>(buffer(s.buffer));
+          };
+          for (size_t i = 0; i < members.size(); ++i) {
+            const Member& m = members[i];
+            switch (m.kind) {
+              case Kind::kSquareSum: {
+                const float* x = at(m.in[0]);
+                double acc = 0;
+#pragma omp simd reduction(+ : acc)
+                for (i64 k = 0; k < len; ++k) acc += static_cast<double>(x[k]) * x[k];
+                part[c * sums + m.sumIndex] = acc;
+                break;
+              }
+              case Kind::kUpdate: {
+                if (skipped[i]) break;
+                std::array<const float*, 3> x{};
+                for (int k = 0; k < m.arity; ++k)
+                  x[static_cast<size_t>(k)] = at(m.in[static_cast<size_t>(k)]);
+                kernels::applyUpdate(m.u.keep, m.factor ? *m.factor : 1.0f, m.arity, x.data(),
+                                     m.u.c.data(), m.outMemory + begin, len);
+                break;
+              }
+              case Kind::kUnary:
+              case Kind::kBinary: {
+                float* y = m.outMemory ? m.outMemory + begin : buffer(m.outBuffer);
+                if (m.kind == Kind::kBinary)
+                  fz::binaryChunk(m.binary, at(m.in[0]), at(m.in[1]), y, len);
+                else
+                  fz::unaryChunk(m.unary, m.alpha, at(m.in[0]), y, len);
+                break;
+              }
+            }
+          }
+        }
+      }
+      for (const Member& m : members) {
+        if (m.kind != Kind::kSquareSum) continue;
+        double total = 0;
+        for (i64 c = 0; c < chunks; ++c) total += part[c * sums + m.sumIndex];
+        *m.sum = static_cast<float>(total);
+      }
+    };
+  }
+
   // The host fusions of elementwise ops (host_fusion.h) run kernels of their own, not the op's
   // `fused` facet: they belong to the engine's fusion plan, not to one op kind.
   std::function<void()> makeElementwiseFusion(const Op& op) {
@@ -552,6 +713,8 @@ struct Engine::Impl {
     switch (fusion.role[op.id]) {
       case Role::kElementwiseChain:
         return makeElementwiseChain(op);
+      case Role::kUpdateGroup:
+        return makeUpdateGroup(op);
       case Role::kSquareSum: {  // square -> reduce sum as one pass
         const float* x = F(op.inputs[0]);
         float* sum = F(fusion.sumOut[op.id]);
@@ -779,10 +942,9 @@ struct Engine::Impl {
               const ComputeSet& cs = exe.computeSets[st.index];
               if (!startsOp(st.index)) break;
               if (profiling) {
-                const auto t0 = std::chrono::steady_clock::now();
+                const double t0 = profileClock();
                 fusedSteps[cs.op]();
-                opSeconds[static_cast<size_t>(cs.op)] +=
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+                opSeconds[static_cast<size_t>(cs.op)] += profileClock() - t0;
               } else {
                 fusedSteps[cs.op]();  // one host kernel per op
               }
@@ -894,8 +1056,9 @@ std::int64_t Engine::tensorMemoryBytes() const {
   return bytes;
 }
 
-void Engine::setProfiling(bool on) {
+void Engine::setProfiling(bool on, bool cpuTime) {
   impl_->profiling = on;
+  impl_->profileCpuTime = cpuTime;
   if (on && impl_->opSeconds.empty()) impl_->opSeconds.assign(exe_->graph.ops().size(), 0.0);
 }
 

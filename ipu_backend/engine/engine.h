@@ -70,7 +70,9 @@ class Engine {
 
   // Fused mode: host seconds per op, summed over the run() calls made while profiling is on
   // (indexed by op id; empty until profiling is enabled). Tile mode does not profile.
-  void setProfiling(bool on);
+  // cpuTime: the process's CPU seconds (every thread's) instead of wall seconds, which on a
+  // loaded host time-slicing inflates far less.
+  void setProfiling(bool on, bool cpuTime = false);
   const std::vector<double>& opSeconds() const;
 
   // Runs the program once: deviceIterations training steps (each of accumulationSteps

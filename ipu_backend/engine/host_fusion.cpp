@@ -20,6 +20,8 @@ std::vector<int> HostFusionPlan::inputsOf(const Op& op) const {
       return {};
     case Role::kElementwiseChain:
       return chainInputs[op.id];
+    case Role::kUpdateGroup:
+      return groupInputs[op.id];
     case Role::kBatchNormReluBackward: {
       std::vector<int> in = op.inputs;
       in[1] = reluGradIn[op.id];  // the relu's gradient replaces the batch norm's dy
@@ -50,6 +52,8 @@ std::vector<int> HostFusionPlan::outputsOf(const Op& op) const {
       return {reluOut[op.id]};
     case Role::kSquareSum:
       return {sumOut[op.id]};
+    case Role::kUpdateGroup:
+      return groupOutputs[op.id];
     case Role::kBatchNormStatistics:
       return {op.outputs[1], op.outputs[2]};
     default:
@@ -127,6 +131,137 @@ void planElementwiseChains(const Graph& g, HostFusionPlan& p, SoleReader soleRea
   }
 }
 
+// Update groups (host_fusion.h). Scanning in program order from an eligible op, the group
+// takes every later eligible op over the same n elements until an op outside it reads what the
+// group wrote (an n-element output, an updated target, a sum: it must run after the group) or
+// updates in place what the group touched; ops between its members that it does not involve
+// (the scalar bias corrections, the step counter) keep their places, before the group runs at
+// its last member. Members: f32 unary / binary ops and apply_updates over n elements (other
+// operands: single values), squares whose sole reader sums them to one value (kSquareSum).
+// A group without an apply_update and a norm is left to the chains.
+void planUpdateGroups(const Graph& g, HostFusionPlan& p, const std::vector<bool>& graphOutput,
+                      const HostFusionOptions& options) {
+  using Role = HostFusionPlan::Role;
+  if (!options.updateGroups) return;
+  const int cut = options.updateFirstOp;
+  const auto consumers = g.consumers();
+  auto f32 = [&](int t) { return g.tensor(t).dtype == DType::F32; };
+  // The n-element tensors an eligible op writes (its output, or its in-place target), or -1.
+  auto elementsOf = [&](const Op& op) -> i64 {
+    if (op.kind == OpKind::ApplyUpdate) {
+      if (p.role[op.id] != Role::kNone) return -1;
+      const i64 n = g.tensor(op.inputs[0]).elements();
+      for (int t : op.inputs)
+        if (!f32(t) || (g.tensor(t).elements() != n && g.tensor(t).elements() != 1)) return -1;
+      return n;
+    }
+    const bool squareSum = p.role[op.id] == Role::kSquareSum;
+    if ((op.kind != OpKind::Unary && op.kind != OpKind::Binary) || op.outputs.size() != 1 ||
+        (p.role[op.id] != Role::kNone && !squareSum))
+      return -1;
+    const Tensor& y = g.tensor(op.outputs[0]);
+    if (!f32(y.id)) return -1;
+    for (int t : op.inputs)
+      if (!f32(t) || (g.tensor(t).elements() != y.elements() && g.tensor(t).elements() != 1))
+        return -1;
+    return y.elements();
+  };
+  auto writesOf = [&](const Op& op) {
+    std::vector<int> w = op.outputs;
+    for (int i : opDef(op.kind).writesInputs) w.push_back(op.inputs[static_cast<size_t>(i)]);
+    if (p.role[op.id] == Role::kSquareSum) w.push_back(p.sumOut[op.id]);
+    return w;
+  };
+  auto in = [](const std::vector<int>& v, int t) {
+    return std::find(v.begin(), v.end(), t) != v.end();
+  };
+  std::vector<bool> taken(g.ops().size(), false);
+  for (const Op& first : g.ops()) {
+    const i64 n = taken[first.id] ? -1 : elementsOf(first);
+    if (n < 2) continue;
+    std::vector<int> members, touched, written;  // touched: read or written by a member
+    // An optimizer's ops for one weight lie together: a group looks this far past its last
+    // member (which also bounds the planner's work on large graphs).
+    constexpr int kReach = 64;
+    for (int id = first.id; id < static_cast<int>(g.ops().size()); ++id) {
+      if (!members.empty() && id - members.back() > kReach) break;
+      if (cut >= 0 && first.id < cut && id >= cut) break;  // the update part runs apart
+      const Op& op = g.op(id);
+      if (p.role[id] == Role::kAbsorbed) {
+        // The reduce of a member square-sum: part of it. Other absorbed ops belong to fusions
+        // that run elsewhere; one reading the group's writes ends it.
+        const int producer = g.tensor(op.inputs[0]).producer;
+        if (producer >= 0 && in(members, producer) && p.role[producer] == Role::kSquareSum) {
+          members.push_back(id);
+          continue;
+        }
+      }
+      bool readsWritten = false;
+      for (int t : op.inputs) readsWritten = readsWritten || in(written, t);
+      const bool member = !taken[id] && elementsOf(op) == n && [&] {
+        for (int t : op.inputs)  // n-element reads of the group's writes only (not its sums)
+          if (in(written, t) && g.tensor(t).elements() != n) return false;
+        return true;
+      }();
+      if (!member) {
+        bool clobbers = false;
+        for (int i : opDef(op.kind).writesInputs)
+          clobbers = clobbers || in(touched, op.inputs[static_cast<size_t>(i)]);
+        if (readsWritten || clobbers) break;
+        continue;
+      }
+      members.push_back(id);
+      for (int t : op.inputs) touched.push_back(t);
+      for (int t : writesOf(op)) {
+        touched.push_back(t);
+        written.push_back(t);
+      }
+    }
+    // Only updates that take a norm of their own (LAMB's and LARS's trust ratios) group for
+    // now: SGD's, RMSProp's and Adam's would too, but their models' fusion counts and timings
+    // were measured without it.
+    auto any = [&](auto pred) { return std::any_of(members.begin(), members.end(), pred); };
+    if (!any([&](int id) { return g.op(id).kind == OpKind::ApplyUpdate; }) ||
+        !any([&](int id) { return p.role[id] == Role::kSquareSum; }))
+      continue;
+    // Tensors the group writes that anything else reads (or the host) are written; the others
+    // stay in chunk buffers.
+    std::vector<int> inputs, outputs;
+    for (int id : members) {
+      const Op& op = g.op(id);
+      taken[id] = true;
+      if (p.role[id] == Role::kAbsorbed) continue;  // a member square's reduce
+      for (int t : op.inputs)
+        if (g.tensor(t).producer < 0 || !in(members, g.tensor(t).producer)) {
+          if (!in(inputs, t)) inputs.push_back(t);
+        }
+      if (p.role[id] == Role::kSquareSum) {
+        outputs.push_back(p.sumOut[id]);
+        continue;  // its squares are elided already
+      }
+      for (int t : op.outputs) {
+        bool outside =
+            graphOutput[static_cast<size_t>(t)] || g.tensor(t).kind != TensorKind::Activation;
+        for (int c : consumers[static_cast<size_t>(t)]) outside = outside || !in(members, c);
+        if (outside)
+          outputs.push_back(t);
+        else
+          p.elided[static_cast<size_t>(t)] = true;
+      }
+    }
+    const int last = members.back();  // runs the group (it may be a square's reduce)
+    for (int id : members) {
+      if (id != last && p.role[id] != Role::kAbsorbed) ++p.absorbedOps;
+      if (id == last && p.role[id] == Role::kAbsorbed) --p.absorbedOps;
+      p.role[id] = Role::kAbsorbed;
+    }
+    p.role[last] = Role::kUpdateGroup;
+    p.group[last] = members;
+    p.groupInputs[last] = inputs;
+    p.groupOutputs[last] = outputs;
+  }
+}
+
 }  // namespace
 
 HostFusionPlan planHostFusions(const Graph& g, const HostFusionOptions& options) {
@@ -145,6 +280,9 @@ HostFusionPlan planHostFusions(const Graph& g, const HostFusionOptions& options)
   p.sumOut.assign(nOps, -1);
   p.chain.assign(nOps, {});
   p.chainInputs.assign(nOps, {});
+  p.group.assign(nOps, {});
+  p.groupInputs.assign(nOps, {});
+  p.groupOutputs.assign(nOps, {});
   p.elided.assign(nTensors, false);
 
   const auto consumers = g.consumers();
@@ -300,6 +438,7 @@ HostFusionPlan planHostFusions(const Graph& g, const HostFusionOptions& options)
       ++p.absorbedOps;
     }
   }
+  planUpdateGroups(g, p, output, options);
   planElementwiseChains(g, p, soleReader);
   return p;
 }

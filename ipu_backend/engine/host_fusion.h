@@ -22,6 +22,14 @@
 //                                     written (the optimizers' update arithmetic: LAMB's
 //                                     v / c2 -> sqrt -> + eps, g^2 -> the v update); an
 //                                     apply_update adding the last link may end one; f32
+//   update groups                     an optimizer's per-weight arithmetic: the elementwise
+//                                     ops over one weight's elements, its in-place state
+//                                     updates and its square -> sum norms, connected or not,
+//                                     with no other op between them touching what they write,
+//                                     as one loop over cache-sized chunks at the last of them;
+//                                     only tensors read after the group are written (LAMB: g,
+//                                     m, v and w read once, m, v and the update written, both
+//                                     trust-ratio norms summed in the same pass); f32
 //   square -> reduce sum              sum(x^2) over the whole tensor in one read of x (the
 //                                     squares are never written): the optimizers' norms
 //                                     (LAMB's trust ratio and global gradient clip, LARS); f32
@@ -52,6 +60,8 @@ struct HostFusionPlan {
     kSquareSum,              // unary square writing the sum of its squares to `sumOut`
                              // (the reduce over all axes that alone reads them)
     kElementwiseChain,       // the last op of a chain: runs every op of `chain` chunk by chunk
+    kUpdateGroup,            // the last op of an update group: runs every op of `group` chunk
+                             // by chunk
     kAbsorbed,               // its work is done by another op's kernel: runs nothing
   };
   std::vector<Role> role;       // per op id
@@ -76,7 +86,13 @@ struct HostFusionPlan {
   // output is the next one's input, and only that.
   std::vector<std::vector<int>> chain;
   std::vector<std::vector<int>> chainInputs;  // per op id: the tensors the chain reads
-  std::vector<bool> elided;                   // per tensor id: never written nor read
+  // per op id: kUpdateGroup: its ops in program order (this op last; a square's absorbed
+  // reduce among them, the square's sum in sumOut), the tensors they read from memory and the
+  // tensors they write (the others live in chunk buffers).
+  std::vector<std::vector<int>> group;
+  std::vector<std::vector<int>> groupInputs;
+  std::vector<std::vector<int>> groupOutputs;
+  std::vector<bool> elided;  // per tensor id: never written nor read
   int absorbedOps = 0;
 
   // The tensors an op's kernel reads and writes under this plan (absorbed ops: none).
@@ -90,6 +106,12 @@ struct HostFusionOptions {
   // ReLU mask, the ReLU bits). Off when a pipeline runs the forward of later micro-batches
   // before the backward of earlier ones (that state is not stashed per micro-batch).
   bool stateFromForwardToBackward = true;
+  // Update groups run at their last op, so a group must lie within one part of the program
+  // that runs as a whole: never across updateFirstOp (with gradient accumulation the ops before
+  // it run once per micro-batch, those after once per step), and not at all when the program
+  // is run in segments the plan does not know (pipelines).
+  bool updateGroups = true;
+  int updateFirstOp = -1;
 };
 
 HostFusionPlan planHostFusions(const Graph& g, const HostFusionOptions& options = {});

@@ -12,13 +12,18 @@
 // the value; a tile vertex, which cannot throw, writes NaN to the rows it computes.
 #include <atomic>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
+#include <memory>
 #include <stdexcept>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "ipu_backend/ir/builder.h"
 #include "ipu_backend/ops/op_info.h"
+#include "ipu_backend/precision/half.h"
 
 namespace ipu::ops {
 namespace {
@@ -92,6 +97,30 @@ std::function<void()> fusedGather(const FusedArgs& a) {
   };
 }
 
+// Fused mode on 16-bit tables: rows copied as stored (widening, copying and rounding back gives
+// the same bits), instead of widening the whole table through scratch for a few rows.
+std::function<void()> nativeGather(const NativeFusedArgs& a) {
+  const DType t = a.g.tensor(a.op.inputs[0]).dtype;
+  if ((t != DType::BF16 && t != DType::F16) || a.g.tensor(a.op.outputs[0]).dtype != t) return {};
+  const Shape& ts = a.g.tensor(a.op.inputs[0]).shape;
+  const i64 v = ts[0], d = ts[1], n = a.g.tensor(a.op.inputs[1]).elements();
+  return [&g = a.g, &op = a.op, table = static_cast<const std::uint16_t*>(a.in[0]),
+          idx = static_cast<const std::int32_t*>(a.in[1]),
+          y = static_cast<std::uint16_t*>(a.out[0]), v, d, n] {
+    std::atomic<i64> bad{-1};
+#pragma omp parallel for schedule(static)
+    for (i64 k = 0; k < n; ++k) {
+      const i64 row = idx[k];
+      if (row < 0 || row >= v) {
+        recordBad(bad, k);
+        continue;
+      }
+      std::copy(table + row * d, table + (row + 1) * d, y + k * d);
+    }
+    checkIndex(g, op, bad.load(), v, idx);
+  };
+}
+
 void gradGather(const GradArgs& a) {
   if (!a.needs[0]) return;
   Attrs attrs;
@@ -139,17 +168,88 @@ std::function<void()> vertexScatterAdd(const VertexArgs& a) {
   };
 }
 
+// y[idx[k]] += upd[k] for k in order, over blocks of 16 columns (a cache line of f32) split
+// over threads: every element's sum is taken in index order whatever the thread count (the
+// column-at-a-time walk touched a new cache line per update element).
+void scatterRows(const float* upd, const std::int32_t* idx, float* y, i64 n, i64 d) {
+  constexpr i64 kBlock = 16;
+  const i64 blocks = (d + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static)
+  for (i64 b = 0; b < blocks; ++b) {
+    const i64 j0 = b * kBlock, j1 = std::min(d, j0 + kBlock);
+    for (i64 k = 0; k < n; ++k) {
+      float* yr = y + idx[k] * d;
+      const float* ur = upd + k * d;
+#pragma omp simd
+      for (i64 j = j0; j < j1; ++j) yr[j] += ur[j];
+    }
+  }
+}
+
+void checkIndices(const Graph& g, const Op& op, const std::int32_t* idx, i64 n, i64 v) {
+  for (i64 k = 0; k < n; ++k)
+    if (idx[k] < 0 || idx[k] >= v) checkIndex(g, op, k, v, idx);
+}
+
 std::function<void()> fusedScatterAdd(const FusedArgs& a) {
   const i64 d = a.g.tensor(a.op.inputs[0]).shape.back();
   const i64 v = a.op.attrs.getInt("rows"), n = a.g.tensor(a.op.inputs[1]).elements();
   return [&g = a.g, &op = a.op, upd = a.in[0], idx = a.ints[1], y = a.out[0], v, d, n] {
+    checkIndices(g, op, idx, n, v);
     std::fill(y, y + v * d, 0.0f);
-    for (i64 k = 0; k < n; ++k)
-      if (idx[k] < 0 || idx[k] >= v) checkIndex(g, op, k, v, idx);
-        // Columns split over threads: every thread walks the indices in order (deterministic sums).
+    scatterRows(upd, idx, y, n, d);
+  };
+}
+
+// Fused mode on 16-bit updates and output: the output zeroed as stored, the updates summed in
+// f32 into one row per distinct index (in index order, as the f32 kernel sums them), each such
+// row rounded once into the output: the bits of the widening path without widening and
+// rounding the whole [V, D] output (the word embeddings' 31M elements for a few hundred rows).
+std::function<void()> nativeScatterAdd(const NativeFusedArgs& a) {
+  const DType t = a.g.tensor(a.op.inputs[0]).dtype;
+  if ((t != DType::BF16 && t != DType::F16) || a.g.tensor(a.op.outputs[0]).dtype != t) return {};
+  const i64 d = a.g.tensor(a.op.inputs[0]).shape.back();
+  const i64 v = a.op.attrs.getInt("rows"), n = a.g.tensor(a.op.inputs[1]).elements();
+  struct Scratch {
+    std::vector<float> upd, rows;            // widened updates, one f32 row per distinct index
+    std::vector<std::int32_t> slotOf, slot;  // index -> its row (-1: none), update -> row
+    std::vector<i64> rowIndex;               // row -> its index
+  };
+  auto s = std::make_shared<Scratch>();
+  s->upd.resize(static_cast<size_t>(n * d));
+  s->rows.resize(static_cast<size_t>(n * d));
+  s->slotOf.assign(static_cast<size_t>(v), -1);
+  s->slot.resize(static_cast<size_t>(n));
+  return [&g = a.g, &op = a.op, upd = a.in[0], idx = static_cast<const std::int32_t*>(a.in[1]),
+          y = a.out[0], t, v, d, n, s] {
+    checkIndices(g, op, idx, n, v);
+    s->rowIndex.clear();
+    for (i64 k = 0; k < n; ++k) {
+      std::int32_t& r = s->slotOf[static_cast<size_t>(idx[k])];
+      if (r < 0) {
+        r = static_cast<std::int32_t>(s->rowIndex.size());
+        s->rowIndex.push_back(idx[k]);
+      }
+      s->slot[static_cast<size_t>(k)] = r;
+    }
+    const i64 rows = static_cast<i64>(s->rowIndex.size());
+    if (t == DType::BF16)
+      precision::toFloat(static_cast<const precision::bf16*>(upd), s->upd.data(), n * d);
+    else
+      precision::toFloat(static_cast<const precision::f16*>(upd), s->upd.data(), n * d);
+    std::fill(s->rows.begin(), s->rows.begin() + rows * d, 0.0f);
+    scatterRows(s->upd.data(), s->slot.data(), s->rows.data(), n, d);
+    std::memset(y, 0, static_cast<size_t>(v * d * 2));
 #pragma omp parallel for schedule(static)
-    for (i64 j = 0; j < d; ++j)
-      for (i64 k = 0; k < n; ++k) y[idx[k] * d + j] += upd[k * d + j];
+    for (i64 r = 0; r < rows; ++r) {
+      const float* src = s->rows.data() + r * d;
+      const i64 at = s->rowIndex[static_cast<size_t>(r)] * d;
+      if (t == DType::BF16)
+        precision::toBF16(src, static_cast<precision::bf16*>(y) + at, d);
+      else
+        precision::toF16(src, static_cast<precision::f16*>(y) + at, d);
+    }
+    for (i64 idxRow : s->rowIndex) s->slotOf[static_cast<size_t>(idxRow)] = -1;
   };
 }
 
@@ -169,6 +269,7 @@ IPU_REGISTER_OPS(gather) {
   g.plan = planGather;
   g.vertex = vertexGather;
   g.fused = fusedGather;
+  g.nativeFused = nativeGather;
   g.cost = [](const Op&, int phase) { return phase == 0 ? 2.0 : 1.0; };  // compare, select
   g.tolerances.f32 = {0, 0, 1e-2};                                       // copies: exact
   g.tolerances.bf16 = {1e-2, 0, 1e-1};
@@ -183,6 +284,7 @@ IPU_REGISTER_OPS(gather) {
   s.plan = planScatterAdd;
   s.vertex = vertexScatterAdd;
   s.fused = fusedScatterAdd;
+  s.nativeFused = nativeScatterAdd;
   s.cost = [](const Op&, int) { return 1.0; };
   s.tolerances.f32 = {1e-6, 1e-6, 1e-2};
   registerOp(std::move(s));

@@ -15,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include "ipu_backend/kernels/elementwise_math.h"
 #include "ipu_backend/ops/op_info.h"
 
 namespace ipu::ops {
@@ -103,17 +104,27 @@ std::function<void()> vertexForward(const VertexArgs& a) {
   };
 }
 
-// Fused mode, one row: exp(x - max) in float into e (when given), the sum in double; returns
+// Fused mode, one row: exp(x - max) in float (vectorised: kernels::detail::vectorExp) into e
+// (when given), the sum in double; returns
 // logsumexp. The tile vertices keep logSumExp's double form.
 double rowExpSum(const float* x, i64 v, float* e, double* sum) {
   float mx = -INFINITY;
 #pragma omp simd reduction(max : mx)
   for (i64 j = 0; j < v; ++j) mx = std::max(mx, x[j]);
+  // The exps a block at a time, then their sum in double in a loop of its own (GCC's vectorised
+  // exp + double sum in one loop is 6x slower).
+  constexpr i64 kBlock = 1024;
+  float block[kBlock];
   double s = 0;
-  for (i64 j = 0; j < v; ++j) {
-    const float t = std::exp(x[j] - mx);
-    if (e) e[j] = t;
-    s += t;
+  for (i64 b = 0; b < v; b += kBlock) {
+    const i64 len = std::min(kBlock, v - b);
+    float* t = e ? e + b : block;
+#pragma omp simd
+    for (i64 j = 0; j < len; ++j) t[j] = kernels::detail::vectorExp(x[b + j] - mx);
+    double part = 0;
+#pragma omp simd reduction(+ : part)
+    for (i64 j = 0; j < len; ++j) part += t[j];
+    s += part;
   }
   *sum = s;
   return mx + std::log(s);

@@ -372,9 +372,11 @@ TEST(HostFusion, ElementwiseChainRunsAsOneLoopWithTileModesValues) {
   }
 }
 
-// A lowered LAMB step: g^2 -> the v update is a chain ending in the apply_update (the squares
-// never written), as is v / c2 -> sqrt -> + eps; three steps leave every variable as tile mode.
-TEST(HostFusion, LambStepChainsEndInTheStateUpdateAndEqualTileMode) {
+// A lowered LAMB step runs its per-weight arithmetic as one update group: the m and v updates,
+// u = m^ / (sqrt(v^) + eps) + wd w and both trust-ratio norms in one pass over the weight, the
+// temporaries never written; only u (the weight update's addend, after the trust ratio) is.
+// Three steps leave every variable as tile mode.
+TEST(HostFusion, LambStepRunsAsOneUpdateGroupAndEqualsTileMode) {
   kernels::fused::setNumThreads(2);
   Graph g("lamb_step");
   Builder B(g);
@@ -391,13 +393,48 @@ TEST(HostFusion, LambStepChainsEndInTheStateUpdateAndEqualTileMode) {
   o.maxGradNorm = 1.0;
   appendOptimizer(g, gr.grads, lr, o);
   auto exe = std::make_shared<const Executable>(compile(g, Target::small(16, 1 << 22)));
-  const HostFusionPlan plan = planHostFusions(exe->graph);
-  int endsInUpdate = 0;
-  for (const Op& op : exe->graph.ops())
-    if (plan.role[static_cast<size_t>(op.id)] == HostFusionPlan::Role::kElementwiseChain &&
-        op.kind == OpKind::ApplyUpdate)
-      ++endsInUpdate;
-  EXPECT_GE(endsInUpdate, 1);
+  const Graph& c = exe->graph;
+  const HostFusionPlan plan = planHostFusions(c);
+  std::vector<int> runners;
+  for (const Op& op : c.ops())
+    if (plan.role[static_cast<size_t>(op.id)] == HostFusionPlan::Role::kUpdateGroup)
+      runners.push_back(op.id);
+  ASSERT_EQ(runners.size(), 1u);
+  const std::vector<int>& members = plan.group[static_cast<size_t>(runners[0])];
+  auto producerIn = [&](const std::string& name) {
+    const int p = c.tensor(c.get(name)).producer;
+    return std::find(members.begin(), members.end(), p) != members.end();
+  };
+  for (const char* t :
+       {"w/grad_clipped", "w/grad_squared", "w/m_hat", "w/v_hat", "w/v_sqrt", "w/denominator",
+        "w/adam_step", "w/decay", "w/grad_decayed", "w/lamb_weight_sumsq", "w/lamb_update_sumsq"})
+    EXPECT_TRUE(producerIn(t)) << t;
+  for (const char* t : {"w/grad_clipped", "w/grad_squared", "w/m_hat", "w/v_hat", "w/v_sqrt",
+                        "w/denominator", "w/adam_step", "w/decay"})
+    EXPECT_TRUE(plan.elided[static_cast<size_t>(c.get(t))]) << t;
+  int stateUpdates = 0;  // m and v, in place; the weight's update reads the norms: after it
+  for (int id : members) stateUpdates += c.op(id).kind == OpKind::ApplyUpdate;
+  EXPECT_EQ(stateUpdates, 2);
+  const auto& outs = plan.groupOutputs[static_cast<size_t>(runners[0])];
+  EXPECT_EQ(outs, (std::vector<int>{c.get("w/grad_decayed"), c.get("w/lamb_weight_sumsq"),
+                                    c.get("w/lamb_update_sumsq")}));
+  EXPECT_FALSE(producerIn("w/lamb_lr")) << "reads the group's sums: runs after it";
+  // A group never spans the start of the update part (gradient accumulation runs the ops
+  // before it once per micro-batch), nor forms when the program runs in unknown segments.
+  HostFusionOptions cutAtV;
+  cutAtV.updateFirstOp = c.tensor(c.get("w/grad_squared")).producer;
+  const HostFusionPlan cutPlan = planHostFusions(c, cutAtV);
+  for (const Op& op : c.ops()) {
+    const auto& ids = cutPlan.group[static_cast<size_t>(op.id)];
+    if (ids.empty()) continue;
+    EXPECT_EQ(ids.front() < cutAtV.updateFirstOp, ids.back() < cutAtV.updateFirstOp)
+        << "a group across the cut";
+  }
+  HostFusionOptions pipelined;
+  pipelined.updateGroups = false;
+  const HostFusionPlan none = planHostFusions(c, pipelined);
+  for (const Op& op : c.ops())
+    EXPECT_NE(none.role[static_cast<size_t>(op.id)], HostFusionPlan::Role::kUpdateGroup);
 
   std::vector<float> xs(64 * 300), ws(300 * 80);
   for (size_t i = 0; i < xs.size(); ++i) xs[i] = std::sin(0.013f * static_cast<float>(i));

@@ -247,11 +247,12 @@ Case gatherCase(std::string name, i64 v, i64 d, std::vector<std::int32_t> idx,
 }
 
 Case scatterAddCase(std::string name, i64 v, i64 d, std::vector<std::int32_t> idx,
-                    i64 tileBytes = 0) {
-  Case k = registeredCase({"scatter_add", "gather"}, DType::F32);
+                    i64 tileBytes = 0, DType dt = DType::F32) {
+  Case k = registeredCase({"scatter_add", "gather"}, dt);
   k.op.name = std::move(name);
   const i64 n = static_cast<i64>(idx.size());
   k.op.inputs = {{"updates", {n, d}}};
+  k.op.dtypes = {dt};
   k.op.intInputs = {{"indices", idx}};
   k.op.tileBytes = tileBytes;
   k.op.build = [v](Builder& b, const std::vector<int>& u, const std::vector<int>& i) {
@@ -326,17 +327,20 @@ Case geluCase(std::string name, const std::string& approximate, DType dt = DType
 }
 
 // Scores x [B, heads, S, S] with an additive mask of `maskShape` (values 0 or -10000).
-Case maskedSoftmaxCase(std::string name, Shape x, Shape maskShape, i64 tileBytes = 0) {
-  Case k = registeredCase({"masked_softmax"}, DType::F32);
+Case maskedSoftmaxCase(std::string name, Shape x, Shape maskShape, i64 tileBytes = 0,
+                       DType dt = DType::F32) {
+  Case k = registeredCase({"masked_softmax"}, dt);
   k.op.name = std::move(name);
   k.op.inputs = {{"x", x}, {"mask", maskShape}};
+  k.op.dtypes = {dt, dt};
   k.op.differentiable = {true, false};
   k.op.tileBytes = tileBytes;
   k.op.inputLo = -2.f, k.op.inputHi = 2.f;
   k.op.build = [](Builder& b, const std::vector<int>& v, const std::vector<int>&) {
     // A mask of 0 and -10000 from the random values: drop where the value is below -0.5.
-    int drop = b.unary("relu", b.scale(b.binary("sub", b.constant({}, -0.5), v[1]), 1e6));
-    int mask = b.scale(b.binary("min", drop, b.constant({}, 1.0)), -10000.0);
+    const DType t = b.graph().tensor(v[1]).dtype;
+    int drop = b.unary("relu", b.scale(b.binary("sub", b.constant({}, -0.5, t), v[1]), 1e6));
+    int mask = b.scale(b.binary("min", drop, b.constant({}, 1.0, t)), -10000.0);
     return ops::add(b.graph(), "masked_softmax", {v[0], mask}, {}, {"y"})[0];
   };
   k.reference = [x, maskShape](const Vals& v) {
@@ -509,6 +513,9 @@ void addRegisteredOpCases(std::vector<Case>& cs) {
   cs.push_back(maskedLmLossCase("masked_lm_loss_rows_across_tiles", 50, {3, 49, 0, 17}, 8192));
   cs.push_back(maskedSoftmaxCase("masked_softmax_bert_mask", {2, 3, 5, 5}, {2, 1, 1, 5}));
   cs.push_back(maskedSoftmaxCase("masked_softmax_per_query_mask", {3, 4, 6}, {1, 4, 6}, 8192));
+  // The native 16-bit kernel (rows widened and rounded in cache), BERT's packed-sequence mask.
+  cs.push_back(
+      maskedSoftmaxCase("masked_softmax_bf16", {2, 3, 20, 20}, {2, 1, 20, 20}, 0, DType::BF16));
   cs.push_back(geluCase("gelu_tanh", "tanh"));
   cs.push_back(geluCase("gelu_erf", "none"));
   cs.push_back(geluCase("gelu_tanh_bf16", "tanh", DType::BF16));
@@ -523,6 +530,9 @@ void addRegisteredOpCases(std::vector<Case>& cs) {
   cs.push_back(
       gatherCase("gather_multi_slice", 64, 16, {5, 63, 17, 40, 5, 0, 33, 22}, DType::F32, 8192));
   cs.push_back(scatterAddCase("scatter_add", 10, 6, {3, 0, 9, 3, 7}));
+  // Native 16-bit kernel: repeated rows summed in f32 and rounded once; 20 columns: a block of
+  // 16 and a partial one.
+  cs.push_back(scatterAddCase("scatter_add_bf16", 10, 20, {3, 0, 9, 3, 7, 3}, 0, DType::BF16));
   cs.push_back(scatterAddCase("scatter_add_split", 12, 16,
                               {5, 11, 7, 3, 5, 0, 2, 2, 9, 1, 4, 6, 8, 10, 3, 5, 7, 1, 0, 11},
                               8192));
