@@ -423,6 +423,102 @@ TEST(Compiler, TransposedLargeWeightMatMulGathersAColumnBlockPerTile) {
   for (size_t i = 0; i < got[0].size(); ++i) ASSERT_NEAR(got[1][i], got[0][i], 1e-4) << i;
 }
 
+// BERT's attention heads: [B, S, heads, d] -> [B, heads, S, d]. A tile's output slice covers a
+// few rows s of one head, d elements apart by `heads * d` in x: one bounding window per vertex
+// gathered `heads` times what the vertex reads (983 KB on a Mk2 tile for BERT-Large); the
+// transpose now gathers each row's d elements.
+TEST(Compiler, HeadTransposeGathersOnlyTheRowsItReads) {
+  Graph g("heads");
+  Builder b(g);
+  const i64 B = 2, S = 64, heads = 16, d = 16;
+  int x = b.variable("x", {B, S, heads, d});
+  int y = b.transpose(x, {0, 2, 1, 3}, "y");
+  g.markOutput(y);
+  const Target t = Target::small(64, 64 << 10);
+  CompileOptions opts;
+  opts.checkMemory = false;
+  auto exe = std::make_shared<const Executable>(compile(g, t, opts));
+  for (const ComputeSet& cs : exe->computeSets) {
+    std::map<int, i64> gathered, written;  // per tile, elements
+    for (const Vertex& v : cs.vertices) {
+      written[v.tile] += v.work.size();
+      for (const Window& win : v.inputs)
+        if (win.gather && !win.shared) gathered[v.tile] += win.end - win.begin;
+    }
+    for (const auto& [tile, n] : gathered)
+      EXPECT_LE(n, 2 * written[tile]) << cs.name << " on tile " << tile;
+  }
+  std::vector<float> xv(static_cast<size_t>(B * S * heads * d));
+  for (size_t i = 0; i < xv.size(); ++i) xv[i] = static_cast<float>(i % 1000) * 0.25f;
+  std::vector<float> got[2];
+  for (EngineMode mode : {EngineMode::Fused, EngineMode::Tile}) {
+    Engine e(exe, mode);
+    e.writeTensor(x, xv.data(), xv.size() * 4);
+    e.run();
+    got[mode == EngineMode::Tile] = e.readFloats(y);
+  }
+  ASSERT_EQ(got[0].size(), xv.size());
+  for (i64 bb = 0; bb < B; ++bb)
+    for (i64 h = 0; h < heads; ++h)
+      for (i64 s = 0; s < S; ++s)
+        for (i64 k = 0; k < d; ++k) {
+          const size_t o = static_cast<size_t>(((bb * heads + h) * S + s) * d + k);
+          const size_t i = static_cast<size_t>(((bb * S + s) * heads + h) * d + k);
+          ASSERT_EQ(got[0][o], xv[i]) << o;
+          ASSERT_EQ(got[1][o], xv[i]) << o;
+        }
+}
+
+// Attention's dV = probs^T x dcontext: A [batch, K, M] read transposed. A vertex of output rows
+// i0..i1 of one batch reads column run i0..i1 of every row k of A; one bounding window
+// gathered all M columns of those rows (786 KB on a Mk2 tile for BERT-Large).
+TEST(Compiler, TransposedOperandMatMulGathersOnlyTheColumnsItReads) {
+  Graph g("dv");
+  Builder b(g);
+  const i64 batch = 4, K = 64, M = 64, N = 8;
+  int p = b.variable("probs", {batch, K, M});
+  int dc = b.variable("dcontext", {batch, K, N});
+  int y = b.matmul(p, dc, true, false, "dv");
+  g.markOutput(y);
+  const Target t = Target::small(64, 64 << 10);
+  CompileOptions opts;
+  opts.checkMemory = false;
+  auto exe = std::make_shared<const Executable>(compile(g, t, opts));
+  for (const ComputeSet& cs : exe->computeSets) {
+    std::map<int, i64> gathered, rows;  // per tile: elements of probs, output rows written
+    for (const Vertex& v : cs.vertices) {
+      rows[v.tile] += (v.work.size() + N - 1) / N;
+      for (const Window& win : v.inputs)
+        if (win.buffer == p && win.gather && !win.shared) gathered[v.tile] += win.end - win.begin;
+    }
+    for (const auto& [tile, n] : gathered)
+      EXPECT_LE(n, 2 * K * (rows[tile] + 1)) << cs.name << " on tile " << tile;
+  }
+  std::vector<float> pv(static_cast<size_t>(batch * K * M)), dv(static_cast<size_t>(batch * K * N));
+  for (size_t i = 0; i < pv.size(); ++i) pv[i] = static_cast<float>((i * 7) % 13) / 13.f - 0.5f;
+  for (size_t i = 0; i < dv.size(); ++i) dv[i] = static_cast<float>((i * 5) % 11) / 11.f - 0.5f;
+  std::vector<float> got[2];
+  for (EngineMode mode : {EngineMode::Fused, EngineMode::Tile}) {
+    Engine e(exe, mode);
+    e.writeTensor(p, pv.data(), pv.size() * 4);
+    e.writeTensor(dc, dv.data(), dv.size() * 4);
+    e.run();
+    got[mode == EngineMode::Tile] = e.readFloats(y);
+  }
+  ASSERT_EQ(got[0].size(), static_cast<size_t>(batch * M * N));
+  for (i64 bt = 0; bt < batch; ++bt)
+    for (i64 i = 0; i < M; ++i)
+      for (i64 j = 0; j < N; ++j) {
+        double ref = 0;
+        for (i64 k = 0; k < K; ++k)
+          ref += double(pv[static_cast<size_t>((bt * K + k) * M + i)]) *
+                 dv[static_cast<size_t>((bt * K + k) * N + j)];
+        const size_t o = static_cast<size_t>((bt * M + i) * N + j);
+        ASSERT_NEAR(got[0][o], ref, 1e-4) << o;
+        ASSERT_NEAR(got[1][o], got[0][o], 1e-4) << o;
+      }
+}
+
 // Forty layers' biases of one size, each with its optimizer state named after it: a weight and
 // its state share one mapping (their update stays tile-local), while different weights start on
 // different tiles (one start tile per size piled every layer's biases onto the same tiles).
