@@ -519,6 +519,56 @@ TEST(Compiler, TransposedOperandMatMulGathersOnlyTheColumnsItReads) {
       }
 }
 
+// BERT's decoder input gradient dy [R, V] x E [V, H]: E too large for a tile, so the sum over V
+// is split into parts, and a part's vertex of many output rows needs the part's run of every dy
+// row. One bounding window held whole dy rows (4.7 MB on a Mk2 tile for BERT-Large).
+TEST(Compiler, SplitSumMatMulGathersOnlyItsPartOfEachRow) {
+  Graph g("decoder_input_grad");
+  Builder b(g);
+  const i64 R = 16, V = 2048, H = 64;
+  int dy = b.variable("dy", {R, V});
+  int e = b.variable("e", {V, H});
+  int y = b.matmul(dy, e, false, false, "dm");
+  g.markOutput(y);
+  const Target t = Target::small(16, 64 << 10);
+  CompileOptions opts;
+  opts.checkMemory = false;
+  auto exe = std::make_shared<const Executable>(compile(g, t, opts));
+  bool split = false;
+  for (const ComputeSet& cs : exe->computeSets)
+    for (const Vertex& v : cs.vertices) {
+      if (v.red.size() == 0 || v.red.size() == V) continue;
+      split = true;
+      const i64 rows = (v.work.end - 1) / H - v.work.begin / H + 1;
+      i64 read = 0;
+      for (const Window& win : v.inputs)
+        if (win.buffer == dy) read += win.end - win.begin;
+      EXPECT_LE(read, 2 * rows * v.red.size()) << cs.name << " on tile " << v.tile;
+    }
+  EXPECT_TRUE(split) << "the sum over V should be split into parts";
+  std::vector<float> dv(static_cast<size_t>(R * V)), ev(static_cast<size_t>(V * H));
+  for (size_t i = 0; i < dv.size(); ++i) dv[i] = static_cast<float>((i * 7) % 13) / 13.f - 0.5f;
+  for (size_t i = 0; i < ev.size(); ++i) ev[i] = static_cast<float>((i * 5) % 11) / 11.f - 0.5f;
+  std::vector<float> got[2];
+  for (EngineMode mode : {EngineMode::Fused, EngineMode::Tile}) {
+    Engine en(exe, mode);
+    en.writeTensor(dy, dv.data(), dv.size() * 4);
+    en.writeTensor(e, ev.data(), ev.size() * 4);
+    en.run();
+    got[mode == EngineMode::Tile] = en.readFloats(y);
+  }
+  ASSERT_EQ(got[0].size(), static_cast<size_t>(R * H));
+  for (i64 i = 0; i < R; ++i)
+    for (i64 j = 0; j < H; ++j) {
+      double ref = 0;
+      for (i64 k = 0; k < V; ++k)
+        ref += double(dv[static_cast<size_t>(i * V + k)]) * ev[static_cast<size_t>(k * H + j)];
+      const size_t o = static_cast<size_t>(i * H + j);
+      ASSERT_NEAR(got[0][o], ref, 1e-3) << o;
+      ASSERT_NEAR(got[1][o], got[0][o], 1e-3) << o;
+    }
+}
+
 // Forty layers' biases of one size, each with its optimizer state named after it: a weight and
 // its state share one mapping (their update stays tile-local), while different weights start on
 // different tiles (one start tile per size piled every layer's biases onto the same tiles).
