@@ -569,6 +569,48 @@ TEST(Compiler, SplitSumMatMulGathersOnlyItsPartOfEachRow) {
     }
 }
 
+// A sum split into many parts over wide output slices (BERT's weight gradients: 38 parts of
+// 2.8K columns, 445 KB of partial rows gathered by one combining tile): the combine runs a run
+// of columns at a time, one compute set each, so no set gathers much more than a window budget.
+TEST(Compiler, WideSplitSumsAreCombinedARunOfColumnsAtATime) {
+  Graph g("wide_split_sum");
+  Builder b(g);
+  const i64 M = 64, K = 2048, N = 256;
+  int a = b.variable("a", {M, K});
+  int w = b.variable("w", {K, N});
+  int y = b.matmul(a, w, false, false, "y");
+  g.markOutput(y);
+  const Target t = Target::small(16, 64 << 10);
+  CompileOptions opts;
+  opts.checkMemory = false;
+  auto exe = std::make_shared<const Executable>(compile(g, t, opts));
+  int combineSets = 0;
+  for (const ComputeSet& cs : exe->computeSets) {
+    if (cs.phase != 1) continue;
+    ++combineSets;
+    std::map<int, i64> gathered;  // per tile, bytes of partial rows
+    for (const Vertex& v : cs.vertices)
+      for (const Window& win : v.inputs)
+        if (win.gather && !win.shared) gathered[v.tile] += (win.end - win.begin) * 4;
+    for (const auto& [tile, bytes] : gathered)
+      EXPECT_LE(bytes, 2 * t.bytesPerTile / 8) << cs.name << " on tile " << tile;
+  }
+  EXPECT_GT(combineSets, 1);
+  std::vector<float> av(static_cast<size_t>(M * K)), wv(static_cast<size_t>(K * N));
+  for (size_t i = 0; i < av.size(); ++i) av[i] = static_cast<float>((i * 7) % 13) / 13.f - 0.5f;
+  for (size_t i = 0; i < wv.size(); ++i) wv[i] = static_cast<float>((i * 5) % 11) / 11.f - 0.5f;
+  std::vector<float> got[2];
+  for (EngineMode mode : {EngineMode::Fused, EngineMode::Tile}) {
+    Engine en(exe, mode);
+    en.writeTensor(a, av.data(), av.size() * 4);
+    en.writeTensor(w, wv.data(), wv.size() * 4);
+    en.run();
+    got[mode == EngineMode::Tile] = en.readFloats(y);
+  }
+  ASSERT_EQ(got[0].size(), static_cast<size_t>(M * N));
+  for (size_t i = 0; i < got[0].size(); ++i) ASSERT_NEAR(got[1][i], got[0][i], 1e-3) << i;
+}
+
 // Forty layers' biases of one size, each with its optimizer state named after it: a weight and
 // its state share one mapping (their update stays tile-local), while different weights start on
 // different tiles (one start tile per size piled every layer's biases onto the same tiles).
