@@ -611,6 +611,47 @@ TEST(Compiler, WideSplitSumsAreCombinedARunOfColumnsAtATime) {
   for (size_t i = 0; i < got[0].size(); ++i) ASSERT_NEAR(got[1][i], got[0][i], 1e-3) << i;
 }
 
+// BERT's max-logit metric: max over the vocabulary of [rows, V] logits, the sum split over V. A
+// part's vertex of many rows reads its part of each row; one bounding window held whole rows
+// (4.7 MB of BERT-Large's logits on one tile).
+TEST(Compiler, SplitRowReductionGathersOnlyItsPartOfEachRow) {
+  Graph g("max_logit");
+  Builder b(g);
+  const i64 R = 64, V = 4096;
+  int x = b.variable("logits", {R, V});
+  int y = b.reduce("max", x, {1}, false, "max_logit");
+  g.markOutput(y);
+  const Target t = Target::small(16, 64 << 10);
+  CompileOptions opts;
+  opts.checkMemory = false;
+  auto exe = std::make_shared<const Executable>(compile(g, t, opts));
+  bool split = false;
+  for (const ComputeSet& cs : exe->computeSets)
+    for (const Vertex& v : cs.vertices) {
+      if (cs.phase != 0 || v.red.size() == V) continue;
+      split = true;
+      i64 read = 0;
+      for (const Window& win : v.inputs) read += win.end - win.begin;
+      EXPECT_LE(read, 2 * v.work.size() * v.red.size()) << cs.name << " on tile " << v.tile;
+    }
+  EXPECT_TRUE(split) << "the max over V should be split into parts";
+  std::vector<float> xv(static_cast<size_t>(R * V));
+  for (size_t i = 0; i < xv.size(); ++i) xv[i] = static_cast<float>((i * 7919) % 10007) * 0.01f;
+  std::vector<float> got[2];
+  for (EngineMode mode : {EngineMode::Fused, EngineMode::Tile}) {
+    Engine en(exe, mode);
+    en.writeTensor(x, xv.data(), xv.size() * 4);
+    en.run();
+    got[mode == EngineMode::Tile] = en.readFloats(y);
+  }
+  ASSERT_EQ(got[0].size(), static_cast<size_t>(R));
+  for (i64 r = 0; r < R; ++r) {
+    const float ref = *std::max_element(xv.begin() + r * V, xv.begin() + (r + 1) * V);
+    ASSERT_EQ(got[0][static_cast<size_t>(r)], ref) << r;
+    ASSERT_EQ(got[1][static_cast<size_t>(r)], ref) << r;
+  }
+}
+
 // Forty layers' biases of one size, each with its optimizer state named after it: a weight and
 // its state share one mapping (their update stays tile-local), while different weights start on
 // different tiles (one start tile per size piled every layer's biases onto the same tiles).
