@@ -12,6 +12,10 @@
 //   --always-live                             list the always-live buffers on each fullest tile
 //   --state on-chip|off-chip                  BERT's default off-chip (Graphcore's POD16),
 //                                             EfficientNet's on-chip (offloading disabled)
+//   --no-checkpoints                          BERT: recompute each stage from its inputs only
+//                                             (default: Graphcore's per-sublayer checkpoints)
+//   --f32-accumulators                        BERT: f32 gradient accumulators (default: the
+//                                             weight's dtype, PopART's default accum_type)
 // The optimizer state is not sharded over the replicas (16-bit loss-scaled updates cannot be).
 #include <algorithm>
 #include <chrono>
@@ -54,6 +58,8 @@ Model bert(bool layersPerIpu, int microBatch) {
   m.options.splits = p.splits;
   m.options.stageIpu = p.stageIpu;
   m.options.ipus = p.ipus;
+  m.options.checkpoints = p.checkpoints;     // Graphcore's checkpointOutput per sublayer
+  m.options.accumulateInWeightDType = true;  // PopART's default accum_type: f16 accumulators
   m.placement = p.describe();
   return m;
 }
@@ -106,6 +112,10 @@ int main(int argc, char** argv) {
   app.add_flag("--no-step-cost", noStepCost, "print the verdict without the modeled step");
   app.add_flag("--always-live", alwaysLiveDetail,
                "list the always-live buffers of every IPU's fullest tile");
+  bool noCheckpoints = false, f32Accumulators = false;
+  app.add_flag("--no-checkpoints", noCheckpoints,
+               "BERT: no per-sublayer recomputation checkpoints");
+  app.add_flag("--f32-accumulators", f32Accumulators, "BERT: f32 gradient accumulators");
   app.add_option("--state", state, "on-chip | off-chip (default: as Graphcore ran the model)");
   CLI11_PARSE(app, argc, argv);
 
@@ -138,6 +148,8 @@ int main(int argc, char** argv) {
     o.replicas = replicas;
     o.optimizerStateOffChip = state.empty() ? which.starts_with("bert") : state == "off-chip";
     o.recompute = !noRecompute && stages > 1;
+    if (noCheckpoints || !o.recompute) o.checkpoints.clear();
+    if (f32Accumulators) o.accumulateInWeightDType = false;
     o.checkMemory = false;
     o.planExchanges = false;
     const pipeline::PipelinedExecutable pe = pipeline::compilePipeline(m.graph, Target::mk2(), o);

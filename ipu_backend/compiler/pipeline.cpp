@@ -406,7 +406,8 @@ PipelinedExecutable compilePipeline(const Graph& training, const Target& ipu,
   // 1. The replica's training graph: accumulation over G micro-batches and the replicas' update
   //    part, optimizers lowered to ordinary ops (every IPU program then only cuts it).
   replication::ReplicatedGraph rg = replication::replicate(
-      training, {options.replicas, options.accumulation, options.shardOptimizerState});
+      training, {options.replicas, options.accumulation, options.shardOptimizerState,
+                 options.accumulateInWeightDType});
   Graph& g = rg.graph;
   int updateFirst = rg.updateFirstOp;
   if (updateFirst < 0) {

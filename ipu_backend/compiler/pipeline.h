@@ -75,6 +75,9 @@ struct PipelineOptions {
   int accumulation = 1;  // G: micro-batches per weight update
   int replicas = 1;      // R: data-parallel copies of the whole pipeline
   bool shardOptimizerState = false;
+  // Gradient accumulators in the weight's dtype (replication::ReplicationOptions; Graphcore's
+  // BERT: PopART's default accum_type, f16 for f16 weights).
+  bool accumulateInWeightDType = false;
   bool checkMemory = true;  // false: plan and report every IPU, even one that overflows
   // false: stop every IPU's compile at its tile memory (a fit verdict; price the exchange with
   // cost::ExchangeModel::Planned). Such a pipeline cannot run.

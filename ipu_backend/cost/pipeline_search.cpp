@@ -42,8 +42,8 @@ struct ForwardCosts {
 
 ForwardCosts forwardCosts(const Graph& training, const Target& ipu,
                           const pipeline::PipelineOptions& o, const CostOptions& opts) {
-  replication::ReplicatedGraph rg =
-      replication::replicate(training, {o.replicas, o.accumulation, o.shardOptimizerState});
+  replication::ReplicatedGraph rg = replication::replicate(
+      training, {o.replicas, o.accumulation, o.shardOptimizerState, o.accumulateInWeightDType});
   CompileOptions co;
   rg.configure(co, o.accumulation);
   co.checkMemory = false;

@@ -31,25 +31,51 @@ std::vector<int> intPerm(const std::vector<i64>& p) {
   return {p.begin(), p.end()};
 }
 
-// Bounding range of input flat indices that output range `out` of a transpose reads.
-Range transposeBounds(const Shape& in, const std::vector<i64>& perm, Range out) {
-  i64 inElems = numElements(in);
-  if (out.size() > 8192 || in.empty()) return {0, inElems};
-  size_t r = in.size();
+// The input windows that output range `out` of a transpose reads: its contiguous input runs,
+// neighbours merged while the merged window stays at most twice what it holds of the runs. A
+// permutation that moves the innermost dimension leaves runs of a few elements: then one
+// bounding window (a vertex per element run would cost more vertex state than it saves).
+Windows transposeWindows(int input, const Shape& in, const std::vector<i64>& perm, Range out) {
+  const size_t r = in.size();
+  if (out.size() > 8192 || in.empty()) return {{input, 0, numElements(in)}};
   std::vector<i64> inStride(r, 1), outDims(r);
   for (size_t d = r - 1; d-- > 0;) inStride[d] = inStride[d + 1] * in[d + 1];
-  for (size_t d = 0; d < r; ++d) outDims[d] = in[perm[d]];
-  i64 lo = inElems, hi = 0;
-  for (i64 o = out.begin; o < out.end; ++o) {
+  for (size_t d = 0; d < r; ++d) outDims[d] = in[static_cast<size_t>(perm[d])];
+  // The innermost dimension kept innermost: a row of it is one run (one index per row).
+  const i64 row = perm[r - 1] == static_cast<i64>(r - 1) ? outDims[r - 1] : 1;
+  std::vector<Range> runs;
+  for (i64 o = out.begin; o < out.end;) {
+    const i64 e = std::min(out.end, (o / row + 1) * row);
     i64 rem = o, idx = 0;
     for (size_t d = r; d-- > 0;) {
-      idx += (rem % outDims[d]) * inStride[perm[d]];
+      idx += (rem % outDims[d]) * inStride[static_cast<size_t>(perm[d])];
       rem /= outDims[d];
     }
-    lo = std::min(lo, idx);
-    hi = std::max(hi, idx + 1);
+    if (!runs.empty() && runs.back().end == idx)
+      runs.back().end += e - o;
+    else
+      runs.push_back({idx, idx + e - o});
+    o = e;
   }
-  return {lo, hi};
+  std::sort(runs.begin(), runs.end(), [](Range a, Range b) { return a.begin < b.begin; });
+  const Range bound{runs.front().begin,
+                    std::max_element(runs.begin(), runs.end(), [](Range a, Range b) {
+                      return a.end < b.end;
+                    })->end};
+  if (bound.size() <= 2 * out.size() || out.size() < 8 * static_cast<i64>(runs.size()))
+    return {{input, bound.begin, bound.end}};
+  Windows w;
+  i64 held = 0;  // elements of runs in w.back()
+  for (const Range& run : runs) {
+    if (!w.empty() && std::max(w.back().end, run.end) - w.back().begin <= 2 * (held + run.size())) {
+      w.back().end = std::max(w.back().end, run.end);
+      held += run.size();
+      continue;
+    }
+    w.push_back({input, run.begin, run.end});
+    held = run.size();
+  }
+  return w;
 }
 
 std::vector<TensorType> inferReshape(const std::vector<const Tensor*>& in, const Attrs& a,
@@ -123,14 +149,31 @@ IPU_REGISTER_OPS(layout) {
   t.plan = [](PlanApi& p, const Op& op) {
     const Shape s = p.graph().tensor(op.inputs[0]).shape;
     const auto perm = op.attrs.getInts("perm");
-    p.perSlice(op, 0, {op.outputs[0]}, [op, s, perm](Range r) {
-      const Range b = transposeBounds(s, perm, r);
-      return Windows{{op.inputs[0], b.begin, b.end}};
-    });
+    p.perSlice(op, 0, {op.outputs[0]},
+               [op, s, perm](Range r) { return transposeWindows(op.inputs[0], s, perm, r); });
   };
   t.vertex = [](const VertexArgs& a) -> std::function<void()> {
-    return [dims = a.g.tensor(a.op.inputs[0]).shape, perm = intPerm(a.op.attrs.getInts("perm")),
-            W = a.in, y = a.out[0], work = a.work] { ref::transpose(dims, perm, W[0], y, work); };
+    if (a.in.size() == 1)
+      return [dims = a.g.tensor(a.op.inputs[0]).shape, perm = intPerm(a.op.attrs.getInts("perm")),
+              W = a.in, y = a.out[0], work = a.work] { ref::transpose(dims, perm, W[0], y, work); };
+    // Several windows (transposeWindows, ascending and disjoint): each element from its own.
+    return [dims = a.g.tensor(a.op.inputs[0]).shape, perm = a.op.attrs.getInts("perm"), W = a.in,
+            y = a.out[0], work = a.work] {
+      const size_t r = dims.size();
+      std::vector<i64> inStride(r, 1), outDims(r);
+      for (size_t d = r - 1; d-- > 0;) inStride[d] = inStride[d + 1] * dims[d + 1];
+      for (size_t d = 0; d < r; ++d) outDims[d] = dims[static_cast<size_t>(perm[d])];
+      for (i64 o = work.begin; o < work.end; ++o) {
+        i64 rem = o, idx = 0;
+        for (size_t d = r; d-- > 0;) {
+          idx += (rem % outDims[d]) * inStride[static_cast<size_t>(perm[d])];
+          rem /= outDims[d];
+        }
+        const auto it = std::upper_bound(W.begin(), W.end(), idx,
+                                         [](i64 i, const FW& w) { return i < w.base; });
+        y[o - work.begin] = (it - 1)->operator[](idx);
+      }
+    };
   };
   t.fused = [](const FusedArgs& a) -> std::function<void()> {
     return [dims = a.g.tensor(a.op.inputs[0]).shape, perm = intPerm(a.op.attrs.getInts("perm")),

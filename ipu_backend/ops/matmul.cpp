@@ -135,32 +135,70 @@ void plan(PlanApi& p, const Op& op) {
   auto bBatches = [s](Range rows) {
     return s.broadcastB ? Range{0, 1} : Range{rows.begin / s.m, (rows.end - 1) / s.m + 1};
   };
+  // A's windows, where one bounding window would gather more than twice what the vertex reads:
+  // A [M, K] with the sum split over k, one window per row of its run ks (8 or more columns;
+  // BERT's decoder input gradient dy x E, 78 rows of 30522, gathered 4.7 MB per tile); A read
+  // transposed (A [K, M]), one window per k of the rows' i range (8 or more rows; attention's
+  // dV = probs^T x dcontext, 786 KB per tile), neighbours merged while the merged window stays
+  // at most twice what it holds. Ascending and disjoint (the vertex gathers them into their
+  // span).
   auto aWindow = [s, a](Range rows, Range ks) {
-    if (!s.transA) return NeedWindow{a, rows.begin * s.k + ks.begin, (rows.end - 1) * s.k + ks.end};
+    if (!s.transA) {
+      const NeedWindow bound{a, rows.begin * s.k + ks.begin, (rows.end - 1) * s.k + ks.end};
+      if (bound.end - bound.begin <= 2 * rows.size() * ks.size() || ks.size() < 8)
+        return Windows{bound};
+      Windows w;
+      for (i64 i = rows.begin; i < rows.end; ++i)
+        w.push_back({a, i * s.k + ks.begin, i * s.k + ks.end});
+      return w;
+    }
     i64 b0 = rows.begin / s.m, b1 = (rows.end - 1) / s.m + 1;
-    return NeedWindow{a, b0 * s.k * s.m + ks.begin * s.m, (b1 - 1) * s.k * s.m + ks.end * s.m};
+    const NeedWindow bound{a, b0 * s.k * s.m + ks.begin * s.m, (b1 - 1) * s.k * s.m + ks.end * s.m};
+    // Runs of a few elements (a vertex of one output row: a weight gradient's x^T) stay one
+    // bounding window: a window per element would cost more to plan than it saves.
+    if (bound.end - bound.begin <= 2 * rows.size() * ks.size() || rows.size() < 8 * (b1 - b0))
+      return Windows{bound};
+    Windows w;
+    i64 held = 0;
+    for (i64 bt = b0; bt < b1; ++bt) {
+      const i64 i0 = std::max(rows.begin, bt * s.m) - bt * s.m;
+      const i64 i1 = std::min(rows.end, (bt + 1) * s.m) - bt * s.m;
+      for (i64 kk = ks.begin; kk < ks.end; ++kk) {
+        const i64 begin = bt * s.k * s.m + kk * s.m + i0, end = begin + (i1 - i0);
+        if (!w.empty() && end - w.back().begin <= 2 * (held + end - begin)) {
+          w.back().end = end;
+          held += end - begin;
+        } else {
+          w.push_back({a, begin, end});
+          held = end - begin;
+        }
+      }
+    }
+    return w;
+  };
+  auto with = [](Windows w, NeedWindow last) {
+    w.push_back(last);
+    return w;
   };
   if (s.k * s.n * 4 <= p.windowBudgetBytes()) {
-    p.perSlice(op, 0, {out}, [s, b, bBatches, aWindow](Range r) {
+    p.perSlice(op, 0, {out}, [s, b, bBatches, aWindow, with](Range r) {
       Range rows = rowsOf(r, s.n), bb = bBatches(rows);
-      return Windows{aWindow(rows, {0, s.k}), {b, bb.begin * s.k * s.n, bb.end * s.k * s.n}};
+      return with(aWindow(rows, {0, s.k}), {b, bb.begin * s.k * s.n, bb.end * s.k * s.n});
     });
   } else if (s.transB) {
     p.perSlice(
         op, 0, {out},
-        [s, b, bBatches, aWindow](Range r) {
+        [s, b, bBatches, aWindow, with](Range r) {
           Range rows = rowsOf(r, s.n), bb = bBatches(rows), js = channelsOf(r, s.n);
-          return Windows{
-              aWindow(rows, {0, s.k}),
-              {b, bb.begin * s.n * s.k + js.begin * s.k, (bb.end - 1) * s.n * s.k + js.end * s.k}};
+          return with(aWindow(rows, {0, s.k}), {b, bb.begin * s.n * s.k + js.begin * s.k,
+                                                (bb.end - 1) * s.n * s.k + js.end * s.k});
         },
         s.n);
   } else {
-    p.splitReduction(op, 0, out, s.k, s.n * 4, [s, b, bBatches, aWindow](Range r, Range ks) {
+    p.splitReduction(op, 0, out, s.k, s.n * 4, [s, b, bBatches, aWindow, with](Range r, Range ks) {
       Range rows = rowsOf(r, s.n), bb = bBatches(rows);
-      return Windows{
-          aWindow(rows, ks),
-          {b, bb.begin * s.k * s.n + ks.begin * s.n, (bb.end - 1) * s.k * s.n + ks.end * s.n}};
+      return with(aWindow(rows, ks), {b, bb.begin * s.k * s.n + ks.begin * s.n,
+                                      (bb.end - 1) * s.k * s.n + ks.end * s.n});
     });
   }
 }
@@ -169,8 +207,20 @@ std::function<void()> vertex(const VertexArgs& a) {
   if (a.phase == 1) return sumPartials(a);
   const auto s = matMulShapeOf(a.g, a.op);
   const Range ks = a.red.size() > 0 ? a.red : Range{0, s.k};  // split over k: partials
-  return
-      [s, W = a.in, y = a.out[0], work = a.work, ks] { ref::matMul(s, W[0], W[1], y, work, ks); };
+  if (a.in.size() == 2)
+    return
+        [s, W = a.in, y = a.out[0], work = a.work, ks] { ref::matMul(s, W[0], W[1], y, work, ks); };
+  // A read transposed through several windows (plan's aWindow): gathered into one window over
+  // their span first (vertex-local scratch, not tile memory: the plan counted the windows).
+  return [s, W = a.in, y = a.out[0], work = a.work, ks] {
+    const FW& first = W.front();
+    const FW& last = W[W.size() - 2];
+    std::vector<float> span(static_cast<size_t>(last.base + last.size - first.base), 0.f);
+    for (size_t w = 0; w + 1 < W.size(); ++w)
+      std::copy(W[w].data, W[w].data + W[w].size, span.begin() + (W[w].base - first.base));
+    ref::matMul(s, FW{span.data(), first.base, static_cast<i64>(span.size())}, W.back(), y, work,
+                ks);
+  };
 }
 
 // One oneDNN primitive per op, built here, owned by the step.

@@ -143,28 +143,40 @@ ReplicatedGraph replicate(const Graph& src, const ReplicationOptions& o) {
   // Micro-batch part: accumulate every gradient. Accumulators and the cross-replica reduction
   // are f32 whatever the gradient's dtype (a 16-bit gradient is widened first): the ring
   // collectives sum f32, and A x R loss-scaled 16-bit gradients could overflow a 16-bit sum.
+  // accumulateInWeightDType: the accumulator has the weight's dtype (PopART's default; A
+  // micro-batches only, the R-way sum is f32), widened at the start of the update part.
   Builder b(g);
   std::vector<int> reduced;  // per update: what the reduction reads
+  std::vector<int> narrowAccumulators;
   for (const Op* u : updates) {
     const Tensor& w = src.tensor(u->inputs[0]);
-    const int grad = b.cast(id.at(updateOperands(*u).grad), DType::F32, w.name + "/grad_f32");
+    const DType accType = o.accumulateInWeightDType && o.accumulation > 1 ? w.dtype : DType::F32;
+    const int grad = b.cast(id.at(updateOperands(*u).grad), accType,
+                            w.name + "/grad_" + std::string(dtypeName(accType)));
     if (o.accumulation == 1) {
       reduced.push_back(grad);
       continue;
     }
-    const int acc = g.addVariable(w.name + "/grad_accum", w.shape, DType::F32);
+    const int acc = g.addVariable(w.name + "/grad_accum", w.shape, accType);
     out.zeroInitialised.push_back(w.name + "/grad_accum");
     g.addOp(OpKind::Accumulate, {acc, grad}, {});
     reduced.push_back(acc);
+    if (accType != DType::F32) narrowAccumulators.push_back(static_cast<int>(reduced.size()) - 1);
   }
   out.updateFirstOp = static_cast<int>(g.ops().size());
+  std::vector<int> accumulators = reduced;  // what resetAccumulator zeroes
+  for (int i : narrowAccumulators) {
+    const Tensor& w = src.tensor(updates[static_cast<size_t>(i)]->inputs[0]);
+    reduced[static_cast<size_t>(i)] =
+        b.cast(reduced[static_cast<size_t>(i)], DType::F32, w.name + "/grad_accum_f32");
+  }
   const double scale = 1.0 / (static_cast<double>(o.replicas) * o.accumulation);
   const i64 R = o.replicas;
   auto resetAccumulator = [&](size_t i, const Tensor& w) {
     if (o.accumulation == 1) return;
     const int zero = g.addOp1(OpKind::Constant, {}, Attrs{{"shape", w.shape}, {"value", 0.0}},
                               w.name + "/grad_accum_zero");
-    g.addOp(OpKind::Assign, {reduced[i], zero}, {});
+    g.addOp(OpKind::Assign, {accumulators[i], zero}, {});
   };
   // Every mean gradient first, then the updates, when an update reads more than its own mean:
   // loss scaled (the overflow flag over all of them: no update may run before it is known) or

@@ -4,7 +4,8 @@
 //   micro-batch part, run `accumulation` times per step:
 //     the original ops (optimizer_update removed); with accumulation > 1,
 //     accumulate(<w>/grad_accum, g) (16-bit gradients are widened first: accumulators and the
-//     reduction are f32)
+//     reduction are f32; with accumulateInWeightDType the accumulator has the weight's dtype, as
+//     PopART's default accum_type, and is widened to f32 only for the reduction)
 //   update part, once per step:
 //     c = cross_replica_reduce_scatter(g or <w>/grad_accum, scale 1/(R A))   ring, chunk of the
 //     mean
@@ -34,6 +35,11 @@ struct ReplicationOptions {
   int replicas = 1;                  // R, data-parallel replicas
   int accumulation = 1;              // A, micro-batches per weight update
   bool shardOptimizerState = false;  // replicated tensor sharding of the optimizer state
+  // Gradient accumulators in the weight's dtype (PopART's Adam/LAMB `accum_type` default, which
+  // Graphcore's BERT keeps: f16 accumulators for f16 weights) instead of f32: half the
+  // always-live bytes of a 16-bit model's accumulators. Each micro-batch's sum is rounded to the
+  // weight's dtype (stochastically where the policy rounds so); the reduction stays f32.
+  bool accumulateInWeightDType = false;
 };
 
 struct ReplicatedGraph {

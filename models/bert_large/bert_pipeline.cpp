@@ -12,6 +12,17 @@ std::string layerPrefix(int l) {
   return fmt::format("bert/encoder/layer_{}", l);
 }
 
+// The output of sublayer s of a0 f0 a1 f1 ... (its layer norm's).
+std::string sublayerOutput(int s) {
+  return layerPrefix(s / 2) +
+         (s % 2 == 0 ? "/attention/output/LayerNorm/y" : "/output/LayerNorm/y");
+}
+
+// Checkpoints of the sublayers [first, end) of one stage: all but its last.
+void checkpointSublayers(BertPlacement& p, int first, int end) {
+  for (int s = first; s + 1 < end; ++s) p.checkpoints.push_back(sublayerOutput(s));
+}
+
 // Sublayers [first, end) of a0 f0 a1 f1 ... as text.
 std::string sublayers(int first, int end) {
   if (first >= end) return "";
@@ -60,6 +71,7 @@ BertPlacement bertAttentionFfnPlacement(const BertConfig& c, const std::vector<i
           "sublayers; a stage boundary must fall after a layer's attention or after its FFN (at "
           "most one more attention than FFN, never an FFN before its attention)",
           k + 1, doneA, doneF));
+    if (k + 1 < n) checkpointSublayers(p, first, doneA + doneF);  // the last is not recomputed
     p.stageIpu.push_back(k + 1 < n ? k + 1 : 0);
     p.stageContents.push_back(sublayers(first, doneA + doneF) +
                               (k + 1 == n ? ", pooler, MLM and NSP heads" : ""));
@@ -88,6 +100,7 @@ BertPlacement bertLayersPerIpuPlacement(const BertConfig& c, const std::vector<i
     const int first = done;
     done += layersPerIpu[k];
     p.splits.push_back(layerPrefix(done - 1));
+    checkpointSublayers(p, 2 * first, 2 * done);
     p.stageIpu.push_back(static_cast<int>(k));
     p.stageContents.push_back((k == 0 ? "embeddings, " : "") +
                               fmt::format("layers {} .. {}", first, done - 1));

@@ -15,6 +15,11 @@ struct BertPlacement {
   std::vector<std::string> splits;  // tensor-name prefixes, forward order
   std::vector<int> stageIpu;        // stage -> IPU
   int ipus = 0;
+  // Recomputation checkpoints (PipelineOptions::checkpoints): the output of every encoder
+  // sublayer but the last of its stage, as Graphcore's BERT checkpoints its attention and FFN
+  // outputs (`checkpointOutput`), so the backward recomputes one sublayer at a time. None in the
+  // last stage, which is not recomputed.
+  std::vector<std::string> checkpoints;
   std::string describe() const;            // "stage 0 on IPU 0: ..., stage 1 on IPU 1: ..."
   std::vector<std::string> stageContents;  // per stage, for describe()
 };

@@ -423,6 +423,235 @@ TEST(Compiler, TransposedLargeWeightMatMulGathersAColumnBlockPerTile) {
   for (size_t i = 0; i < got[0].size(); ++i) ASSERT_NEAR(got[1][i], got[0][i], 1e-4) << i;
 }
 
+// BERT's attention heads: [B, S, heads, d] -> [B, heads, S, d]. A tile's output slice covers a
+// few rows s of one head, d elements apart by `heads * d` in x: one bounding window per vertex
+// gathered `heads` times what the vertex reads (983 KB on a Mk2 tile for BERT-Large); the
+// transpose now gathers each row's d elements.
+TEST(Compiler, HeadTransposeGathersOnlyTheRowsItReads) {
+  Graph g("heads");
+  Builder b(g);
+  const i64 B = 2, S = 64, heads = 16, d = 16;
+  int x = b.variable("x", {B, S, heads, d});
+  int y = b.transpose(x, {0, 2, 1, 3}, "y");
+  g.markOutput(y);
+  const Target t = Target::small(64, 64 << 10);
+  CompileOptions opts;
+  opts.checkMemory = false;
+  auto exe = std::make_shared<const Executable>(compile(g, t, opts));
+  for (const ComputeSet& cs : exe->computeSets) {
+    std::map<int, i64> gathered, written;  // per tile, elements
+    for (const Vertex& v : cs.vertices) {
+      written[v.tile] += v.work.size();
+      for (const Window& win : v.inputs)
+        if (win.gather && !win.shared) gathered[v.tile] += win.end - win.begin;
+    }
+    for (const auto& [tile, n] : gathered)
+      EXPECT_LE(n, 2 * written[tile]) << cs.name << " on tile " << tile;
+  }
+  std::vector<float> xv(static_cast<size_t>(B * S * heads * d));
+  for (size_t i = 0; i < xv.size(); ++i) xv[i] = static_cast<float>(i % 1000) * 0.25f;
+  std::vector<float> got[2];
+  for (EngineMode mode : {EngineMode::Fused, EngineMode::Tile}) {
+    Engine e(exe, mode);
+    e.writeTensor(x, xv.data(), xv.size() * 4);
+    e.run();
+    got[mode == EngineMode::Tile] = e.readFloats(y);
+  }
+  ASSERT_EQ(got[0].size(), xv.size());
+  for (i64 bb = 0; bb < B; ++bb)
+    for (i64 h = 0; h < heads; ++h)
+      for (i64 s = 0; s < S; ++s)
+        for (i64 k = 0; k < d; ++k) {
+          const size_t o = static_cast<size_t>(((bb * heads + h) * S + s) * d + k);
+          const size_t i = static_cast<size_t>(((bb * S + s) * heads + h) * d + k);
+          ASSERT_EQ(got[0][o], xv[i]) << o;
+          ASSERT_EQ(got[1][o], xv[i]) << o;
+        }
+}
+
+// Attention's dV = probs^T x dcontext: A [batch, K, M] read transposed. A vertex of output rows
+// i0..i1 of one batch reads column run i0..i1 of every row k of A; one bounding window
+// gathered all M columns of those rows (786 KB on a Mk2 tile for BERT-Large).
+TEST(Compiler, TransposedOperandMatMulGathersOnlyTheColumnsItReads) {
+  Graph g("dv");
+  Builder b(g);
+  const i64 batch = 4, K = 64, M = 64, N = 8;
+  int p = b.variable("probs", {batch, K, M});
+  int dc = b.variable("dcontext", {batch, K, N});
+  int y = b.matmul(p, dc, true, false, "dv");
+  g.markOutput(y);
+  const Target t = Target::small(64, 64 << 10);
+  CompileOptions opts;
+  opts.checkMemory = false;
+  auto exe = std::make_shared<const Executable>(compile(g, t, opts));
+  for (const ComputeSet& cs : exe->computeSets) {
+    std::map<int, i64> gathered, rows;  // per tile: elements of probs, output rows written
+    for (const Vertex& v : cs.vertices) {
+      rows[v.tile] += (v.work.size() + N - 1) / N;
+      for (const Window& win : v.inputs)
+        if (win.buffer == p && win.gather && !win.shared) gathered[v.tile] += win.end - win.begin;
+    }
+    for (const auto& [tile, n] : gathered)
+      EXPECT_LE(n, 2 * K * (rows[tile] + 1)) << cs.name << " on tile " << tile;
+  }
+  std::vector<float> pv(static_cast<size_t>(batch * K * M)), dv(static_cast<size_t>(batch * K * N));
+  for (size_t i = 0; i < pv.size(); ++i) pv[i] = static_cast<float>((i * 7) % 13) / 13.f - 0.5f;
+  for (size_t i = 0; i < dv.size(); ++i) dv[i] = static_cast<float>((i * 5) % 11) / 11.f - 0.5f;
+  std::vector<float> got[2];
+  for (EngineMode mode : {EngineMode::Fused, EngineMode::Tile}) {
+    Engine e(exe, mode);
+    e.writeTensor(p, pv.data(), pv.size() * 4);
+    e.writeTensor(dc, dv.data(), dv.size() * 4);
+    e.run();
+    got[mode == EngineMode::Tile] = e.readFloats(y);
+  }
+  ASSERT_EQ(got[0].size(), static_cast<size_t>(batch * M * N));
+  for (i64 bt = 0; bt < batch; ++bt)
+    for (i64 i = 0; i < M; ++i)
+      for (i64 j = 0; j < N; ++j) {
+        double ref = 0;
+        for (i64 k = 0; k < K; ++k)
+          ref += double(pv[static_cast<size_t>((bt * K + k) * M + i)]) *
+                 dv[static_cast<size_t>((bt * K + k) * N + j)];
+        const size_t o = static_cast<size_t>((bt * M + i) * N + j);
+        ASSERT_NEAR(got[0][o], ref, 1e-4) << o;
+        ASSERT_NEAR(got[1][o], got[0][o], 1e-4) << o;
+      }
+}
+
+// BERT's decoder input gradient dy [R, V] x E [V, H]: E too large for a tile, so the sum over V
+// is split into parts, and a part's vertex of many output rows needs the part's run of every dy
+// row. One bounding window held whole dy rows (4.7 MB on a Mk2 tile for BERT-Large).
+TEST(Compiler, SplitSumMatMulGathersOnlyItsPartOfEachRow) {
+  Graph g("decoder_input_grad");
+  Builder b(g);
+  const i64 R = 16, V = 2048, H = 64;
+  int dy = b.variable("dy", {R, V});
+  int e = b.variable("e", {V, H});
+  int y = b.matmul(dy, e, false, false, "dm");
+  g.markOutput(y);
+  const Target t = Target::small(16, 64 << 10);
+  CompileOptions opts;
+  opts.checkMemory = false;
+  auto exe = std::make_shared<const Executable>(compile(g, t, opts));
+  bool split = false;
+  for (const ComputeSet& cs : exe->computeSets)
+    for (const Vertex& v : cs.vertices) {
+      if (v.red.size() == 0 || v.red.size() == V) continue;
+      split = true;
+      const i64 rows = (v.work.end - 1) / H - v.work.begin / H + 1;
+      i64 read = 0;
+      for (const Window& win : v.inputs)
+        if (win.buffer == dy) read += win.end - win.begin;
+      EXPECT_LE(read, 2 * rows * v.red.size()) << cs.name << " on tile " << v.tile;
+    }
+  EXPECT_TRUE(split) << "the sum over V should be split into parts";
+  std::vector<float> dv(static_cast<size_t>(R * V)), ev(static_cast<size_t>(V * H));
+  for (size_t i = 0; i < dv.size(); ++i) dv[i] = static_cast<float>((i * 7) % 13) / 13.f - 0.5f;
+  for (size_t i = 0; i < ev.size(); ++i) ev[i] = static_cast<float>((i * 5) % 11) / 11.f - 0.5f;
+  std::vector<float> got[2];
+  for (EngineMode mode : {EngineMode::Fused, EngineMode::Tile}) {
+    Engine en(exe, mode);
+    en.writeTensor(dy, dv.data(), dv.size() * 4);
+    en.writeTensor(e, ev.data(), ev.size() * 4);
+    en.run();
+    got[mode == EngineMode::Tile] = en.readFloats(y);
+  }
+  ASSERT_EQ(got[0].size(), static_cast<size_t>(R * H));
+  for (i64 i = 0; i < R; ++i)
+    for (i64 j = 0; j < H; ++j) {
+      double ref = 0;
+      for (i64 k = 0; k < V; ++k)
+        ref += double(dv[static_cast<size_t>(i * V + k)]) * ev[static_cast<size_t>(k * H + j)];
+      const size_t o = static_cast<size_t>(i * H + j);
+      ASSERT_NEAR(got[0][o], ref, 1e-3) << o;
+      ASSERT_NEAR(got[1][o], got[0][o], 1e-3) << o;
+    }
+}
+
+// A sum split into many parts over wide output slices (BERT's weight gradients: 38 parts of
+// 2.8K columns, 445 KB of partial rows gathered by one combining tile): the combine runs a run
+// of columns at a time, one compute set each, so no set gathers much more than a window budget.
+TEST(Compiler, WideSplitSumsAreCombinedARunOfColumnsAtATime) {
+  Graph g("wide_split_sum");
+  Builder b(g);
+  const i64 M = 64, K = 2048, N = 64;
+  int a = b.variable("a", {M, K});
+  int w = b.variable("w", {K, N});
+  int y = b.matmul(a, w, false, false, "y");
+  g.markOutput(y);
+  const Target t = Target::small(16, 64 << 10);
+  CompileOptions opts;
+  opts.checkMemory = false;
+  auto exe = std::make_shared<const Executable>(compile(g, t, opts));
+  int combineSets = 0;
+  for (const ComputeSet& cs : exe->computeSets) {
+    if (cs.phase != 1) continue;
+    ++combineSets;
+    std::map<int, i64> gathered;  // per tile, bytes of partial rows
+    for (const Vertex& v : cs.vertices)
+      for (const Window& win : v.inputs)
+        if (win.gather && !win.shared) gathered[v.tile] += (win.end - win.begin) * 4;
+    for (const auto& [tile, bytes] : gathered)
+      EXPECT_LE(bytes, 2 * t.bytesPerTile / 8) << cs.name << " on tile " << tile;
+  }
+  EXPECT_GT(combineSets, 1);
+  std::vector<float> av(static_cast<size_t>(M * K)), wv(static_cast<size_t>(K * N));
+  for (size_t i = 0; i < av.size(); ++i) av[i] = static_cast<float>((i * 7) % 13) / 13.f - 0.5f;
+  for (size_t i = 0; i < wv.size(); ++i) wv[i] = static_cast<float>((i * 5) % 11) / 11.f - 0.5f;
+  std::vector<float> got[2];
+  for (EngineMode mode : {EngineMode::Fused, EngineMode::Tile}) {
+    Engine en(exe, mode);
+    en.writeTensor(a, av.data(), av.size() * 4);
+    en.writeTensor(w, wv.data(), wv.size() * 4);
+    en.run();
+    got[mode == EngineMode::Tile] = en.readFloats(y);
+  }
+  ASSERT_EQ(got[0].size(), static_cast<size_t>(M * N));
+  for (size_t i = 0; i < got[0].size(); ++i) ASSERT_NEAR(got[1][i], got[0][i], 1e-3) << i;
+}
+
+// BERT's max-logit metric: max over the vocabulary of [rows, V] logits, the sum split over V. A
+// part's vertex of many rows reads its part of each row; one bounding window held whole rows
+// (4.7 MB of BERT-Large's logits on one tile).
+TEST(Compiler, SplitRowReductionGathersOnlyItsPartOfEachRow) {
+  Graph g("max_logit");
+  Builder b(g);
+  const i64 R = 64, V = 4096;
+  int x = b.variable("logits", {R, V});
+  int y = b.reduce("max", x, {1}, false, "max_logit");
+  g.markOutput(y);
+  const Target t = Target::small(16, 64 << 10);
+  CompileOptions opts;
+  opts.checkMemory = false;
+  auto exe = std::make_shared<const Executable>(compile(g, t, opts));
+  bool split = false;
+  for (const ComputeSet& cs : exe->computeSets)
+    for (const Vertex& v : cs.vertices) {
+      if (cs.phase != 0 || v.red.size() == V) continue;
+      split = true;
+      i64 read = 0;
+      for (const Window& win : v.inputs) read += win.end - win.begin;
+      EXPECT_LE(read, 2 * v.work.size() * v.red.size()) << cs.name << " on tile " << v.tile;
+    }
+  EXPECT_TRUE(split) << "the max over V should be split into parts";
+  std::vector<float> xv(static_cast<size_t>(R * V));
+  for (size_t i = 0; i < xv.size(); ++i) xv[i] = static_cast<float>((i * 7919) % 10007) * 0.01f;
+  std::vector<float> got[2];
+  for (EngineMode mode : {EngineMode::Fused, EngineMode::Tile}) {
+    Engine en(exe, mode);
+    en.writeTensor(x, xv.data(), xv.size() * 4);
+    en.run();
+    got[mode == EngineMode::Tile] = en.readFloats(y);
+  }
+  ASSERT_EQ(got[0].size(), static_cast<size_t>(R));
+  for (i64 r = 0; r < R; ++r) {
+    const float ref = *std::max_element(xv.begin() + r * V, xv.begin() + (r + 1) * V);
+    ASSERT_EQ(got[0][static_cast<size_t>(r)], ref) << r;
+    ASSERT_EQ(got[1][static_cast<size_t>(r)], ref) << r;
+  }
+}
+
 // Forty layers' biases of one size, each with its optimizer state named after it: a weight and
 // its state share one mapping (their update stays tile-local), while different weights start on
 // different tiles (one start tile per size piled every layer's biases onto the same tiles).

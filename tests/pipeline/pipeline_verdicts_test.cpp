@@ -31,6 +31,14 @@ TEST(BertPlacement, GraphcorePod16AttentionFfnPlacement) {
   EXPECT_EQ(p.ipus, 4);
   EXPECT_NE(p.describe().find("stage 4 on IPU 0: FFN 19 .. FFN 23, pooler"), std::string::npos)
       << p.describe();
+  // Graphcore's checkpointOutput: every sublayer output but the last of its stage (13 sublayers
+  // on each of IPUs 1-3), none in the last stage (not recomputed).
+  ASSERT_EQ(p.checkpoints.size(), 36u);
+  EXPECT_EQ(p.checkpoints.front(), "bert/encoder/layer_0/attention/output/LayerNorm/y");
+  EXPECT_EQ(p.checkpoints[1], "bert/encoder/layer_0/output/LayerNorm/y");
+  EXPECT_EQ(p.checkpoints[11], "bert/encoder/layer_5/output/LayerNorm/y");
+  EXPECT_EQ(p.checkpoints[12], "bert/encoder/layer_6/output/LayerNorm/y");      // IPU2's first
+  EXPECT_EQ(p.checkpoints.back(), "bert/encoder/layer_18/output/LayerNorm/y");  // a19 ends IPU3
   const models::BertPlacement l = models::bertLayersPerIpuPlacement(c, {3, 7, 7, 7});
   EXPECT_EQ(l.splits, (std::vector<std::string>{"bert/encoder/layer_2", "bert/encoder/layer_9",
                                                 "bert/encoder/layer_16", "bert/encoder/layer_23"}));
@@ -97,6 +105,11 @@ TEST(BertPipeline, SmallBertOverFourIpusWithTheHeadsBackOnIpu0) {
     EXPECT_LE(re.programs[i].peakTileBytes, plain.programs[i].peakTileBytes);
   }
   EXPECT_LT(re.programs[1].stashBytes, plain.programs[1].stashBytes);
+  // With the placement's checkpoints the stages are recomputed a sublayer at a time.
+  o.checkpoints = p.checkpoints;
+  ASSERT_EQ(p.checkpoints.size(), 5u);
+  const PipelinedExecutable perSublayer = compilePipeline(training, Target::small(16, 8 << 20), o);
+  EXPECT_EQ(perSublayer.recomputation.segments, re.recomputation.segments + 5);
   // The word embeddings live on IPU0 only: the decoder of the last stage reads them there.
   const int word = re.graph.find("bert/embeddings/word_embeddings");
   ASSERT_GE(word, 0);
@@ -143,6 +156,8 @@ PipelineOptions bertOptions(const models::BertPlacement& p) {
   o.replicas = 4;
   o.optimizerStateOffChip = true;  // Graphcore's POD16
   o.recompute = true;
+  o.checkpoints = p.checkpoints;     // Graphcore's checkpointOutput per sublayer
+  o.accumulateInWeightDType = true;  // PopART's default accum_type: f16 accumulators
   return o;
 }
 
@@ -157,6 +172,7 @@ TEST(BertNightly, LargeFitsGraphcorePod16PipelineAndNotOneIpu) {
   PipelineOptions one;
   one.replicas = 4;
   one.optimizerStateOffChip = true;
+  one.accumulateInWeightDType = true;
   EXPECT_FALSE(verdictOf(training, one).fits);
 }
 

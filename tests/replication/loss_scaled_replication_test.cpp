@@ -65,6 +65,7 @@ struct Layout {
   i64 microBatch = 4;
   EngineMode mode = EngineMode::Fused;
   std::string policy = "16.16";
+  bool accumulateInWeightDType = false;
 };
 
 // One replicated training run over rows of x/y: replica k of step s reads the rows
@@ -72,8 +73,9 @@ struct Layout {
 class ReplicatedRun {
  public:
   explicit ReplicatedRun(const Layout& l) : l_(l) {
-    auto rg = replication::replicate(mlpTraining16(l.microBatch, l.policy),
-                                     ReplicationOptions{l.replicas, l.accumulation, false});
+    auto rg = replication::replicate(
+        mlpTraining16(l.microBatch, l.policy),
+        ReplicationOptions{l.replicas, l.accumulation, false, l.accumulateInWeightDType});
     graph_ = rg.graph;
     CompileOptions co;
     rg.configure(co, l.accumulation);
@@ -226,6 +228,46 @@ TEST(LossScaledReplication, ReplicasOf16BitWeightsStayIdenticalAndMatchOneReplic
       EXPECT_GT(moved, 1e-3) << w << ": the weights trained";
       // Two f16 runs with different rounding draws and summation orders: within a few f16
       // steps of each other, far below how far training moved them.
+      EXPECT_LT(diff, 0.25 * moved + 2e-3) << w;
+    }
+  }
+}
+
+// Graphcore's BERT keeps PopART's default accumulator type, the weight's: f16 accumulators for
+// f16 weights, half the always-live bytes of f32 ones. Replicas stay identical and train like
+// the f32 accumulators within f16 rounding.
+TEST(LossScaledReplication, WeightDTypeAccumulatorsAreHalfTheBytesAndTrainLikeF32Ones) {
+  const Graph src = mlpTraining16(4, "16.16");
+  auto narrow = replication::replicate(src, ReplicationOptions{2, 3, false, true});
+  auto wide = replication::replicate(src, ReplicationOptions{2, 3, false, false});
+  i64 narrowBytes = 0, wideBytes = 0;
+  for (const std::string& w : kWeights) {
+    EXPECT_EQ(narrow.graph.tensor(narrow.graph.get(w + "/grad_accum")).dtype, DType::F16) << w;
+    narrowBytes += narrow.graph.tensor(narrow.graph.get(w + "/grad_accum")).bytes();
+    wideBytes += wide.graph.tensor(wide.graph.get(w + "/grad_accum")).bytes();
+  }
+  EXPECT_EQ(2 * narrowBytes, wideBytes);
+  for (EngineMode mode : {EngineMode::Fused, EngineMode::Tile}) {
+    Layout l{2, 3, 4, mode, "16.16", true};
+    ReplicatedRun f16(l);
+    l.accumulateInWeightDType = false;
+    ReplicatedRun f32(l);
+    for (i64 s = 0; s < 4; ++s) {
+      f16.step(data().x, data().y, s);
+      f32.step(data().x, data().y, s);
+      EXPECT_EQ(f16.flag(0), 0.0f);
+    }
+    for (const std::string& w : kWeights) {
+      const auto a = f16.weight(0, w), b = f16.weight(1, w), c = f32.weight(0, w);
+      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << w;
+      const auto init = rounded16(f16.graph(), w);
+      double moved = 0, diff = 0;
+      for (size_t i = 0; i < a.size(); ++i) {
+        ASSERT_TRUE(std::isfinite(a[i])) << w;
+        moved = std::max(moved, static_cast<double>(std::fabs(a[i] - init[i])));
+        diff = std::max(diff, static_cast<double>(std::fabs(a[i] - c[i])));
+      }
+      EXPECT_GT(moved, 1e-3) << w << ": the weights trained";
       EXPECT_LT(diff, 0.25 * moved + 2e-3) << w;
     }
   }
