@@ -105,6 +105,29 @@ TEST_F(Fused, Conv2dAllPasses) {
   }
 }
 
+// The depthwise weight gradient runs our loop (oneDNN 2.6's generic kernel took its 5x5 ones),
+// against the reference: the 3x3 and 5x5 register kernels and any other size, channel counts
+// with 8- and 1-lane tails, stride, padding on one side only, and enough rows for two threads'
+// partial sums (Conv2dAllPasses' depthwise cases are below the parallel threshold).
+TEST_F(Fused, DepthwiseWeightGradIsOursAndMatchesTheReference) {
+  Conv2dShape asym = conv(2, 15, 20, 20, 5, 1, 2, 20);
+  asym.s = 3, asym.w = 17, asym.padLeft = 0, asym.padRight = 2, asym.strideW = 2, asym.dilH = 2;
+  unsigned seed = 300;
+  for (const auto& [name, s] : std::vector<ConvCase>{{"k5s1c24", conv(3, 20, 24, 24, 5, 1, 2, 24)},
+                                                     {"k3s2c40", conv(2, 23, 40, 40, 3, 2, 1, 40)},
+                                                     {"k3s1c5", conv(2, 30, 5, 5, 3, 1, 1, 5)},
+                                                     {"k7s1c16", conv(2, 18, 16, 16, 7, 1, 3, 16)},
+                                                     {"k5x3asym", asym}}) {
+    SCOPED_TRACE(name);
+    const Vec x = randomVec(s.inputElems(), seed++), dy = randomVec(s.outputElems(), seed++);
+    Vec dw(s.weightElems());
+    fused::Conv2dBackwardFilter kernel(s);
+    EXPECT_EQ(kernel.implementation(), "depthwise weight gradient (ours)");
+    kernel.run(x.data(), dy.data(), dw.data());
+    EXPECT_TRUE(closeRel(dw, testing::refConvBwdFilter(s, x, dy), kTol));
+  }
+}
+
 // bf16 convolutions (native oneDNN bf16: pointwise stride-1 ones run as matmuls) against the f32
 // reference on the same bf16-rounded operands: within bf16 output rounding (2^-8) plus the
 // different accumulation order.
