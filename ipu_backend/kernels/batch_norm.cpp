@@ -23,6 +23,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ipu_backend/kernels/elementwise_math.h"
@@ -51,18 +52,25 @@ inline void sumBlock(i64 r0, i64 r1, i64 c, i64 c0, double* s, double* q, Terms&
   }
 }
 
-// Per-thread partial sums over the thread's rows, in blocks of kRowBlock x kChanBlock.
-template <typename Terms>
-void sumRows(i64 begin, i64 end, i64 c, double* s, double* q, Terms&& terms) {
+// Per-thread partial sums over the thread's rows, in blocks of kRowBlock x kChanBlock;
+// prepare(r0, r1) runs first on each block of rows (which then stays in the cache).
+template <typename Terms, typename Prepare>
+void sumRows(i64 begin, i64 end, i64 c, double* s, double* q, Terms&& terms, Prepare&& prepare) {
   std::fill(s, s + c, 0.0);
   std::fill(q, q + c, 0.0);
   const i64 fullBlocks = c / kChanBlock * kChanBlock;
   for (i64 r0 = begin; r0 < end; r0 += kRowBlock) {
     const i64 r1 = std::min(end, r0 + kRowBlock);
+    prepare(r0, r1);
     for (i64 c0 = 0; c0 < fullBlocks; c0 += kChanBlock)
       sumBlock<kChanBlock>(r0, r1, c, c0, s, q, terms);
     for (i64 c0 = fullBlocks; c0 < c; ++c0) sumBlock<1>(r0, r1, c, c0, s, q, terms);
   }
+}
+
+template <typename Terms>
+void sumRows(i64 begin, i64 end, i64 c, double* s, double* q, Terms&& terms) {
+  sumRows(begin, end, c, s, q, std::forward<Terms>(terms), [](i64, i64) {});
 }
 
 // Calls row(r) for every row, over the team's row ranges.
@@ -207,7 +215,9 @@ namespace {
 
 // The backward's two passes; kAct kFused: dy is the gradient of relu(x * a + b) (the fused
 // forward's map), which passed dy where x * a + b > 0 (as relu_grad: dy * 0 keeps a NaN or inf
-// dy visible to the loss scaler's overflow check); kSwish: of swish(x * a + b), dy * swish'.
+// dy visible to the loss scaler's overflow check); kSwish: of swish(x * a + b): the first pass
+// writes g = dy * swish'(x * a + b) into dx a block of rows at a time, sums it while the block
+// is in the cache, and the second reads it back (swish' is costly enough to compute once).
 template <BatchNormRelu kAct>
 void batchNormBackward(BackwardState& p, const float* x, const float* dy, const float* gamma,
                        const float* mean, const float* var, float* dx, float* dgamma, float* dbeta,
@@ -216,18 +226,30 @@ void batchNormBackward(BackwardState& p, const float* x, const float* dy, const 
   auto gradAt = [=](i64 i, i64 ch) {
     if constexpr (kAct == BatchNormRelu::kFused)
       return dy[i] * (std::fma(x[i], a[ch], b[ch]) > 0.0f ? 1.0f : 0.0f);
-    if constexpr (kAct == BatchNormRelu::kSwish)
-      return dy[i] *
-             kernels::detail::unaryDerivative(UnaryKind::Swish, 1.0f, std::fma(x[i], a[ch], b[ch]));
+    if constexpr (kAct == BatchNormRelu::kSwish) return dx[i];  // g, written by the first pass
     return dy[i];
+  };
+  auto swishGrad = [=](i64 r0, i64 r1) {
+    if constexpr (kAct == BatchNormRelu::kSwish) {
+      for (i64 r = r0; r < r1; ++r) {
+        const i64 o = r * c;
+#pragma omp simd
+        for (i64 j = 0; j < c; ++j)
+          dx[o + j] = dy[o + j] * kernels::detail::unaryDerivative(UnaryKind::Swish, 1.0f,
+                                                                   std::fma(x[o + j], a[j], b[j]));
+      }
+    }
   };
   forThreadRanges(p.team, rows, [&](int t, i64 begin, i64 end) {
     double* s = p.part.data() + (2 * t) * c;
-    sumRows(begin, end, c, s, s + c, [&](i64 i, i64 ch, float& u, float& v) {
-      const float g = gradAt(i, ch);
-      u += g;
-      v += g * (x[i] - mean[ch]);
-    });
+    sumRows(
+        begin, end, c, s, s + c,
+        [&](i64 i, i64 ch, float& u, float& v) {
+          const float g = gradAt(i, ch);
+          u += g;
+          v += g * (x[i] - mean[ch]);
+        },
+        swishGrad);
   });
   reducePartials(p.part, p.team, c, p.sum.data(), p.sum2.data());
   // dx = gamma * rstd * (g - sum(g) / n - xhat * sum(g * xhat) / n), xhat = (x - mean) * rstd,
