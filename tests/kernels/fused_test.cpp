@@ -531,6 +531,44 @@ TEST_F(Fused, BatchNormReluTrainingAgainstDoubleSums) {
 // batch_norm_train -> add -> relu as one pass (the engine's host fusion) is bit-identical to
 // the three kernels run one after the other, and the statistics it starts from are the
 // unfused batch norm's.
+// Batch norm with the swish fused (forward: swish(y); backward: swish' applied inside) gives the
+// bits of batch norm, swish, swish_grad and batch norm backward run one by one, with channel
+// counts off the vector width and enough rows for two threads.
+TEST_F(Fused, BatchNormSwishEqualsTheOpsBitForBit) {
+  const std::pair<i64, i64> shapes[] = {{2 * 7 * 7, 48}, {5000, 40}, {333, 5}};
+  unsigned seed = 450;
+  for (const auto& [rows, c] : shapes) {
+    SCOPED_TRACE(::testing::Message() << rows << "x" << c);
+    const i64 n = rows * c;
+    const Vec x = randomVec(n, seed++, -2, 3), dz = randomVec(n, seed++),
+              gamma = randomVec(c, seed++, 0.5f, 1.5f), beta = randomVec(c, seed++);
+    fused::BatchNormForwardTraining bn(rows, c, 1e-5f);
+    fused::BatchNormBackward bnBackward(rows, c, 1e-5f);
+    Vec y(n), z(n), dy(n), dx(n), mean(c), var(c), dgamma(c), dbeta(c);
+    bn.run(x.data(), gamma.data(), beta.data(), y.data(), mean.data(), var.data());
+    fused::unaryChunk(UnaryKind::Swish, 1.0f, y.data(), z.data(), n);
+    fused::unaryGradChunk(UnaryKind::Swish, 1.0f, y.data(), dz.data(), dy.data(), n);
+    bnBackward.run(x.data(), dy.data(), gamma.data(), mean.data(), var.data(), dx.data(),
+                   dgamma.data(), dbeta.data());
+
+    fused::BatchNormForwardTraining bnSwish(rows, c, 1e-5f, BatchNormRelu::kSwish);
+    fused::BatchNormBackward bnSwishBackward(rows, c, 1e-5f, BatchNormRelu::kSwish);
+    std::vector<char> workspace(bnSwish.workspaceBytes());
+    ASSERT_GT(workspace.size(), 0u);
+    Vec z2(n), dx2(n), mean2(c), var2(c), dgamma2(c), dbeta2(c);
+    bnSwish.run(x.data(), gamma.data(), beta.data(), z2.data(), mean2.data(), var2.data(),
+                workspace.data());
+    bnSwishBackward.run(x.data(), dz.data(), gamma.data(), mean2.data(), var2.data(), dx2.data(),
+                        dgamma2.data(), dbeta2.data(), workspace.data());
+    EXPECT_EQ(mean2, mean);
+    EXPECT_EQ(var2, var);
+    EXPECT_EQ(z2, z);
+    EXPECT_EQ(dx2, dx);
+    EXPECT_EQ(dgamma2, dgamma);
+    EXPECT_EQ(dbeta2, dbeta);
+  }
+}
+
 TEST_F(Fused, BatchNormAddReluEqualsTheThreeOpsBitForBit) {
   const std::pair<i64, i64> shapes[] = {{2 * 7 * 7, 48}, {5000, 64}, {333, 5}};
   unsigned seed = 400;
