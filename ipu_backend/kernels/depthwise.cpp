@@ -1,10 +1,13 @@
 #include "ipu_backend/kernels/depthwise.h"
 
 #include <algorithm>
+#include <bit>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
 #include "ipu_backend/kernels/parallel_ranges.h"
+#include "ipu_backend/precision/half.h"
 
 namespace ipu::kernels::fused::detail {
 namespace {
@@ -36,6 +39,25 @@ inline Lanes<W> load(const float* p) {
   return v;
 }
 
+// W bf16 values (their bits) widened to f32: a shift, exact.
+template <int W>
+struct Bf16Vec {
+  typedef std::uint16_t Bits __attribute__((vector_size(W * sizeof(std::uint16_t))));
+  typedef std::uint32_t Words __attribute__((vector_size(W * sizeof(std::uint32_t))));
+};
+
+template <int W>
+inline Lanes<W> load(const std::uint16_t* p) {
+  if constexpr (W == 1) {
+    return std::bit_cast<float>(static_cast<std::uint32_t>(*p) << 16);
+  } else {
+    typename Bf16Vec<W>::Bits h;
+    std::memcpy(&h, p, sizeof h);
+    const auto words = __builtin_convertvector(h, typename Bf16Vec<W>::Words);
+    return std::bit_cast<Lanes<W>>(words << 16);
+  }
+}
+
 template <int W>
 inline void store(float* p, Lanes<W> v) {
   std::memcpy(p, &v, sizeof v);
@@ -55,7 +77,8 @@ bool depthwiseShape(const Conv2dShape& s) {
   return s.groups > 1 && s.groups == s.c && s.k == s.c;
 }
 
-DepthwiseWeightGrad::DepthwiseWeightGrad(const Conv2dShape& s) : s_(s) {
+DepthwiseWeightGrad::DepthwiseWeightGrad(const Conv2dShape& s, ElementType type)
+    : s_(s), type_(type) {
   const i64 rows = s.n * s.outH();
   team_ = teamFor(rows, rows * s.outW() * s.c * s.r * s.s);
   (void)partials();  // grows this thread's buffer now rather than in a step
@@ -72,19 +95,19 @@ namespace {
 
 // One block of W channels at `ch` over the rows [begin, end), R x S known: every tap's sum
 // stays in a register while each dy pixel is loaded once; added into acc [R, S, C].
-template <int W, int R, int S>
-void fixedTaps(const Conv2dShape& s, const float* x, const float* dy, i64 begin, i64 end, i64 ch,
+template <int W, int R, int S, typename T>
+void fixedTaps(const Conv2dShape& s, const T* x, const T* dy, i64 begin, i64 end, i64 ch,
                float* acc) {
   const i64 c = s.c, oh = s.outH(), ow = s.outW();
   Lanes<W> a[R][S] = {};
   for (i64 row = begin; row < end; ++row) {
     const i64 n = row / oh, y = row % oh;
-    const float* dyRow = dy + row * ow * c + ch;
+    const T* dyRow = dy + row * ow * c + ch;
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const i64 ih = y * s.strideH - s.padTop + r * s.dilH;
       if (ih < 0 || ih >= s.h) continue;
-      const float* xRow = x + (n * s.h + ih) * s.w * c + ch;
+      const T* xRow = x + (n * s.h + ih) * s.w * c + ch;
       for (i64 col = 0; col < ow; ++col) {
         const Lanes<W> d = load<W>(dyRow + col * c);
         const i64 iw0 = col * s.strideW - s.padLeft;
@@ -110,8 +133,8 @@ void fixedTaps(const Conv2dShape& s, const float* x, const float* dy, i64 begin,
 
 // The same for any R x S: tap by tap, four sums over the columns (one FMA chain would wait on
 // its latency).
-template <int W>
-void anyTaps(const Conv2dShape& s, const float* x, const float* dy, i64 begin, i64 end, i64 ch,
+template <int W, typename T>
+void anyTaps(const Conv2dShape& s, const T* x, const T* dy, i64 begin, i64 end, i64 ch,
              float* acc) {
   const i64 c = s.c, oh = s.outH(), ow = s.outW(), xStep = s.strideW * c;
   for (i64 row = begin; row < end; ++row) {
@@ -124,8 +147,8 @@ void anyTaps(const Conv2dShape& s, const float* x, const float* dy, i64 begin, i
         i64 first, last;
         validColumns(ow, s.w, s.strideW, offset, &first, &last);
         if (first == last) continue;
-        const float* xTap = x + ((n * s.h + ih) * s.w + first * s.strideW + offset) * c + ch;
-        const float* dyTap = dy + (row * ow + first) * c + ch;
+        const T* xTap = x + ((n * s.h + ih) * s.w + first * s.strideW + offset) * c + ch;
+        const T* dyTap = dy + (row * ow + first) * c + ch;
         Lanes<W> s0{}, s1{}, s2{}, s3{};
         i64 j = 0;
         for (; j + 4 <= last - first; j += 4) {
@@ -142,39 +165,53 @@ void anyTaps(const Conv2dShape& s, const float* x, const float* dy, i64 begin, i
   }
 }
 
-template <int W>
-void channelBlock(const Conv2dShape& s, const float* x, const float* dy, i64 begin, i64 end, i64 ch,
+template <int W, typename T>
+void channelBlock(const Conv2dShape& s, const T* x, const T* dy, i64 begin, i64 end, i64 ch,
                   float* acc) {
   const bool square = s.r == s.s;
-  if (square && s.r == 3) return fixedTaps<W, 3, 3>(s, x, dy, begin, end, ch, acc);
-  if (square && s.r == 5) return fixedTaps<W, 5, 5>(s, x, dy, begin, end, ch, acc);
-  anyTaps<W>(s, x, dy, begin, end, ch, acc);
+  if (square && s.r == 3) return fixedTaps<W, 3, 3, T>(s, x, dy, begin, end, ch, acc);
+  if (square && s.r == 5) return fixedTaps<W, 5, 5, T>(s, x, dy, begin, end, ch, acc);
+  anyTaps<W, T>(s, x, dy, begin, end, ch, acc);
 }
 
-}  // namespace
-
-void DepthwiseWeightGrad::run(const float* x, const float* dy, float* dw) const {
-  const i64 c = s_.c, taps = s_.r * s_.s;
-  float* part = partials();
-  forThreadRanges(team_, s_.n * s_.outH(), [&](int t, i64 begin, i64 end) {
+template <typename T>
+void weightGrad(const Conv2dShape& s, int team, float* part, const T* x, const T* dy, float* dw,
+                std::uint16_t* dwBf16) {
+  const i64 c = s.c, taps = s.r * s.s;
+  forThreadRanges(team, s.n * s.outH(), [&](int t, i64 begin, i64 end) {
     float* acc = part + t * taps * c;  // [R, S, C]: channels contiguous
     std::fill(acc, acc + taps * c, 0.0f);
     // Row by row, every channel block: a row's R input rows stay in the cache (walking all
     // rows for one block strides over the whole tensor, a page per pixel at large C).
     for (i64 row = begin; row < end; ++row) {
       i64 ch = 0;
-      for (; ch + kLanes <= c; ch += kLanes) channelBlock<kLanes>(s_, x, dy, row, row + 1, ch, acc);
-      if (kLanes > 8 && ch + 8 <= c) channelBlock<8>(s_, x, dy, row, row + 1, ch, acc), ch += 8;
-      for (; ch < c; ++ch) channelBlock<1>(s_, x, dy, row, row + 1, ch, acc);
+      for (; ch + kLanes <= c; ch += kLanes)
+        channelBlock<kLanes, T>(s, x, dy, row, row + 1, ch, acc);
+      if (kLanes > 8 && ch + 8 <= c) channelBlock<8, T>(s, x, dy, row, row + 1, ch, acc), ch += 8;
+      for (; ch < c; ++ch) channelBlock<1, T>(s, x, dy, row, row + 1, ch, acc);
     }
   });
-  // dw[c, tap] = the threads' partials in thread order.
+  // dw[c, tap] = the threads' partials in thread order (bf16: rounded to nearest even once).
   for (i64 ch = 0; ch < c; ++ch)
     for (i64 tap = 0; tap < taps; ++tap) {
       float sum = part[tap * c + ch];
-      for (int t = 1; t < team_; ++t) sum += part[(t * taps + tap) * c + ch];
-      dw[ch * taps + tap] = sum;
+      for (int t = 1; t < team; ++t) sum += part[(t * taps + tap) * c + ch];
+      if (dwBf16)
+        dwBf16[ch * taps + tap] = precision::toBF16(sum).bits;
+      else
+        dw[ch * taps + tap] = sum;
     }
+}
+
+}  // namespace
+
+void DepthwiseWeightGrad::run(const void* x, const void* dy, void* dw) const {
+  if (type_ == ElementType::BF16)
+    return weightGrad(s_, team_, partials(), static_cast<const std::uint16_t*>(x),
+                      static_cast<const std::uint16_t*>(dy), nullptr,
+                      static_cast<std::uint16_t*>(dw));
+  weightGrad(s_, team_, partials(), static_cast<const float*>(x), static_cast<const float*>(dy),
+             static_cast<float*>(dw), nullptr);
 }
 
 }  // namespace ipu::kernels::fused::detail

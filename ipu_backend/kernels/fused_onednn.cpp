@@ -290,19 +290,18 @@ enum class ConvPass {
 
 // How a pass runs: a oneDNN convolution primitive, or a matmul over the pixels as they are
 // (pointwise), over the im2col patch matrix (f32 only) or over the strided pixels, or our
-// Winograd F(4x4, 3x3) (f32 only; winograd.h), or our depthwise weight gradient (f32 only;
-// depthwise.h).
+// Winograd F(4x4, 3x3) (f32 only; winograd.h), or our depthwise weight gradient (depthwise.h).
 enum class ConvRoute { Primitive, Pointwise, Im2col, Strided, Winograd, Depthwise };
 
 // The rules above, per pass and element type (a fixed rule, not a timing: every process picks
 // the same kernels).
 ConvRoute convRoute(ConvPass pass, const Conv2dShape& s, ElementType t) {
+  if (pass == ConvPass::BackwardFilter && detail::depthwiseShape(s)) return ConvRoute::Depthwise;
   if (t == ElementType::BF16) {
     if (pointwise(s)) return ConvRoute::Pointwise;
     if (detail::pointwiseStrided(s)) return ConvRoute::Strided;
     return ConvRoute::Primitive;
   }
-  if (pass == ConvPass::BackwardFilter && detail::depthwiseShape(s)) return ConvRoute::Depthwise;
   const KernelRule rule = activeKernelRule();
   if (winogradShape(s) && rule.conv3x3 == Conv3x3Kernel::OwnWinograd) return ConvRoute::Winograd;
   bool gemm = pass == ConvPass::BackwardData ? pointwiseDataGradAsMatMul(s) : pointwiseAsMatMul(s);
@@ -338,7 +337,7 @@ class ConvKernel {
       return;
     }
     if (route_ == ConvRoute::Depthwise) {
-      depthwise_ = std::make_unique<detail::DepthwiseWeightGrad>(s);
+      depthwise_ = std::make_unique<detail::DepthwiseWeightGrad>(s, t);
       implementation_ = "depthwise weight gradient (ours)";
       return;
     }
@@ -402,8 +401,7 @@ class ConvKernel {
         return winograd_->run(static_cast<const float*>(in0), static_cast<const float*>(in1),
                               static_cast<float*>(out));
       case ConvRoute::Depthwise:
-        return depthwise_->run(static_cast<const float*>(in0), static_cast<const float*>(in1),
-                               static_cast<float*>(out));
+        return depthwise_->run(in0, in1, out);
     }
   }
 

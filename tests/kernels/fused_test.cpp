@@ -106,6 +106,7 @@ TEST_F(Fused, Conv2dAllPasses) {
 }
 
 // The depthwise weight gradient runs our loop (oneDNN 2.6's generic kernel took its 5x5 ones),
+// in f32 and bf16,
 // against the reference: the 3x3 and 5x5 register kernels and any other size, channel counts
 // with 8- and 1-lane tails, stride, padding on one side only, and enough rows for two threads'
 // partial sums (Conv2dAllPasses' depthwise cases are below the parallel threshold).
@@ -125,6 +126,20 @@ TEST_F(Fused, DepthwiseWeightGradIsOursAndMatchesTheReference) {
     EXPECT_EQ(kernel.implementation(), "depthwise weight gradient (ours)");
     kernel.run(x.data(), dy.data(), dw.data());
     EXPECT_TRUE(closeRel(dw, testing::refConvBwdFilter(s, x, dy), kTol));
+
+    // bf16 operands: f32 products and sums (exact products), dw rounded to bf16 once.
+    using precision::bf16;
+    std::vector<bf16> xb(x.size()), dyb(dy.size()), dwb(dw.size());
+    precision::toBF16(x.data(), xb.data(), static_cast<i64>(x.size()));
+    precision::toBF16(dy.data(), dyb.data(), static_cast<i64>(dy.size()));
+    Vec xr(x.size()), dyr(dy.size()), dwr(dw.size());
+    precision::toFloat(xb.data(), xr.data(), static_cast<i64>(x.size()));
+    precision::toFloat(dyb.data(), dyr.data(), static_cast<i64>(dy.size()));
+    fused::Conv2dBackwardFilter kernelBf16(s, ElementType::BF16);
+    EXPECT_EQ(kernelBf16.implementation(), "depthwise weight gradient (ours)");
+    kernelBf16.run(xb.data(), dyb.data(), dwb.data());
+    precision::toFloat(dwb.data(), dwr.data(), static_cast<i64>(dw.size()));
+    EXPECT_TRUE(closeRel(dwr, testing::refConvBwdFilter(s, xr, dyr), 1e-2f));
   }
 }
 
