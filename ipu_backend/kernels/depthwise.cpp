@@ -25,7 +25,7 @@ template <int W>
 using Lanes = typename Vec<W>::Type;
 
 // The main width: one register (AVX-512: 16 lanes; otherwise 8), so that a 5x5 kernel's 25
-// accumulators stay in registers.
+// accumulators can fit the register file (GCC 12 keeps some of them on the stack, in L1).
 #if defined(__AVX512F__)
 constexpr int kLanes = 16;
 #else
@@ -93,8 +93,9 @@ float* DepthwiseWeightGrad::partials() const {
 
 namespace {
 
-// One block of W channels at `ch` over the rows [begin, end), R x S known: every tap's sum
-// stays in a register while each dy pixel is loaded once; added into acc [R, S, C].
+// One block of W channels at `ch` over the rows [begin, end), R x S known: each dy pixel is
+// loaded once for all R x S taps, whose sums are local (registers or L1); added into acc
+// [R, S, C].
 template <int W, int R, int S, typename T>
 void fixedTaps(const Conv2dShape& s, const T* x, const T* dy, i64 begin, i64 end, i64 ch,
                float* acc) {
