@@ -424,7 +424,7 @@ BENCHMARK(BM_BertTrainStep)
 // master weights and optimizer: the peer's bf16 autocast).
 void BM_EfficientNetB4TrainStep(benchmark::State& state) {
   namespace en = models::efficientnet;
-  kernels::fused::setNumThreads(2);
+  kernels::fused::setNumThreads(benchThreads());
   const i64 kBatch = state.range(1);
   const bool bf16 = state.range(2) != 0;
   const auto policy = precision::PrecisionPolicy::parse(bf16 ? "bf16" : "fp32");

@@ -278,6 +278,7 @@ HostFusionPlan planHostFusions(const Graph& g, const HostFusionOptions& options)
   p.reluBitsFrom.assign(nOps, -1);
   p.writesReluBits.assign(nOps, false);
   p.sumOut.assign(nOps, -1);
+  p.swish.assign(nOps, false);
   p.chain.assign(nOps, {});
   p.chainInputs.assign(nOps, {});
   p.group.assign(nOps, {});
@@ -364,10 +365,51 @@ HostFusionPlan planHostFusions(const Graph& g, const HostFusionOptions& options)
     ++p.absorbedOps;
   };
 
+  // batch_norm_train (f32) -> y -> swish, with y read only by the swish and by swish_grad(y,
+  // dz), whose result only the batch norm's backward (same x and statistics) reads: both pairs
+  // fuse at once, or neither (y is elided, so every reader of it must be).
+  auto fuseSwish = [&](const Op& bn) {
+    if (!options.stateFromForwardToBackward || !all(bn, DType::F32)) return;
+    const int y = bn.outputs[0];
+    const Tensor& yt = g.tensor(y);
+    const auto& readers = consumers[static_cast<size_t>(y)];
+    if (yt.kind != TensorKind::Activation || output[static_cast<size_t>(y)] || readers.size() != 2)
+      return;
+    const Op* swish = nullptr;
+    const Op* grad = nullptr;
+    for (int id : readers) {
+      const Op& r = g.op(id);
+      if (isFn(r, OpKind::Unary, "swish") && r.inputs[0] == y) swish = &r;
+      if (isFn(r, OpKind::UnaryGrad, "swish") && r.inputs[0] == y && r.inputs[1] != y) grad = &r;
+    }
+    if (!swish || !grad || !all(*swish, DType::F32) || !all(*grad, DType::F32) ||
+        p.role[swish->id] != Role::kNone || p.role[grad->id] != Role::kNone)
+      return;
+    const Op* bwd = soleReader(grad->outputs[0]);
+    if (!bwd || bwd->kind != OpKind::BatchNormBackward || p.role[bwd->id] != Role::kNone ||
+        !all(*bwd, DType::F32) || bwd->inputs[0] != bn.inputs[0] ||
+        bwd->inputs[1] != grad->outputs[0] || bwd->inputs[2] != bn.inputs[1] ||
+        bwd->inputs[3] != bn.outputs[1] || bwd->inputs[4] != bn.outputs[2])
+      return;
+    p.role[bn.id] = Role::kBatchNormRelu;
+    p.swish[bn.id] = true;
+    p.reluOut[bn.id] = swish->outputs[0];
+    p.role[bwd->id] = Role::kBatchNormReluBackward;
+    p.swish[bwd->id] = true;
+    p.reluGradIn[bwd->id] = grad->inputs[1];
+    p.forwardOp[bwd->id] = bn.id;
+    p.role[swish->id] = Role::kAbsorbed;
+    p.role[grad->id] = Role::kAbsorbed;
+    p.elided[static_cast<size_t>(y)] = true;
+    p.elided[static_cast<size_t>(grad->outputs[0])] = true;
+    p.absorbedOps += 2;
+  };
+
   for (const Op& op : g.ops()) {  // producers come before consumers
     if (op.kind == OpKind::BatchNormTrain) {
       if (auto d = batchNormDtype(op)) fuseRelu(op, Role::kBatchNormRelu, *d);
       if (p.role[op.id] == Role::kNone && all(op, DType::F32)) fuseAddRelu(op);
+      if (p.role[op.id] == Role::kNone) fuseSwish(op);
     } else if (op.kind == OpKind::BatchNormInference) {
       if (all(op, DType::F32)) fuseRelu(op, Role::kBatchNormRelu, DType::F32);
     } else if (isFn(op, OpKind::Binary, "add") && p.role[op.id] == Role::kNone) {

@@ -5,6 +5,13 @@
 //                                     a ReLU mask: the workspace); batch_norm_inference too
 //                                     (without a mask)
 //   relu_grad -> batch_norm_backward  one oneDNN batch norm backward that applies that mask
+//   batch_norm_train -> swish, swish_grad -> batch_norm_backward
+//                                     the same pair with a swish (f32, training: the swish's
+//                                     input, the batch norm's y, is read by the swish and its
+//                                     gradient only, and that gradient by the batch norm's
+//                                     backward): the forward writes swish(y), the backward
+//                                     recomputes y from x and the map kept in the workspace; y
+//                                     and the swish's gradient are never written
 //   add -> relu                       relu(a + b) in one loop (the residual add of a block)
 //   add -> relu_grad                  (a + b) * relu'(x) in one loop (the sum of the two
 //                                     gradients at a block's input and its ReLU backward; f32;
@@ -82,6 +89,9 @@ struct HostFusionPlan {
   std::vector<int> reluBitsFrom;
   std::vector<bool> writesReluBits;
   std::vector<int> sumOut;  // per op id: kSquareSum: the reduce's output (one element)
+  // per op id: kBatchNormRelu / kBatchNormReluBackward whose activation is a swish, not a ReLU
+  // (reluOut: the swish's output; reluGradIn: the swish gradient's dy)
+  std::vector<bool> swish;
   // per op id: kElementwiseChain: the chain's ops in program order (this op last); each op's
   // output is the next one's input, and only that.
   std::vector<std::vector<int>> chain;

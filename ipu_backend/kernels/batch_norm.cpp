@@ -8,7 +8,11 @@
 //             one write of dx.
 // The fused ReLU writes no mask: the forward keeps its per-channel affine map (y = x * a + b,
 // one fma) in the workspace, and the backward recomputes the ReLU's decision from x with the
-// same fma, so both passes agree on every element, ties included.
+// same fma, so both passes agree on every element, ties included. The fused swish works the
+// same way: the forward writes only swish(y), the backward recomputes y and swish'(y) (the
+// element functions of the unary ops: the same bits as batch norm, swish and swish_grad op by
+// op), which saves writing and reading y and the gradient between the ops (EfficientNet: every
+// batch norm but the block outputs' is followed by a swish).
 // Partial sums: f32 over blocks of kRowBlock rows (in registers), then f64 per thread, then
 // over threads in a fixed order.
 #include <immintrin.h>
@@ -19,8 +23,10 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "ipu_backend/kernels/elementwise_math.h"
 #include "ipu_backend/kernels/fused.h"
 #include "ipu_backend/kernels/parallel_ranges.h"
 
@@ -46,18 +52,25 @@ inline void sumBlock(i64 r0, i64 r1, i64 c, i64 c0, double* s, double* q, Terms&
   }
 }
 
-// Per-thread partial sums over the thread's rows, in blocks of kRowBlock x kChanBlock.
-template <typename Terms>
-void sumRows(i64 begin, i64 end, i64 c, double* s, double* q, Terms&& terms) {
+// Per-thread partial sums over the thread's rows, in blocks of kRowBlock x kChanBlock;
+// prepare(r0, r1) runs first on each block of rows (which then stays in the cache).
+template <typename Terms, typename Prepare>
+void sumRows(i64 begin, i64 end, i64 c, double* s, double* q, Terms&& terms, Prepare&& prepare) {
   std::fill(s, s + c, 0.0);
   std::fill(q, q + c, 0.0);
   const i64 fullBlocks = c / kChanBlock * kChanBlock;
   for (i64 r0 = begin; r0 < end; r0 += kRowBlock) {
     const i64 r1 = std::min(end, r0 + kRowBlock);
+    prepare(r0, r1);
     for (i64 c0 = 0; c0 < fullBlocks; c0 += kChanBlock)
       sumBlock<kChanBlock>(r0, r1, c, c0, s, q, terms);
     for (i64 c0 = fullBlocks; c0 < c; ++c0) sumBlock<1>(r0, r1, c, c0, s, q, terms);
   }
+}
+
+template <typename Terms>
+void sumRows(i64 begin, i64 end, i64 c, double* s, double* q, Terms&& terms) {
+  sumRows(begin, end, c, s, q, std::forward<Terms>(terms), [](i64, i64) {});
 }
 
 // Calls row(r) for every row, over the team's row ranges.
@@ -87,13 +100,15 @@ void reducePartials(const std::vector<double>& part, int team, i64 c, double* s,
 struct BatchNormState {
   i64 rows = 0, c = 0;
   float eps = 0.0f;
-  bool relu = false;
+  bool relu = false;   // a fused activation (the map kept in the workspace): ReLU or swish
+  bool swish = false;  // the fused activation is swish
   int team = 1;
   std::vector<double> part, sum, sum2;  // [team][2][C] partials; the totals
 
   void init(i64 rows_, i64 c_, float eps_, BatchNormRelu r, const char* kernel) {
     if (rows_ < 1 || c_ < 1) throw std::invalid_argument(std::string(kernel) + ": empty [rows, C]");
-    rows = rows_, c = c_, eps = eps_, relu = r == BatchNormRelu::kFused;
+    rows = rows_, c = c_, eps = eps_, relu = r != BatchNormRelu::kNone;
+    swish = r == BatchNormRelu::kSwish;
     team = detail::teamFor(rows, rows * c);
     part.assign(static_cast<size_t>(2 * team * c), 0.0);
     sum.assign(static_cast<size_t>(c), 0.0);
@@ -154,11 +169,15 @@ void BatchNormForwardTraining::run(const float* x, const float* gamma, const flo
   float* a = p.relu ? static_cast<float*>(workspace) : p.affine.data();
   const float* b = a + c;
   runStatistics(x, gamma, beta, mean, var, a);
-  const bool relu = p.relu;
+  const bool relu = p.relu && !p.swish, swish = p.swish;
   forEachRow(p.team, rows, [&](i64 r) {
     const float* xr = x + r * c;
     float* yr = y + r * c;
-    if (relu) {
+    if (swish) {
+#pragma omp simd
+      for (i64 j = 0; j < c; ++j)
+        yr[j] = kernels::detail::unaryValue(UnaryKind::Swish, 1.0f, std::fma(xr[j], a[j], b[j]));
+    } else if (relu) {
 #pragma omp simd
       for (i64 j = 0; j < c; ++j) {
         const float z = std::fma(xr[j], a[j], b[j]);
@@ -194,25 +213,43 @@ BatchNormBackward::~BatchNormBackward() = default;
 
 namespace {
 
-// The backward's two passes; kRelu: dy is the gradient of relu(x * a + b) (the fused forward's
-// map), which passed dy where x * a + b > 0 (as relu_grad: dy * 0 keeps a NaN or inf dy
-// visible to the loss scaler's overflow check).
-template <bool kRelu>
+// The backward's two passes; kAct kFused: dy is the gradient of relu(x * a + b) (the fused
+// forward's map), which passed dy where x * a + b > 0 (as relu_grad: dy * 0 keeps a NaN or inf
+// dy visible to the loss scaler's overflow check); kSwish: of swish(x * a + b): the first pass
+// writes g = dy * swish'(x * a + b) into dx a block of rows at a time, sums it while the block
+// is in the cache, and the second reads it back (swish' is costly enough to compute once).
+template <BatchNormRelu kAct>
 void batchNormBackward(BackwardState& p, const float* x, const float* dy, const float* gamma,
                        const float* mean, const float* var, float* dx, float* dgamma, float* dbeta,
                        const float* a, const float* b) {
   const i64 rows = p.rows, c = p.c;
   auto gradAt = [=](i64 i, i64 ch) {
-    if constexpr (kRelu) return dy[i] * (std::fma(x[i], a[ch], b[ch]) > 0.0f ? 1.0f : 0.0f);
+    if constexpr (kAct == BatchNormRelu::kFused)
+      return dy[i] * (std::fma(x[i], a[ch], b[ch]) > 0.0f ? 1.0f : 0.0f);
+    if constexpr (kAct == BatchNormRelu::kSwish) return dx[i];  // g, written by the first pass
     return dy[i];
+  };
+  auto swishGrad = [=](i64 r0, i64 r1) {
+    if constexpr (kAct == BatchNormRelu::kSwish) {
+      for (i64 r = r0; r < r1; ++r) {
+        const i64 o = r * c;
+#pragma omp simd
+        for (i64 j = 0; j < c; ++j)
+          dx[o + j] = dy[o + j] * kernels::detail::unaryDerivative(UnaryKind::Swish, 1.0f,
+                                                                   std::fma(x[o + j], a[j], b[j]));
+      }
+    }
   };
   forThreadRanges(p.team, rows, [&](int t, i64 begin, i64 end) {
     double* s = p.part.data() + (2 * t) * c;
-    sumRows(begin, end, c, s, s + c, [&](i64 i, i64 ch, float& u, float& v) {
-      const float g = gradAt(i, ch);
-      u += g;
-      v += g * (x[i] - mean[ch]);
-    });
+    sumRows(
+        begin, end, c, s, s + c,
+        [&](i64 i, i64 ch, float& u, float& v) {
+          const float g = gradAt(i, ch);
+          u += g;
+          v += g * (x[i] - mean[ch]);
+        },
+        swishGrad);
   });
   reducePartials(p.part, p.team, c, p.sum.data(), p.sum2.data());
   // dx = gamma * rstd * (g - sum(g) / n - xhat * sum(g * xhat) / n), xhat = (x - mean) * rstd,
@@ -245,11 +282,17 @@ void BatchNormBackward::run(const float* x, const float* dy, const float* gamma,
                             const void* workspace) {
   Impl& p = *impl_;
   if (!p.relu)
-    return batchNormBackward<false>(p, x, dy, gamma, mean, var, dx, dgamma, dbeta, {}, {});
+    return batchNormBackward<BatchNormRelu::kNone>(p, x, dy, gamma, mean, var, dx, dgamma, dbeta,
+                                                   {}, {});
   if (!workspace)
-    throw std::invalid_argument("BatchNormBackward with fused ReLU: no workspace given");
+    throw std::invalid_argument(std::string("BatchNormBackward with fused ") +
+                                (p.swish ? "swish" : "ReLU") + ": no workspace given");
   const float* a = static_cast<const float*>(workspace);
-  batchNormBackward<true>(p, x, dy, gamma, mean, var, dx, dgamma, dbeta, a, a + p.c);
+  if (p.swish)
+    return batchNormBackward<BatchNormRelu::kSwish>(p, x, dy, gamma, mean, var, dx, dgamma, dbeta,
+                                                    a, a + p.c);
+  batchNormBackward<BatchNormRelu::kFused>(p, x, dy, gamma, mean, var, dx, dgamma, dbeta, a,
+                                           a + p.c);
 }
 
 namespace {

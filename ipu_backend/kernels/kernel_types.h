@@ -132,8 +132,9 @@ enum class UnaryKind {
 };
 // Gelu is the exact erf form (BERT's reference uses erf). Scale computes alpha * x.
 enum class BinaryKind { Add, Sub, Mul, Div, Max, Min };
-// Fused kernels: batch norm alone, or with the ReLU that follows it in the same pass.
-enum class BatchNormRelu { kNone, kFused };
+// Fused kernels: batch norm alone, or with the ReLU that follows it in the same pass (kFused),
+// or with the swish (y * sigmoid(y)) that follows it (kSwish: the f32 training kernels only).
+enum class BatchNormRelu { kNone, kFused, kSwish };
 enum class ReduceKind { Sum, Mean, Max };
 // Storage type of the activations and weights of a fused oneDNN kernel (convolution, matmul,
 // batch norm): oneDNN takes it as a field of its memory descriptors, so one kernel serves both.

@@ -218,6 +218,10 @@ dnnl::memory::desc batchNormChannels(i64 c) {
 
 dnnl::normalization_flags batchNormFlags(BatchNormRelu relu) {
   using Flags = dnnl::normalization_flags;
+  if (relu == BatchNormRelu::kSwish)  // oneDNN fuses only a ReLU
+    throw std::invalid_argument(
+        "oneDNN batch norm: a fused swish is only in the f32 training kernels "
+        "(BatchNormForwardTraining, BatchNormBackward)");
   return relu == BatchNormRelu::kFused ? Flags::use_scale | Flags::use_shift | Flags::fuse_norm_relu
                                        : Flags::use_scale | Flags::use_shift;
 }

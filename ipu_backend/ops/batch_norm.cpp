@@ -203,15 +203,18 @@ std::function<void()> vertexBackward(const VertexArgs& a) {
 
 // ---- fused kernels -----------------------------------------------------------------------------
 // The f32 kernels of fused.h. `role` is the op's host fusion (f32 operands only):
-// kBatchNormRelu writes relu(y) to `y` and a mask (allocated by `allocate`) for the backward;
-// kBatchNormStatistics writes mean, var and the map y = x * a + b (allocated) instead of y.
-std::function<void()> trainF32(const Graph& g, const Op& op, Role role, const float* x,
+// kBatchNormRelu writes relu(y) (`swish`: swish(y)) to `y` and the map y = x * a + b (allocated
+// by `allocate`) for the backward; kBatchNormStatistics writes mean, var and that map instead
+// of y.
+std::function<void()> trainF32(const Graph& g, const Op& op, Role role, bool swish, const float* x,
                                const float* gamma, const float* beta, float* y, float* mean,
                                float* var, const std::function<void*(std::size_t)>& allocate) {
   const auto [rows, c] = rowsChannelsOf(g, op.inputs[0]);
   const bool relu = role == Role::kBatchNormRelu;
-  auto k = std::make_shared<fz::BatchNormForwardTraining>(
-      rows, c, epsOf(op), relu ? BatchNormRelu::kFused : BatchNormRelu::kNone);
+  auto k = std::make_shared<fz::BatchNormForwardTraining>(rows, c, epsOf(op),
+                                                          !relu   ? BatchNormRelu::kNone
+                                                          : swish ? BatchNormRelu::kSwish
+                                                                  : BatchNormRelu::kFused);
   if (role == Role::kBatchNormStatistics) {
     auto* affine = static_cast<float*>(allocate(2 * static_cast<std::size_t>(c) * sizeof(float)));
     return [=] { k->runStatistics(x, gamma, beta, mean, var, affine); };
@@ -229,26 +232,25 @@ std::function<void()> inferenceF32(const Graph& g, const Op& op, bool relu, cons
   return [=] { k->run(x, gamma, beta, mean, var, y); };
 }
 
-std::function<void()> backwardF32(const Graph& g, const Op& op, bool relu, const float* x,
+std::function<void()> backwardF32(const Graph& g, const Op& op, BatchNormRelu act, const float* x,
                                   const float* dy, const float* gamma, const float* mean,
                                   const float* var, float* dx, float* dgamma, float* dbeta,
                                   const void* mask) {
   const auto [rows, c] = rowsChannelsOf(g, op.inputs[0]);
-  auto k = std::make_shared<fz::BatchNormBackward>(
-      rows, c, epsOf(op), relu ? BatchNormRelu::kFused : BatchNormRelu::kNone);
+  auto k = std::make_shared<fz::BatchNormBackward>(rows, c, epsOf(op), act);
   return [=] { k->run(x, dy, gamma, mean, var, dx, dgamma, dbeta, mask); };
 }
 
 std::function<void()> fusedTrain(const FusedArgs& a) {
-  return trainF32(a.g, a.op, Role::kNone, a.in[0], a.in[1], a.in[2], a.out[0], a.out[1], a.out[2],
-                  {});
+  return trainF32(a.g, a.op, Role::kNone, false, a.in[0], a.in[1], a.in[2], a.out[0], a.out[1],
+                  a.out[2], {});
 }
 std::function<void()> fusedInference(const FusedArgs& a) {
   return inferenceF32(a.g, a.op, false, a.in[0], a.in[1], a.in[2], a.in[3], a.in[4], a.out[0]);
 }
 std::function<void()> fusedBackward(const FusedArgs& a) {
-  return backwardF32(a.g, a.op, false, a.in[0], a.in[1], a.in[2], a.in[3], a.in[4], a.out[0],
-                     a.out[1], a.out[2], nullptr);
+  return backwardF32(a.g, a.op, BatchNormRelu::kNone, a.in[0], a.in[1], a.in[2], a.in[3], a.in[4],
+                     a.out[0], a.out[1], a.out[2], nullptr);
 }
 
 DType dtypeOf(const NativeFusedArgs& a, int t) {
@@ -276,8 +278,9 @@ std::function<void()> nativeTrain(const NativeFusedArgs& a) {
             var = f32(a.out[2]), mask] { k->run(x, ga, be, y, mean, var, mask); };
   }
   if (role == Role::kNone || !allOperandsAre(a.g, op, DType::F32)) return {};
-  return trainF32(a.g, op, role, f32(a.in[0]), f32(a.in[1]), f32(a.in[2]), f32(y), f32(a.out[1]),
-                  f32(a.out[2]), a.allocateFusionBuffer);
+  return trainF32(a.g, op, role, a.fusion.swish[static_cast<size_t>(op.id)], f32(a.in[0]),
+                  f32(a.in[1]), f32(a.in[2]), f32(y), f32(a.out[1]), f32(a.out[2]),
+                  a.allocateFusionBuffer);
 }
 
 std::function<void()> nativeInference(const NativeFusedArgs& a) {
@@ -309,7 +312,10 @@ std::function<void()> nativeBackward(const NativeFusedArgs& a) {
             mask] { k->run(x, dy, ga, mean, var, dx, dga, dbe, mask); };
   }
   if (role == Role::kNone || !allOperandsAre(a.g, op, DType::F32)) return {};
-  return backwardF32(a.g, op, relu, f32(a.in[0]), f32(dy), f32(a.in[2]), f32(a.in[3]), f32(a.in[4]),
+  const BatchNormRelu act = !relu                ? BatchNormRelu::kNone
+                            : a.fusion.swish[id] ? BatchNormRelu::kSwish
+                                                 : BatchNormRelu::kFused;
+  return backwardF32(a.g, op, act, f32(a.in[0]), f32(dy), f32(a.in[2]), f32(a.in[3]), f32(a.in[4]),
                      f32(a.out[0]), f32(a.out[1]), f32(a.out[2]), mask);
 }
 

@@ -236,6 +236,68 @@ TEST(HostFusion, AGraphOutputBetweenTheOpsKeepsThePairUnfused) {
   EXPECT_FALSE(plan.elided[static_cast<size_t>(b.bn1)]);
 }
 
+// EfficientNet's conv -> batch norm -> swish, twice (the second swish feeds the loss): each
+// batch norm writes swish(y) and its backward applies swish'(y) itself (y and the swish's
+// gradient never written); a step equals tile mode's. With y a graph output, nothing fuses.
+Block swishBlock(bool keepBnOutput) {
+  Block b;
+  Builder B(b.g);
+  const i64 n = 4, h = 6, w = 6, c = 8;
+  b.x = B.input("x", {n, h, w, c});
+  b.lr = B.input("lr", {});
+  int in = b.x;
+  for (const char* k : {"1", "2"}) {
+    const int wt = B.variable(std::string("w") + k, {c, 3, 3, c});
+    const int g = B.variable(std::string("g") + k, {c}),
+              be = B.variable(std::string("be") + k, {c});
+    const BatchNormOutputs bn = B.batchNormTrain(B.conv2d(in, wt, Conv2dOptions::make(1, 1)), g, be,
+                                                 1e-5, std::string("bn") + k);
+    if (b.bn1 < 0) b.bn1 = bn.y;
+    in = B.unary("swish", bn.y, std::string("swish") + k);
+  }
+  b.loss = B.reduceMean(B.mul(in, in), {0, 1, 2, 3}, false, "loss");
+  b.g.markOutput(b.loss);
+  if (keepBnOutput) b.g.markOutput(b.bn1);
+  const GradientResult gr = appendBackward(b.g, b.loss, trainableVariables(b.g));
+  appendSgdUpdate(b.g, gr.grads, b.lr, SgdOptions{});
+  return b;
+}
+
+TEST(HostFusion, BatchNormSwishAndItsBackwardFuseAndEqualTileMode) {
+  using Role = HostFusionPlan::Role;
+  const Block b = swishBlock(false);
+  const HostFusionPlan plan = planHostFusions(b.g);
+  int forward = 0, backward = 0;
+  for (const Op& op : b.g.ops()) {
+    const auto id = static_cast<size_t>(op.id);
+    if (op.kind == OpKind::BatchNormTrain) {
+      EXPECT_EQ(plan.role[id], Role::kBatchNormRelu) << op.id;
+      EXPECT_TRUE(plan.swish[id]);
+      EXPECT_TRUE(plan.elided[static_cast<size_t>(op.outputs[0])]);
+      ++forward;
+    } else if (op.kind == OpKind::BatchNormBackward) {
+      EXPECT_EQ(plan.role[id], Role::kBatchNormReluBackward) << op.id;
+      EXPECT_TRUE(plan.swish[id]);
+      EXPECT_TRUE(plan.elided[static_cast<size_t>(op.inputs[1])]);
+      ++backward;
+    } else if (op.kind == OpKind::Unary || op.kind == OpKind::UnaryGrad) {
+      if (op.attrs.getString("fn") == "swish") {
+        EXPECT_EQ(plan.role[id], Role::kAbsorbed) << op.id;
+      }
+    }
+  }
+  EXPECT_EQ(forward, 2);
+  EXPECT_EQ(backward, 2);
+  expectFusedStepsEqualTileMode(b, plan.absorbedOps);
+
+  const Block kept = swishBlock(true);
+  const HostFusionPlan keptPlan = planHostFusions(kept.g);
+  const int keptBn = kept.g.tensor(kept.bn1).producer;
+  EXPECT_EQ(keptPlan.role[static_cast<size_t>(keptBn)], Role::kNone);
+  EXPECT_FALSE(keptPlan.swish[static_cast<size_t>(keptBn)]);
+  expectFusedStepsEqualTileMode(kept, keptPlan.absorbedOps);
+}
+
 TEST(HostFusion, FusedTrainingStepsEqualTileMode) {
   kernels::fused::setNumThreads(2);
   expectFusedStepsEqualTileMode(residualBlock(false), 4);

@@ -105,6 +105,44 @@ TEST_F(Fused, Conv2dAllPasses) {
   }
 }
 
+// The depthwise weight gradient runs our loop (oneDNN 2.6's generic kernel took its 5x5 ones),
+// in f32 and bf16,
+// against the reference: the 3x3 and 5x5 register kernels and any other size, channel counts
+// with 8- and 1-lane tails, stride, padding on one side only, and enough rows for two threads'
+// partial sums (Conv2dAllPasses' depthwise cases are below the parallel threshold).
+TEST_F(Fused, DepthwiseWeightGradIsOursAndMatchesTheReference) {
+  Conv2dShape asym = conv(2, 15, 20, 20, 5, 1, 2, 20);
+  asym.s = 3, asym.w = 17, asym.padLeft = 0, asym.padRight = 2, asym.strideW = 2, asym.dilH = 2;
+  unsigned seed = 300;
+  for (const auto& [name, s] : std::vector<ConvCase>{{"k5s1c24", conv(3, 20, 24, 24, 5, 1, 2, 24)},
+                                                     {"k3s2c40", conv(2, 23, 40, 40, 3, 2, 1, 40)},
+                                                     {"k3s1c5", conv(2, 30, 5, 5, 3, 1, 1, 5)},
+                                                     {"k7s1c16", conv(2, 18, 16, 16, 7, 1, 3, 16)},
+                                                     {"k5x3asym", asym}}) {
+    SCOPED_TRACE(name);
+    const Vec x = randomVec(s.inputElems(), seed++), dy = randomVec(s.outputElems(), seed++);
+    Vec dw(s.weightElems());
+    fused::Conv2dBackwardFilter kernel(s);
+    EXPECT_EQ(kernel.implementation(), "depthwise weight gradient (ours)");
+    kernel.run(x.data(), dy.data(), dw.data());
+    EXPECT_TRUE(closeRel(dw, testing::refConvBwdFilter(s, x, dy), kTol));
+
+    // bf16 operands: f32 products and sums (exact products), dw rounded to bf16 once.
+    using precision::bf16;
+    std::vector<bf16> xb(x.size()), dyb(dy.size()), dwb(dw.size());
+    precision::toBF16(x.data(), xb.data(), static_cast<i64>(x.size()));
+    precision::toBF16(dy.data(), dyb.data(), static_cast<i64>(dy.size()));
+    Vec xr(x.size()), dyr(dy.size()), dwr(dw.size());
+    precision::toFloat(xb.data(), xr.data(), static_cast<i64>(x.size()));
+    precision::toFloat(dyb.data(), dyr.data(), static_cast<i64>(dy.size()));
+    fused::Conv2dBackwardFilter kernelBf16(s, ElementType::BF16);
+    EXPECT_EQ(kernelBf16.implementation(), "depthwise weight gradient (ours)");
+    kernelBf16.run(xb.data(), dyb.data(), dwb.data());
+    precision::toFloat(dwb.data(), dwr.data(), static_cast<i64>(dw.size()));
+    EXPECT_TRUE(closeRel(dwr, testing::refConvBwdFilter(s, xr, dyr), 1e-2f));
+  }
+}
+
 // bf16 convolutions (native oneDNN bf16: pointwise stride-1 ones run as matmuls) against the f32
 // reference on the same bf16-rounded operands: within bf16 output rounding (2^-8) plus the
 // different accumulation order.
@@ -508,6 +546,44 @@ TEST_F(Fused, BatchNormReluTrainingAgainstDoubleSums) {
 // batch_norm_train -> add -> relu as one pass (the engine's host fusion) is bit-identical to
 // the three kernels run one after the other, and the statistics it starts from are the
 // unfused batch norm's.
+// Batch norm with the swish fused (forward: swish(y); backward: swish' applied inside) gives the
+// bits of batch norm, swish, swish_grad and batch norm backward run one by one, with channel
+// counts off the vector width and enough rows for two threads.
+TEST_F(Fused, BatchNormSwishEqualsTheOpsBitForBit) {
+  const std::pair<i64, i64> shapes[] = {{2 * 7 * 7, 48}, {5000, 40}, {333, 5}};
+  unsigned seed = 450;
+  for (const auto& [rows, c] : shapes) {
+    SCOPED_TRACE(::testing::Message() << rows << "x" << c);
+    const i64 n = rows * c;
+    const Vec x = randomVec(n, seed++, -2, 3), dz = randomVec(n, seed++),
+              gamma = randomVec(c, seed++, 0.5f, 1.5f), beta = randomVec(c, seed++);
+    fused::BatchNormForwardTraining bn(rows, c, 1e-5f);
+    fused::BatchNormBackward bnBackward(rows, c, 1e-5f);
+    Vec y(n), z(n), dy(n), dx(n), mean(c), var(c), dgamma(c), dbeta(c);
+    bn.run(x.data(), gamma.data(), beta.data(), y.data(), mean.data(), var.data());
+    fused::unaryChunk(UnaryKind::Swish, 1.0f, y.data(), z.data(), n);
+    fused::unaryGradChunk(UnaryKind::Swish, 1.0f, y.data(), dz.data(), dy.data(), n);
+    bnBackward.run(x.data(), dy.data(), gamma.data(), mean.data(), var.data(), dx.data(),
+                   dgamma.data(), dbeta.data());
+
+    fused::BatchNormForwardTraining bnSwish(rows, c, 1e-5f, BatchNormRelu::kSwish);
+    fused::BatchNormBackward bnSwishBackward(rows, c, 1e-5f, BatchNormRelu::kSwish);
+    std::vector<char> workspace(bnSwish.workspaceBytes());
+    ASSERT_GT(workspace.size(), 0u);
+    Vec z2(n), dx2(n), mean2(c), var2(c), dgamma2(c), dbeta2(c);
+    bnSwish.run(x.data(), gamma.data(), beta.data(), z2.data(), mean2.data(), var2.data(),
+                workspace.data());
+    bnSwishBackward.run(x.data(), dz.data(), gamma.data(), mean2.data(), var2.data(), dx2.data(),
+                        dgamma2.data(), dbeta2.data(), workspace.data());
+    EXPECT_EQ(mean2, mean);
+    EXPECT_EQ(var2, var);
+    EXPECT_EQ(z2, z);
+    EXPECT_EQ(dx2, dx);
+    EXPECT_EQ(dgamma2, dgamma);
+    EXPECT_EQ(dbeta2, dbeta);
+  }
+}
+
 TEST_F(Fused, BatchNormAddReluEqualsTheThreeOpsBitForBit) {
   const std::pair<i64, i64> shapes[] = {{2 * 7 * 7, 48}, {5000, 64}, {333, 5}};
   unsigned seed = 400;
