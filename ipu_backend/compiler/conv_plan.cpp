@@ -114,4 +114,57 @@ i64 inputChannelsPerTile(const Conv2dShape& s, i64 dyBytes, i64 weightBytes, con
   return bestTransposedTile(s, dyBytes, weightBytes, t).cg;
 }
 
+i64 groupsPerBlock(const Conv2dShape& s, i64 dyBytes, i64 weightBytes, const Target& t) {
+  const i64 G = s.groups, cpg = s.cPerGroup(), kpg = s.kPerGroup();
+  const i64 pixels = s.n * s.h * s.w, oh = s.outH(), span = s.dilH * (s.r - 1) + 1;
+  i64 best = G;
+  double bestBytes = std::numeric_limits<double>::infinity();
+  for (i64 gb = G; gb >= 1; --gb) {
+    const i64 blocks = ceilDiv(G, gb);
+    if (gb < G && ceilDiv(G, gb + 1) == blocks) continue;  // same blocks, fewer channels each
+    const i64 pixelBlocks = std::clamp<i64>(t.numTiles / blocks, 1, pixels);
+    const i64 pixelsPerTile = ceilDiv(pixels, pixelBlocks);
+    // Unblocked, a slice of the linear mapping spans whole pixels' channels.
+    const i64 dxPixels = blocks > 1
+                             ? pixelsPerTile
+                             : std::max<i64>(1, ceilDiv(std::max(t.minBytesPerTile / dyBytes,
+                                                                 ceilDiv(pixels * s.c, t.numTiles)),
+                                                        s.c));
+    const i64 dxRows = std::min(s.n * s.h, ceilDiv(dxPixels, s.w) + 1);
+    const i64 dyRows =
+        outputRowsForInputRows({0, dxRows}, oh, s.h, s.strideH, s.padTop, span).size();
+    const i64 regions = blocks > 1 ? pixelsPerTile : 1;
+    const double bytes = static_cast<double>(dyRows * s.outW() * gb * kpg * dyBytes) +
+                         static_cast<double>(gb * kpg * s.r * s.s * cpg * weightBytes) +
+                         static_cast<double>((regions - 1) * t.workListBytesPerOperand);
+    if (bytes < bestBytes) bestBytes = bytes, best = gb;
+  }
+  return best;
+}
+
+Range outputChannelsOfGroupBlock(const Conv2dShape& s, i64 gb, i64 b) {
+  const i64 kb = gb * s.kPerGroup();
+  return {b * kb, std::min(s.k, (b + 1) * kb)};
+}
+
+Range dyOfBlockSlice(const Conv2dShape& s, i64 gb, Range out) {
+  const i64 blockElems = dyBlockElems(s, gb), b = out.begin / blockElems;
+  const Range ks = outputChannelsOfGroupBlock(s, gb, b);
+  const i64 p0 = (out.begin - b * blockElems) / ks.size(),
+            p1 = (out.end - 1 - b * blockElems) / ks.size();
+  return {p0 * s.k + ks.begin, p1 * s.k + ks.end};
+}
+
+Range blockRowsOfOutputRows(const Conv2dShape& s, i64 gb, i64 b, Range oRows) {
+  const i64 rowElems = s.outW() * outputChannelsOfGroupBlock(s, gb, b).size();
+  const i64 base = b * dyBlockElems(s, gb);
+  return {base + oRows.begin * rowElems, base + oRows.end * rowElems};
+}
+
+Range weightsOfGroupBlock(const Conv2dShape& s, i64 gb, i64 b) {
+  const Range ks = outputChannelsOfGroupBlock(s, gb, b);
+  const i64 rowElems = s.r * s.s * s.cPerGroup();
+  return {ks.begin * rowElems, ks.end * rowElems};
+}
+
 }  // namespace ipu::conv_plan

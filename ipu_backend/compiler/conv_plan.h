@@ -79,4 +79,36 @@ Range transposedWeightsOfChannels(const Conv2dShape& s, Range channels);
 // when one tile can hold every channel's weights within the window budget.
 i64 inputChannelsPerTile(const Conv2dShape& s, i64 dyBytes, i64 weightBytes, const Target& t);
 
+// ---- the data gradient of a grouped (or depthwise) convolution, blocked by groups ------------
+// dx's channels of group g sum dy over g's output channels only. Split over output channels (or
+// not split at all), a vertex gathered the dy rows of EVERY channel of its pixels: windows are
+// flat, and a block of channels of many NHWC pixels is not contiguous. This plan makes it so:
+//   phase kGroupedDyBlocksPhase: dy -> dy blocks, block b = the output channels of groups
+//     [b*gb, (b+1)*gb) as [N*OH*OW][kbb] (kbb = its gb*K/G channels, fewer in the last block) at
+//     flat offset b * dyBlockElems(s, gb); a slice of block b copies pixels whose channels of b
+//     one slice of dy holds, on that slice's tile (no exchange but for a pixel cut by a slice
+//     boundary: its own slice, gathering kbb elements);
+//   phase kGroupedDataPhase: dx channel-blocked (gb groups' C/G channels each), a vertex reads
+//     its tile's rows of its block (one window per tile) and its groups' weight rows.
+// Same sum, in the same order, as kernels::ref::conv2dBackwardData over every k.
+constexpr int kGroupedDyBlocksPhase = 5;
+constexpr int kGroupedDataPhase = 6;
+
+// Groups per block: the gb that minimises what a tile gathers (its dy-block rows and its
+// groups' weights in the stored dtypes, plus a work-list entry per output region beyond the
+// first); G when one block (the unblocked plan) is best or there is a single group.
+i64 groupsPerBlock(const Conv2dShape& s, i64 dyBytes, i64 weightBytes, const Target& t);
+// Elements of a full dy block (the flat offset of block b is b times this).
+inline i64 dyBlockElems(const Conv2dShape& s, i64 gb) {
+  return s.n * s.outH() * s.outW() * gb * s.kPerGroup();
+}
+// The output channels of block b: [b*gb*K/G, min(K, (b+1)*gb*K/G)).
+Range outputChannelsOfGroupBlock(const Conv2dShape& s, i64 gb, i64 b);
+// The window of dy that slice [out) of the dy blocks reads (out lies inside one block).
+Range dyOfBlockSlice(const Conv2dShape& s, i64 gb, Range out);
+// The window of the dy blocks holding output rows [oRows) (n*OH + oh) of block b.
+Range blockRowsOfOutputRows(const Conv2dShape& s, i64 gb, i64 b, Range oRows);
+// The weight rows w[k0:k1] of block b's output channels.
+Range weightsOfGroupBlock(const Conv2dShape& s, i64 gb, i64 b);
+
 }  // namespace ipu::conv_plan

@@ -131,6 +131,41 @@ void conv2dKBlocksToTransposed(const Conv2dShape& s, i64 kb, const std::vector<W
   }
 }
 
+void conv2dDyToGroupBlocks(const Conv2dShape& s, i64 gb, W dy, float* blocks, Range out) {
+  const i64 kb = gb * s.kPerGroup(), blockElems = s.n * s.outH() * s.outW() * kb;
+  for (i64 i = out.begin; i < out.end; ++i) {
+    const i64 b = i / blockElems, kbb = std::min(kb, s.k - b * kb), j = i - b * blockElems;
+    blocks[i - out.begin] = dy[(j / kbb) * s.k + b * kb + j % kbb];
+  }
+}
+
+void conv2dBackwardDataGroupBlocks(const Conv2dShape& s, i64 gb, W dyBlocks, W w, float* dx,
+                                   Range out) {
+  const i64 oh = s.outH(), ow = s.outW(), cpg = s.cPerGroup(), kpg = s.kPerGroup();
+  const i64 kb = gb * kpg, blockElems = s.n * oh * ow * kb;
+  for (i64 i = out.begin; i < out.end; ++i) {
+    const i64 c = i % s.c, iw = (i / s.c) % s.w, ih = (i / (s.c * s.w)) % s.h,
+              n = i / (s.c * s.w * s.h);
+    const i64 g = c / cpg, cl = c % cpg, b = g / gb;
+    const i64 k0 = b * kb, kbb = std::min(kb, s.k - k0), base = b * blockElems;
+    double acc = 0;
+    for (i64 r = 0; r < s.r; ++r) {
+      const i64 ph = ih + s.padTop - r * s.dilH;
+      if (ph < 0 || ph % s.strideH != 0 || ph / s.strideH >= oh) continue;
+      const i64 p = ph / s.strideH;
+      for (i64 t = 0; t < s.s; ++t) {
+        const i64 qw = iw + s.padLeft - t * s.dilW;
+        if (qw < 0 || qw % s.strideW != 0 || qw / s.strideW >= ow) continue;
+        const i64 q = qw / s.strideW;
+        const i64 dyRow = base + ((n * oh + p) * ow + q) * kbb - k0;
+        for (i64 k = g * kpg; k < (g + 1) * kpg; ++k)
+          acc += double(dyBlocks[dyRow + k]) * w[((k * s.r + r) * s.s + t) * cpg + cl];
+      }
+    }
+    dx[i - out.begin] = float(acc);
+  }
+}
+
 void conv2dBackwardFilter(const Conv2dShape& s, W x, W dy, float* dw, Range out, Range red) {
   const i64 oh = s.outH(), ow = s.outW(), cpg = s.cPerGroup(), kpg = s.kPerGroup();
   for (i64 i = out.begin; i < out.end; ++i) {

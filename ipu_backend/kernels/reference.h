@@ -40,6 +40,15 @@ void conv2dWeightsToKBlocks(const Conv2dShape& s, i64 kb, W w, float* blocks, Ra
 // the k-blocked buffer) for every block that range `out` reads.
 void conv2dKBlocksToTransposed(const Conv2dShape& s, i64 kb, const std::vector<W>& blocks,
                                float* wt, Range out);
+// A grouped convolution's dy in blocks of gb groups: block b holds output channels
+// [b*gb*K/G, min(K, (b+1)*gb*K/G)) as [N*OH*OW][kbb] (kbb its size) at flat offset
+// b*gb*K/G*N*OH*OW; writes flat range `out` of it.
+void conv2dDyToGroupBlocks(const Conv2dShape& s, i64 gb, W dy, float* blocks, Range out);
+// dx of a grouped convolution from dy in blocks of gb groups (conv2dDyToGroupBlocks): a vertex
+// reads its groups' block only. The same sum, in the same order, as conv2dBackwardData over
+// every k.
+void conv2dBackwardDataGroupBlocks(const Conv2dShape& s, i64 gb, W dyBlocks, W w, float* dx,
+                                   Range out);
 // dw[K,R,S,C/G] summed over output rows (n * OH + oh) in red only: a part reads only the dy rows
 // in red and the x rows they cover.
 void conv2dBackwardFilter(const Conv2dShape& s, W x, W dy, float* dw, Range out, Range red);

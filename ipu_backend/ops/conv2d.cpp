@@ -170,10 +170,80 @@ void planForward(PlanApi& p, const Op& op) {
   });
 }
 
+// The data gradient of a grouped convolution in blocks of groups (compiler/conv_plan.h): dy is
+// copied into per-block buffers where each tile holds it (phase kGroupedDyBlocksPhase), then dx,
+// channel-blocked by groups, reads only its block's dy rows and its groups' weights (phase
+// kGroupedDataPhase). False (nothing planned) when one block is best.
+bool planGroupedBackwardData(PlanApi& p, const Op& op) {
+  namespace cp = conv_plan;
+  const auto s = convShapeOf(p.graph(), op);
+  const int dy = op.inputs[0], w = op.inputs[1], dx = op.outputs[0];
+  const Graph& g = p.graph();
+  const DType dyType = g.tensor(dy).dtype;
+  const i64 gb = cp::groupsPerBlock(s, sizeOf(dyType), sizeOf(g.tensor(w).dtype), p.target());
+  if (gb >= s.groups) return false;
+  // The dy blocks, each pixel's channels of a block on the tile holding them in dy: runs of
+  // pixels inside one slice of dy; a pixel whose channels of the block two slices share is a
+  // run of its own (its slice gathers those channels only).
+  const i64 blocks = ceilDiv(s.groups, gb), pixels = s.n * s.outH() * s.outW();
+  const i64 blockElems = cp::dyBlockElems(s, gb);
+  const std::vector<TileSlice>& dyMap = p.mapping(dy);
+  std::vector<TileSlice> blockMap;
+  for (i64 b = 0; b < blocks; ++b) {
+    const Range ks = cp::outputChannelsOfGroupBlock(s, gb, b);
+    const i64 base = b * blockElems, kbb = ks.size();
+    size_t sl = 0;
+    i64 runBegin = 0;
+    size_t runSlice = 0;
+    bool runWhole = false;
+    for (i64 px = 0; px <= pixels; ++px) {
+      bool whole = false;
+      if (px < pixels) {
+        const i64 lo = px * s.k + ks.begin, hi = px * s.k + ks.end;
+        while (dyMap[sl].end <= lo) ++sl;
+        whole = hi <= dyMap[sl].end;
+        if (px > runBegin && whole && runWhole && sl == runSlice) continue;
+      }
+      if (px > runBegin)
+        blockMap.push_back({dyMap[runSlice].tile, base + runBegin * kbb, base + px * kbb, 0});
+      runBegin = px, runSlice = sl, runWhole = whole;
+    }
+  }
+  const int dyBlocks =
+      p.temporary(op, "dy_group_blocks", pixels * s.k, dyType, std::move(blockMap));
+  p.perSlice(
+      op, cp::kGroupedDyBlocksPhase, {dyBlocks},
+      [dy, s, gb](Range r) {
+        const Range d = cp::dyOfBlockSlice(s, gb, r);
+        return Windows{{dy, d.begin, d.end}};
+      },
+      0, "dy_group_blocks");
+  // dx channel-blocked by groups; a tile's vertices read one window of their block's dy rows.
+  const i64 cg = gb * s.cPerGroup(), iRowLen = s.w * s.c;
+  p.mapChannelBlocked(dx, s.n * s.h * s.w, s.c, cg);
+  std::vector<Range> tileRows(static_cast<size_t>(p.numTiles()), Range{0, 0});
+  for (const TileSlice& sl : p.mapping(dx)) {
+    const Range rows = rowsOf({sl.begin, sl.end}, iRowLen);
+    Range& u = tileRows[static_cast<size_t>(sl.tile)];
+    u = u.size() == 0 ? rows : Range{std::min(u.begin, rows.begin), std::max(u.end, rows.end)};
+  }
+  p.perSlice(op, cp::kGroupedDataPhase, {dx}, [&p, &tileRows, s, gb, cg, dx, w, dyBlocks](Range r) {
+    const i64 b = channelsOf(r, s.c).begin / cg;
+    const Range& dxRows = tileRows[static_cast<size_t>(p.tileOf(dx, r.begin))];
+    const Range oRows =
+        outputRowsForInputRows(dxRows, s.outH(), s.h, s.strideH, s.padTop, s.dilH * (s.r - 1) + 1);
+    const Range d = cp::blockRowsOfOutputRows(s, gb, b, oRows);
+    const Range wr = cp::weightsOfGroupBlock(s, gb, b);
+    return Windows{{dyBlocks, d.begin, d.end}, {w, wr.begin, wr.end}};
+  });
+  return true;
+}
+
 void planBackwardData(PlanApi& p, const Op& op) {
   const auto s = convShapeOf(p.graph(), op);
   const int dy = op.inputs[0], w = op.inputs[1], out = op.outputs[0];
   const i64 oRowLen = s.outW() * s.k, iRowLen = s.w * s.c, wPerK = s.r * s.s * s.cPerGroup();
+  if (s.groups > 1 && planGroupedBackwardData(p, op)) return;
   auto dyRows = [s, dy, oRowLen, iRowLen](Range r) {
     Range rows = outputRowsForInputRows(rowsOf(r, iRowLen), s.outH(), s.h, s.strideH, s.padTop,
                                         s.dilH * (s.r - 1) + 1);
@@ -221,6 +291,18 @@ std::function<void()> vertexForward(const VertexArgs& a) {
 std::function<void()> vertexBackwardData(const VertexArgs& a) {
   if (a.phase == 1) return sumPartials(a);
   const auto s = convShapeOf(a.g, a.op);
+  // The grouped plan (compiler/conv_plan.h): dy in blocks of groups, then dx.
+  if (a.phase == conv_plan::kGroupedDyBlocksPhase || a.phase == conv_plan::kGroupedDataPhase) {
+    const i64 gb = conv_plan::groupsPerBlock(s, sizeOf(a.g.tensor(a.op.inputs[0]).dtype),
+                                             sizeOf(a.g.tensor(a.op.inputs[1]).dtype), a.target);
+    if (a.phase == conv_plan::kGroupedDyBlocksPhase)
+      return [s, gb, W = a.in, y = a.out[0], work = a.work] {
+        ref::conv2dDyToGroupBlocks(s, gb, W[0], y, work);
+      };
+    return [s, gb, W = a.in, y = a.out[0], work = a.work] {
+      ref::conv2dBackwardDataGroupBlocks(s, gb, W[0], W[1], y, work);
+    };
+  }
   // The transposed-weights plan (compiler/conv_plan.h): k-blocks, wt, then dx.
   if (a.phase >= conv_plan::kWeightKBlocksPhase) {
     if (a.phase == conv_plan::kTransposedDataPhase)
@@ -336,7 +418,7 @@ IPU_REGISTER_OPS(conv2d) {
   d.fused = fusedPass<fz::Conv2dBackwardData>();
   d.nativeFused = nativeBf16Pass<fz::Conv2dBackwardData>();
   // The transposed plan's dx phase multiplies; its k-block and transpose phases move weights.
-  d.costTraits.macPhases = {0, conv_plan::kTransposedDataPhase};
+  d.costTraits.macPhases = {0, conv_plan::kTransposedDataPhase, conv_plan::kGroupedDataPhase};
   registerOp(std::move(d));
 
   OpInfo w = convInfo(OpKind::Conv2dBackwardFilter, "conv2d_backward_filter",
