@@ -117,6 +117,7 @@ i64 inputChannelsPerTile(const Conv2dShape& s, i64 dyBytes, i64 weightBytes, con
 i64 groupsPerBlock(const Conv2dShape& s, i64 dyBytes, i64 weightBytes, const Target& t) {
   const i64 G = s.groups, cpg = s.cPerGroup(), kpg = s.kPerGroup();
   const i64 pixels = s.n * s.h * s.w, oh = s.outH(), span = s.dilH * (s.r - 1) + 1;
+  const double target = static_cast<double>(windowBudgetBytes(t) / 4);
   i64 best = G;
   double bestBytes = std::numeric_limits<double>::infinity();
   for (i64 gb = G; gb >= 1; --gb) {
@@ -133,11 +134,16 @@ i64 groupsPerBlock(const Conv2dShape& s, i64 dyBytes, i64 weightBytes, const Tar
     const i64 dxRows = std::min(s.n * s.h, ceilDiv(dxPixels, s.w) + 1);
     const i64 dyRows =
         outputRowsForInputRows({0, dxRows}, oh, s.h, s.strideH, s.padTop, span).size();
-    const i64 regions = blocks > 1 ? pixelsPerTile : 1;
-    const double bytes = static_cast<double>(dyRows * s.outW() * gb * kpg * dyBytes) +
-                         static_cast<double>(gb * kpg * s.r * s.s * cpg * weightBytes) +
-                         static_cast<double>((regions - 1) * t.workListBytesPerOperand);
-    if (bytes < bestBytes) bestBytes = bytes, best = gb;
+    const double gathered = static_cast<double>(dyRows * s.outW() * gb * kpg * dyBytes) +
+                            static_cast<double>(gb * kpg * s.r * s.s * cpg * weightBytes);
+    // Fewest blocks first: each block adds work-list entries that stay on the tile for the whole
+    // program (dx regions of one pixel each; dy-block copies, about one per pixel and block).
+    if (gathered <= target) return gb;
+    const double workLists = static_cast<double>(
+        blocks > 1
+            ? (pixelsPerTile + 2 * ceilDiv(pixels * blocks, t.numTiles)) * t.workListBytesPerOperand
+            : 0);
+    if (gathered + workLists < bestBytes) bestBytes = gathered + workLists, best = gb;
   }
   return best;
 }

@@ -94,9 +94,10 @@ i64 inputChannelsPerTile(const Conv2dShape& s, i64 dyBytes, i64 weightBytes, con
 constexpr int kGroupedDyBlocksPhase = 5;
 constexpr int kGroupedDataPhase = 6;
 
-// Groups per block: the gb that minimises what a tile gathers (its dy-block rows and its
-// groups' weights in the stored dtypes, plus a work-list entry per output region beyond the
-// first); G when one block (the unblocked plan) is best or there is a single group.
+// Groups per block: the largest gb (the fewest blocks: every block adds work-list entries that
+// stay on a tile for the whole program) whose tile gathers at most a quarter of a window budget
+// (its dy-block rows and its groups' weights, in the stored dtypes); else the gb that minimises
+// those bytes plus the work lists. G (one block: the unblocked plan) when that is enough.
 i64 groupsPerBlock(const Conv2dShape& s, i64 dyBytes, i64 weightBytes, const Target& t);
 // Elements of a full dy block (the flat offset of block b is b times this).
 inline i64 dyBlockElems(const Conv2dShape& s, i64 gb) {

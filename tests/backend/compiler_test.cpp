@@ -14,6 +14,7 @@
 #include "ipu_backend/engine/engine.h"
 #include "ipu_backend/ir/builder.h"
 #include "ipu_backend/kernels/fused.h"
+#include "ipu_backend/kernels/reference.h"
 #include "ipu_backend/ops/op_info.h"
 #include "ipu_backend/optimizers/optimizer.h"
 
@@ -203,6 +204,98 @@ TEST(Compiler, ConvDataGradientOfLargeWeightsUsesTransposedWeights) {
         for (i64 kk = 0; kk < k; ++kk) want += wv[static_cast<size_t>(kk * c + ch)] / outputs;
       ASSERT_NEAR(got[static_cast<size_t>(i)], want, 1e-7)
           << (mode == EngineMode::Tile ? "tile " : "fused ") << i;
+    }
+  }
+}
+
+// The data gradient of a grouped convolution (EfficientNet's depthwise 5x5, G16's groups of 16
+// channels at stride 2): only the output channels of a channel's group contribute, so no vertex
+// may read dy of other groups. The plan copies dy into per-block buffers where dy lives (phase 5:
+// only a pixel whose block two dy slices share is gathered, and only that block's channels),
+// then dx, channel-blocked by groups, reads one block's rows (phase 6). Split over output
+// channels, every part gathered the dy rows of every channel. Both engine modes against the
+// plain reference, which sums in the same order as the tile vertices.
+TEST(Compiler, GroupedConvDataGradientReadsOnlyItsGroupsChannels) {
+  struct Geometry {
+    i64 n, h, c, r, groups, stride;
+  };
+  for (const Geometry geo : {Geometry{2, 10, 48, 5, 48, 1}, Geometry{2, 9, 64, 3, 4, 2}}) {
+    Graph g("grouped");
+    Builder b(g);
+    const i64 cpg = geo.c / geo.groups;
+    int x = b.variable("features", {geo.n, geo.h, geo.h, geo.c});
+    int w = b.variable("spatial_weight", {geo.c, geo.r, geo.r, cpg});
+    int y = b.conv2d(x, w, Conv2dOptions::make(geo.stride, geo.r / 2, geo.groups), "spatial");
+    const Shape ys = g.tensor(y).shape;
+    int m = b.variable("dy_pattern", ys);  // loss = sum(y * m): dy = m
+    int loss = b.reduceSum(b.binary("mul", y, m, "weighted"), {0, 1, 2, 3}, false, "loss");
+    g.markOutput(loss);
+    const int dx = appendBackward(g, loss, {x}).grads.at(x);
+    g.markOutput(dx);
+    const Target t = Target::small(128, 64 << 10);
+    auto exe = std::make_shared<const Executable>(compile(g, t, CompileOptions{}));
+    const Op& bd = exe->graph.op(exe->graph.tensor(dx).producer);
+    ASSERT_EQ(bd.kind, OpKind::Conv2dBackwardData);
+    const int dy = bd.inputs[0];
+    const kernels::Conv2dShape s = convShapeOf(exe->graph, bd);
+    std::set<int> phases;
+    i64 copies = 0;
+    for (const ComputeSet& cs : exe->computeSets) {
+      if (cs.op != bd.id) continue;
+      phases.insert(cs.phase);
+      for (const Vertex& v : cs.vertices)
+        for (const Window& win : v.inputs) {
+          const i64 size = win.end - win.begin;
+          if (cs.phase == 5) {  // dy -> blocks: a gathered window is one pixel's block
+            ASSERT_EQ(win.buffer, dy);
+            if (win.gather) {
+              EXPECT_LT(size, s.k) << cs.name;
+            }
+            ++copies;
+          } else if (win.buffer != w) {  // dx: one block's rows
+            ASSERT_EQ(cs.phase, 6) << cs.name;
+            EXPECT_LE(size, (s.n * s.outH()) * s.outW() * s.k / 2) << cs.name;
+          }
+        }
+    }
+    EXPECT_EQ(phases, (std::set<int>{5, 6})) << geo.c << " channels, " << geo.groups << " groups";
+    EXPECT_GT(copies, 0);
+    // No tile gathers more of dy (or its blocks) for the op than a quarter of the dy rows of
+    // every channel that the split over output channels gathered for one pixel's window.
+    std::map<int, i64> gathered;
+    for (const ComputeSet& cs : exe->computeSets)
+      if (cs.op == bd.id)
+        for (const Vertex& v : cs.vertices)
+          for (const Window& win : v.inputs)
+            if (win.gather && !win.shared && win.buffer != w)
+              gathered[v.tile] += (win.end - win.begin) * 4;
+    const i64 allChannelRows = geo.r * s.outW() * s.k * 4;
+    for (const auto& [tile, bytes] : gathered) EXPECT_LE(bytes, allChannelRows / 4) << tile;
+
+    std::vector<float> xv(static_cast<size_t>(s.inputElems())),
+        wv(static_cast<size_t>(s.weightElems())), mv(static_cast<size_t>(s.outputElems()));
+    for (size_t i = 0; i < xv.size(); ++i) xv[i] = static_cast<float>((i * 7) % 13) / 13.f;
+    for (size_t i = 0; i < wv.size(); ++i) wv[i] = static_cast<float>((i * 5) % 11) / 11.f - 0.5f;
+    for (size_t i = 0; i < mv.size(); ++i) mv[i] = static_cast<float>((i * 3) % 17) / 17.f - 0.4f;
+    std::vector<float> want(xv.size());
+    kernels::ref::conv2dBackwardData(s, kernels::Window<float>::whole(mv.data(), s.outputElems()),
+                                     kernels::Window<float>::whole(wv.data(), s.weightElems()),
+                                     want.data(), {0, s.inputElems()}, {0, s.k});
+    for (EngineMode mode : {EngineMode::Tile, EngineMode::Fused}) {
+      Engine e(exe, mode);
+      e.writeTensor(x, xv.data(), xv.size() * 4);
+      e.writeTensor(w, wv.data(), wv.size() * 4);
+      e.writeTensor(m, mv.data(), mv.size() * 4);
+      e.run();
+      const std::vector<float> got = e.readFloats(dx);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < want.size(); ++i) {
+        if (mode == EngineMode::Tile) {
+          ASSERT_EQ(got[i], want[i]) << "tile " << i;  // the same sum in the same order
+        } else {
+          ASSERT_NEAR(got[i], want[i], 1e-5) << "fused " << i;
+        }
+      }
     }
   }
 }
