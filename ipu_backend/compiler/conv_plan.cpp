@@ -148,29 +148,57 @@ i64 groupsPerBlock(const Conv2dShape& s, i64 dyBytes, i64 weightBytes, const Tar
   return best;
 }
 
-Range outputChannelsOfGroupBlock(const Conv2dShape& s, i64 gb, i64 b) {
-  const i64 kb = gb * s.kPerGroup();
-  return {b * kb, std::min(s.k, (b + 1) * kb)};
+Range ChannelBlocks::sourceOfSlice(Range out) const {
+  const i64 b = out.begin / blockElems();
+  const Range ch = channels(b);
+  const i64 p0 = (out.begin - b * blockElems()) / ch.size(),
+            p1 = (out.end - 1 - b * blockElems()) / ch.size();
+  return {p0 * c + ch.begin, p1 * c + ch.end};
 }
 
-Range dyOfBlockSlice(const Conv2dShape& s, i64 gb, Range out) {
-  const i64 blockElems = dyBlockElems(s, gb), b = out.begin / blockElems;
-  const Range ks = outputChannelsOfGroupBlock(s, gb, b);
-  const i64 p0 = (out.begin - b * blockElems) / ks.size(),
-            p1 = (out.end - 1 - b * blockElems) / ks.size();
-  return {p0 * s.k + ks.begin, p1 * s.k + ks.end};
-}
-
-Range blockRowsOfOutputRows(const Conv2dShape& s, i64 gb, i64 b, Range oRows) {
-  const i64 rowElems = s.outW() * outputChannelsOfGroupBlock(s, gb, b).size();
-  const i64 base = b * dyBlockElems(s, gb);
-  return {base + oRows.begin * rowElems, base + oRows.end * rowElems};
+Range ChannelBlocks::rowsOfBlock(i64 b, Range rows, i64 rowPixels) const {
+  const i64 rowElems = rowPixels * channels(b).size(), base = b * blockElems();
+  return {base + rows.begin * rowElems, base + rows.end * rowElems};
 }
 
 Range weightsOfGroupBlock(const Conv2dShape& s, i64 gb, i64 b) {
-  const Range ks = outputChannelsOfGroupBlock(s, gb, b);
+  const Range ks = dyBlocks(s, gb).channels(b);
   const i64 rowElems = s.r * s.s * s.cPerGroup();
   return {ks.begin * rowElems, ks.end * rowElems};
+}
+
+i64 filterBytesPerRow(const Conv2dShape& s) {
+  return (s.outW() * s.k + s.strideH * s.w * s.c) * 4;
+}
+
+i64 groupsPerFilterBlock(const Conv2dShape& s, i64 xBytes, i64 dyBytes, const Target& t) {
+  const i64 G = s.groups, cpg = s.cPerGroup(), kpg = s.kPerGroup();
+  const i64 rows = s.n * s.outH(), span = s.dilH * (s.r - 1) + 1;
+  const i64 dwElems = s.weightElems(), perK = s.r * s.s * cpg;
+  const i64 dwSlices = std::clamp<i64>(dwElems * 4 / t.minBytesPerTile, 1, t.numTiles);
+  const double target = static_cast<double>(windowBudgetBytes(t) / 2);
+  const i64 parts = reductionParts(dwElems, rows, filterBytesPerRow(s), dwSlices, t);
+  i64 best = G;
+  double bestBytes = std::numeric_limits<double>::infinity();
+  for (i64 gb = G; gb >= 1; --gb) {
+    const i64 blocks = ceilDiv(G, gb);
+    if (gb < G && ceilDiv(G, gb + 1) == blocks) continue;  // same blocks, fewer channels each
+    // A part's row of partials is spread over T / parts tiles; a tile's slice spans blocks.
+    const i64 sliceElems = ceilDiv(dwElems * parts, t.numTiles);
+    const i64 spanned = std::min(blocks, ceilDiv(sliceElems, gb * kpg * perK) + 1);
+    const i64 partRows = ceilDiv(rows, parts);
+    const i64 xRows = std::min(s.n * s.h, (partRows - 1) * s.strideH + span);
+    const double gathered = static_cast<double>(spanned) *
+                            static_cast<double>(partRows * s.outW() * gb * kpg * dyBytes +
+                                                xRows * s.w * gb * cpg * xBytes);
+    if (gathered <= target) return gb;
+    const double workLists = static_cast<double>(
+        blocks > 1 ? 4 * ceilDiv((s.n * s.h * s.w + rows * s.outW()) * blocks, t.numTiles) *
+                         t.workListBytesPerOperand
+                   : 0);
+    if (gathered + workLists < bestBytes) bestBytes = gathered + workLists, best = gb;
+  }
+  return best;
 }
 
 }  // namespace ipu::conv_plan

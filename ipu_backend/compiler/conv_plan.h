@@ -20,6 +20,7 @@
 // so the tile-mode bits equal the single-vertex path's.
 #pragma once
 
+#include <algorithm>
 #include <vector>
 
 #include "ipu_backend/kernels/kernel_types.h"
@@ -79,37 +80,62 @@ Range transposedWeightsOfChannels(const Conv2dShape& s, Range channels);
 // when one tile can hold every channel's weights within the window budget.
 i64 inputChannelsPerTile(const Conv2dShape& s, i64 dyBytes, i64 weightBytes, const Target& t);
 
-// ---- the data gradient of a grouped (or depthwise) convolution, blocked by groups ------------
-// dx's channels of group g sum dy over g's output channels only. Split over output channels (or
-// not split at all), a vertex gathered the dy rows of EVERY channel of its pixels: windows are
-// flat, and a block of channels of many NHWC pixels is not contiguous. This plan makes it so:
-//   phase kGroupedDyBlocksPhase: dy -> dy blocks, block b = the output channels of groups
-//     [b*gb, (b+1)*gb) as [N*OH*OW][kbb] (kbb = its gb*K/G channels, fewer in the last block) at
-//     flat offset b * dyBlockElems(s, gb); a slice of block b copies pixels whose channels of b
-//     one slice of dy holds, on that slice's tile (no exchange but for a pixel cut by a slice
-//     boundary: its own slice, gathering kbb elements);
-//   phase kGroupedDataPhase: dx channel-blocked (gb groups' C/G channels each), a vertex reads
-//     its tile's rows of its block (one window per tile) and its groups' weight rows.
-// Same sum, in the same order, as kernels::ref::conv2dBackwardData over every k.
+// ---- the gradients of a grouped (or depthwise) convolution, in blocks of groups ---------------
+// dx's channels of group g sum dy over g's output channels only, and dw's rows of g read only g's
+// channels of x and dy. Windows are flat, and a block of channels of many NHWC pixels is not
+// contiguous: split over output channels (dx) or output rows (dw), every vertex gathered the
+// rows of EVERY channel. These plans first copy the operands they read into channel blocks of
+// gb groups each (ChannelBlocks), each tile copying what it holds (no exchange but for a pixel
+// cut by a slice boundary: its own slice, gathering one block's channels), then read one
+// block's rows:
+//   conv2d_backward_data: kGroupedDyBlocksPhase (dy -> blocks of gb*K/G channels), then
+//     kGroupedDataPhase: dx channel-blocked (gb*C/G channels per tile), a vertex reading its
+//     tile's rows of its block of dy and its groups' weight rows;
+//   conv2d_backward_filter: kGroupedDyBlocksPhase and kGroupedXBlocksPhase (x -> blocks of
+//     gb*C/G channels), then the split over output rows from kGroupedFilterPhase (partials; +1
+//     their sum), its vertices cut at block boundaries of dw, each reading its part's rows of
+//     its block of x and dy.
+// The same sums, in the same order, as the kernels::ref kernels over every k / row.
 constexpr int kGroupedDyBlocksPhase = 5;
 constexpr int kGroupedDataPhase = 6;
+constexpr int kGroupedXBlocksPhase = 7;
+constexpr int kGroupedFilterPhase = 8;
 
-// Groups per block: the largest gb (the fewest blocks: every block adds work-list entries that
-// stay on a tile for the whole program) whose tile gathers at most a quarter of a window budget
-// (its dy-block rows and its groups' weights, in the stored dtypes); else the gb that minimises
-// those bytes plus the work lists. G (one block: the unblocked plan) when that is enough.
+// A [pixels, c] tensor (NHWC, channels innermost) in blocks of cb channels: block b holds
+// channels [b*cb, min(c, (b+1)*cb)) as [pixels][cbb] (cbb its size) at flat offset b*pixels*cb.
+struct ChannelBlocks {
+  i64 pixels = 1, c = 1, cb = 1;
+  i64 count() const { return (c + cb - 1) / cb; }
+  i64 blockElems() const { return pixels * cb; }  // of a full block
+  Range channels(i64 b) const { return {b * cb, std::min(c, (b + 1) * cb)}; }
+  // The window of the [pixels, c] tensor that slice [out) of the blocks reads (inside a block).
+  Range sourceOfSlice(Range out) const;
+  // Block b's elements of rows [rows) of rowPixels pixels each.
+  Range rowsOfBlock(i64 b, Range rows, i64 rowPixels) const;
+};
+
+// Groups per block of the data gradient: the largest gb (the fewest blocks: every block adds
+// work-list entries that stay on a tile for the whole program) whose tile gathers at most a
+// quarter of a window budget (its dy-block rows and its groups' weights, in the stored dtypes);
+// else the gb that minimises those bytes plus the work lists. G (one block: the unblocked plan)
+// when that is enough.
 i64 groupsPerBlock(const Conv2dShape& s, i64 dyBytes, i64 weightBytes, const Target& t);
-// Elements of a full dy block (the flat offset of block b is b times this).
-inline i64 dyBlockElems(const Conv2dShape& s, i64 gb) {
-  return s.n * s.outH() * s.outW() * gb * s.kPerGroup();
+// The bytes per output row that split the filter gradient over rows into parts (the rows of
+// every channel, as f32: the blocked plan keeps the unblocked plan's parts, whose partial rows
+// of dw are small, and blocks the channels instead).
+i64 filterBytesPerRow(const Conv2dShape& s);
+// Groups per block of the filter gradient: as groupsPerBlock, with half a window budget, what a
+// tile gathers being its part's rows of x and dy of the blocks its slice of a partial row of dw
+// spans.
+i64 groupsPerFilterBlock(const Conv2dShape& s, i64 xBytes, i64 dyBytes, const Target& t);
+// The blocks of dy and x for gb groups per block.
+inline ChannelBlocks dyBlocks(const Conv2dShape& s, i64 gb) {
+  return {s.n * s.outH() * s.outW(), s.k, gb * s.kPerGroup()};
 }
-// The output channels of block b: [b*gb*K/G, min(K, (b+1)*gb*K/G)).
-Range outputChannelsOfGroupBlock(const Conv2dShape& s, i64 gb, i64 b);
-// The window of dy that slice [out) of the dy blocks reads (out lies inside one block).
-Range dyOfBlockSlice(const Conv2dShape& s, i64 gb, Range out);
-// The window of the dy blocks holding output rows [oRows) (n*OH + oh) of block b.
-Range blockRowsOfOutputRows(const Conv2dShape& s, i64 gb, i64 b, Range oRows);
-// The weight rows w[k0:k1] of block b's output channels.
+inline ChannelBlocks xBlocks(const Conv2dShape& s, i64 gb) {
+  return {s.n * s.h * s.w, s.c, gb * s.cPerGroup()};
+}
+// The weight rows w[k0:k1] (equally dw's) of block b's output channels.
 Range weightsOfGroupBlock(const Conv2dShape& s, i64 gb, i64 b);
 
 }  // namespace ipu::conv_plan

@@ -131,11 +131,11 @@ void conv2dKBlocksToTransposed(const Conv2dShape& s, i64 kb, const std::vector<W
   }
 }
 
-void conv2dDyToGroupBlocks(const Conv2dShape& s, i64 gb, W dy, float* blocks, Range out) {
-  const i64 kb = gb * s.kPerGroup(), blockElems = s.n * s.outH() * s.outW() * kb;
+void toChannelBlocks(i64 pixels, i64 c, i64 cb, W x, float* blocks, Range out) {
+  const i64 blockElems = pixels * cb;
   for (i64 i = out.begin; i < out.end; ++i) {
-    const i64 b = i / blockElems, kbb = std::min(kb, s.k - b * kb), j = i - b * blockElems;
-    blocks[i - out.begin] = dy[(j / kbb) * s.k + b * kb + j % kbb];
+    const i64 b = i / blockElems, cbb = std::min(cb, c - b * cb), j = i - b * blockElems;
+    blocks[i - out.begin] = x[(j / cbb) * c + b * cb + j % cbb];
   }
 }
 
@@ -163,6 +163,35 @@ void conv2dBackwardDataGroupBlocks(const Conv2dShape& s, i64 gb, W dyBlocks, W w
       }
     }
     dx[i - out.begin] = float(acc);
+  }
+}
+
+void conv2dBackwardFilterGroupBlocks(const Conv2dShape& s, i64 gb, W xBlocks, W dyBlocks, float* dw,
+                                     Range out, Range red) {
+  const i64 oh = s.outH(), ow = s.outW(), cpg = s.cPerGroup(), kpg = s.kPerGroup();
+  const i64 xb = gb * cpg, kb = gb * kpg;
+  const i64 xBlockElems = s.n * s.h * s.w * xb, dyBlockElems = s.n * oh * ow * kb;
+  for (i64 i = out.begin; i < out.end; ++i) {
+    const i64 cl = i % cpg, t = (i / cpg) % s.s, r = (i / (cpg * s.s)) % s.r,
+              k = i / (cpg * s.s * s.r);
+    const i64 g = k / kpg, b = g / gb;
+    const i64 c = g * cpg + cl;
+    // Within block b: x channel c - b*xb of xbb, dy channel k - b*kb of kbb.
+    const i64 xbb = std::min(xb, s.c - b * xb), kbb = std::min(kb, s.k - b * kb);
+    const i64 xBase = b * xBlockElems + c - b * xb, dyBase = b * dyBlockElems + k - b * kb;
+    double acc = 0;
+    for (i64 row = red.begin; row < red.end; ++row) {
+      const i64 n = row / oh, p = row % oh;
+      const i64 ih = p * s.strideH - s.padTop + r * s.dilH;
+      if (ih < 0 || ih >= s.h) continue;
+      for (i64 q = 0; q < ow; ++q) {
+        const i64 iw = q * s.strideW - s.padLeft + t * s.dilW;
+        if (iw < 0 || iw >= s.w) continue;
+        acc += double(xBlocks[xBase + ((n * s.h + ih) * s.w + iw) * xbb]) *
+               dyBlocks[dyBase + ((n * oh + p) * ow + q) * kbb];
+      }
+    }
+    dw[i - out.begin] = float(acc);
   }
 }
 

@@ -40,15 +40,20 @@ void conv2dWeightsToKBlocks(const Conv2dShape& s, i64 kb, W w, float* blocks, Ra
 // the k-blocked buffer) for every block that range `out` reads.
 void conv2dKBlocksToTransposed(const Conv2dShape& s, i64 kb, const std::vector<W>& blocks,
                                float* wt, Range out);
-// A grouped convolution's dy in blocks of gb groups: block b holds output channels
-// [b*gb*K/G, min(K, (b+1)*gb*K/G)) as [N*OH*OW][kbb] (kbb its size) at flat offset
-// b*gb*K/G*N*OH*OW; writes flat range `out` of it.
-void conv2dDyToGroupBlocks(const Conv2dShape& s, i64 gb, W dy, float* blocks, Range out);
-// dx of a grouped convolution from dy in blocks of gb groups (conv2dDyToGroupBlocks): a vertex
+// An NHWC [pixels, c] tensor in blocks of cb channels: block b holds channels
+// [b*cb, min(c, (b+1)*cb)) as [pixels][cbb] (cbb its size) at flat offset b*pixels*cb; writes
+// flat range `out` of the blocks (the grouped convolution gradients' operands).
+void toChannelBlocks(i64 pixels, i64 c, i64 cb, W x, float* blocks, Range out);
+// dx of a grouped convolution from dy in blocks of gb groups (gb*K/G channels each): a vertex
 // reads its groups' block only. The same sum, in the same order, as conv2dBackwardData over
 // every k.
 void conv2dBackwardDataGroupBlocks(const Conv2dShape& s, i64 gb, W dyBlocks, W w, float* dx,
                                    Range out);
+// dw of a grouped convolution summed over output rows in red, from x and dy in blocks of gb
+// groups (gb*C/G and gb*K/G channels each). The same sum, in the same order, as
+// conv2dBackwardFilter.
+void conv2dBackwardFilterGroupBlocks(const Conv2dShape& s, i64 gb, W xBlocks, W dyBlocks, float* dw,
+                                     Range out, Range red);
 // dw[K,R,S,C/G] summed over output rows (n * OH + oh) in red only: a part reads only the dy rows
 // in red and the x rows they cover.
 void conv2dBackwardFilter(const Conv2dShape& s, W x, W dy, float* dw, Range out, Range red);

@@ -170,54 +170,59 @@ void planForward(PlanApi& p, const Op& op) {
   });
 }
 
-// The data gradient of a grouped convolution in blocks of groups (compiler/conv_plan.h): dy is
-// copied into per-block buffers where each tile holds it (phase kGroupedDyBlocksPhase), then dx,
-// channel-blocked by groups, reads only its block's dy rows and its groups' weights (phase
-// kGroupedDataPhase). False (nothing planned) when one block is best.
+// Copies `src` ([pixels, c], NHWC) into channel blocks (conv_plan::ChannelBlocks), a temporary
+// of the op written in `phase`: each pixel's channels of a block on the tile holding them in
+// src, in runs of pixels inside one slice of src; a pixel whose channels of the block two slices
+// share is a run of its own (its vertex gathers those channels only). Returns the blocks' id.
+int copyToChannelBlocks(PlanApi& p, const Op& op, int phase, int src,
+                        const conv_plan::ChannelBlocks& cb, const std::string& what) {
+  const std::vector<TileSlice>& srcMap = p.mapping(src);
+  std::vector<TileSlice> blockMap;
+  for (i64 b = 0; b < cb.count(); ++b) {
+    const Range ch = cb.channels(b);
+    const i64 base = b * cb.blockElems(), cbb = ch.size();
+    size_t sl = 0, runSlice = 0;
+    i64 runBegin = 0;
+    bool runWhole = false;
+    for (i64 px = 0; px <= cb.pixels; ++px) {
+      bool whole = false;
+      if (px < cb.pixels) {
+        const i64 lo = px * cb.c + ch.begin, hi = px * cb.c + ch.end;
+        while (srcMap[sl].end <= lo) ++sl;
+        whole = hi <= srcMap[sl].end;
+        if (px > runBegin && whole && runWhole && sl == runSlice) continue;
+      }
+      if (px > runBegin)
+        blockMap.push_back({srcMap[runSlice].tile, base + runBegin * cbb, base + px * cbb, 0});
+      runBegin = px, runSlice = sl, runWhole = whole;
+    }
+  }
+  const Graph& g = p.graph();
+  const int blocks =
+      p.temporary(op, what, cb.pixels * cb.c, g.tensor(src).dtype, std::move(blockMap));
+  p.perSlice(
+      op, phase, {blocks},
+      [src, cb](Range r) {
+        const Range w = cb.sourceOfSlice(r);
+        return Windows{{src, w.begin, w.end}};
+      },
+      0, what);
+  return blocks;
+}
+
+// The data gradient of a grouped convolution in blocks of groups (compiler/conv_plan.h): dy in
+// blocks, then dx, channel-blocked by groups, reading only its block's dy rows and its groups'
+// weights. False (nothing planned) when one block is best.
 bool planGroupedBackwardData(PlanApi& p, const Op& op) {
   namespace cp = conv_plan;
   const auto s = convShapeOf(p.graph(), op);
   const int dy = op.inputs[0], w = op.inputs[1], dx = op.outputs[0];
   const Graph& g = p.graph();
-  const DType dyType = g.tensor(dy).dtype;
-  const i64 gb = cp::groupsPerBlock(s, sizeOf(dyType), sizeOf(g.tensor(w).dtype), p.target());
+  const i64 gb =
+      cp::groupsPerBlock(s, sizeOf(g.tensor(dy).dtype), sizeOf(g.tensor(w).dtype), p.target());
   if (gb >= s.groups) return false;
-  // The dy blocks, each pixel's channels of a block on the tile holding them in dy: runs of
-  // pixels inside one slice of dy; a pixel whose channels of the block two slices share is a
-  // run of its own (its slice gathers those channels only).
-  const i64 blocks = ceilDiv(s.groups, gb), pixels = s.n * s.outH() * s.outW();
-  const i64 blockElems = cp::dyBlockElems(s, gb);
-  const std::vector<TileSlice>& dyMap = p.mapping(dy);
-  std::vector<TileSlice> blockMap;
-  for (i64 b = 0; b < blocks; ++b) {
-    const Range ks = cp::outputChannelsOfGroupBlock(s, gb, b);
-    const i64 base = b * blockElems, kbb = ks.size();
-    size_t sl = 0;
-    i64 runBegin = 0;
-    size_t runSlice = 0;
-    bool runWhole = false;
-    for (i64 px = 0; px <= pixels; ++px) {
-      bool whole = false;
-      if (px < pixels) {
-        const i64 lo = px * s.k + ks.begin, hi = px * s.k + ks.end;
-        while (dyMap[sl].end <= lo) ++sl;
-        whole = hi <= dyMap[sl].end;
-        if (px > runBegin && whole && runWhole && sl == runSlice) continue;
-      }
-      if (px > runBegin)
-        blockMap.push_back({dyMap[runSlice].tile, base + runBegin * kbb, base + px * kbb, 0});
-      runBegin = px, runSlice = sl, runWhole = whole;
-    }
-  }
-  const int dyBlocks =
-      p.temporary(op, "dy_group_blocks", pixels * s.k, dyType, std::move(blockMap));
-  p.perSlice(
-      op, cp::kGroupedDyBlocksPhase, {dyBlocks},
-      [dy, s, gb](Range r) {
-        const Range d = cp::dyOfBlockSlice(s, gb, r);
-        return Windows{{dy, d.begin, d.end}};
-      },
-      0, "dy_group_blocks");
+  const cp::ChannelBlocks dyb = cp::dyBlocks(s, gb);
+  const int dyBlocks = copyToChannelBlocks(p, op, cp::kGroupedDyBlocksPhase, dy, dyb, "dy_blocks");
   // dx channel-blocked by groups; a tile's vertices read one window of their block's dy rows.
   const i64 cg = gb * s.cPerGroup(), iRowLen = s.w * s.c;
   p.mapChannelBlocked(dx, s.n * s.h * s.w, s.c, cg);
@@ -227,15 +232,44 @@ bool planGroupedBackwardData(PlanApi& p, const Op& op) {
     Range& u = tileRows[static_cast<size_t>(sl.tile)];
     u = u.size() == 0 ? rows : Range{std::min(u.begin, rows.begin), std::max(u.end, rows.end)};
   }
-  p.perSlice(op, cp::kGroupedDataPhase, {dx}, [&p, &tileRows, s, gb, cg, dx, w, dyBlocks](Range r) {
-    const i64 b = channelsOf(r, s.c).begin / cg;
-    const Range& dxRows = tileRows[static_cast<size_t>(p.tileOf(dx, r.begin))];
-    const Range oRows =
-        outputRowsForInputRows(dxRows, s.outH(), s.h, s.strideH, s.padTop, s.dilH * (s.r - 1) + 1);
-    const Range d = cp::blockRowsOfOutputRows(s, gb, b, oRows);
-    const Range wr = cp::weightsOfGroupBlock(s, gb, b);
-    return Windows{{dyBlocks, d.begin, d.end}, {w, wr.begin, wr.end}};
-  });
+  p.perSlice(op, cp::kGroupedDataPhase, {dx},
+             [&p, &tileRows, s, gb, cg, dyb, dx, w, dyBlocks](Range r) {
+               const i64 b = channelsOf(r, s.c).begin / cg;
+               const Range& dxRows = tileRows[static_cast<size_t>(p.tileOf(dx, r.begin))];
+               const Range oRows = outputRowsForInputRows(dxRows, s.outH(), s.h, s.strideH,
+                                                          s.padTop, s.dilH * (s.r - 1) + 1);
+               const Range d = dyb.rowsOfBlock(b, oRows, s.outW());
+               const Range wr = cp::weightsOfGroupBlock(s, gb, b);
+               return Windows{{dyBlocks, d.begin, d.end}, {w, wr.begin, wr.end}};
+             });
+  return true;
+}
+
+// The filter gradient of a grouped convolution in blocks of groups (compiler/conv_plan.h): x and
+// dy in blocks, then the split over output rows with its vertices cut at dw's block boundaries,
+// each reading its part's rows of its block of x and dy. False when one block is best.
+bool planGroupedBackwardFilter(PlanApi& p, const Op& op) {
+  namespace cp = conv_plan;
+  const auto s = convShapeOf(p.graph(), op);
+  const int x = op.inputs[0], dy = op.inputs[1];
+  const Graph& g = p.graph();
+  const i64 xBytes = sizeOf(g.tensor(x).dtype), dyBytes = sizeOf(g.tensor(dy).dtype);
+  const i64 gb = cp::groupsPerFilterBlock(s, xBytes, dyBytes, p.target());
+  if (gb >= s.groups) return false;
+  const cp::ChannelBlocks xb = cp::xBlocks(s, gb), dyb = cp::dyBlocks(s, gb);
+  const int dyBlocks = copyToChannelBlocks(p, op, cp::kGroupedDyBlocksPhase, dy, dyb, "dy_blocks");
+  const int xBlocks = copyToChannelBlocks(p, op, cp::kGroupedXBlocksPhase, x, xb, "x_blocks");
+  const i64 oh = s.outH(), dwPerBlock = cp::weightsOfGroupBlock(s, gb, 0).size();
+  p.splitReduction(
+      op, cp::kGroupedFilterPhase, op.outputs[0], s.n * oh, cp::filterBytesPerRow(s),
+      [s, xb, dyb, xBlocks, dyBlocks, oh, dwPerBlock](Range out, Range red) {
+        const i64 b = out.begin / dwPerBlock;
+        const Range xRows =
+            inputRowsForOutputRows(red, oh, s.h, s.strideH, s.padTop, s.dilH * (s.r - 1) + 1);
+        const Range xw = xb.rowsOfBlock(b, xRows, s.w), dw = dyb.rowsOfBlock(b, red, s.outW());
+        return Windows{{xBlocks, xw.begin, xw.end}, {dyBlocks, dw.begin, dw.end}};
+      },
+      false, dwPerBlock);
   return true;
 }
 
@@ -269,6 +303,7 @@ void planBackwardData(PlanApi& p, const Op& op) {
 // whatever the image size.
 void planBackwardFilter(PlanApi& p, const Op& op) {
   const auto s = convShapeOf(p.graph(), op);
+  if (s.groups > 1 && planGroupedBackwardFilter(p, op)) return;
   const int x = op.inputs[0], dy = op.inputs[1];
   const i64 oRowLen = s.outW() * s.k, iRowLen = s.w * s.c, oh = s.outH();
   const i64 bytesPerRow = (oRowLen + s.strideH * iRowLen) * 4;
@@ -282,6 +317,13 @@ void planBackwardFilter(PlanApi& p, const Op& op) {
 }
 
 // ---- kernels -----------------------------------------------------------------------------------
+// A copy into channel blocks (the grouped plans' first phases).
+std::function<void()> channelBlocksVertex(const VertexArgs& a, const conv_plan::ChannelBlocks& cb) {
+  return [cb, x = a.in[0], y = a.out[0], work = a.work] {
+    ref::toChannelBlocks(cb.pixels, cb.c, cb.cb, x, y, work);
+  };
+}
+
 std::function<void()> vertexForward(const VertexArgs& a) {
   return [s = convShapeOf(a.g, a.op), W = a.in, y = a.out[0], work = a.work] {
     ref::conv2dForward(s, W[0], W[1], y, work);
@@ -296,9 +338,7 @@ std::function<void()> vertexBackwardData(const VertexArgs& a) {
     const i64 gb = conv_plan::groupsPerBlock(s, sizeOf(a.g.tensor(a.op.inputs[0]).dtype),
                                              sizeOf(a.g.tensor(a.op.inputs[1]).dtype), a.target);
     if (a.phase == conv_plan::kGroupedDyBlocksPhase)
-      return [s, gb, W = a.in, y = a.out[0], work = a.work] {
-        ref::conv2dDyToGroupBlocks(s, gb, W[0], y, work);
-      };
+      return channelBlocksVertex(a, conv_plan::dyBlocks(s, gb));
     return [s, gb, W = a.in, y = a.out[0], work = a.work] {
       ref::conv2dBackwardDataGroupBlocks(s, gb, W[0], W[1], y, work);
     };
@@ -325,7 +365,20 @@ std::function<void()> vertexBackwardData(const VertexArgs& a) {
 }
 
 std::function<void()> vertexBackwardFilter(const VertexArgs& a) {
-  if (a.phase == 1) return sumPartials(a);
+  if (a.phase == 1 || a.phase == conv_plan::kGroupedFilterPhase + 1) return sumPartials(a);
+  if (a.phase >= conv_plan::kGroupedDyBlocksPhase) {  // the grouped plan (compiler/conv_plan.h)
+    const auto s = convShapeOf(a.g, a.op);
+    const i64 gb =
+        conv_plan::groupsPerFilterBlock(s, sizeOf(a.g.tensor(a.op.inputs[0]).dtype),
+                                        sizeOf(a.g.tensor(a.op.inputs[1]).dtype), a.target);
+    if (a.phase == conv_plan::kGroupedDyBlocksPhase)
+      return channelBlocksVertex(a, conv_plan::dyBlocks(s, gb));
+    if (a.phase == conv_plan::kGroupedXBlocksPhase)
+      return channelBlocksVertex(a, conv_plan::xBlocks(s, gb));
+    return [s, gb, W = a.in, y = a.out[0], work = a.work, red = a.red] {
+      ref::conv2dBackwardFilterGroupBlocks(s, gb, W[0], W[1], y, work, red);
+    };
+  }
   return [s = convShapeOf(a.g, a.op), W = a.in, y = a.out[0], work = a.work, red = a.red] {
     ref::conv2dBackwardFilter(s, W[0], W[1], y, work, red);
   };
@@ -433,6 +486,7 @@ IPU_REGISTER_OPS(conv2d) {
   // Its partial rows are combined reading outputs x parts elements (the other split kinds
   // price their combining as elementwise).
   w.costTraits.reduction = true;
+  w.costTraits.macPhases = {0, conv_plan::kGroupedFilterPhase};
   registerOp(std::move(w));
 }
 
