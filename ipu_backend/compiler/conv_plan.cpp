@@ -167,6 +167,36 @@ Range weightsOfGroupBlock(const Conv2dShape& s, i64 gb, i64 b) {
   return {ks.begin * rowElems, ks.end * rowElems};
 }
 
+i64 groupsPerForwardBlock(const Conv2dShape& s, i64 xBytes, i64 weightBytes, const Target& t) {
+  const i64 G = s.groups, cpg = s.cPerGroup(), kpg = s.kPerGroup();
+  const i64 pixels = s.n * s.outH() * s.outW(), span = s.dilH * (s.r - 1) + 1;
+  const double target = static_cast<double>(windowBudgetBytes(t) / 4);
+  i64 best = G;
+  double bestBytes = std::numeric_limits<double>::infinity();
+  for (i64 gb = G; gb >= 1; --gb) {
+    const i64 blocks = ceilDiv(G, gb);
+    if (gb < G && ceilDiv(G, gb + 1) == blocks) continue;  // same blocks, fewer channels each
+    const i64 pixelBlocks = std::clamp<i64>(t.numTiles / blocks, 1, pixels);
+    const i64 pixelsPerTile = ceilDiv(pixels, pixelBlocks);
+    const i64 yPixels = blocks > 1
+                            ? pixelsPerTile
+                            : std::max<i64>(1, ceilDiv(std::max(t.minBytesPerTile / xBytes,
+                                                                ceilDiv(pixels * s.k, t.numTiles)),
+                                                       s.k));
+    const i64 yRows = std::min(s.n * s.outH(), ceilDiv(yPixels, s.outW()) + 1);
+    const i64 xRows = std::min(s.n * s.h, (yRows - 1) * s.strideH + span);
+    const double gathered = static_cast<double>(xRows * s.w * gb * cpg * xBytes) +
+                            static_cast<double>(gb * kpg * s.r * s.s * cpg * weightBytes);
+    if (gathered <= target) return gb;
+    const double workLists = static_cast<double>(
+        blocks > 1 ? (pixelsPerTile + 2 * ceilDiv(s.n * s.h * s.w * blocks, t.numTiles)) *
+                         t.workListBytesPerOperand
+                   : 0);
+    if (gathered + workLists < bestBytes) bestBytes = gathered + workLists, best = gb;
+  }
+  return best;
+}
+
 i64 filterBytesPerRow(const Conv2dShape& s) {
   return (s.outW() * s.k + s.strideH * s.w * s.c) * 4;
 }

@@ -100,6 +100,10 @@ constexpr int kGroupedDyBlocksPhase = 5;
 constexpr int kGroupedDataPhase = 6;
 constexpr int kGroupedXBlocksPhase = 7;
 constexpr int kGroupedFilterPhase = 8;
+// conv2d's own phases: kGroupedXBlocksPhase, then kGroupedForwardPhase: y channel-blocked by
+// groups (gb*K/G channels per tile), a vertex reading its tile's rows of its block of x and its
+// channels' weight rows.
+constexpr int kGroupedForwardPhase = 10;
 
 // A [pixels, c] tensor (NHWC, channels innermost) in blocks of cb channels: block b holds
 // channels [b*cb, min(c, (b+1)*cb)) as [pixels][cbb] (cbb its size) at flat offset b*pixels*cb.
@@ -120,6 +124,9 @@ struct ChannelBlocks {
 // else the gb that minimises those bytes plus the work lists. G (one block: the unblocked plan)
 // when that is enough.
 i64 groupsPerBlock(const Conv2dShape& s, i64 dyBytes, i64 weightBytes, const Target& t);
+// Groups per block of the forward convolution: as groupsPerBlock, what a tile gathers being its
+// x-block rows and its output channels' weights.
+i64 groupsPerForwardBlock(const Conv2dShape& s, i64 xBytes, i64 weightBytes, const Target& t);
 // The bytes per output row that split the filter gradient over rows into parts (the rows of
 // every channel, as f32: the blocked plan keeps the unblocked plan's parts, whose partial rows
 // of dw are small, and blocks the channels instead).

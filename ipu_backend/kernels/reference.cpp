@@ -62,6 +62,31 @@ void conv2dForward(const Conv2dShape& s, W x, W w, float* y, Range out) {
   }
 }
 
+void conv2dForwardGroupBlocks(const Conv2dShape& s, i64 gb, W xBlocks, W w, float* y, Range out) {
+  const i64 oh = s.outH(), ow = s.outW(), cpg = s.cPerGroup(), kpg = s.kPerGroup();
+  const i64 xb = gb * cpg, blockElems = s.n * s.h * s.w * xb;
+  for (i64 o = out.begin; o < out.end; ++o) {
+    const i64 k = o % s.k, q = (o / s.k) % ow, p = (o / (s.k * ow)) % oh, n = o / (s.k * ow * oh);
+    const i64 g = k / kpg, b = g / gb;
+    const i64 xbb = std::min(xb, s.c - b * xb);
+    const i64 base = b * blockElems + g * cpg - b * xb;  // k's group's first channel in block b
+    double acc = 0;
+    for (i64 r = 0; r < s.r; ++r) {
+      const i64 ih = p * s.strideH - s.padTop + r * s.dilH;
+      if (ih < 0 || ih >= s.h) continue;
+      for (i64 t = 0; t < s.s; ++t) {
+        const i64 iw = q * s.strideW - s.padLeft + t * s.dilW;
+        if (iw < 0 || iw >= s.w) continue;
+        for (i64 c = 0; c < cpg; ++c) {
+          acc += double(xBlocks[base + ((n * s.h + ih) * s.w + iw) * xbb + c]) *
+                 w[((k * s.r + r) * s.s + t) * cpg + c];
+        }
+      }
+    }
+    y[o - out.begin] = float(acc);
+  }
+}
+
 void conv2dBackwardData(const Conv2dShape& s, W dy, W w, float* dx, Range out, Range red) {
   const i64 oh = s.outH(), ow = s.outW(), cpg = s.cPerGroup(), kpg = s.kPerGroup();
   for (i64 i = out.begin; i < out.end; ++i) {

@@ -25,6 +25,9 @@ using W = Window<float>;
 // ---- convolution --------------------------------------------------------------------------
 // y[N,OH,OW,K] = conv(x[N,H,W,C], w[K,R,S,C/G]) (cross-correlation, as every framework).
 void conv2dForward(const Conv2dShape& s, W x, W w, float* y, Range out);
+// y of a grouped convolution from x in blocks of gb groups (gb*C/G channels each): a vertex reads
+// its groups' block only. The same sum, in the same order, as conv2dForward.
+void conv2dForwardGroupBlocks(const Conv2dShape& s, i64 gb, W xBlocks, W w, float* y, Range out);
 // dx[N,H,W,C] from dy[N,OH,OW,K] and w, summed over output channels k in red only (partials:
 // each part then reads only the weight rows w[red.begin:red.end]).
 void conv2dBackwardData(const Conv2dShape& s, W dy, W w, float* dx, Range out, Range red);

@@ -148,8 +148,11 @@ i64 outputChannelsPerTile(const PlanApi& p, const Op& op, const kernels::Conv2dS
 // and its channels' weight rows. The vertices of one tile read one window of input rows, the
 // rows of all their output rows (one gather per tile, not one per output row: neighbouring
 // rows' windows overlap).
+bool planGroupedForward(PlanApi& p, const Op& op);
+
 void planForward(PlanApi& p, const Op& op) {
   const auto s = convShapeOf(p.graph(), op);
+  if (s.groups > 1 && planGroupedForward(p, op)) return;
   const int x = op.inputs[0], w = op.inputs[1], out = op.outputs[0];
   const i64 kg = outputChannelsPerTile(p, op, s);
   if (kg < s.k) p.mapChannelBlocked(out, s.n * s.outH() * s.outW(), s.k, kg);
@@ -273,6 +276,40 @@ bool planGroupedBackwardFilter(PlanApi& p, const Op& op) {
   return true;
 }
 
+// The forward convolution of a grouped convolution in blocks of groups (compiler/conv_plan.h): x
+// in blocks, then y, channel-blocked by groups, reading only its block's x rows and its
+// channels' weights. False when one block is best.
+bool planGroupedForward(PlanApi& p, const Op& op) {
+  namespace cp = conv_plan;
+  const auto s = convShapeOf(p.graph(), op);
+  const int x = op.inputs[0], w = op.inputs[1], y = op.outputs[0];
+  const Graph& g = p.graph();
+  const i64 gb = cp::groupsPerForwardBlock(s, sizeOf(g.tensor(x).dtype), sizeOf(g.tensor(w).dtype),
+                                           p.target());
+  if (gb >= s.groups) return false;
+  const cp::ChannelBlocks xb = cp::xBlocks(s, gb);
+  const int xBlocks = copyToChannelBlocks(p, op, cp::kGroupedXBlocksPhase, x, xb, "x_blocks");
+  const i64 kg = gb * s.kPerGroup(), oRowLen = s.outW() * s.k;
+  p.mapChannelBlocked(y, s.n * s.outH() * s.outW(), s.k, kg);
+  std::vector<Range> tileRows(static_cast<size_t>(p.numTiles()), Range{0, 0});
+  for (const TileSlice& sl : p.mapping(y)) {
+    const Range rows = rowsOf({sl.begin, sl.end}, oRowLen);
+    Range& u = tileRows[static_cast<size_t>(sl.tile)];
+    u = u.size() == 0 ? rows : Range{std::min(u.begin, rows.begin), std::max(u.end, rows.end)};
+  }
+  p.perSlice(op, cp::kGroupedForwardPhase, {y},
+             [&p, &tileRows, s, gb, kg, xb, y, w, xBlocks](Range r) {
+               const i64 b = channelsOf(r, s.k).begin / kg;
+               const Range& yRows = tileRows[static_cast<size_t>(p.tileOf(y, r.begin))];
+               const Range iRows = inputRowsForOutputRows(yRows, s.outH(), s.h, s.strideH, s.padTop,
+                                                          s.dilH * (s.r - 1) + 1);
+               const Range xw = xb.rowsOfBlock(b, iRows, s.w);
+               const Range wr = cp::weightsOfGroupBlock(s, gb, b);
+               return Windows{{xBlocks, xw.begin, xw.end}, {w, wr.begin, wr.end}};
+             });
+  return true;
+}
+
 void planBackwardData(PlanApi& p, const Op& op) {
   const auto s = convShapeOf(p.graph(), op);
   const int dy = op.inputs[0], w = op.inputs[1], out = op.outputs[0];
@@ -325,6 +362,17 @@ std::function<void()> channelBlocksVertex(const VertexArgs& a, const conv_plan::
 }
 
 std::function<void()> vertexForward(const VertexArgs& a) {
+  if (a.phase != 0) {  // the grouped plan (compiler/conv_plan.h): x in blocks, then y
+    const auto s = convShapeOf(a.g, a.op);
+    const i64 gb =
+        conv_plan::groupsPerForwardBlock(s, sizeOf(a.g.tensor(a.op.inputs[0]).dtype),
+                                         sizeOf(a.g.tensor(a.op.inputs[1]).dtype), a.target);
+    if (a.phase == conv_plan::kGroupedXBlocksPhase)
+      return channelBlocksVertex(a, conv_plan::xBlocks(s, gb));
+    return [s, gb, W = a.in, y = a.out[0], work = a.work] {
+      ref::conv2dForwardGroupBlocks(s, gb, W[0], W[1], y, work);
+    };
+  }
   return [s = convShapeOf(a.g, a.op), W = a.in, y = a.out[0], work = a.work] {
     ref::conv2dForward(s, W[0], W[1], y, work);
   };
@@ -459,6 +507,7 @@ IPU_REGISTER_OPS(conv2d) {
   f.vertex = vertexForward;
   f.fused = fusedPass<fz::Conv2dForward>();
   f.nativeFused = nativeBf16Pass<fz::Conv2dForward>();
+  f.costTraits.macPhases = {0, conv_plan::kGroupedForwardPhase};
   registerOp(std::move(f));
 
   OpInfo d = convInfo(OpKind::Conv2dBackwardData, "conv2d_backward_data",
