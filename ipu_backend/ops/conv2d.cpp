@@ -8,6 +8,8 @@
 // where the CPU has them (nativeFused), otherwise f32 with 16-bit operands converted around it.
 // The tile plans read rows of NHWC windows; a convolution whose weights exceed a vertex's
 // budget writes its output channel-blocked and splits its data gradient over output channels.
+// Grouped and depthwise convolutions plan all three passes in blocks of groups (x and dy copied
+// into channel blocks first, compiler/conv_plan.h), so a vertex reads only its groups' channels.
 #include <algorithm>
 #include <cmath>
 #include <limits>
