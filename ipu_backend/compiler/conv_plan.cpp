@@ -197,38 +197,51 @@ i64 groupsPerForwardBlock(const Conv2dShape& s, i64 xBytes, i64 weightBytes, con
   return best;
 }
 
-i64 filterBytesPerRow(const Conv2dShape& s) {
-  return (s.outW() * s.k + s.strideH * s.w * s.c) * 4;
-}
-
-i64 groupsPerFilterBlock(const Conv2dShape& s, i64 xBytes, i64 dyBytes, const Target& t) {
+FilterBlocks groupedFilterPlan(const Conv2dShape& s, i64 xBytes, i64 dyBytes, const Target& t) {
   const i64 G = s.groups, cpg = s.cPerGroup(), kpg = s.kPerGroup();
   const i64 rows = s.n * s.outH(), span = s.dilH * (s.r - 1) + 1;
   const i64 dwElems = s.weightElems(), perK = s.r * s.s * cpg;
   const i64 dwSlices = std::clamp<i64>(dwElems * 4 / t.minBytesPerTile, 1, t.numTiles);
-  const double target = static_cast<double>(windowBudgetBytes(t) / 2);
-  const i64 parts = reductionParts(dwElems, rows, filterBytesPerRow(s), dwSlices, t);
-  i64 best = G;
+  const i64 budget = windowBudgetBytes(t);
+  const double target = static_cast<double>(budget / 2);
+  FilterBlocks best{G, budget};
   double bestBytes = std::numeric_limits<double>::infinity();
   for (i64 gb = G; gb >= 1; --gb) {
     const i64 blocks = ceilDiv(G, gb);
     if (gb < G && ceilDiv(G, gb + 1) == blocks) continue;  // same blocks, fewer channels each
-    // A part's row of partials is spread over T / parts tiles; a tile's slice spans blocks.
-    const i64 sliceElems = ceilDiv(dwElems * parts, t.numTiles);
-    const i64 spanned = std::min(blocks, ceilDiv(sliceElems, gb * kpg * perK) + 1);
-    const i64 partRows = ceilDiv(rows, parts);
-    const i64 xRows = std::min(s.n * s.h, (partRows - 1) * s.strideH + span);
-    const double gathered = static_cast<double>(spanned) *
-                            static_cast<double>(partRows * s.outW() * gb * kpg * dyBytes +
-                                                xRows * s.w * gb * cpg * xBytes);
-    if (gathered <= target) return gb;
     const double workLists = static_cast<double>(
-        blocks > 1 ? 4 * ceilDiv((s.n * s.h * s.w + rows * s.outW()) * blocks, t.numTiles) *
+        blocks > 1 ? 2 * ceilDiv((s.n * s.h * s.w + rows * s.outW()) * blocks, t.numTiles) *
                          t.workListBytesPerOperand
                    : 0);
-    if (gathered + workLists < bestBytes) bestBytes = gathered + workLists, best = gb;
+    // Rows per part: a tile gathers its part's rows of x and dy of the blocks its slice of a
+    // partial row spans, and holds its share of every part's partial row twice (the partials,
+    // then their sum's gather). bytesPerRow sets the parts that splitReduction makes.
+    double bestHere = std::numeric_limits<double>::infinity();
+    i64 bytesHere = budget;
+    for (i64 u = 1;; u = std::min(rows, 2 * u)) {
+      const i64 bytesPerRow = std::max<i64>(1, budget / u);
+      const i64 parts = reductionParts(dwElems, rows, bytesPerRow, dwSlices, t);
+      const i64 sliceElems = ceilDiv(dwElems * parts, t.numTiles);
+      const i64 spanned = std::min(blocks, ceilDiv(sliceElems, gb * kpg * perK) + 1);
+      const i64 partRows = ceilDiv(rows, parts);
+      const i64 xRows = std::min(s.n * s.h, (partRows - 1) * s.strideH + span);
+      const double bytes = static_cast<double>(spanned) *
+                               static_cast<double>(partRows * s.outW() * gb * kpg * dyBytes +
+                                                   xRows * s.w * gb * cpg * xBytes) +
+                           (parts > 1 ? 2.0 * static_cast<double>(parts * dwElems * 4) /
+                                            static_cast<double>(t.numTiles)
+                                      : 0.0);
+      if (bytes < bestHere) bestHere = bytes, bytesHere = bytesPerRow;
+      if (u >= rows) break;
+    }
+    if (bestHere <= target) return {gb, bytesHere};
+    if (bestHere + workLists < bestBytes) bestBytes = bestHere + workLists, best = {gb, bytesHere};
   }
   return best;
+}
+
+i64 groupsPerFilterBlock(const Conv2dShape& s, i64 xBytes, i64 dyBytes, const Target& t) {
+  return groupedFilterPlan(s, xBytes, dyBytes, t).gb;
 }
 
 }  // namespace ipu::conv_plan

@@ -127,13 +127,17 @@ i64 groupsPerBlock(const Conv2dShape& s, i64 dyBytes, i64 weightBytes, const Tar
 // Groups per block of the forward convolution: as groupsPerBlock, what a tile gathers being its
 // x-block rows and its output channels' weights.
 i64 groupsPerForwardBlock(const Conv2dShape& s, i64 xBytes, i64 weightBytes, const Target& t);
-// The bytes per output row that split the filter gradient over rows into parts (the rows of
-// every channel, as f32: the blocked plan keeps the unblocked plan's parts, whose partial rows
-// of dw are small, and blocks the channels instead).
-i64 filterBytesPerRow(const Conv2dShape& s);
-// Groups per block of the filter gradient: as groupsPerBlock, with half a window budget, what a
-// tile gathers being its part's rows of x and dy of the blocks its slice of a partial row of dw
-// spans.
+// The filter gradient's blocks and parts: gb groups per block and the bytes per output row that
+// make splitReduction split the rows into the parts chosen with it. The fewest blocks for which
+// some parts keep a tile's share (its part's rows of x and dy of the blocks its slice of dw
+// spans, and its share of every part's partial row, held twice: the partials and their sum's
+// gather) within half a window budget; else the blocks and parts that minimise it plus the
+// blocks' work lists.
+struct FilterBlocks {
+  i64 gb = 1;
+  i64 bytesPerRow = 1;
+};
+FilterBlocks groupedFilterPlan(const Conv2dShape& s, i64 xBytes, i64 dyBytes, const Target& t);
 i64 groupsPerFilterBlock(const Conv2dShape& s, i64 xBytes, i64 dyBytes, const Target& t);
 // The blocks of dy and x for gb groups per block.
 inline ChannelBlocks dyBlocks(const Conv2dShape& s, i64 gb) {

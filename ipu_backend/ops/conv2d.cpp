@@ -259,14 +259,15 @@ bool planGroupedBackwardFilter(PlanApi& p, const Op& op) {
   const int x = op.inputs[0], dy = op.inputs[1];
   const Graph& g = p.graph();
   const i64 xBytes = sizeOf(g.tensor(x).dtype), dyBytes = sizeOf(g.tensor(dy).dtype);
-  const i64 gb = cp::groupsPerFilterBlock(s, xBytes, dyBytes, p.target());
+  const cp::FilterBlocks plan = cp::groupedFilterPlan(s, xBytes, dyBytes, p.target());
+  const i64 gb = plan.gb;
   if (gb >= s.groups) return false;
   const cp::ChannelBlocks xb = cp::xBlocks(s, gb), dyb = cp::dyBlocks(s, gb);
   const int dyBlocks = copyToChannelBlocks(p, op, cp::kGroupedDyBlocksPhase, dy, dyb, "dy_blocks");
   const int xBlocks = copyToChannelBlocks(p, op, cp::kGroupedXBlocksPhase, x, xb, "x_blocks");
   const i64 oh = s.outH(), dwPerBlock = cp::weightsOfGroupBlock(s, gb, 0).size();
   p.splitReduction(
-      op, cp::kGroupedFilterPhase, op.outputs[0], s.n * oh, cp::filterBytesPerRow(s),
+      op, cp::kGroupedFilterPhase, op.outputs[0], s.n * oh, plan.bytesPerRow,
       [s, xb, dyb, xBlocks, dyBlocks, oh, dwPerBlock](Range out, Range red) {
         const i64 b = out.begin / dwPerBlock;
         const Range xRows =
