@@ -197,14 +197,15 @@ i64 groupsPerForwardBlock(const Conv2dShape& s, i64 xBytes, i64 weightBytes, con
   return best;
 }
 
-FilterBlocks groupedFilterPlan(const Conv2dShape& s, i64 xBytes, i64 dyBytes, const Target& t) {
+GroupedFilterBlocks groupedFilterPlan(const Conv2dShape& s, i64 xBytes, i64 dyBytes,
+                                      const Target& t) {
   const i64 G = s.groups, cpg = s.cPerGroup(), kpg = s.kPerGroup();
   const i64 rows = s.n * s.outH(), span = s.dilH * (s.r - 1) + 1;
   const i64 dwElems = s.weightElems(), perK = s.r * s.s * cpg;
   const i64 dwSlices = std::clamp<i64>(dwElems * 4 / t.minBytesPerTile, 1, t.numTiles);
   const i64 budget = windowBudgetBytes(t);
   const double target = static_cast<double>(budget / 2);
-  FilterBlocks best{G, budget};
+  GroupedFilterBlocks best{G, budget};
   double bestBytes = std::numeric_limits<double>::infinity();
   for (i64 gb = G; gb >= 1; --gb) {
     const i64 blocks = ceilDiv(G, gb);

@@ -133,11 +133,12 @@ i64 groupsPerForwardBlock(const Conv2dShape& s, i64 xBytes, i64 weightBytes, con
 // spans, and its share of every part's partial row, held twice: the partials and their sum's
 // gather) within half a window budget; else the blocks and parts that minimise it plus the
 // blocks' work lists.
-struct FilterBlocks {
+struct GroupedFilterBlocks {
   i64 gb = 1;
   i64 bytesPerRow = 1;
 };
-FilterBlocks groupedFilterPlan(const Conv2dShape& s, i64 xBytes, i64 dyBytes, const Target& t);
+GroupedFilterBlocks groupedFilterPlan(const Conv2dShape& s, i64 xBytes, i64 dyBytes,
+                                      const Target& t);
 i64 groupsPerFilterBlock(const Conv2dShape& s, i64 xBytes, i64 dyBytes, const Target& t);
 // The blocks of dy and x for gb groups per block.
 inline ChannelBlocks dyBlocks(const Conv2dShape& s, i64 gb) {

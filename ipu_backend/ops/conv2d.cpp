@@ -259,7 +259,7 @@ bool planGroupedBackwardFilter(PlanApi& p, const Op& op) {
   const int x = op.inputs[0], dy = op.inputs[1];
   const Graph& g = p.graph();
   const i64 xBytes = sizeOf(g.tensor(x).dtype), dyBytes = sizeOf(g.tensor(dy).dtype);
-  const cp::FilterBlocks plan = cp::groupedFilterPlan(s, xBytes, dyBytes, p.target());
+  const cp::GroupedFilterBlocks plan = cp::groupedFilterPlan(s, xBytes, dyBytes, p.target());
   const i64 gb = plan.gb;
   if (gb >= s.groups) return false;
   const cp::ChannelBlocks xb = cp::xBlocks(s, gb), dyb = cp::dyBlocks(s, gb);
