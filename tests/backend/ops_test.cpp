@@ -564,7 +564,7 @@ std::vector<Case> allCases() {
   }
   {  // 8 KiB tiles: the grouped plans in blocks of groups (x and dy copied into channel blocks,
      // conv2d / backward data / backward filter reading one block's rows), f16 operands too
-    Case c = convCase("conv_depthwise_5x5_group_blocks", {1, 6, 6, 24}, {24, 5, 5, 1},
+    Case c = convCase("conv_depthwise_5x5_group_blocks", {1, 5, 5, 24}, {24, 5, 5, 1},
                       Conv2dOptions::make(1, 2, 24));
     c.op.tileBytes = 8192;
     cs.push_back(c);
@@ -574,8 +574,8 @@ std::vector<Case> allCases() {
     c.tileGradTol = 4e-3;
     c.fdTol = 5e-2;
     cs.push_back(c);
-    c = convCase("conv_g16_stride2_group_blocks", {1, 7, 7, 64}, {64, 3, 3, 16},
-                 Conv2dOptions::make(2, 1, 4));
+    c = convCase("conv_g16_stride2_group_blocks", {1, 5, 5, 48}, {48, 3, 3, 16},
+                 Conv2dOptions::make(2, 1, 3));
     c.op.tileBytes = 8192;
     cs.push_back(c);
   }
