@@ -217,6 +217,30 @@ class Planner : public ops::PlanApi {
     return true;
   }
 
+  const Target& target() const override { return t_; }
+  int temporary(const Op& op, const std::string& what, i64 elements, DType dtype,
+                std::vector<TileSlice> mapping) override {
+    i64 covered = 0;
+    for (const TileSlice& sl : mapping) {
+      if (sl.begin != covered || sl.end <= sl.begin || sl.tile < 0 || sl.tile >= t_.numTiles)
+        throw CompileError(fmt::format("internal: {} maps its temporary '{}' with a slice [{}, {}) "
+                                       "on tile {} where element {} comes next",
+                                       opName(op.kind), what, sl.begin, sl.end, sl.tile, covered),
+                           -1, 0, 0);
+      covered = sl.end;
+    }
+    if (covered != elements)
+      throw CompileError(
+          fmt::format("internal: {} maps {} of the {} elements of its temporary '{}'",
+                      opName(op.kind), covered, elements, what),
+          -1, 0, 0);
+    const int out = op.outputs.empty() ? op.inputs[0] : op.outputs[0];
+    exe_.buffers.push_back(
+        {fmt::format("{}/{}", exe_.buffers[out].name, what), elements, dtype, -1, false});
+    exe_.mapping.push_back(std::move(mapping));
+    return static_cast<int>(exe_.buffers.size() - 1);
+  }
+
   void run() {
     createTensorBuffers();
     for (const Op& op : g_.ops()) {

@@ -114,4 +114,135 @@ i64 inputChannelsPerTile(const Conv2dShape& s, i64 dyBytes, i64 weightBytes, con
   return bestTransposedTile(s, dyBytes, weightBytes, t).cg;
 }
 
+i64 groupsPerBlock(const Conv2dShape& s, i64 dyBytes, i64 weightBytes, const Target& t) {
+  const i64 G = s.groups, cpg = s.cPerGroup(), kpg = s.kPerGroup();
+  const i64 pixels = s.n * s.h * s.w, oh = s.outH(), span = s.dilH * (s.r - 1) + 1;
+  const double target = static_cast<double>(windowBudgetBytes(t) / 4);
+  i64 best = G;
+  double bestBytes = std::numeric_limits<double>::infinity();
+  for (i64 gb = G; gb >= 1; --gb) {
+    const i64 blocks = ceilDiv(G, gb);
+    if (gb < G && ceilDiv(G, gb + 1) == blocks) continue;  // same blocks, fewer channels each
+    const i64 pixelBlocks = std::clamp<i64>(t.numTiles / blocks, 1, pixels);
+    const i64 pixelsPerTile = ceilDiv(pixels, pixelBlocks);
+    // Unblocked, a slice of the linear mapping spans whole pixels' channels.
+    const i64 dxPixels = blocks > 1
+                             ? pixelsPerTile
+                             : std::max<i64>(1, ceilDiv(std::max(t.minBytesPerTile / dyBytes,
+                                                                 ceilDiv(pixels * s.c, t.numTiles)),
+                                                        s.c));
+    const i64 dxRows = std::min(s.n * s.h, ceilDiv(dxPixels, s.w) + 1);
+    const i64 dyRows =
+        outputRowsForInputRows({0, dxRows}, oh, s.h, s.strideH, s.padTop, span).size();
+    const double gathered = static_cast<double>(dyRows * s.outW() * gb * kpg * dyBytes) +
+                            static_cast<double>(gb * kpg * s.r * s.s * cpg * weightBytes);
+    // Fewest blocks first: each block adds work-list entries that stay on the tile for the whole
+    // program (dx regions of one pixel each; dy-block copies, about one per pixel and block).
+    if (gathered <= target) return gb;
+    const double workLists = static_cast<double>(
+        blocks > 1
+            ? (pixelsPerTile + 2 * ceilDiv(pixels * blocks, t.numTiles)) * t.workListBytesPerOperand
+            : 0);
+    if (gathered + workLists < bestBytes) bestBytes = gathered + workLists, best = gb;
+  }
+  return best;
+}
+
+Range ChannelBlocks::sourceOfSlice(Range out) const {
+  const i64 b = out.begin / blockElems();
+  const Range ch = channels(b);
+  const i64 p0 = (out.begin - b * blockElems()) / ch.size(),
+            p1 = (out.end - 1 - b * blockElems()) / ch.size();
+  return {p0 * c + ch.begin, p1 * c + ch.end};
+}
+
+Range ChannelBlocks::rowsOfBlock(i64 b, Range rows, i64 rowPixels) const {
+  const i64 rowElems = rowPixels * channels(b).size(), base = b * blockElems();
+  return {base + rows.begin * rowElems, base + rows.end * rowElems};
+}
+
+Range weightsOfGroupBlock(const Conv2dShape& s, i64 gb, i64 b) {
+  const Range ks = dyBlocks(s, gb).channels(b);
+  const i64 rowElems = s.r * s.s * s.cPerGroup();
+  return {ks.begin * rowElems, ks.end * rowElems};
+}
+
+i64 groupsPerForwardBlock(const Conv2dShape& s, i64 xBytes, i64 weightBytes, const Target& t) {
+  const i64 G = s.groups, cpg = s.cPerGroup(), kpg = s.kPerGroup();
+  const i64 pixels = s.n * s.outH() * s.outW(), span = s.dilH * (s.r - 1) + 1;
+  const double target = static_cast<double>(windowBudgetBytes(t) / 4);
+  i64 best = G;
+  double bestBytes = std::numeric_limits<double>::infinity();
+  for (i64 gb = G; gb >= 1; --gb) {
+    const i64 blocks = ceilDiv(G, gb);
+    if (gb < G && ceilDiv(G, gb + 1) == blocks) continue;  // same blocks, fewer channels each
+    const i64 pixelBlocks = std::clamp<i64>(t.numTiles / blocks, 1, pixels);
+    const i64 pixelsPerTile = ceilDiv(pixels, pixelBlocks);
+    const i64 yPixels = blocks > 1
+                            ? pixelsPerTile
+                            : std::max<i64>(1, ceilDiv(std::max(t.minBytesPerTile / xBytes,
+                                                                ceilDiv(pixels * s.k, t.numTiles)),
+                                                       s.k));
+    const i64 yRows = std::min(s.n * s.outH(), ceilDiv(yPixels, s.outW()) + 1);
+    const i64 xRows = std::min(s.n * s.h, (yRows - 1) * s.strideH + span);
+    const double gathered = static_cast<double>(xRows * s.w * gb * cpg * xBytes) +
+                            static_cast<double>(gb * kpg * s.r * s.s * cpg * weightBytes);
+    if (gathered <= target) return gb;
+    const double workLists = static_cast<double>(
+        blocks > 1 ? (pixelsPerTile + 2 * ceilDiv(s.n * s.h * s.w * blocks, t.numTiles)) *
+                         t.workListBytesPerOperand
+                   : 0);
+    if (gathered + workLists < bestBytes) bestBytes = gathered + workLists, best = gb;
+  }
+  return best;
+}
+
+GroupedFilterBlocks groupedFilterPlan(const Conv2dShape& s, i64 xBytes, i64 dyBytes,
+                                      const Target& t) {
+  const i64 G = s.groups, cpg = s.cPerGroup(), kpg = s.kPerGroup();
+  const i64 rows = s.n * s.outH(), span = s.dilH * (s.r - 1) + 1;
+  const i64 dwElems = s.weightElems(), perK = s.r * s.s * cpg;
+  const i64 dwSlices = std::clamp<i64>(dwElems * 4 / t.minBytesPerTile, 1, t.numTiles);
+  const i64 budget = windowBudgetBytes(t);
+  const double target = static_cast<double>(budget / 2);
+  GroupedFilterBlocks best{G, budget};
+  double bestBytes = std::numeric_limits<double>::infinity();
+  for (i64 gb = G; gb >= 1; --gb) {
+    const i64 blocks = ceilDiv(G, gb);
+    if (gb < G && ceilDiv(G, gb + 1) == blocks) continue;  // same blocks, fewer channels each
+    const double workLists = static_cast<double>(
+        blocks > 1 ? 2 * ceilDiv((s.n * s.h * s.w + rows * s.outW()) * blocks, t.numTiles) *
+                         t.workListBytesPerOperand
+                   : 0);
+    // Rows per part: a tile gathers its part's rows of x and dy of the blocks its slice of a
+    // partial row spans, and holds its share of every part's partial row twice (the partials,
+    // then their sum's gather). bytesPerRow sets the parts that splitReduction makes.
+    double bestHere = std::numeric_limits<double>::infinity();
+    i64 bytesHere = budget;
+    for (i64 u = 1;; u = std::min(rows, 2 * u)) {
+      const i64 bytesPerRow = std::max<i64>(1, budget / u);
+      const i64 parts = reductionParts(dwElems, rows, bytesPerRow, dwSlices, t);
+      const i64 sliceElems = ceilDiv(dwElems * parts, t.numTiles);
+      const i64 spanned = std::min(blocks, ceilDiv(sliceElems, gb * kpg * perK) + 1);
+      const i64 partRows = ceilDiv(rows, parts);
+      const i64 xRows = std::min(s.n * s.h, (partRows - 1) * s.strideH + span);
+      const double bytes = static_cast<double>(spanned) *
+                               static_cast<double>(partRows * s.outW() * gb * kpg * dyBytes +
+                                                   xRows * s.w * gb * cpg * xBytes) +
+                           (parts > 1 ? 2.0 * static_cast<double>(parts * dwElems * 4) /
+                                            static_cast<double>(t.numTiles)
+                                      : 0.0);
+      if (bytes < bestHere) bestHere = bytes, bytesHere = bytesPerRow;
+      if (u >= rows) break;
+    }
+    if (bestHere <= target) return {gb, bytesHere};
+    if (bestHere + workLists < bestBytes) bestBytes = bestHere + workLists, best = {gb, bytesHere};
+  }
+  return best;
+}
+
+i64 groupsPerFilterBlock(const Conv2dShape& s, i64 xBytes, i64 dyBytes, const Target& t) {
+  return groupedFilterPlan(s, xBytes, dyBytes, t).gb;
+}
+
 }  // namespace ipu::conv_plan

@@ -20,6 +20,7 @@
 // so the tile-mode bits equal the single-vertex path's.
 #pragma once
 
+#include <algorithm>
 #include <vector>
 
 #include "ipu_backend/kernels/kernel_types.h"
@@ -78,5 +79,75 @@ Range transposedWeightsOfChannels(const Conv2dShape& s, Range channels);
 // channels of the output rows its pixels read) plus cg channels of wt, in the stored dtypes; C
 // when one tile can hold every channel's weights within the window budget.
 i64 inputChannelsPerTile(const Conv2dShape& s, i64 dyBytes, i64 weightBytes, const Target& t);
+
+// ---- the gradients of a grouped (or depthwise) convolution, in blocks of groups ---------------
+// dx's channels of group g sum dy over g's output channels only, and dw's rows of g read only g's
+// channels of x and dy. Windows are flat, and a block of channels of many NHWC pixels is not
+// contiguous: split over output channels (dx) or output rows (dw), every vertex gathered the
+// rows of EVERY channel. These plans first copy the operands they read into channel blocks of
+// gb groups each (ChannelBlocks), each tile copying what it holds (no exchange but for a pixel
+// cut by a slice boundary: its own slice, gathering one block's channels), then read one
+// block's rows:
+//   conv2d_backward_data: kGroupedDyBlocksPhase (dy -> blocks of gb*K/G channels), then
+//     kGroupedDataPhase: dx channel-blocked (gb*C/G channels per tile), a vertex reading its
+//     tile's rows of its block of dy and its groups' weight rows;
+//   conv2d_backward_filter: kGroupedDyBlocksPhase and kGroupedXBlocksPhase (x -> blocks of
+//     gb*C/G channels), then the split over output rows from kGroupedFilterPhase (partials; +1
+//     their sum), its vertices cut at block boundaries of dw, each reading its part's rows of
+//     its block of x and dy.
+// The same sums, in the same order, as the kernels::ref kernels over every k / row.
+constexpr int kGroupedDyBlocksPhase = 5;
+constexpr int kGroupedDataPhase = 6;
+constexpr int kGroupedXBlocksPhase = 7;
+constexpr int kGroupedFilterPhase = 8;
+// conv2d's own phases: kGroupedXBlocksPhase, then kGroupedForwardPhase: y channel-blocked by
+// groups (gb*K/G channels per tile), a vertex reading its tile's rows of its block of x and its
+// channels' weight rows.
+constexpr int kGroupedForwardPhase = 10;
+
+// A [pixels, c] tensor (NHWC, channels innermost) in blocks of cb channels: block b holds
+// channels [b*cb, min(c, (b+1)*cb)) as [pixels][cbb] (cbb its size) at flat offset b*pixels*cb.
+struct ChannelBlocks {
+  i64 pixels = 1, c = 1, cb = 1;
+  i64 count() const { return (c + cb - 1) / cb; }
+  i64 blockElems() const { return pixels * cb; }  // of a full block
+  Range channels(i64 b) const { return {b * cb, std::min(c, (b + 1) * cb)}; }
+  // The window of the [pixels, c] tensor that slice [out) of the blocks reads (inside a block).
+  Range sourceOfSlice(Range out) const;
+  // Block b's elements of rows [rows) of rowPixels pixels each.
+  Range rowsOfBlock(i64 b, Range rows, i64 rowPixels) const;
+};
+
+// Groups per block of the data gradient: the largest gb (the fewest blocks: every block adds
+// work-list entries that stay on a tile for the whole program) whose tile gathers at most a
+// quarter of a window budget (its dy-block rows and its groups' weights, in the stored dtypes);
+// else the gb that minimises those bytes plus the work lists. G (one block: the unblocked plan)
+// when that is enough.
+i64 groupsPerBlock(const Conv2dShape& s, i64 dyBytes, i64 weightBytes, const Target& t);
+// Groups per block of the forward convolution: as groupsPerBlock, what a tile gathers being its
+// x-block rows and its output channels' weights.
+i64 groupsPerForwardBlock(const Conv2dShape& s, i64 xBytes, i64 weightBytes, const Target& t);
+// The filter gradient's blocks and parts: gb groups per block and the bytes per output row that
+// make splitReduction split the rows into the parts chosen with it. The fewest blocks for which
+// some parts keep a tile's share (its part's rows of x and dy of the blocks its slice of dw
+// spans, and its share of every part's partial row, held twice: the partials and their sum's
+// gather) within half a window budget; else the blocks and parts that minimise it plus the
+// blocks' work lists.
+struct GroupedFilterBlocks {
+  i64 gb = 1;
+  i64 bytesPerRow = 1;
+};
+GroupedFilterBlocks groupedFilterPlan(const Conv2dShape& s, i64 xBytes, i64 dyBytes,
+                                      const Target& t);
+i64 groupsPerFilterBlock(const Conv2dShape& s, i64 xBytes, i64 dyBytes, const Target& t);
+// The blocks of dy and x for gb groups per block.
+inline ChannelBlocks dyBlocks(const Conv2dShape& s, i64 gb) {
+  return {s.n * s.outH() * s.outW(), s.k, gb * s.kPerGroup()};
+}
+inline ChannelBlocks xBlocks(const Conv2dShape& s, i64 gb) {
+  return {s.n * s.h * s.w, s.c, gb * s.cPerGroup()};
+}
+// The weight rows w[k0:k1] (equally dw's) of block b's output channels.
+Range weightsOfGroupBlock(const Conv2dShape& s, i64 gb, i64 b);
 
 }  // namespace ipu::conv_plan

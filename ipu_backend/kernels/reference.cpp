@@ -62,6 +62,31 @@ void conv2dForward(const Conv2dShape& s, W x, W w, float* y, Range out) {
   }
 }
 
+void conv2dForwardGroupBlocks(const Conv2dShape& s, i64 gb, W xBlocks, W w, float* y, Range out) {
+  const i64 oh = s.outH(), ow = s.outW(), cpg = s.cPerGroup(), kpg = s.kPerGroup();
+  const i64 xb = gb * cpg, blockElems = s.n * s.h * s.w * xb;
+  for (i64 o = out.begin; o < out.end; ++o) {
+    const i64 k = o % s.k, q = (o / s.k) % ow, p = (o / (s.k * ow)) % oh, n = o / (s.k * ow * oh);
+    const i64 g = k / kpg, b = g / gb;
+    const i64 xbb = std::min(xb, s.c - b * xb);
+    const i64 base = b * blockElems + g * cpg - b * xb;  // k's group's first channel in block b
+    double acc = 0;
+    for (i64 r = 0; r < s.r; ++r) {
+      const i64 ih = p * s.strideH - s.padTop + r * s.dilH;
+      if (ih < 0 || ih >= s.h) continue;
+      for (i64 t = 0; t < s.s; ++t) {
+        const i64 iw = q * s.strideW - s.padLeft + t * s.dilW;
+        if (iw < 0 || iw >= s.w) continue;
+        for (i64 c = 0; c < cpg; ++c) {
+          acc += double(xBlocks[base + ((n * s.h + ih) * s.w + iw) * xbb + c]) *
+                 w[((k * s.r + r) * s.s + t) * cpg + c];
+        }
+      }
+    }
+    y[o - out.begin] = float(acc);
+  }
+}
+
 void conv2dBackwardData(const Conv2dShape& s, W dy, W w, float* dx, Range out, Range red) {
   const i64 oh = s.outH(), ow = s.outW(), cpg = s.cPerGroup(), kpg = s.kPerGroup();
   for (i64 i = out.begin; i < out.end; ++i) {
@@ -128,6 +153,70 @@ void conv2dKBlocksToTransposed(const Conv2dShape& s, i64 kb, const std::vector<W
     const i64 k = i % s.k, row = i / s.k;  // row = c * R * S + r * S + t
     const i64 b = k / kb, kbb = std::min(kb, s.k - b * kb);
     wt[i - out.begin] = blocks[static_cast<size_t>(b)][b * blockElems + row * kbb + k % kb];
+  }
+}
+
+void toChannelBlocks(i64 pixels, i64 c, i64 cb, W x, float* blocks, Range out) {
+  const i64 blockElems = pixels * cb;
+  for (i64 i = out.begin; i < out.end; ++i) {
+    const i64 b = i / blockElems, cbb = std::min(cb, c - b * cb), j = i - b * blockElems;
+    blocks[i - out.begin] = x[(j / cbb) * c + b * cb + j % cbb];
+  }
+}
+
+void conv2dBackwardDataGroupBlocks(const Conv2dShape& s, i64 gb, W dyBlocks, W w, float* dx,
+                                   Range out) {
+  const i64 oh = s.outH(), ow = s.outW(), cpg = s.cPerGroup(), kpg = s.kPerGroup();
+  const i64 kb = gb * kpg, blockElems = s.n * oh * ow * kb;
+  for (i64 i = out.begin; i < out.end; ++i) {
+    const i64 c = i % s.c, iw = (i / s.c) % s.w, ih = (i / (s.c * s.w)) % s.h,
+              n = i / (s.c * s.w * s.h);
+    const i64 g = c / cpg, cl = c % cpg, b = g / gb;
+    const i64 k0 = b * kb, kbb = std::min(kb, s.k - k0), base = b * blockElems;
+    double acc = 0;
+    for (i64 r = 0; r < s.r; ++r) {
+      const i64 ph = ih + s.padTop - r * s.dilH;
+      if (ph < 0 || ph % s.strideH != 0 || ph / s.strideH >= oh) continue;
+      const i64 p = ph / s.strideH;
+      for (i64 t = 0; t < s.s; ++t) {
+        const i64 qw = iw + s.padLeft - t * s.dilW;
+        if (qw < 0 || qw % s.strideW != 0 || qw / s.strideW >= ow) continue;
+        const i64 q = qw / s.strideW;
+        const i64 dyRow = base + ((n * oh + p) * ow + q) * kbb - k0;
+        for (i64 k = g * kpg; k < (g + 1) * kpg; ++k)
+          acc += double(dyBlocks[dyRow + k]) * w[((k * s.r + r) * s.s + t) * cpg + cl];
+      }
+    }
+    dx[i - out.begin] = float(acc);
+  }
+}
+
+void conv2dBackwardFilterGroupBlocks(const Conv2dShape& s, i64 gb, W xBlocks, W dyBlocks, float* dw,
+                                     Range out, Range red) {
+  const i64 oh = s.outH(), ow = s.outW(), cpg = s.cPerGroup(), kpg = s.kPerGroup();
+  const i64 xb = gb * cpg, kb = gb * kpg;
+  const i64 xBlockElems = s.n * s.h * s.w * xb, dyBlockElems = s.n * oh * ow * kb;
+  for (i64 i = out.begin; i < out.end; ++i) {
+    const i64 cl = i % cpg, t = (i / cpg) % s.s, r = (i / (cpg * s.s)) % s.r,
+              k = i / (cpg * s.s * s.r);
+    const i64 g = k / kpg, b = g / gb;
+    const i64 c = g * cpg + cl;
+    // Within block b: x channel c - b*xb of xbb, dy channel k - b*kb of kbb.
+    const i64 xbb = std::min(xb, s.c - b * xb), kbb = std::min(kb, s.k - b * kb);
+    const i64 xBase = b * xBlockElems + c - b * xb, dyBase = b * dyBlockElems + k - b * kb;
+    double acc = 0;
+    for (i64 row = red.begin; row < red.end; ++row) {
+      const i64 n = row / oh, p = row % oh;
+      const i64 ih = p * s.strideH - s.padTop + r * s.dilH;
+      if (ih < 0 || ih >= s.h) continue;
+      for (i64 q = 0; q < ow; ++q) {
+        const i64 iw = q * s.strideW - s.padLeft + t * s.dilW;
+        if (iw < 0 || iw >= s.w) continue;
+        acc += double(xBlocks[xBase + ((n * s.h + ih) * s.w + iw) * xbb]) *
+               dyBlocks[dyBase + ((n * oh + p) * ow + q) * kbb];
+      }
+    }
+    dw[i - out.begin] = float(acc);
   }
 }
 

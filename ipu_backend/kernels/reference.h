@@ -25,6 +25,9 @@ using W = Window<float>;
 // ---- convolution --------------------------------------------------------------------------
 // y[N,OH,OW,K] = conv(x[N,H,W,C], w[K,R,S,C/G]) (cross-correlation, as every framework).
 void conv2dForward(const Conv2dShape& s, W x, W w, float* y, Range out);
+// y of a grouped convolution from x in blocks of gb groups (gb*C/G channels each): a vertex reads
+// its groups' block only. The same sum, in the same order, as conv2dForward.
+void conv2dForwardGroupBlocks(const Conv2dShape& s, i64 gb, W xBlocks, W w, float* y, Range out);
 // dx[N,H,W,C] from dy[N,OH,OW,K] and w, summed over output channels k in red only (partials:
 // each part then reads only the weight rows w[red.begin:red.end]).
 void conv2dBackwardData(const Conv2dShape& s, W dy, W w, float* dx, Range out, Range red);
@@ -40,6 +43,20 @@ void conv2dWeightsToKBlocks(const Conv2dShape& s, i64 kb, W w, float* blocks, Ra
 // the k-blocked buffer) for every block that range `out` reads.
 void conv2dKBlocksToTransposed(const Conv2dShape& s, i64 kb, const std::vector<W>& blocks,
                                float* wt, Range out);
+// An NHWC [pixels, c] tensor in blocks of cb channels: block b holds channels
+// [b*cb, min(c, (b+1)*cb)) as [pixels][cbb] (cbb its size) at flat offset b*pixels*cb; writes
+// flat range `out` of the blocks (the grouped convolution gradients' operands).
+void toChannelBlocks(i64 pixels, i64 c, i64 cb, W x, float* blocks, Range out);
+// dx of a grouped convolution from dy in blocks of gb groups (gb*K/G channels each): a vertex
+// reads its groups' block only. The same sum, in the same order, as conv2dBackwardData over
+// every k.
+void conv2dBackwardDataGroupBlocks(const Conv2dShape& s, i64 gb, W dyBlocks, W w, float* dx,
+                                   Range out);
+// dw of a grouped convolution summed over output rows in red, from x and dy in blocks of gb
+// groups (gb*C/G and gb*K/G channels each). The same sum, in the same order, as
+// conv2dBackwardFilter.
+void conv2dBackwardFilterGroupBlocks(const Conv2dShape& s, i64 gb, W xBlocks, W dyBlocks, float* dw,
+                                     Range out, Range red);
 // dw[K,R,S,C/G] summed over output rows (n * OH + oh) in red only: a part reads only the dy rows
 // in red and the x rows they cover.
 void conv2dBackwardFilter(const Conv2dShape& s, W x, W dy, float* dw, Range out, Range red);

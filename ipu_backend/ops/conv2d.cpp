@@ -8,6 +8,8 @@
 // where the CPU has them (nativeFused), otherwise f32 with 16-bit operands converted around it.
 // The tile plans read rows of NHWC windows; a convolution whose weights exceed a vertex's
 // budget writes its output channel-blocked and splits its data gradient over output channels.
+// Grouped and depthwise convolutions plan all three passes in blocks of groups (x and dy copied
+// into channel blocks first, compiler/conv_plan.h), so a vertex reads only its groups' channels.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -148,8 +150,11 @@ i64 outputChannelsPerTile(const PlanApi& p, const Op& op, const kernels::Conv2dS
 // and its channels' weight rows. The vertices of one tile read one window of input rows, the
 // rows of all their output rows (one gather per tile, not one per output row: neighbouring
 // rows' windows overlap).
+bool planGroupedForward(PlanApi& p, const Op& op);
+
 void planForward(PlanApi& p, const Op& op) {
   const auto s = convShapeOf(p.graph(), op);
+  if (s.groups > 1 && planGroupedForward(p, op)) return;
   const int x = op.inputs[0], w = op.inputs[1], out = op.outputs[0];
   const i64 kg = outputChannelsPerTile(p, op, s);
   if (kg < s.k) p.mapChannelBlocked(out, s.n * s.outH() * s.outW(), s.k, kg);
@@ -170,10 +175,149 @@ void planForward(PlanApi& p, const Op& op) {
   });
 }
 
+// Copies `src` ([pixels, c], NHWC) into channel blocks (conv_plan::ChannelBlocks), a temporary
+// of the op written in `phase`: each pixel's channels of a block on the tile holding them in
+// src, in runs of pixels inside one slice of src; a pixel whose channels of the block two slices
+// share is a run of its own (its vertex gathers those channels only). Returns the blocks' id.
+int copyToChannelBlocks(PlanApi& p, const Op& op, int phase, int src,
+                        const conv_plan::ChannelBlocks& cb, const std::string& what) {
+  const std::vector<TileSlice>& srcMap = p.mapping(src);
+  std::vector<TileSlice> blockMap;
+  for (i64 b = 0; b < cb.count(); ++b) {
+    const Range ch = cb.channels(b);
+    const i64 base = b * cb.blockElems(), cbb = ch.size();
+    size_t sl = 0, runSlice = 0;
+    i64 runBegin = 0;
+    bool runWhole = false;
+    for (i64 px = 0; px <= cb.pixels; ++px) {
+      bool whole = false;
+      if (px < cb.pixels) {
+        const i64 lo = px * cb.c + ch.begin, hi = px * cb.c + ch.end;
+        while (srcMap[sl].end <= lo) ++sl;
+        whole = hi <= srcMap[sl].end;
+        if (px > runBegin && whole && runWhole && sl == runSlice) continue;
+      }
+      if (px > runBegin)
+        blockMap.push_back({srcMap[runSlice].tile, base + runBegin * cbb, base + px * cbb, 0});
+      runBegin = px, runSlice = sl, runWhole = whole;
+    }
+  }
+  const Graph& g = p.graph();
+  const int blocks =
+      p.temporary(op, what, cb.pixels * cb.c, g.tensor(src).dtype, std::move(blockMap));
+  p.perSlice(
+      op, phase, {blocks},
+      [src, cb](Range r) {
+        const Range w = cb.sourceOfSlice(r);
+        return Windows{{src, w.begin, w.end}};
+      },
+      0, what);
+  return blocks;
+}
+
+// The data gradient of a grouped convolution in blocks of groups (compiler/conv_plan.h): dy in
+// blocks, then dx, channel-blocked by groups, reading only its block's dy rows and its groups'
+// weights. False (nothing planned) when one block is best.
+bool planGroupedBackwardData(PlanApi& p, const Op& op) {
+  namespace cp = conv_plan;
+  const auto s = convShapeOf(p.graph(), op);
+  const int dy = op.inputs[0], w = op.inputs[1], dx = op.outputs[0];
+  const Graph& g = p.graph();
+  const i64 gb =
+      cp::groupsPerBlock(s, sizeOf(g.tensor(dy).dtype), sizeOf(g.tensor(w).dtype), p.target());
+  if (gb >= s.groups) return false;
+  const cp::ChannelBlocks dyb = cp::dyBlocks(s, gb);
+  const int dyBlocks = copyToChannelBlocks(p, op, cp::kGroupedDyBlocksPhase, dy, dyb, "dy_blocks");
+  // dx channel-blocked by groups; a tile's vertices read one window of their block's dy rows.
+  const i64 cg = gb * s.cPerGroup(), iRowLen = s.w * s.c;
+  p.mapChannelBlocked(dx, s.n * s.h * s.w, s.c, cg);
+  std::vector<Range> tileRows(static_cast<size_t>(p.numTiles()), Range{0, 0});
+  for (const TileSlice& sl : p.mapping(dx)) {
+    const Range rows = rowsOf({sl.begin, sl.end}, iRowLen);
+    Range& u = tileRows[static_cast<size_t>(sl.tile)];
+    u = u.size() == 0 ? rows : Range{std::min(u.begin, rows.begin), std::max(u.end, rows.end)};
+  }
+  p.perSlice(op, cp::kGroupedDataPhase, {dx},
+             [&p, &tileRows, s, gb, cg, dyb, dx, w, dyBlocks](Range r) {
+               const i64 b = channelsOf(r, s.c).begin / cg;
+               const Range& dxRows = tileRows[static_cast<size_t>(p.tileOf(dx, r.begin))];
+               const Range oRows = outputRowsForInputRows(dxRows, s.outH(), s.h, s.strideH,
+                                                          s.padTop, s.dilH * (s.r - 1) + 1);
+               const Range d = dyb.rowsOfBlock(b, oRows, s.outW());
+               const Range wr = cp::weightsOfGroupBlock(s, gb, b);
+               return Windows{{dyBlocks, d.begin, d.end}, {w, wr.begin, wr.end}};
+             });
+  return true;
+}
+
+// The filter gradient of a grouped convolution in blocks of groups (compiler/conv_plan.h): x and
+// dy in blocks, then the split over output rows with its vertices cut at dw's block boundaries,
+// each reading its part's rows of its block of x and dy. False when one block is best.
+bool planGroupedBackwardFilter(PlanApi& p, const Op& op) {
+  namespace cp = conv_plan;
+  const auto s = convShapeOf(p.graph(), op);
+  const int x = op.inputs[0], dy = op.inputs[1];
+  const Graph& g = p.graph();
+  const i64 xBytes = sizeOf(g.tensor(x).dtype), dyBytes = sizeOf(g.tensor(dy).dtype);
+  const cp::GroupedFilterBlocks plan = cp::groupedFilterPlan(s, xBytes, dyBytes, p.target());
+  const i64 gb = plan.gb;
+  if (gb >= s.groups) return false;
+  const cp::ChannelBlocks xb = cp::xBlocks(s, gb), dyb = cp::dyBlocks(s, gb);
+  const int dyBlocks = copyToChannelBlocks(p, op, cp::kGroupedDyBlocksPhase, dy, dyb, "dy_blocks");
+  const int xBlocks = copyToChannelBlocks(p, op, cp::kGroupedXBlocksPhase, x, xb, "x_blocks");
+  const i64 oh = s.outH(), dwPerBlock = cp::weightsOfGroupBlock(s, gb, 0).size();
+  p.splitReduction(
+      op, cp::kGroupedFilterPhase, op.outputs[0], s.n * oh, plan.bytesPerRow,
+      [s, xb, dyb, xBlocks, dyBlocks, oh, dwPerBlock](Range out, Range red) {
+        const i64 b = out.begin / dwPerBlock;
+        const Range xRows =
+            inputRowsForOutputRows(red, oh, s.h, s.strideH, s.padTop, s.dilH * (s.r - 1) + 1);
+        const Range xw = xb.rowsOfBlock(b, xRows, s.w), dw = dyb.rowsOfBlock(b, red, s.outW());
+        return Windows{{xBlocks, xw.begin, xw.end}, {dyBlocks, dw.begin, dw.end}};
+      },
+      false, dwPerBlock);
+  return true;
+}
+
+// The forward convolution of a grouped convolution in blocks of groups (compiler/conv_plan.h): x
+// in blocks, then y, channel-blocked by groups, reading only its block's x rows and its
+// channels' weights. False when one block is best.
+bool planGroupedForward(PlanApi& p, const Op& op) {
+  namespace cp = conv_plan;
+  const auto s = convShapeOf(p.graph(), op);
+  const int x = op.inputs[0], w = op.inputs[1], y = op.outputs[0];
+  const Graph& g = p.graph();
+  const i64 gb = cp::groupsPerForwardBlock(s, sizeOf(g.tensor(x).dtype), sizeOf(g.tensor(w).dtype),
+                                           p.target());
+  if (gb >= s.groups) return false;
+  const cp::ChannelBlocks xb = cp::xBlocks(s, gb);
+  const int xBlocks = copyToChannelBlocks(p, op, cp::kGroupedXBlocksPhase, x, xb, "x_blocks");
+  const i64 kg = gb * s.kPerGroup(), oRowLen = s.outW() * s.k;
+  p.mapChannelBlocked(y, s.n * s.outH() * s.outW(), s.k, kg);
+  std::vector<Range> tileRows(static_cast<size_t>(p.numTiles()), Range{0, 0});
+  for (const TileSlice& sl : p.mapping(y)) {
+    const Range rows = rowsOf({sl.begin, sl.end}, oRowLen);
+    Range& u = tileRows[static_cast<size_t>(sl.tile)];
+    u = u.size() == 0 ? rows : Range{std::min(u.begin, rows.begin), std::max(u.end, rows.end)};
+  }
+  p.perSlice(op, cp::kGroupedForwardPhase, {y},
+             [&p, &tileRows, s, gb, kg, xb, y, w, xBlocks](Range r) {
+               const i64 b = channelsOf(r, s.k).begin / kg;
+               const Range& yRows = tileRows[static_cast<size_t>(p.tileOf(y, r.begin))];
+               const Range iRows = inputRowsForOutputRows(yRows, s.outH(), s.h, s.strideH, s.padTop,
+                                                          s.dilH * (s.r - 1) + 1);
+               const Range xw = xb.rowsOfBlock(b, iRows, s.w);
+               const Range wr = cp::weightsOfGroupBlock(s, gb, b);
+               return Windows{{xBlocks, xw.begin, xw.end}, {w, wr.begin, wr.end}};
+             });
+  return true;
+}
+
 void planBackwardData(PlanApi& p, const Op& op) {
   const auto s = convShapeOf(p.graph(), op);
   const int dy = op.inputs[0], w = op.inputs[1], out = op.outputs[0];
   const i64 oRowLen = s.outW() * s.k, iRowLen = s.w * s.c, wPerK = s.r * s.s * s.cPerGroup();
+  if (s.groups > 1 && planGroupedBackwardData(p, op)) return;
   auto dyRows = [s, dy, oRowLen, iRowLen](Range r) {
     Range rows = outputRowsForInputRows(rowsOf(r, iRowLen), s.outH(), s.h, s.strideH, s.padTop,
                                         s.dilH * (s.r - 1) + 1);
@@ -199,6 +343,7 @@ void planBackwardData(PlanApi& p, const Op& op) {
 // whatever the image size.
 void planBackwardFilter(PlanApi& p, const Op& op) {
   const auto s = convShapeOf(p.graph(), op);
+  if (s.groups > 1 && planGroupedBackwardFilter(p, op)) return;
   const int x = op.inputs[0], dy = op.inputs[1];
   const i64 oRowLen = s.outW() * s.k, iRowLen = s.w * s.c, oh = s.outH();
   const i64 bytesPerRow = (oRowLen + s.strideH * iRowLen) * 4;
@@ -212,7 +357,25 @@ void planBackwardFilter(PlanApi& p, const Op& op) {
 }
 
 // ---- kernels -----------------------------------------------------------------------------------
+// A copy into channel blocks (the grouped plans' first phases).
+std::function<void()> channelBlocksVertex(const VertexArgs& a, const conv_plan::ChannelBlocks& cb) {
+  return [cb, x = a.in[0], y = a.out[0], work = a.work] {
+    ref::toChannelBlocks(cb.pixels, cb.c, cb.cb, x, y, work);
+  };
+}
+
 std::function<void()> vertexForward(const VertexArgs& a) {
+  if (a.phase != 0) {  // the grouped plan (compiler/conv_plan.h): x in blocks, then y
+    const auto s = convShapeOf(a.g, a.op);
+    const i64 gb =
+        conv_plan::groupsPerForwardBlock(s, sizeOf(a.g.tensor(a.op.inputs[0]).dtype),
+                                         sizeOf(a.g.tensor(a.op.inputs[1]).dtype), a.target);
+    if (a.phase == conv_plan::kGroupedXBlocksPhase)
+      return channelBlocksVertex(a, conv_plan::xBlocks(s, gb));
+    return [s, gb, W = a.in, y = a.out[0], work = a.work] {
+      ref::conv2dForwardGroupBlocks(s, gb, W[0], W[1], y, work);
+    };
+  }
   return [s = convShapeOf(a.g, a.op), W = a.in, y = a.out[0], work = a.work] {
     ref::conv2dForward(s, W[0], W[1], y, work);
   };
@@ -221,6 +384,16 @@ std::function<void()> vertexForward(const VertexArgs& a) {
 std::function<void()> vertexBackwardData(const VertexArgs& a) {
   if (a.phase == 1) return sumPartials(a);
   const auto s = convShapeOf(a.g, a.op);
+  // The grouped plan (compiler/conv_plan.h): dy in blocks of groups, then dx.
+  if (a.phase == conv_plan::kGroupedDyBlocksPhase || a.phase == conv_plan::kGroupedDataPhase) {
+    const i64 gb = conv_plan::groupsPerBlock(s, sizeOf(a.g.tensor(a.op.inputs[0]).dtype),
+                                             sizeOf(a.g.tensor(a.op.inputs[1]).dtype), a.target);
+    if (a.phase == conv_plan::kGroupedDyBlocksPhase)
+      return channelBlocksVertex(a, conv_plan::dyBlocks(s, gb));
+    return [s, gb, W = a.in, y = a.out[0], work = a.work] {
+      ref::conv2dBackwardDataGroupBlocks(s, gb, W[0], W[1], y, work);
+    };
+  }
   // The transposed-weights plan (compiler/conv_plan.h): k-blocks, wt, then dx.
   if (a.phase >= conv_plan::kWeightKBlocksPhase) {
     if (a.phase == conv_plan::kTransposedDataPhase)
@@ -243,7 +416,20 @@ std::function<void()> vertexBackwardData(const VertexArgs& a) {
 }
 
 std::function<void()> vertexBackwardFilter(const VertexArgs& a) {
-  if (a.phase == 1) return sumPartials(a);
+  if (a.phase == 1 || a.phase == conv_plan::kGroupedFilterPhase + 1) return sumPartials(a);
+  if (a.phase >= conv_plan::kGroupedDyBlocksPhase) {  // the grouped plan (compiler/conv_plan.h)
+    const auto s = convShapeOf(a.g, a.op);
+    const i64 gb =
+        conv_plan::groupsPerFilterBlock(s, sizeOf(a.g.tensor(a.op.inputs[0]).dtype),
+                                        sizeOf(a.g.tensor(a.op.inputs[1]).dtype), a.target);
+    if (a.phase == conv_plan::kGroupedDyBlocksPhase)
+      return channelBlocksVertex(a, conv_plan::dyBlocks(s, gb));
+    if (a.phase == conv_plan::kGroupedXBlocksPhase)
+      return channelBlocksVertex(a, conv_plan::xBlocks(s, gb));
+    return [s, gb, W = a.in, y = a.out[0], work = a.work, red = a.red] {
+      ref::conv2dBackwardFilterGroupBlocks(s, gb, W[0], W[1], y, work, red);
+    };
+  }
   return [s = convShapeOf(a.g, a.op), W = a.in, y = a.out[0], work = a.work, red = a.red] {
     ref::conv2dBackwardFilter(s, W[0], W[1], y, work, red);
   };
@@ -324,6 +510,7 @@ IPU_REGISTER_OPS(conv2d) {
   f.vertex = vertexForward;
   f.fused = fusedPass<fz::Conv2dForward>();
   f.nativeFused = nativeBf16Pass<fz::Conv2dForward>();
+  f.costTraits.macPhases = {0, conv_plan::kGroupedForwardPhase};
   registerOp(std::move(f));
 
   OpInfo d = convInfo(OpKind::Conv2dBackwardData, "conv2d_backward_data",
@@ -336,7 +523,7 @@ IPU_REGISTER_OPS(conv2d) {
   d.fused = fusedPass<fz::Conv2dBackwardData>();
   d.nativeFused = nativeBf16Pass<fz::Conv2dBackwardData>();
   // The transposed plan's dx phase multiplies; its k-block and transpose phases move weights.
-  d.costTraits.macPhases = {0, conv_plan::kTransposedDataPhase};
+  d.costTraits.macPhases = {0, conv_plan::kTransposedDataPhase, conv_plan::kGroupedDataPhase};
   registerOp(std::move(d));
 
   OpInfo w = convInfo(OpKind::Conv2dBackwardFilter, "conv2d_backward_filter",
@@ -351,6 +538,7 @@ IPU_REGISTER_OPS(conv2d) {
   // Its partial rows are combined reading outputs x parts elements (the other split kinds
   // price their combining as elementwise).
   w.costTraits.reduction = true;
+  w.costTraits.macPhases = {0, conv_plan::kGroupedFilterPhase};
   registerOp(std::move(w));
 }
 

@@ -127,6 +127,14 @@ class PlanApi {
   // kWeightTransposePhase, kTransposedDataPhase) where a tile holds less than under the split
   // over k; false (nothing planned) where that plan does not apply.
   virtual bool convBackwardDataTransposed(const Op& op) = 0;
+
+  // A temporary of `elements` in `dtype` that later phases of the op read, placed by `mapping`
+  // (slices in element order covering [0, elements), e.g. following where an operand lives, so
+  // that the phase writing it reads locally); its id.
+  virtual int temporary(const Op& op, const std::string& what, i64 elements, DType dtype,
+                        std::vector<TileSlice> mapping) = 0;
+  // The target being compiled for (plans whose geometry depends on the tile size).
+  virtual const Target& target() const = 0;
 };
 using PlanRule = std::function<void(PlanApi&, const Op&)>;
 

@@ -8,12 +8,15 @@
 #include <set>
 #include <tuple>
 
+#include <fmt/format.h>
+
 #include "ipu_backend/compiler/autodiff.h"
 #include "ipu_backend/compiler/compiler.h"
 #include "ipu_backend/compiler/op_shapes.h"
 #include "ipu_backend/engine/engine.h"
 #include "ipu_backend/ir/builder.h"
 #include "ipu_backend/kernels/fused.h"
+#include "ipu_backend/kernels/reference.h"
 #include "ipu_backend/ops/op_info.h"
 #include "ipu_backend/optimizers/optimizer.h"
 
@@ -203,6 +206,110 @@ TEST(Compiler, ConvDataGradientOfLargeWeightsUsesTransposedWeights) {
         for (i64 kk = 0; kk < k; ++kk) want += wv[static_cast<size_t>(kk * c + ch)] / outputs;
       ASSERT_NEAR(got[static_cast<size_t>(i)], want, 1e-7)
           << (mode == EngineMode::Tile ? "tile " : "fused ") << i;
+    }
+  }
+}
+
+// A grouped convolution (EfficientNet's depthwise 5x5, G16's groups of 16 channels at stride 2):
+// a channel's output, data gradient and weight gradient involve only its group's channels, so
+// no vertex may read x or dy of other groups. The plans copy x and dy into channel blocks where
+// they live (phases 5 and 7: only a pixel whose block two slices share is gathered, and only
+// that block's channels), then read one block's rows (y: phase 10, dx: 6, dw: 8 and the sum of
+// its partials 9). Unblocked, every vertex gathered the rows of every channel. Both engine
+// modes against the plain references (tile mode's y and dx sum in the reference's order).
+TEST(Compiler, GroupedConvReadsOnlyItsGroupsChannels) {
+  struct Geometry {
+    i64 n, h, c, r, groups, stride;
+  };
+  for (const Geometry geo : {Geometry{2, 10, 48, 5, 48, 1}, Geometry{2, 9, 64, 3, 4, 2}}) {
+    Graph g("grouped");
+    Builder b(g);
+    const i64 cpg = geo.c / geo.groups;
+    int x = b.variable("features", {geo.n, geo.h, geo.h, geo.c});
+    int w = b.variable("spatial_weight", {geo.c, geo.r, geo.r, cpg});
+    int y = b.conv2d(x, w, Conv2dOptions::make(geo.stride, geo.r / 2, geo.groups), "spatial");
+    const Shape ys = g.tensor(y).shape;
+    int m = b.variable("dy_pattern", ys);  // loss = sum(y * m): dy = m
+    int loss = b.reduceSum(b.binary("mul", y, m, "weighted"), {0, 1, 2, 3}, false, "loss");
+    g.markOutput(loss);
+    g.markOutput(y);
+    const auto grads = appendBackward(g, loss, {x, w}).grads;
+    const int dx = grads.at(x), dw = grads.at(w);
+    g.markOutput(dx);
+    g.markOutput(dw);
+    const Target t = Target::small(128, 64 << 10);
+    auto exe = std::make_shared<const Executable>(compile(g, t, CompileOptions{}));
+    const Graph& eg = exe->graph;
+    const kernels::Conv2dShape s = convShapeOf(eg, eg.op(eg.tensor(y).producer));
+    std::map<OpKind, std::set<int>> phases;
+    i64 mostGathered = 0;  // of x, dy or their blocks by a tile in one compute set
+    for (const ComputeSet& cs : exe->computeSets) {
+      const Op& op = eg.op(cs.op);
+      if (op.kind != OpKind::Conv2d && op.kind != OpKind::Conv2dBackwardData &&
+          op.kind != OpKind::Conv2dBackwardFilter)
+        continue;
+      phases[op.kind].insert(cs.phase);
+      std::map<int, i64> gathered;
+      for (const Vertex& v : cs.vertices)
+        for (const Window& win : v.inputs) {
+          if (!win.gather || win.buffer == w ||
+              exe->buffers[win.buffer].name.find("partials") != std::string::npos)
+            continue;
+          // A copy into blocks gathers one pixel's channels of one block at most.
+          if (cs.phase == 5 || cs.phase == 7) {
+            EXPECT_LT(win.end - win.begin, s.c) << cs.name;
+          }
+          if (!win.shared) gathered[v.tile] += (win.end - win.begin) * 4;
+        }
+      for (const auto& [tile, bytes] : gathered) mostGathered = std::max(mostGathered, bytes);
+    }
+    const std::string what = fmt::format("{} channels in {} groups", geo.c, geo.groups);
+    EXPECT_EQ(phases[OpKind::Conv2d], (std::set<int>{7, 10})) << what;
+    EXPECT_EQ(phases[OpKind::Conv2dBackwardData], (std::set<int>{5, 6})) << what;
+    EXPECT_TRUE(phases[OpKind::Conv2dBackwardFilter].count(8)) << what;
+    EXPECT_TRUE(phases[OpKind::Conv2dBackwardFilter].count(5)) << what;
+    EXPECT_TRUE(phases[OpKind::Conv2dBackwardFilter].count(7)) << what;
+    // No tile gathers more than half a window budget in one compute set (the plans' aim; a
+    // vertex of the unblocked plans read a filter's span of rows of every channel, 6.9-15 KB
+    // here against 4 KiB).
+    EXPECT_LE(mostGathered, t.bytesPerTile / 8 / 2) << what;
+
+    std::vector<float> xv(static_cast<size_t>(s.inputElems())),
+        wv(static_cast<size_t>(s.weightElems())), mv(static_cast<size_t>(s.outputElems()));
+    for (size_t i = 0; i < xv.size(); ++i) xv[i] = static_cast<float>((i * 7) % 13) / 13.f;
+    for (size_t i = 0; i < wv.size(); ++i) wv[i] = static_cast<float>((i * 5) % 11) / 11.f - 0.5f;
+    for (size_t i = 0; i < mv.size(); ++i) mv[i] = static_cast<float>((i * 3) % 17) / 17.f - 0.4f;
+    using FW = kernels::Window<float>;
+    std::vector<float> wantY(mv.size()), wantDx(xv.size()), wantDw(wv.size());
+    kernels::ref::conv2dForward(s, FW::whole(xv.data(), s.inputElems()),
+                                FW::whole(wv.data(), s.weightElems()), wantY.data(),
+                                {0, s.outputElems()});
+    kernels::ref::conv2dBackwardData(s, FW::whole(mv.data(), s.outputElems()),
+                                     FW::whole(wv.data(), s.weightElems()), wantDx.data(),
+                                     {0, s.inputElems()}, {0, s.k});
+    kernels::ref::conv2dBackwardFilter(s, FW::whole(xv.data(), s.inputElems()),
+                                       FW::whole(mv.data(), s.outputElems()), wantDw.data(),
+                                       {0, s.weightElems()}, {0, s.n * s.outH()});
+    for (EngineMode mode : {EngineMode::Tile, EngineMode::Fused}) {
+      Engine e(exe, mode);
+      e.writeTensor(x, xv.data(), xv.size() * 4);
+      e.writeTensor(w, wv.data(), wv.size() * 4);
+      e.writeTensor(m, mv.data(), mv.size() * 4);
+      e.run();
+      const bool tile = mode == EngineMode::Tile;
+      for (const auto& [tensor, want] :
+           {std::pair{y, &wantY}, std::pair{dx, &wantDx}, std::pair{dw, &wantDw}}) {
+        const std::vector<float> got = e.readFloats(tensor);
+        ASSERT_EQ(got.size(), want->size());
+        for (size_t i = 0; i < want->size(); ++i) {
+          if (tile && tensor != dw) {
+            ASSERT_EQ(got[i], (*want)[i]) << "tile " << eg.tensor(tensor).name << " " << i;
+          } else {  // fused mode, and the weight gradient's partial sums: rounding only
+            ASSERT_NEAR(got[i], (*want)[i], 1e-5)
+                << (tile ? "tile " : "fused ") << eg.tensor(tensor).name << " " << i;
+          }
+        }
+      }
     }
   }
 }

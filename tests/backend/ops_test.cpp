@@ -572,6 +572,23 @@ std::vector<Case> allCases() {
     c.op.tileBytes = 8192;
     cs.push_back(c);
   }
+  {  // 8 KiB tiles: the grouped plans in blocks of groups (x and dy copied into channel blocks,
+     // conv2d / backward data / backward filter reading one block's rows), f16 operands too
+    Case c = convCase("conv_depthwise_5x5_group_blocks", {1, 5, 5, 24}, {24, 5, 5, 1},
+                      Conv2dOptions::make(1, 2, 24));
+    c.op.tileBytes = 8192;
+    cs.push_back(c);
+    c.op.name = "conv_depthwise_5x5_group_blocks_f16";
+    c.op.dtypes = {DType::F16, DType::F16};
+    c.fwdTol = c.tileTol = 4e-3;
+    c.tileGradTol = 4e-3;
+    c.fdTol = 5e-2;
+    cs.push_back(c);
+    c = convCase("conv_g16_stride2_group_blocks", {1, 5, 5, 48}, {48, 3, 3, 16},
+                 Conv2dOptions::make(2, 1, 3));
+    c.op.tileBytes = 8192;
+    cs.push_back(c);
+  }
   {  // ResNet's 3x3 stride-1 shape class (>= 64 channels, >= 7x7): Winograd F(4x4, 3x3), the
      // ISA's own (oneDNN's on AVX-512, ours on AVX2) and ours forced on any ISA.
     Case c =
