@@ -127,6 +127,12 @@ class PlanApi {
   // kWeightTransposePhase, kTransposedDataPhase) where a tile holds less than under the split
   // over k; false (nothing planned) where that plan does not apply.
   virtual bool convBackwardDataTransposed(const Op& op) = 0;
+  // -- conv2d_backward_filter's blocked plan (compiler/conv_plan.h, FilterBlocks) --
+  // With groups == 1, plans dw by blocks of output and input channels and parts of the output
+  // rows (phases conv_plan::kFilterDyBlocksPhase, kFilterXBlocksPhase, kFilterBlocksPhase,
+  // then 1) where a tile holds less than under the split over output rows; false (nothing
+  // planned) otherwise.
+  virtual bool convBackwardFilterBlocked(const Op& op) = 0;
 };
 using PlanRule = std::function<void(PlanApi&, const Op&)>;
 
