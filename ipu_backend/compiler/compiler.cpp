@@ -172,7 +172,7 @@ class Planner : public ops::PlanApi {
         op.attrs.has("partials") ? parseDType(op.attrs.getString("partials")).value() : DType::F32;
     if (!cp::transposedPlanIsSmaller(s, dyBytes, wBytes, sizeOf(partials), t_)) return false;
     const i64 kb = cp::kBlockSize(s, wBytes, t_);
-    const std::string& name = exe_.buffers[dx].name;
+    const std::string name = exe_.buffers[dx].name;  // a copy: buffers grow below
     // The k-blocks: a slice of block b reads w's rows of that block.
     const int blocks = addTemporary(name + "/weight_k_blocks", s.weightElems(), wType);
     perSlice(
@@ -227,7 +227,7 @@ class Planner : public ops::PlanApi {
     const cp::FilterBlocks fb =
         cp::filterBlocks(s, sizeOf(xType), sizeOf(dyType), sizeOf(partials), t_);
     if (!fb.use) return false;
-    const std::string& name = exe_.buffers[dw].name;
+    const std::string name = exe_.buffers[dw].name;  // a copy: buffers grow below
     const i64 kb = fb.kb, cb = fb.cb, parts = fb.parts, rs = s.r * s.s;
     const i64 ow = s.outW(), rows = s.n * s.outH(), pixels = rows * ow;
     const i64 xPixels = cp::filterInputPixels(s, fb.subsampled);
