@@ -156,7 +156,9 @@ FilterBlocks filterBlocks(const Conv2dShape& s, i64 xBytes, i64 dyBytes, i64 par
                       static_cast<double>(inRows * s.w * s.c * xBytes);
   }
   best.tileBytes = best.splitBytes;
-  if (s.groups != 1) return best;
+  // Where a tile of the split holds no more than one window budget, its extra compute sets and
+  // copies are not worth their always-live state.
+  if (s.groups != 1 || best.splitBytes <= static_cast<double>(windowBudgetBytes(t))) return best;
   const bool subsampled = s.r == 1 && s.s == 1 && s.padTop == 0 && s.padLeft == 0 &&
                           s.padBottom == 0 && s.padRight == 0;
   const i64 xPixels = filterInputPixels(s, subsampled);

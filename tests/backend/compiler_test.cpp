@@ -231,7 +231,7 @@ TEST(Compiler, ConvWeightGradientOfManyChannelsIsBlockedOverBoth) {
     g.markOutput(loss);
     const int dw = appendBackward(g, loss, {w}).grads.at(w);
     g.markOutput(dw);
-    const Target t = Target::small(256, 64 << 10);
+    const Target t = Target::small(256, 32 << 10);  // window budget 4 KiB
     auto exe = std::make_shared<const Executable>(compile(g, t, CompileOptions{}));
     std::set<int> phases;
     for (const ComputeSet& cs : exe->computeSets)
