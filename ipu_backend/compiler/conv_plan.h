@@ -109,8 +109,8 @@ struct FilterBlocks {
 // per-tile estimate is smallest (the larger of its block phase, its gathered dy and x windows
 // and its partial block, and its combining phase, plus the work-list entries of its copies),
 // used where that is smaller than the split over output rows, the split's exceeds a window
-// budget and groups == 1. The tile engine
-// calls it again with the same arguments to find the geometry of a vertex.
+// budget and groups == 1. The tile engine calls it again with the same arguments to find the
+// geometry of a vertex.
 FilterBlocks filterBlocks(const Conv2dShape& s, i64 xBytes, i64 dyBytes, i64 partialBytes,
                           const Target& t);
 // Pixels of xB per block: P when subsampled, else N*H*W.
