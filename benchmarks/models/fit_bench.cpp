@@ -6,10 +6,14 @@
 // worst tile and its occupants at its peak) goes to stderr.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <vector>
 
 #include "harness/full_scale_projection.h"
 #include "harness/pod_presets.h"
+#include "ipu_backend/compiler/executable.h"
 
 namespace {
 
@@ -21,8 +25,34 @@ void BM_ResNet50FitVerdictMk2(benchmark::State& state) {
       ipu::harness::findPreset(ipu::harness::Benchmark::kResNet50, 16, ipu::harness::Scale::kFull);
   FitOptions options;
   options.recompute = state.range(0) != 0;
+  // FIT_BENCH_DETAIL=N: the training program's N compute sets with the most live bytes (all
+  // tiles) and its fullest tiles' always-live split, to stderr.
+  const char* detail = std::getenv("FIT_BENCH_DETAIL");
+  ipu::harness::ProgramReportSink sink;
+  if (detail)
+    sink = [n = std::atoi(detail)](const std::string& program, const ipu::Executable& exe, bool,
+                                   const std::string&, const ipu::cost::CostOptions&) {
+      const ipu::MemoryDetail& d = exe.memoryDetail;
+      std::vector<int> order(exe.computeSets.size());
+      for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+      const size_t shown = std::min<size_t>(static_cast<size_t>(n), order.size());
+      std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(shown),
+                        order.end(), [&](int a, int b) { return d.liveBytes[a] > d.liveBytes[b]; });
+      std::fprintf(stderr, "%s: compute sets with the most live bytes (all tiles)\n",
+                   program.c_str());
+      for (size_t i = 0; i < shown; ++i)
+        std::fprintf(stderr, "  %.1f MB  %s\n", static_cast<double>(d.liveBytes[order[i]]) / 1e6,
+                     exe.computeSets[order[i]].name.c_str());
+      for (const ipu::TileDetail& t : d.worstTiles)
+        std::fprintf(stderr, "  tile %d: %lld B (%lld always live, %lld code+vertex), peak at %s\n",
+                     t.tile, static_cast<long long>(t.memory.total()),
+                     static_cast<long long>(t.memory.alwaysLive),
+                     static_cast<long long>(t.codeAndVertexState),
+                     t.peakComputeSet >= 0 ? exe.computeSets[t.peakComputeSet].name.c_str() : "-");
+      return nlohmann::json();
+    };
   FitVerdict v;
-  for (auto _ : state) v = ipu::harness::checkFit(preset, options);
+  for (auto _ : state) v = ipu::harness::checkFit(preset, options, sink);
   // The compiler's verdict (the worst tile and its occupants) goes beside the counters.
   if (!v.message.empty()) std::fprintf(stderr, "%s\n", v.message.c_str());
   state.counters["fits"] = v.fits() ? 1 : 0;

@@ -172,7 +172,7 @@ class Planner : public ops::PlanApi {
         op.attrs.has("partials") ? parseDType(op.attrs.getString("partials")).value() : DType::F32;
     if (!cp::transposedPlanIsSmaller(s, dyBytes, wBytes, sizeOf(partials), t_)) return false;
     const i64 kb = cp::kBlockSize(s, wBytes, t_);
-    const std::string& name = exe_.buffers[dx].name;
+    const std::string name = exe_.buffers[dx].name;  // a copy: buffers grow below
     // The k-blocks: a slice of block b reads w's rows of that block.
     const int blocks = addTemporary(name + "/weight_k_blocks", s.weightElems(), wType);
     perSlice(
@@ -239,6 +239,106 @@ class Planner : public ops::PlanApi {
         {fmt::format("{}/{}", exe_.buffers[out].name, what), elements, dtype, -1, false});
     exe_.mapping.push_back(std::move(mapping));
     return static_cast<int>(exe_.buffers.size() - 1);
+  }
+
+  bool convBackwardFilterBlocked(const Op& op) override {
+    namespace cp = conv_plan;
+    const auto s = convShapeOf(g_, op);
+    const int x = op.inputs[0], dy = op.inputs[1], dw = op.outputs[0];
+    const DType xType = g_.tensor(x).dtype, dyType = g_.tensor(dy).dtype;
+    const DType partials =
+        op.attrs.has("partials") ? parseDType(op.attrs.getString("partials")).value() : DType::F32;
+    const cp::FilterBlocks fb =
+        cp::filterBlocks(s, sizeOf(xType), sizeOf(dyType), sizeOf(partials), t_);
+    if (!fb.use) return false;
+    const std::string name = exe_.buffers[dw].name;  // a copy: buffers grow below
+    const i64 kb = fb.kb, cb = fb.cb, parts = fb.parts, rs = s.r * s.s;
+    const i64 ow = s.outW(), rows = s.n * s.outH(), pixels = rows * ow;
+    const i64 xPixels = cp::filterInputPixels(s, fb.subsampled);
+    // A channel-blocked copy [channels/block][pix][bb] of `src`: one vertex per tile slice and
+    // block, reading the src elements from its first pixel's run to its last's (`srcPixel`
+    // maps a pixel of the copy to one of src, increasing).
+    auto blocked = [&](int phase, int src, i64 pix, i64 channels, i64 block, DType dtype,
+                       const std::string& what, auto srcPixel) {
+      const int buf = addTemporary(name + "/" + what, pix * channels, dtype);
+      ComputeSet& cs = newComputeSet(op, phase, what);
+      for (const TileSlice& sl : exe_.mapping[buf])
+        for (i64 i = sl.begin; i < sl.end;) {
+          const i64 g = i / (block * pix), bb = std::min(block, channels - g * block);
+          const i64 at = g * block * pix, e = std::min(sl.end, at + bb * pix);
+          const i64 first = (i - at) / bb, last = (e - 1 - at) / bb;
+          const i64 from = srcPixel(first) * channels + g * block + (i - at) % bb;
+          const i64 to = srcPixel(last) * channels + g * block + (e - 1 - at) % bb + 1;
+          cs.vertices.push_back(vertexOn(sl.tile, {{src, from, to}}, {{buf, i, e}}, {i, e}));
+          i = e;
+        }
+      return buf;
+    };
+    int dyB = dy, xB = x;
+    if (kb < s.k)
+      dyB = blocked(cp::kFilterDyBlocksPhase, dy, pixels, s.k, kb, dyType, "dy_blocks",
+                    [](i64 p) { return p; });
+    const i64 oh = s.outH();
+    if (cb < s.c || fb.subsampled)
+      xB = blocked(cp::kFilterXBlocksPhase, x, xPixels, s.c, cb, xType, "x_blocks",
+                   [&s, oh, ow, sub = fb.subsampled](i64 p) {
+                     return sub ? ((p / (oh * ow)) * s.h + (p / ow) % oh * s.strideH) * s.w +
+                                      (p % ow) * s.strideW
+                                : p;
+                   });
+    // The partial blocks: one slice per (part, k-block, c-block), spread over the tiles.
+    const i64 dwElems = s.weightElems(), kBlocks = ceilDiv(s.k, kb), cBlocks = ceilDiv(s.c, cb);
+    const i64 nBlocks = parts * kBlocks * cBlocks;
+    const int dwP = [&] {
+      Buffer b{name + "/partial_blocks", parts * dwElems, partials, -1, false};
+      exe_.buffers.push_back(b);
+      std::vector<TileSlice> m;
+      m.reserve(static_cast<size_t>(nBlocks));
+      for (i64 q = 0; q < nBlocks; ++q) {
+        const i64 p = q / (kBlocks * cBlocks), b = (q / cBlocks) % kBlocks, g = q % cBlocks;
+        const i64 begin = p * dwElems + cp::filterBlockOffset(s, kb, cb, b, g);
+        const i64 size = std::min(kb, s.k - b * kb) * rs * std::min(cb, s.c - g * cb);
+        m.push_back({static_cast<int>(q * t_.numTiles / nBlocks), begin, begin + size, 0});
+      }
+      exe_.mapping.push_back(std::move(m));
+      return static_cast<int>(exe_.buffers.size() - 1);
+    }();
+    {
+      ComputeSet& cs = newComputeSet(op, cp::kFilterBlocksPhase, "partial_blocks");
+      const i64 span = s.dilH * (s.r - 1) + 1;
+      for (const TileSlice& sl : exe_.mapping[dwP]) {
+        const i64 p = sl.begin / dwElems, off = sl.begin - p * dwElems;
+        const i64 b = off / (kb * rs * s.c);
+        const i64 g = (off - b * kb * rs * s.c) / (std::min(kb, s.k - b * kb) * rs * cb);
+        const Range red{rows * p / parts, rows * (p + 1) / parts};
+        const i64 kbb = std::min(kb, s.k - b * kb), cbb = std::min(cb, s.c - g * cb);
+        const Range xPix = fb.subsampled ? Range{red.begin * ow, red.end * ow} : [&] {
+          const Range in = inputRowsForOutputRows(red, oh, s.h, s.strideH, s.padTop, span);
+          return Range{in.begin * s.w, in.end * s.w};
+        }();
+        const i64 dyAt = b * kb * pixels, xAt = g * cb * xPixels;
+        cs.vertices.push_back(vertexOn(
+            sl.tile,
+            {{dyB, dyAt + red.begin * ow * kbb, dyAt + red.end * ow * kbb},
+             {xB, xAt + xPix.begin * cbb, xAt + xPix.end * cbb}},
+            {{dwP, sl.begin, sl.end}}, {off, off + (sl.end - sl.begin)}, red, static_cast<int>(p)));
+      }
+    }
+    // dw: each run of one c-block (contiguous in dw and in every part's block) sums the parts.
+    ComputeSet& cs = newComputeSet(op, 1, "sum_partial_blocks");
+    for (const TileSlice& sl : exe_.mapping[dw])
+      for (i64 i = sl.begin; i < sl.end;) {
+        const i64 c = i % s.c;
+        const i64 e =
+            std::min({sl.end, i - c + s.c, i + (std::min(cb, s.c - c / cb * cb) - c % cb)});
+        const i64 at = cp::filterBlockedIndex(s, kb, cb, i);
+        std::vector<NeedWindow> ins;
+        for (i64 p = 0; p < parts; ++p)
+          ins.push_back({dwP, p * dwElems + at, p * dwElems + at + (e - i)});
+        cs.vertices.push_back(vertexOn(sl.tile, std::move(ins), {{dw, i, e}}, {i, e}, {0, parts}));
+        i = e;
+      }
+    return true;
   }
 
   void run() {

@@ -245,4 +245,109 @@ i64 groupsPerFilterBlock(const Conv2dShape& s, i64 xBytes, i64 dyBytes, const Ta
   return groupedFilterPlan(s, xBytes, dyBytes, t).gb;
 }
 
+// ---- conv2d_backward_filter's blocked plan ----------------------------------------------------
+
+namespace {
+
+// Block sizes tried for `extent` channels: extent, extent/2, extent/4, ... (rounded up), down to
+// 8 channels (a copy's vertex reads every channel of the pixels its slice spans: smaller blocks
+// span more pixels).
+std::vector<i64> blockSizes(i64 extent) {
+  std::vector<i64> sizes{extent};
+  for (i64 d = 2; ceilDiv(extent, d) >= 8 && d <= extent; d *= 2)
+    sizes.push_back(ceilDiv(extent, d));
+  return sizes;
+}
+
+// Vertex state and work-list entries are always live, on every tile, for the whole program: a
+// byte of them weighs as much as kStateWeight bytes of one op's peak.
+constexpr double kStateWeight = 4;
+
+}  // namespace
+
+FilterBlocks filterBlocks(const Conv2dShape& s, i64 xBytes, i64 dyBytes, i64 partialBytes,
+                          const Target& t) {
+  FilterBlocks best;
+  const i64 T = t.numTiles, rows = s.n * s.outH(), ow = s.outW(), rs = s.r * s.s;
+  const i64 span = s.dilH * (s.r - 1) + 1, pixels = rows * ow;
+  // dw keeps its linear mapping (few tiles when small): the combining vertices of a tile sum
+  // every part's blocks of its slice.
+  const i64 dwElems = s.weightElems();
+  const i64 dwSlices = std::clamp<i64>(dwElems * xBytes / t.minBytesPerTile, 1, T);
+  const i64 dwPerTile = ceilDiv(dwElems, dwSlices);
+  // The split over output rows as the planner makes it (its row budget counts f32), per tile:
+  // its part's share of the partials and the x and dy rows of the part.
+  {
+    const i64 parts =
+        reductionParts(dwElems, rows, (ow * s.k + s.strideH * s.w * s.c) * 4, dwSlices, t);
+    const i64 partRows = ceilDiv(rows, parts);
+    const i64 inRows = std::min(s.n * s.h, (partRows - 1) * s.strideH + span + 1);
+    best.splitBytes = static_cast<double>(parts * dwElems * partialBytes) / static_cast<double>(T) +
+                      static_cast<double>(partRows * ow * s.k * dyBytes) +
+                      static_cast<double>(inRows * s.w * s.c * xBytes);
+  }
+  best.tileBytes = best.splitBytes;
+  // Where a tile of the split holds no more than one window budget, its extra compute sets and
+  // copies are not worth their always-live state.
+  if (s.groups != 1 || best.splitBytes <= static_cast<double>(windowBudgetBytes(t))) return best;
+  const bool subsampled = s.r == 1 && s.s == 1 && s.padTop == 0 && s.padLeft == 0 &&
+                          s.padBottom == 0 && s.padRight == 0;
+  const i64 xPixels = filterInputPixels(s, subsampled);
+  for (const i64 kb : blockSizes(s.k))
+    for (const i64 cb : blockSizes(s.c)) {
+      const i64 blocksPerPart = ceilDiv(s.k, kb) * ceilDiv(s.c, cb);
+      if (blocksPerPart > T) continue;
+      const double block = static_cast<double>(kb * rs * cb * partialBytes);
+      // The channel-blocked copies (phases of their own): a tile's slice of the copy and the
+      // src elements its pixels span (every channel of them).
+      auto copyPhase = [&](i64 pix, i64 channels, i64 bb, i64 bytes, i64 stride) {
+        const i64 slice = ceilDiv(pix * channels, T);
+        return static_cast<double>(slice * bytes +
+                                   ((ceilDiv(slice, bb) + 1) * stride) * channels * bytes);
+      };
+      const double copies =
+          static_cast<double>((kb < s.k ? ceilDiv(pixels * s.k, T) * dyBytes : 0) +
+                              (cb < s.c || subsampled ? ceilDiv(xPixels * s.c, T) * xBytes : 0));
+      const double copyPeak = std::max(
+          kb < s.k ? copyPhase(pixels, s.k, kb, dyBytes, 1) : 0.0,
+          cb < s.c || subsampled ? copyPhase(xPixels, s.c, cb, xBytes, subsampled ? s.strideW : 1)
+                                 : 0.0);
+      // Each copy is a compute set: a vertex state on every tile.
+      const double copyState =
+          static_cast<double>(t.vertexStateBytes * ((kb < s.k) + (cb < s.c || subsampled)));
+      const i64 combineRuns = ceilDiv(dwPerTile, std::min(cb, s.c)) + 1;
+      for (i64 parts = 1; parts <= rows && parts * blocksPerPart <= T; ++parts) {
+        const i64 partRows = ceilDiv(rows, parts);
+        const i64 xPartPixels =
+            subsampled ? partRows * ow
+                       : std::min(s.n * s.h, (partRows - 1) * s.strideH + span + 1) * s.w;
+        const double blockPhase = static_cast<double>(partRows * ow * kb * dyBytes) +
+                                  static_cast<double>(xPartPixels * cb * xBytes) + block + copies;
+        const double combine =
+            block + static_cast<double>(dwPerTile * (parts * partialBytes + xBytes));
+        const double state =
+            copyState + static_cast<double>(std::max<i64>(0, combineRuns - t.workersPerTile) *
+                                            (parts + 1) * t.workListBytesPerOperand);
+        const double bytes = std::max({blockPhase, combine, copyPeak}) + kStateWeight * state;
+        if (bytes < best.tileBytes) {
+          best.use = true;
+          best.kb = kb, best.cb = cb, best.parts = parts, best.subsampled = subsampled;
+          best.tileBytes = bytes;
+        }
+      }
+    }
+  return best;
+}
+
+i64 filterBlockOffset(const Conv2dShape& s, i64 kb, i64 cb, i64 b, i64 g) {
+  const i64 rs = s.r * s.s, kbb = std::min(kb, s.k - b * kb);
+  return b * kb * rs * s.c + g * kbb * rs * cb;
+}
+
+i64 filterBlockedIndex(const Conv2dShape& s, i64 kb, i64 cb, i64 i) {
+  const i64 rs = s.r * s.s, c = i % s.c, rsi = (i / s.c) % rs, k = i / (s.c * rs);
+  const i64 b = k / kb, g = c / cb, cbb = std::min(cb, s.c - g * cb);
+  return filterBlockOffset(s, kb, cb, b, g) + ((k - b * kb) * rs + rsi) * cbb + (c - g * cb);
+}
+
 }  // namespace ipu::conv_plan

@@ -150,4 +150,47 @@ inline ChannelBlocks xBlocks(const Conv2dShape& s, i64 gb) {
 // The weight rows w[k0:k1] (equally dw's) of block b's output channels.
 Range weightsOfGroupBlock(const Conv2dShape& s, i64 gb, i64 b);
 
+// ---- conv2d_backward_filter's blocked plan ----------------------------------------------------
+// The weight gradient dw[K,R,S,C] = sum over output pixels of dy[.,k] x[.,c] split only over
+// output rows makes every part write a partial of the WHOLE dw and read every channel of its
+// rows: for ResNet-50's stage4_unit1_conv1sc at micro-batch 20 a tile held 190 KB of partials
+// and 230 KB of x and dy rows. Poplibs plans the weight-update pass as a convolution with its
+// own partition of K, C and the pixels; here likewise (groups == 1):
+//   phase kFilterDyBlocksPhase: dy -> dyB [K/kb][P][kbb] (P = N*OH*OW output pixels; skipped
+//     when kb == K, dy is then its own single block); one vertex per tile slice and block,
+//     reading every channel of the pixels the slice spans (a flat window);
+//   phase kFilterXBlocksPhase: x -> xB [C/cb][XP][cbb] likewise (XP = N*H*W, or for a 1x1
+//     convolution without padding only the P pixels it reads: `subsampled`);
+//   phase kFilterBlocksPhase: partials dwP [parts][K/kb][C/cb][kbb][R][S][cbb], one block per
+//     tile: the vertex of (part, k-block, c-block) reads the part's dy pixels of its k-block
+//     and the x pixels they cover of its c-block (two contiguous windows);
+//   phase 1: dw (its own mapping) sums the parts' blocks, one vertex per run of a c-block.
+constexpr int kFilterDyBlocksPhase = 2;
+constexpr int kFilterXBlocksPhase = 3;
+constexpr int kFilterBlocksPhase = 4;
+
+struct FilterBlocks {
+  bool use = false;  // false: the split over output rows (the planner's splitReduction)
+  i64 kb = 1, cb = 1, parts = 1;
+  bool subsampled = false;
+  double tileBytes = 0;   // the estimate per tile of this plan
+  double splitBytes = 0;  // the same of the split over output rows
+};
+// The blocked plan's geometry for operands of these stored sizes: the (kb, cb, parts) whose
+// per-tile estimate is smallest (the larger of its block phase, its gathered dy and x windows
+// and its partial block, and its combining phase, plus the work-list entries of its copies),
+// used where that is smaller than the split over output rows, the split's exceeds a window
+// budget and groups == 1. The tile engine calls it again with the same arguments to find the
+// geometry of a vertex.
+FilterBlocks filterBlocks(const Conv2dShape& s, i64 xBytes, i64 dyBytes, i64 partialBytes,
+                          const Target& t);
+// Pixels of xB per block: P when subsampled, else N*H*W.
+inline i64 filterInputPixels(const Conv2dShape& s, bool subsampled) {
+  return subsampled ? s.n * s.outH() * s.outW() : s.n * s.h * s.w;
+}
+// Offset, within one part of dwP, of block (k-block b, c-block g), and of dw's element
+// ((k*R + r)*S + t)*C + c.
+i64 filterBlockOffset(const Conv2dShape& s, i64 kb, i64 cb, i64 b, i64 g);
+i64 filterBlockedIndex(const Conv2dShape& s, i64 kb, i64 cb, i64 dwIndex);
+
 }  // namespace ipu::conv_plan

@@ -243,6 +243,57 @@ void conv2dBackwardFilter(const Conv2dShape& s, W x, W dy, float* dw, Range out,
   }
 }
 
+void conv2dGradToChannelBlocks(const Conv2dShape& s, i64 kb, W dy, float* dyB, Range out) {
+  const i64 pixels = s.n * s.outH() * s.outW();
+  for (i64 i = out.begin; i < out.end; ++i) {
+    const i64 b = i / (kb * pixels), rest = i - b * kb * pixels;
+    const i64 kbb = std::min(kb, s.k - b * kb);
+    dyB[i - out.begin] = dy[(rest / kbb) * s.k + b * kb + rest % kbb];
+  }
+}
+
+void conv2dInputToChannelBlocks(const Conv2dShape& s, i64 cb, bool subsampled, W x, float* xB,
+                                Range out) {
+  const i64 oh = s.outH(), ow = s.outW();
+  const i64 pixels = subsampled ? s.n * oh * ow : s.n * s.h * s.w;
+  for (i64 i = out.begin; i < out.end; ++i) {
+    const i64 g = i / (cb * pixels), rest = i - g * cb * pixels;
+    const i64 cbb = std::min(cb, s.c - g * cb), p = rest / cbb;
+    const i64 src = subsampled ? ((p / (oh * ow)) * s.h + (p / ow) % oh * s.strideH) * s.w +
+                                     (p % ow) * s.strideW
+                               : p;
+    xB[i - out.begin] = x[src * s.c + g * cb + rest % cbb];
+  }
+}
+
+void conv2dBackwardFilterBlock(const Conv2dShape& s, i64 kb, i64 cb, bool subsampled, W xB, W dyB,
+                               float* dwBlock, Range out, Range red) {
+  const i64 oh = s.outH(), ow = s.outW(), rs = s.r * s.s, pixels = s.n * oh * ow;
+  const i64 xPixels = subsampled ? pixels : s.n * s.h * s.w;
+  // The block that holds `out`.
+  const i64 b = out.begin / (kb * rs * s.c), kbb = std::min(kb, s.k - b * kb);
+  const i64 inK = out.begin - b * kb * rs * s.c, g = inK / (kbb * rs * cb);
+  const i64 cbb = std::min(cb, s.c - g * cb), base = b * kb * rs * s.c + g * kbb * rs * cb;
+  const i64 dyBase = b * kb * pixels, xBase = g * cb * xPixels;
+  for (i64 i = out.begin; i < out.end; ++i) {
+    const i64 e = i - base, cc = e % cbb, rsi = (e / cbb) % rs, kk = e / (cbb * rs);
+    const i64 r = rsi / s.s, t = rsi % s.s;
+    double acc = 0;
+    for (i64 row = red.begin; row < red.end; ++row) {
+      const i64 n = row / oh, p = row % oh;
+      const i64 ih = p * s.strideH - s.padTop + r * s.dilH;
+      if (ih < 0 || ih >= s.h) continue;
+      for (i64 q = 0; q < ow; ++q) {
+        const i64 iw = q * s.strideW - s.padLeft + t * s.dilW;
+        if (iw < 0 || iw >= s.w) continue;
+        const i64 xPixel = subsampled ? row * ow + q : (n * s.h + ih) * s.w + iw;
+        acc += double(xB[xBase + xPixel * cbb + cc]) * dyB[dyBase + (row * ow + q) * kbb + kk];
+      }
+    }
+    dwBlock[i - out.begin] = float(acc);
+  }
+}
+
 // ---- matmul -------------------------------------------------------------------------------
 
 void matMul(const MatMulShape& s, W a, W b, float* c, Range out, Range red) {

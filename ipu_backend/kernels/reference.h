@@ -60,6 +60,18 @@ void conv2dBackwardFilterGroupBlocks(const Conv2dShape& s, i64 gb, W xBlocks, W 
 // dw[K,R,S,C/G] summed over output rows (n * OH + oh) in red only: a part reads only the dy rows
 // in red and the x rows they cover.
 void conv2dBackwardFilter(const Conv2dShape& s, W x, W dy, float* dw, Range out, Range red);
+// The blocked weight gradient (groups == 1; compiler/conv_plan.h, FilterBlocks):
+// dy in k-blocks dyB[K/kb][P][kbb] (P = N*OH*OW; block b at flat offset b*kb*P); writes `out`.
+void conv2dGradToChannelBlocks(const Conv2dShape& s, i64 kb, W dy, float* dyB, Range out);
+// x in c-blocks xB[C/cb][XP][cbb] (block g at g*cb*XP): XP = N*H*W, or when `subsampled` (1x1,
+// no padding) the P pixels (n, oh*strideH, ow*strideW) the convolution reads, in output order.
+void conv2dInputToChannelBlocks(const Conv2dShape& s, i64 cb, bool subsampled, W x, float* xB,
+                                Range out);
+// One part's block of the weight gradient, [kbb][R][S][cbb] of k-block b and c-block g:
+// `out` is a range of the part's blocked layout (conv_plan::filterBlockOffset) inside one block,
+// summed over output rows `red` only, in the order of conv2dBackwardFilter.
+void conv2dBackwardFilterBlock(const Conv2dShape& s, i64 kb, i64 cb, bool subsampled, W xB, W dyB,
+                               float* dwBlock, Range out, Range red);
 
 // ---- matmul -------------------------------------------------------------------------------
 // c[batch,M,N] = op(a) x op(b), summed over k in red = [k0, k1) only (partials).

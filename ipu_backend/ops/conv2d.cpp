@@ -11,6 +11,7 @@
 // Grouped and depthwise convolutions plan all three passes in blocks of groups (x and dy copied
 // into channel blocks first, compiler/conv_plan.h), so a vertex reads only its groups' channels.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -341,7 +342,10 @@ void planBackwardData(PlanApi& p, const Op& op) {
 
 // Split over output rows (n * OH + oh): a part reads its dy rows and the x rows they cover,
 // whatever the image size.
+// Ungrouped convolutions whose tiles would hold less that way take the blocked plan over output
+// channels, input channels and rows (compiler/conv_plan.h, FilterBlocks).
 void planBackwardFilter(PlanApi& p, const Op& op) {
+  if (p.convBackwardFilterBlocked(op)) return;
   const auto s = convShapeOf(p.graph(), op);
   if (s.groups > 1 && planGroupedBackwardFilter(p, op)) return;
   const int x = op.inputs[0], dy = op.inputs[1];
@@ -415,6 +419,45 @@ std::function<void()> vertexBackwardData(const VertexArgs& a) {
   };
 }
 
+// The blocked plan's geometry of the op a vertex belongs to (the planner chose it from the same
+// arguments); the last one is kept, as consecutive vertices belong to one op.
+conv_plan::FilterBlocks filterBlocksOf(const VertexArgs& a, const kernels::Conv2dShape& s) {
+  const Graph& g = a.g;
+  const DType pt = a.op.attrs.has("partials") ? parseDType(a.op.attrs.getString("partials")).value()
+                                              : DType::F32;
+  const std::array<i64, 24> key{s.n,
+                                s.h,
+                                s.w,
+                                s.c,
+                                s.k,
+                                s.r,
+                                s.s,
+                                s.strideH,
+                                s.strideW,
+                                s.padTop,
+                                s.padLeft,
+                                s.padBottom,
+                                s.padRight,
+                                s.dilH,
+                                s.dilW,
+                                s.groups,
+                                sizeOf(g.tensor(a.op.inputs[0]).dtype),
+                                sizeOf(g.tensor(a.op.inputs[1]).dtype),
+                                sizeOf(pt),
+                                a.target.numTiles,
+                                a.target.bytesPerTile,
+                                a.target.workListBytesPerOperand,
+                                a.target.workersPerTile,
+                                a.target.minBytesPerTile};
+  thread_local std::array<i64, 24> lastKey{};
+  thread_local conv_plan::FilterBlocks last;
+  if (key != lastKey) {
+    last = conv_plan::filterBlocks(s, key[16], key[17], key[18], a.target);
+    lastKey = key;
+  }
+  return last;
+}
+
 std::function<void()> vertexBackwardFilter(const VertexArgs& a) {
   if (a.phase == 1 || a.phase == conv_plan::kGroupedFilterPhase + 1) return sumPartials(a);
   if (a.phase >= conv_plan::kGroupedDyBlocksPhase) {  // the grouped plan (compiler/conv_plan.h)
@@ -428,6 +471,22 @@ std::function<void()> vertexBackwardFilter(const VertexArgs& a) {
       return channelBlocksVertex(a, conv_plan::xBlocks(s, gb));
     return [s, gb, W = a.in, y = a.out[0], work = a.work, red = a.red] {
       ref::conv2dBackwardFilterGroupBlocks(s, gb, W[0], W[1], y, work, red);
+    };
+  }
+  if (a.phase >= conv_plan::kFilterDyBlocksPhase) {  // the blocked plan (compiler/conv_plan.h)
+    const auto s = convShapeOf(a.g, a.op);
+    const conv_plan::FilterBlocks fb = filterBlocksOf(a, s);
+    if (a.phase == conv_plan::kFilterDyBlocksPhase)
+      return [s, kb = fb.kb, W = a.in, y = a.out[0], work = a.work] {
+        ref::conv2dGradToChannelBlocks(s, kb, W[0], y, work);
+      };
+    if (a.phase == conv_plan::kFilterXBlocksPhase)
+      return [s, cb = fb.cb, sub = fb.subsampled, W = a.in, y = a.out[0], work = a.work] {
+        ref::conv2dInputToChannelBlocks(s, cb, sub, W[0], y, work);
+      };
+    // kFilterBlocksPhase: windows dyB, xB (the plan's order).
+    return [s, fb, W = a.in, y = a.out[0], work = a.work, red = a.red] {
+      ref::conv2dBackwardFilterBlock(s, fb.kb, fb.cb, fb.subsampled, W[1], W[0], y, work, red);
     };
   }
   return [s = convShapeOf(a.g, a.op), W = a.in, y = a.out[0], work = a.work, red = a.red] {
@@ -538,7 +597,9 @@ IPU_REGISTER_OPS(conv2d) {
   // Its partial rows are combined reading outputs x parts elements (the other split kinds
   // price their combining as elementwise).
   w.costTraits.reduction = true;
-  w.costTraits.macPhases = {0, conv_plan::kGroupedFilterPhase};
+  // The grouped and the blocked plans' block phases multiply; their channel-block copies move
+  // operands.
+  w.costTraits.macPhases = {0, conv_plan::kGroupedFilterPhase, conv_plan::kFilterBlocksPhase};
   registerOp(std::move(w));
 }
 

@@ -135,6 +135,13 @@ class PlanApi {
                         std::vector<TileSlice> mapping) = 0;
   // The target being compiled for (plans whose geometry depends on the tile size).
   virtual const Target& target() const = 0;
+
+  // -- conv2d_backward_filter's blocked plan (compiler/conv_plan.h, FilterBlocks) --
+  // With groups == 1, plans dw by blocks of output and input channels and parts of the output
+  // rows (phases conv_plan::kFilterDyBlocksPhase, kFilterXBlocksPhase, kFilterBlocksPhase,
+  // then 1) where a tile holds less than under the split over output rows; false (nothing
+  // planned) otherwise.
+  virtual bool convBackwardFilterBlocked(const Op& op) = 0;
 };
 using PlanRule = std::function<void(PlanApi&, const Op&)>;
 

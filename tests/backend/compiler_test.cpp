@@ -314,10 +314,72 @@ TEST(Compiler, GroupedConvReadsOnlyItsGroupsChannels) {
   }
 }
 
+// The weight gradient of a convolution with many input and output channels is planned by blocks
+// of both (compiler/conv_plan.h, FilterBlocks): dy and x copied channel-blocked, each tile one
+// (part, k-block, c-block) block of partials reading only its block's channels of its part's
+// pixels, then the parts summed into dw; no partial of the whole dw per part. A 3x3 convolution
+// with padding (x blocked over every pixel) and a 1x1 stride-2 shortcut (x blocked over the
+// pixels it reads). Both engine modes against a plain reference: with loss = mean(y * m),
+// dw[k,r,s,c] = sum over outputs of x[input pixel, c] * m[output pixel, k] / |y|.
+TEST(Compiler, ConvWeightGradientOfManyChannelsIsBlockedOverBoth) {
+  struct Case {
+    i64 kernel, stride, pad;
+  };
+  for (const Case cc : {Case{3, 1, 1}, Case{1, 2, 0}}) {
+    SCOPED_TRACE(cc.kernel);
+    Graph g("blocked_filter");
+    Builder b(g);
+    const i64 n = 2, h = 8, c = 64, k = 128, oh = (h + 2 * cc.pad - cc.kernel) / cc.stride + 1;
+    int x = b.variable("features", {n, h, h, c});
+    int w = b.variable("weight", {k, cc.kernel, cc.kernel, c});
+    int m = b.variable("mask", {n, oh, oh, k});
+    int y = b.conv2d(x, w, Conv2dOptions::make(cc.stride, cc.pad), "conv");
+    int loss = b.reduceMean(b.binary("mul", y, m, "masked"), {0, 1, 2, 3}, false, "loss");
+    g.markOutput(loss);
+    const int dw = appendBackward(g, loss, {w}).grads.at(w);
+    g.markOutput(dw);
+    const Target t = Target::small(256, 32 << 10);  // window budget 4 KiB
+    auto exe = std::make_shared<const Executable>(compile(g, t, CompileOptions{}));
+    std::set<int> phases;
+    for (const ComputeSet& cs : exe->computeSets)
+      if (exe->graph.op(cs.op).kind == OpKind::Conv2dBackwardFilter) phases.insert(cs.phase);
+    EXPECT_EQ(phases, (std::set<int>{1, 2, 3, 4}));  // sums, dy blocks, x blocks, blocks
+    for (const Buffer& buf : exe->buffers) EXPECT_NE(buf.name, exe->buffers[dw].name + "/partials");
+
+    std::vector<float> xv(n * h * h * c), wv(k * cc.kernel * cc.kernel * c), mv(n * oh * oh * k);
+    for (size_t i = 0; i < xv.size(); ++i) xv[i] = static_cast<float>((i * 7) % 13) / 13.f;
+    for (size_t i = 0; i < wv.size(); ++i) wv[i] = static_cast<float>((i * 5) % 11) / 110.f;
+    for (size_t i = 0; i < mv.size(); ++i) mv[i] = static_cast<float>((i * 3) % 17) / 17.f - 0.5f;
+    std::vector<double> want(wv.size(), 0.0);
+    const double outputs = static_cast<double>(mv.size());
+    for (i64 kk = 0; kk < k; ++kk)
+      for (i64 r = 0; r < cc.kernel; ++r)
+        for (i64 q = 0; q < cc.kernel; ++q)
+          for (i64 ch = 0; ch < c; ++ch) {
+            double& acc =
+                want[static_cast<size_t>(((kk * cc.kernel + r) * cc.kernel + q) * c + ch)];
+            for (i64 im = 0; im < n; ++im)
+              for (i64 p = 0; p < oh; ++p)
+                for (i64 o = 0; o < oh; ++o) {
+                  const i64 ih = p * cc.stride - cc.pad + r, iw = o * cc.stride - cc.pad + q;
+                  if (ih < 0 || ih >= h || iw < 0 || iw >= h) continue;
+                  acc += xv[static_cast<size_t>(((im * h + ih) * h + iw) * c + ch)] *
+                         mv[static_cast<size_t>(((im * oh + p) * oh + o) * k + kk)] / outputs;
+                }
+          }
+    const auto got =
+        runBothModes(exe, {{x, &xv}, {w, &wv}, {m, &mv}}, loss, std::map<int, int>{{w, dw}});
+    for (int mode = 0; mode < 2; ++mode)
+      for (size_t i = 0; i < want.size(); ++i)
+        ASSERT_NEAR(got[mode].at(w)[i], want[i], 1e-6) << (mode ? "tile " : "fused ") << i;
+  }
+}
+
 // Batch norm over many rows splits its channel sums into many parts. The combining set must not
-// gather every part's partial sums on the statistics' tile (P x 2C floats: 0.8 MB for ResNet-50's
-// first batch norm backward at micro-batch 20): the statistics are mapped in channel runs whose
-// partials of all parts fit the window budget. The step trains identically in both modes.
+// gather every part's partial sums on the statistics' tile (P x 2C floats: 0.8 MB for
+// ResNet-50's first batch norm backward at micro-batch 20): the statistics are mapped in
+// channel runs whose partials of all parts fit the window budget. The step trains identically
+// in both modes.
 TEST(Compiler, BatchNormPartialSumsAreNeverGatheredWhole) {
   Graph g("bn_many_rows");
   Builder b(g);
@@ -833,9 +895,9 @@ TEST(Compiler, ReduceBoundsEqualTheScanOfEveryIndex) {
   }
 }
 
-// A channel-blocked convolution: each tile computes a block of pixels for a few output channels.
-// Its vertices read one window of input rows per tile (the rows of all its output rows), not
-// one per output row (a 3x3 window's rows overlap those of the next output row).
+// A channel-blocked convolution: each tile computes a block of pixels for a few output
+// channels. Its vertices read one window of input rows per tile (the rows of all its output
+// rows), not one per output row (a 3x3 window's rows overlap those of the next output row).
 TEST(Compiler, ConvolutionTileGathersItsInputRowsOnce) {
   Graph g("strided_conv");
   Builder b(g);
@@ -930,7 +992,8 @@ TEST(Compiler, InPlaceUpdatesRunRightAfterTheirLastDependency) {
   appendSgdUpdate(g, grads, lr, SgdOptions{});
   Executable exe = compile(g, Target::small(16, 1 << 20));
   // w2's update (its write, apply_update) follows every op that reads w2 (the backward matmul
-  // for dh among them) but runs before the gradient of w1 is computed, not at the end of the step.
+  // for dh among them) but runs before the gradient of w1 is computed, not at the end of the
+  // step.
   int updW2 = -1;
   for (const Op& op : exe.graph.ops())
     if (op.kind == OpKind::ApplyUpdate && op.inputs[0] == w2) updW2 = op.id;
