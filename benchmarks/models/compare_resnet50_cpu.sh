@@ -45,37 +45,10 @@ for ((r = 0; r < REPS; ++r)); do
   done
 done
 
-/usr/bin/python3 - "$COMPARE_TMP" "$REPS" "${CONFIGS[@]}" <<'PY'
-import json, statistics, sys
-d, reps, configs = sys.argv[1], int(sys.argv[2]), [tuple(map(int, c.split())) for c in sys.argv[3:]]
-def ours_ms(path):
-    try:
-        runs = json.load(open(path)).get("benchmarks", [])
-        return runs[0]["cpu_time"] if runs else None  # the benchmark's unit: ms
-    except (OSError, ValueError):
-        return None
-def torch_ms(path):
-    try:
-        t = json.load(open(path))
-        assert t["clock"] == "process_cpu"
-        return 1e3 * t["median_s"]
-    except (OSError, ValueError, KeyError):
-        return None
-med = lambda xs: statistics.median(xs) if xs else float("nan")
-print("ResNet-50 f32 step, one thread's CPU time, ms per step (ratio = PyTorch / ours)")
-for hw, b in configs:
-    o = [ours_ms(f"{d}/ours_{hw}_{b}_{r}.json") for r in range(reps)]
-    base = [ours_ms(f"{d}/base_{hw}_{b}_{r}.json") for r in range(reps)]
-    t = [torch_ms(f"{d}/torch_{hw}_{b}_{r}.json") for r in range(reps)]
-    ratios = [y / x for x, y in zip(o, t) if x and y]
-    before = [y / x for x, y in zip(base, t) if x and y]
-    for r in range(reps):
-        line = f"  {hw}x{hw} batch {b} rep {r}: ours {o[r] or 0:9.1f}  PyTorch {t[r] or 0:9.1f}"
-        if base[r]:
-            line += f"  before {base[r]:9.1f}"
-        print(line)
-    print(f"{hw}x{hw} batch {b}: ratio {med(ratios):.3f} (median of {len(ratios)}); ours "
-          f"{med([x for x in o if x]):.1f} ms, PyTorch {med([x for x in t if x]):.1f} ms"
-          + (f"; before: ratio {med(before):.3f}, {med([x for x in base if x]):.1f} ms"
-             if before else ""))
-PY
+workloads=()
+for cfg in "${CONFIGS[@]}"; do
+  read -r hw b <<<"$cfg"
+  workloads+=("${hw}_${b}=${hw}x${hw} batch $b")
+done
+/usr/bin/python3 "$ROOT/benchmarks/models/cpu_time_summary.py" "$COMPARE_TMP" "$REPS" \
+  "ResNet-50 f32 step" "${workloads[@]}"
