@@ -114,9 +114,15 @@ i64 inputChannelsPerTile(const Conv2dShape& s, i64 dyBytes, i64 weightBytes, con
   return bestTransposedTile(s, dyBytes, weightBytes, t).cg;
 }
 
-i64 groupsPerBlock(const Conv2dShape& s, i64 dyBytes, i64 weightBytes, const Target& t) {
-  const i64 G = s.groups, cpg = s.cPerGroup(), kpg = s.kPerGroup();
-  const i64 pixels = s.n * s.h * s.w, oh = s.outH(), span = s.dilH * (s.r - 1) + 1;
+// The search both channel-blocked outputs (dx, y) share: gb from G down, the first whose tile
+// gathers at most a quarter of a window budget (`gathered(gb, blocks, pixelsPerTile)`: its
+// output's `pixels` over the tiles a block gets), else the gb with the fewest bytes counting the
+// work lists blocking adds (one output region per pixel; the copies of `copiedPixels` operand
+// pixels into blocks, about one per pixel and block).
+template <class Gathered>
+i64 fewestGroupBlocks(const Conv2dShape& s, i64 pixels, i64 copiedPixels, const Target& t,
+                      Gathered gathered) {
+  const i64 G = s.groups;
   const double target = static_cast<double>(windowBudgetBytes(t) / 4);
   i64 best = G;
   double bestBytes = std::numeric_limits<double>::infinity();
@@ -125,6 +131,23 @@ i64 groupsPerBlock(const Conv2dShape& s, i64 dyBytes, i64 weightBytes, const Tar
     if (gb < G && ceilDiv(G, gb + 1) == blocks) continue;  // same blocks, fewer channels each
     const i64 pixelBlocks = std::clamp<i64>(t.numTiles / blocks, 1, pixels);
     const i64 pixelsPerTile = ceilDiv(pixels, pixelBlocks);
+    const double bytes = gathered(gb, blocks, pixelsPerTile);
+    // Fewest blocks first: each block adds work-list entries that stay on the tile for the whole
+    // program.
+    if (bytes <= target) return gb;
+    const double workLists = static_cast<double>(
+        blocks > 1 ? (pixelsPerTile + 2 * ceilDiv(copiedPixels * blocks, t.numTiles)) *
+                         t.workListBytesPerOperand
+                   : 0);
+    if (bytes + workLists < bestBytes) bestBytes = bytes + workLists, best = gb;
+  }
+  return best;
+}
+
+i64 groupsPerBlock(const Conv2dShape& s, i64 dyBytes, i64 weightBytes, const Target& t) {
+  const i64 cpg = s.cPerGroup(), kpg = s.kPerGroup();
+  const i64 pixels = s.n * s.h * s.w, oh = s.outH(), span = s.dilH * (s.r - 1) + 1;
+  return fewestGroupBlocks(s, pixels, pixels, t, [&](i64 gb, i64 blocks, i64 pixelsPerTile) {
     // Unblocked, a slice of the linear mapping spans whole pixels' channels.
     const i64 dxPixels = blocks > 1
                              ? pixelsPerTile
@@ -134,18 +157,9 @@ i64 groupsPerBlock(const Conv2dShape& s, i64 dyBytes, i64 weightBytes, const Tar
     const i64 dxRows = std::min(s.n * s.h, ceilDiv(dxPixels, s.w) + 1);
     const i64 dyRows =
         outputRowsForInputRows({0, dxRows}, oh, s.h, s.strideH, s.padTop, span).size();
-    const double gathered = static_cast<double>(dyRows * s.outW() * gb * kpg * dyBytes) +
-                            static_cast<double>(gb * kpg * s.r * s.s * cpg * weightBytes);
-    // Fewest blocks first: each block adds work-list entries that stay on the tile for the whole
-    // program (dx regions of one pixel each; dy-block copies, about one per pixel and block).
-    if (gathered <= target) return gb;
-    const double workLists = static_cast<double>(
-        blocks > 1
-            ? (pixelsPerTile + 2 * ceilDiv(pixels * blocks, t.numTiles)) * t.workListBytesPerOperand
-            : 0);
-    if (gathered + workLists < bestBytes) bestBytes = gathered + workLists, best = gb;
-  }
-  return best;
+    return static_cast<double>(dyRows * s.outW() * gb * kpg * dyBytes) +
+           static_cast<double>(gb * kpg * s.r * s.s * cpg * weightBytes);
+  });
 }
 
 Range ChannelBlocks::sourceOfSlice(Range out) const {
@@ -168,33 +182,20 @@ Range weightsOfGroupBlock(const Conv2dShape& s, i64 gb, i64 b) {
 }
 
 i64 groupsPerForwardBlock(const Conv2dShape& s, i64 xBytes, i64 weightBytes, const Target& t) {
-  const i64 G = s.groups, cpg = s.cPerGroup(), kpg = s.kPerGroup();
+  const i64 cpg = s.cPerGroup(), kpg = s.kPerGroup();
   const i64 pixels = s.n * s.outH() * s.outW(), span = s.dilH * (s.r - 1) + 1;
-  const double target = static_cast<double>(windowBudgetBytes(t) / 4);
-  i64 best = G;
-  double bestBytes = std::numeric_limits<double>::infinity();
-  for (i64 gb = G; gb >= 1; --gb) {
-    const i64 blocks = ceilDiv(G, gb);
-    if (gb < G && ceilDiv(G, gb + 1) == blocks) continue;  // same blocks, fewer channels each
-    const i64 pixelBlocks = std::clamp<i64>(t.numTiles / blocks, 1, pixels);
-    const i64 pixelsPerTile = ceilDiv(pixels, pixelBlocks);
-    const i64 yPixels = blocks > 1
-                            ? pixelsPerTile
-                            : std::max<i64>(1, ceilDiv(std::max(t.minBytesPerTile / xBytes,
-                                                                ceilDiv(pixels * s.k, t.numTiles)),
-                                                       s.k));
-    const i64 yRows = std::min(s.n * s.outH(), ceilDiv(yPixels, s.outW()) + 1);
-    const i64 xRows = std::min(s.n * s.h, (yRows - 1) * s.strideH + span);
-    const double gathered = static_cast<double>(xRows * s.w * gb * cpg * xBytes) +
-                            static_cast<double>(gb * kpg * s.r * s.s * cpg * weightBytes);
-    if (gathered <= target) return gb;
-    const double workLists = static_cast<double>(
-        blocks > 1 ? (pixelsPerTile + 2 * ceilDiv(s.n * s.h * s.w * blocks, t.numTiles)) *
-                         t.workListBytesPerOperand
-                   : 0);
-    if (gathered + workLists < bestBytes) bestBytes = gathered + workLists, best = gb;
-  }
-  return best;
+  return fewestGroupBlocks(
+      s, pixels, s.n * s.h * s.w, t, [&](i64 gb, i64 blocks, i64 pixelsPerTile) {
+        const i64 yPixels =
+            blocks > 1 ? pixelsPerTile
+                       : std::max<i64>(1, ceilDiv(std::max(t.minBytesPerTile / xBytes,
+                                                           ceilDiv(pixels * s.k, t.numTiles)),
+                                                  s.k));
+        const i64 yRows = std::min(s.n * s.outH(), ceilDiv(yPixels, s.outW()) + 1);
+        const i64 xRows = std::min(s.n * s.h, (yRows - 1) * s.strideH + span);
+        return static_cast<double>(xRows * s.w * gb * cpg * xBytes) +
+               static_cast<double>(gb * kpg * s.r * s.s * cpg * weightBytes);
+      });
 }
 
 GroupedFilterBlocks groupedFilterPlan(const Conv2dShape& s, i64 xBytes, i64 dyBytes,
