@@ -79,21 +79,29 @@ std::function<void()> vertexGather(const VertexArgs& a) {
   };
 }
 
+// Fused mode: rows idx[k] of a [v, d] table copied as stored into y; an index outside the
+// table is an error naming it (after the loop).
+template <class T>
+void gatherRows(const Graph& g, const Op& op, const T* table, const std::int32_t* idx, T* y, i64 v,
+                i64 d, i64 n) {
+  std::atomic<i64> bad{-1};
+#pragma omp parallel for schedule(static)
+  for (i64 k = 0; k < n; ++k) {
+    const i64 row = idx[k];
+    if (row < 0 || row >= v) {
+      recordBad(bad, k);
+      continue;
+    }
+    std::copy(table + row * d, table + (row + 1) * d, y + k * d);
+  }
+  checkIndex(g, op, bad.load(), v, idx);
+}
+
 std::function<void()> fusedGather(const FusedArgs& a) {
   const Shape& ts = a.g.tensor(a.op.inputs[0]).shape;
   const i64 v = ts[0], d = ts[1], n = a.g.tensor(a.op.inputs[1]).elements();
   return [&g = a.g, &op = a.op, table = a.in[0], idx = a.ints[1], y = a.out[0], v, d, n] {
-    std::atomic<i64> bad{-1};
-#pragma omp parallel for schedule(static)
-    for (i64 k = 0; k < n; ++k) {
-      const i64 row = idx[k];
-      if (row < 0 || row >= v) {
-        recordBad(bad, k);
-        continue;
-      }
-      std::copy(table + row * d, table + (row + 1) * d, y + k * d);
-    }
-    checkIndex(g, op, bad.load(), v, idx);
+    gatherRows(g, op, table, idx, y, v, d, n);
   };
 }
 
@@ -104,21 +112,10 @@ std::function<void()> nativeGather(const NativeFusedArgs& a) {
   if ((t != DType::BF16 && t != DType::F16) || a.g.tensor(a.op.outputs[0]).dtype != t) return {};
   const Shape& ts = a.g.tensor(a.op.inputs[0]).shape;
   const i64 v = ts[0], d = ts[1], n = a.g.tensor(a.op.inputs[1]).elements();
-  return [&g = a.g, &op = a.op, table = static_cast<const std::uint16_t*>(a.in[0]),
-          idx = static_cast<const std::int32_t*>(a.in[1]),
-          y = static_cast<std::uint16_t*>(a.out[0]), v, d, n] {
-    std::atomic<i64> bad{-1};
-#pragma omp parallel for schedule(static)
-    for (i64 k = 0; k < n; ++k) {
-      const i64 row = idx[k];
-      if (row < 0 || row >= v) {
-        recordBad(bad, k);
-        continue;
-      }
-      std::copy(table + row * d, table + (row + 1) * d, y + k * d);
-    }
-    checkIndex(g, op, bad.load(), v, idx);
-  };
+  return
+      [&g = a.g, &op = a.op, table = static_cast<const std::uint16_t*>(a.in[0]),
+       idx = static_cast<const std::int32_t*>(a.in[1]), y = static_cast<std::uint16_t*>(a.out[0]),
+       v, d, n] { gatherRows(g, op, table, idx, y, v, d, n); };
 }
 
 void gradGather(const GradArgs& a) {
