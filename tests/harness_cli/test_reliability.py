@@ -13,6 +13,7 @@ import os
 import pathlib
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -173,7 +174,7 @@ def test_unreadable_results_folder_is_reported_and_left_alone(first_package):
 
 def test_second_run_into_a_package_being_written_is_refused(tmp_path):
     d = shared_dir()
-    cfg = config(d, mini_train_samples=160)  # long enough to still run when the second comes
+    cfg = config(d, mini_train_samples=160)
     results = tmp_path / "results"
     log = bench_dir(results) / "result_0.txt"
     first = subprocess.Popen([BINARY, *args(cfg, results)], stdout=subprocess.PIPE,
@@ -181,10 +182,16 @@ def test_second_run_into_a_package_being_written_is_refused(tmp_path):
     deadline = time.time() + 300
     while time.time() < deadline and not (log.exists() and "init_start" in log.read_text()):
         time.sleep(0.1)
-    second = run(args(cfg, results))
-    still_running = first.poll() is None
+    # The first run holds the lock from before its log exists. Pause it there, so that it is
+    # still writing the package however long the second takes to compile (no race on a slow
+    # or loaded host), and let it go on once the second has answered.
+    assert first.poll() is None, "the first run ended before its log had init_start"
+    first.send_signal(signal.SIGSTOP)
+    try:
+        second = run(args(cfg, results))
+    finally:
+        first.send_signal(signal.SIGCONT)
     out, err = first.communicate(timeout=900)
-    assert still_running, "the first run ended before the second was refused: make it longer"
     assert second.returncode == 1, second.stdout + second.stderr
     assert "another run_benchmark is writing the package folder" in second.stderr, second.stderr
     assert first.returncode == 2, out + err
