@@ -255,24 +255,21 @@ class Planner : public ops::PlanApi {
     const i64 kb = fb.kb, cb = fb.cb, parts = fb.parts, rs = s.r * s.s;
     const i64 ow = s.outW(), rows = s.n * s.outH(), pixels = rows * ow;
     const i64 xPixels = cp::filterInputPixels(s, fb.subsampled);
-    // A channel-blocked copy [channels/block][pix][bb] of `src`: one vertex per tile slice and
-    // block, reading the src elements from its first pixel's run to its last's (`srcPixel`
-    // maps a pixel of the copy to one of src, increasing).
+    // A channel-blocked copy [channels/block][pix][bb] of `src` (`srcPixel` maps a pixel of the
+    // copy to one of src, increasing).
     auto blocked = [&](int phase, int src, i64 pix, i64 channels, i64 block, DType dtype,
                        const std::string& what, auto srcPixel) {
-      const int buf = addTemporary(name + "/" + what, pix * channels, dtype);
-      ComputeSet& cs = newComputeSet(op, phase, what);
-      for (const TileSlice& sl : exe_.mapping[buf])
-        for (i64 i = sl.begin; i < sl.end;) {
-          const i64 g = i / (block * pix), bb = std::min(block, channels - g * block);
-          const i64 at = g * block * pix, e = std::min(sl.end, at + bb * pix);
-          const i64 first = (i - at) / bb, last = (e - 1 - at) / bb;
-          const i64 from = srcPixel(first) * channels + g * block + (i - at) % bb;
-          const i64 to = srcPixel(last) * channels + g * block + (e - 1 - at) % bb + 1;
-          cs.vertices.push_back(vertexOn(sl.tile, {{src, from, to}}, {{buf, i, e}}, {i, e}));
-          i = e;
-        }
-      return buf;
+      return copyInBlocks(
+          op, phase, src, name + "/" + what, pix * channels, dtype, what,
+          [pix, channels, block](i64 i) {
+            const i64 g = i / (block * pix), at = g * block * pix;
+            return Range{at, at + std::min(block, channels - g * block) * pix};
+          },
+          [pix, channels, block, srcPixel](i64 i) {
+            const i64 g = i / (block * pix), bb = std::min(block, channels - g * block);
+            const i64 at = g * block * pix;
+            return srcPixel((i - at) / bb) * channels + g * block + (i - at) % bb;
+          });
     };
     int dyB = dy, xB = x;
     if (kb < s.k)
@@ -325,19 +322,13 @@ class Planner : public ops::PlanApi {
       }
     }
     // dw: each run of one c-block (contiguous in dw and in every part's block) sums the parts.
-    ComputeSet& cs = newComputeSet(op, 1, "sum_partial_blocks");
-    for (const TileSlice& sl : exe_.mapping[dw])
-      for (i64 i = sl.begin; i < sl.end;) {
-        const i64 c = i % s.c;
-        const i64 e =
-            std::min({sl.end, i - c + s.c, i + (std::min(cb, s.c - c / cb * cb) - c % cb)});
-        const i64 at = cp::filterBlockedIndex(s, kb, cb, i);
-        std::vector<NeedWindow> ins;
-        for (i64 p = 0; p < parts; ++p)
-          ins.push_back({dwP, p * dwElems + at, p * dwElems + at + (e - i)});
-        cs.vertices.push_back(vertexOn(sl.tile, std::move(ins), {{dw, i, e}}, {i, e}, {0, parts}));
-        i = e;
-      }
+    sumBlockedPartials(
+        op, dw, dwP, parts, dwElems,
+        [&s, cb](i64 i) {
+          const i64 c = i % s.c;
+          return std::min(i - c + s.c, i + (std::min(cb, s.c - c / cb * cb) - c % cb));
+        },
+        [&s, kb, cb](i64 i) { return cp::filterBlockedIndex(s, kb, cb, i); });
     return true;
   }
 
@@ -418,6 +409,43 @@ class Planner : public ops::PlanApi {
       m.push_back({static_cast<int>((start + i) % t_.numTiles), b, std::min(c, b + perTile), 0});
     exe_.mapping[outA] = m;
     exe_.mapping[outB] = std::move(m);
+  }
+
+  // A copy of `src` into a layout of blocks: a temporary `name` of `elements` mapped linearly,
+  // written in `phase`. Element i lies in block blockOf(i) and copies src's element srcIndex(i),
+  // increasing within a block: one vertex per tile slice and block, reading src from its first
+  // element's source to its last's.
+  int copyInBlocks(const Op& op, int phase, int src, const std::string& name, i64 elements,
+                   DType dtype, const std::string& what, const std::function<Range(i64)>& blockOf,
+                   const std::function<i64(i64)>& srcIndex) {
+    const int buf = addTemporary(name, elements, dtype);
+    ComputeSet& cs = newComputeSet(op, phase, what);
+    for (const TileSlice& sl : exe_.mapping[buf])
+      for (i64 i = sl.begin; i < sl.end;) {
+        const i64 e = std::min(sl.end, blockOf(i).end);
+        cs.vertices.push_back(
+            vertexOn(sl.tile, {{src, srcIndex(i), srcIndex(e - 1) + 1}}, {{buf, i, e}}, {i, e}));
+        i = e;
+      }
+    return buf;
+  }
+  // Phase 1 of a blocked plan: `out` (its own mapping) as the sum of `parts` partials, part p of
+  // out's element i at partials' p * partStride + blockedIndex(i). One vertex per run of a tile
+  // slice that ends at runEnd(i) (contiguous in out and in every part), its windows in part
+  // order.
+  void sumBlockedPartials(const Op& op, int out, int partials, i64 parts, i64 partStride,
+                          const std::function<i64(i64)>& runEnd,
+                          const std::function<i64(i64)>& blockedIndex) {
+    ComputeSet& cs = newComputeSet(op, 1, "sum_partial_blocks");
+    for (const TileSlice& sl : exe_.mapping[out])
+      for (i64 i = sl.begin; i < sl.end;) {
+        const i64 e = std::min(sl.end, runEnd(i)), at = blockedIndex(i);
+        std::vector<NeedWindow> ins;
+        for (i64 p = 0; p < parts; ++p)
+          ins.push_back({partials, p * partStride + at, p * partStride + at + (e - i)});
+        cs.vertices.push_back(vertexOn(sl.tile, std::move(ins), {{out, i, e}}, {i, e}, {0, parts}));
+        i = e;
+      }
   }
 
   ComputeSet& newComputeSet(const Op& op, int phase, const std::string& what) {
