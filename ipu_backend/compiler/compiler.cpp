@@ -332,6 +332,91 @@ class Planner : public ops::PlanApi {
     return true;
   }
 
+  bool convForwardBlocked(const Op& op) override {
+    namespace cp = conv_plan;
+    const auto s = convShapeOf(g_, op);
+    const int x = op.inputs[0], w = op.inputs[1], y = op.outputs[0];
+    const DType xType = g_.tensor(x).dtype, wType = g_.tensor(w).dtype;
+    const DType partials =
+        op.attrs.has("partials") ? parseDType(op.attrs.getString("partials")).value() : DType::F32;
+    const cp::ForwardBlocks fb =
+        cp::forwardBlocks(s, sizeOf(xType), sizeOf(wType), sizeOf(partials), t_);
+    if (!fb.use) return false;
+    const std::string name = exe_.buffers[y].name;  // a copy: buffers grow below
+    const i64 kb = fb.kb, cb = fb.cb, rs = s.r * s.s, oh = s.outH(), ow = s.outW();
+    const i64 pixels = s.n * oh * ow, xPixels = cp::filterInputPixels(s, fb.subsampled);
+    // wB in the blocked weight gradient's layout; xB as its x blocks (subsampled: the pixels a 1x1
+    // strided convolution reads).
+    const int wB = copyInBlocks(
+        op, cp::kForwardWeightBlocksPhase, w, name + "/weight_blocks", s.weightElems(), wType,
+        "weight_blocks", [&s, kb, cb](i64 i) { return cp::filterBlockOf(s, kb, cb, i); },
+        [&s, kb, cb](i64 i) { return cp::filterBlockSource(s, kb, cb, i); });
+    const int xB = copyInBlocks(
+        op, cp::kForwardXBlocksPhase, x, name + "/x_blocks", xPixels * s.c, xType, "x_blocks",
+        [xPixels, &s, cb](i64 i) {
+          const i64 g = i / (cb * xPixels), at = g * cb * xPixels;
+          return Range{at, at + std::min(cb, s.c - g * cb) * xPixels};
+        },
+        [xPixels, &s, cb, oh, ow, sub = fb.subsampled](i64 i) {
+          const i64 g = i / (cb * xPixels), bb = std::min(cb, s.c - g * cb);
+          const i64 p = (i - g * cb * xPixels) / bb;
+          const i64 src =
+              sub ? ((p / (oh * ow)) * s.h + (p / ow) % oh * s.strideH) * s.w + (p % ow) * s.strideW
+                  : p;
+          return src * s.c + g * cb + (i - g * cb * xPixels) % bb;
+        });
+    // The partial blocks: one slice per (c-block, k-block, part of the pixels), spread over the
+    // tiles.
+    const i64 yElems = pixels * s.k, kBlocks = ceilDiv(s.k, kb), cBlocks = ceilDiv(s.c, cb);
+    const i64 parts = fb.pixelParts, nBlocks = cBlocks * kBlocks * parts;
+    const int yP = [&] {
+      Buffer b{name + "/partial_blocks", cBlocks * yElems, partials, -1, false};
+      exe_.buffers.push_back(b);
+      std::vector<TileSlice> m;
+      m.reserve(static_cast<size_t>(nBlocks));
+      for (i64 q = 0; q < nBlocks; ++q) {
+        const i64 g = q / (kBlocks * parts), bk = (q / parts) % kBlocks, j = q % parts;
+        const i64 kbb = std::min(kb, s.k - bk * kb), at = g * yElems + bk * kb * pixels;
+        const Range px = cp::forwardPixelsOfPart(s, parts, j);
+        if (px.size() == 0) continue;
+        m.push_back({static_cast<int>(q * t_.numTiles / nBlocks), at + px.begin * kbb,
+                     at + px.end * kbb, 0});
+      }
+      exe_.mapping.push_back(std::move(m));
+      return static_cast<int>(exe_.buffers.size() - 1);
+    }();
+    {
+      ComputeSet& cs = newComputeSet(op, cp::kForwardBlocksPhase, "partial_blocks");
+      const i64 span = s.dilH * (s.r - 1) + 1;
+      for (const TileSlice& sl : exe_.mapping[yP]) {
+        const i64 g = sl.begin / yElems, bk = (sl.begin - g * yElems) / (kb * pixels);
+        const i64 kbb = std::min(kb, s.k - bk * kb), cbb = std::min(cb, s.c - g * cb);
+        const i64 at = g * yElems + bk * kb * pixels;
+        const Range px{(sl.begin - at) / kbb, (sl.end - at) / kbb};
+        const Range xPix = fb.subsampled ? px : [&] {
+          const Range in = inputRowsForOutputRows({px.begin / ow, (px.end - 1) / ow + 1}, oh, s.h,
+                                                  s.strideH, s.padTop, span);
+          return Range{in.begin * s.w, in.end * s.w};
+        }();
+        const i64 xAt = g * cb * xPixels, wAt = cp::filterBlockOffset(s, kb, cb, bk, g);
+        cs.vertices.push_back(vertexOn(
+            sl.tile,
+            {{xB, xAt + xPix.begin * cbb, xAt + xPix.end * cbb}, {wB, wAt, wAt + kbb * rs * cbb}},
+            {{yP, sl.begin, sl.end}}, {sl.begin, sl.end}));
+      }
+    }
+    // y: each run of one k-block (contiguous in y and in every c-block's partials) sums the
+    // c-blocks.
+    sumBlockedPartials(
+        op, y, yP, cBlocks, yElems,
+        [&s, kb](i64 i) {
+          const i64 k = i % s.k;
+          return std::min(i - k + s.k, i + (std::min(kb, s.k - k / kb * kb) - k % kb));
+        },
+        [&s, kb](i64 i) { return cp::forwardBlockedIndex(s, kb, i); });
+    return true;
+  }
+
   void run() {
     createTensorBuffers();
     for (const Op& op : g_.ops()) {

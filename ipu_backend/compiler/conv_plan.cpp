@@ -351,4 +351,111 @@ i64 filterBlockedIndex(const Conv2dShape& s, i64 kb, i64 cb, i64 i) {
   return filterBlockOffset(s, kb, cb, b, g) + ((k - b * kb) * rs + rsi) * cbb + (c - g * cb);
 }
 
+// ---- conv2d's blocked plan --------------------------------------------------------------------
+
+ForwardChannels forwardChannelsPerTile(const Conv2dShape& s, i64 xBytes, i64 weightBytes,
+                                       const Target& t) {
+  // The planner's budget test counts the weights as f32.
+  const i64 perK = s.r * s.s * s.cPerGroup();
+  if (perK * 4 * s.k <= windowBudgetBytes(t))
+    return {s.k, static_cast<double>(perK * s.k * weightBytes)};
+  const i64 pixels = s.n * s.outH() * s.outW(), span = s.dilH * (s.r - 1) + 1;
+  ForwardChannels best{1, std::numeric_limits<double>::infinity()};
+  for (i64 kg = 1; kg <= s.k; ++kg) {
+    const i64 groups = ceilDiv(s.k, kg);
+    if (kg > 1 && ceilDiv(s.k, kg - 1) == groups) continue;  // same groups, more weights
+    const i64 blocks = std::clamp<i64>(t.numTiles / groups, 1, pixels);
+    const i64 pixelsPerTile = ceilDiv(pixels, blocks);
+    const i64 outRows = std::min(s.n * s.outH(), ceilDiv(pixelsPerTile, s.outW()) + 1);
+    const i64 inRows = std::min(s.n * s.h, (outRows - 1) * s.strideH + span);
+    const double bytes = static_cast<double>(inRows * s.w * s.c * xBytes) +
+                         static_cast<double>(kg * perK * weightBytes);
+    if (bytes < best.tileBytes) best = {kg, bytes};
+  }
+  return best;
+}
+
+ForwardBlocks forwardBlocks(const Conv2dShape& s, i64 xBytes, i64 weightBytes, i64 partialBytes,
+                            const Target& t) {
+  ForwardBlocks best;
+  best.splitBytes = forwardChannelsPerTile(s, xBytes, weightBytes, t).tileBytes;
+  best.tileBytes = best.splitBytes;
+  // Where a tile of the split gathers no more than one window budget, the copies, partials and
+  // always-live state of this plan are not worth it.
+  if (s.groups != 1 || best.splitBytes <= static_cast<double>(windowBudgetBytes(t))) return best;
+  const i64 T = t.numTiles, ow = s.outW(), rs = s.r * s.s, pixels = s.n * s.outH() * ow;
+  const i64 span = s.dilH * (s.r - 1) + 1;
+  const bool subsampled = s.r == 1 && s.s == 1 && s.padTop == 0 && s.padLeft == 0 &&
+                          s.padBottom == 0 && s.padRight == 0;
+  const i64 xPixels = filterInputPixels(s, subsampled);
+  // y keeps its linear mapping; its slices are summed from every c-block's partials.
+  const i64 yElems = pixels * s.k;
+  const i64 ySlices = std::clamp<i64>(yElems * xBytes / t.minBytesPerTile, 1, T);
+  const i64 yPerTile = ceilDiv(yElems, ySlices);
+  // A copy's tile: its slice and the src elements from its first to its last (`rowElems` of src
+  // per `perRow` elements of the copy).
+  auto copyPhase = [T](i64 elems, i64 perRow, i64 rowElems, i64 bytes) {
+    const i64 slice = ceilDiv(elems, T);
+    return static_cast<double>(slice * bytes + (ceilDiv(slice, perRow) + 1) * rowElems * bytes);
+  };
+  // Each copy is a compute set: a vertex state on every tile.
+  const double copyState = static_cast<double>(2 * t.vertexStateBytes);
+  const double copies = static_cast<double>(ceilDiv(xPixels * s.c, T) * xBytes +
+                                            ceilDiv(s.weightElems(), T) * weightBytes);
+  for (const i64 kb : blockSizes(s.k))
+    for (const i64 cb : blockSizes(s.c)) {
+      const i64 kBlocks = ceilDiv(s.k, kb), cBlocks = ceilDiv(s.c, cb);
+      if (cBlocks == 1 || kBlocks * cBlocks > T) continue;  // one c-block: the split
+      const double copyPeak = std::max(copyPhase(xPixels * s.c, cb, s.c, xBytes),
+                                       copyPhase(s.weightElems(), rs * cb, rs * s.c, weightBytes));
+      const i64 combineRuns = ceilDiv(yPerTile, kb) + 1;
+      const double state =
+          copyState + static_cast<double>(std::max<i64>(0, combineRuns - t.workersPerTile) *
+                                          (cBlocks + 1) * t.workListBytesPerOperand);
+      const double combine = static_cast<double>(yPerTile * (cBlocks * partialBytes + xBytes));
+      for (i64 parts = 1; parts <= pixels && parts * kBlocks * cBlocks <= T; ++parts) {
+        const i64 partPixels = ceilDiv(pixels, parts);
+        const i64 xPartPixels =
+            subsampled
+                ? partPixels
+                : std::min(s.n * s.h,
+                           (std::min(s.n * s.outH(), ceilDiv(partPixels, ow) + 1) - 1) * s.strideH +
+                               span) *
+                      s.w;
+        const double block = static_cast<double>(partPixels * kb * partialBytes);
+        const double blockPhase = static_cast<double>(xPartPixels * cb * xBytes) +
+                                  static_cast<double>(kb * rs * cb * weightBytes) + block + copies;
+        const double bytes =
+            std::max({blockPhase, combine + block, copyPeak}) + kStateWeight * state;
+        if (bytes < best.tileBytes) {
+          best.use = true;
+          best.kb = kb, best.cb = cb, best.pixelParts = parts, best.subsampled = subsampled;
+          best.tileBytes = bytes;
+        }
+      }
+    }
+  return best;
+}
+
+i64 forwardBlockedIndex(const Conv2dShape& s, i64 kb, i64 i) {
+  const i64 pixels = s.n * s.outH() * s.outW(), k = i % s.k, p = i / s.k;
+  const i64 b = k / kb, kbb = std::min(kb, s.k - b * kb);
+  return b * kb * pixels + p * kbb + (k - b * kb);
+}
+
+Range filterBlockOf(const Conv2dShape& s, i64 kb, i64 cb, i64 i) {
+  const i64 rs = s.r * s.s, b = i / (kb * rs * s.c), kbb = std::min(kb, s.k - b * kb);
+  const i64 g = (i - b * kb * rs * s.c) / (kbb * rs * cb), cbb = std::min(cb, s.c - g * cb);
+  const i64 at = filterBlockOffset(s, kb, cb, b, g);
+  return {at, at + kbb * rs * cbb};
+}
+
+i64 filterBlockSource(const Conv2dShape& s, i64 kb, i64 cb, i64 i) {
+  const i64 rs = s.r * s.s, b = i / (kb * rs * s.c), kbb = std::min(kb, s.k - b * kb);
+  const i64 g = (i - b * kb * rs * s.c) / (kbb * rs * cb), cbb = std::min(cb, s.c - g * cb);
+  const i64 e = i - filterBlockOffset(s, kb, cb, b, g);
+  const i64 cc = e % cbb, rsi = (e / cbb) % rs, kk = e / (cbb * rs);
+  return ((b * kb + kk) * rs + rsi) * s.c + g * cb + cc;
+}
+
 }  // namespace ipu::conv_plan

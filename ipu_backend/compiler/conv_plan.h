@@ -193,4 +193,57 @@ inline i64 filterInputPixels(const Conv2dShape& s, bool subsampled) {
 i64 filterBlockOffset(const Conv2dShape& s, i64 kb, i64 cb, i64 b, i64 g);
 i64 filterBlockedIndex(const Conv2dShape& s, i64 kb, i64 cb, i64 dwIndex);
 
+// ---- conv2d's blocked plan (the forward convolution split over input channels too) ----------
+// Split over output channels and pixels only, a tile of the forward convolution gathers every
+// input channel of its pixels: for ResNet-50's stage4_unit1_conv1sc at micro-batch 20 that was
+// 200 KB of x rows plus 137 KB of weights, the worst tile of the training program. Poplibs
+// partitions the forward convolution over the input channels as well, the partial sums of each
+// input-channel block then summed; here likewise (groups == 1), in the layouts of the blocked
+// weight gradient:
+//   phase kForwardWeightBlocksPhase: w -> wB, dw's blocked layout [K/kb][C/cb][kbb][R][S][cbb]
+//     (filterBlockOffset): a vertex per tile slice and block reads w's rows of its k's;
+//   phase kForwardXBlocksPhase: x -> xB [C/cb][XP][cbb] as kFilterXBlocksPhase (XP = N*H*W, or
+//     for a 1x1 convolution without padding only the P = N*OH*OW pixels it reads);
+//   phase kForwardBlocksPhase: partials yP [C/cb][K/kb][P][kbb], one block of pixels of a
+//     (k-block, c-block) per tile: the vertex reads the x pixels of its block's pixels in its
+//     c-block and its (k-block, c-block) of wB (two contiguous windows);
+//   phase 1: y (its own mapping) sums the c-blocks' partials, one vertex per run of a k-block.
+constexpr int kForwardWeightBlocksPhase = 2;
+constexpr int kForwardXBlocksPhase = 3;
+constexpr int kForwardBlocksPhase = 4;
+
+// The split over output channels and pixels: kg output channels per tile and what a tile gathers
+// (its input rows, every channel, and its channels' weights in the stored dtypes).
+struct ForwardChannels {
+  i64 kg = 1;
+  double tileBytes = 0;
+};
+ForwardChannels forwardChannelsPerTile(const Conv2dShape& s, i64 xBytes, i64 weightBytes,
+                                       const Target& t);
+
+struct ForwardBlocks {
+  bool use = false;  // false: the split over output channels and pixels
+  i64 kb = 1, cb = 1, pixelParts = 1;
+  bool subsampled = false;
+  double tileBytes = 0;   // the estimate per tile of this plan
+  double splitBytes = 0;  // the same of the split
+};
+// The blocked plan's geometry: the (kb, cb, pixel parts) whose per-tile estimate is smallest
+// (the largest of its block phase, its copies and its combining phase, plus the always-live
+// state it adds), used where that is smaller than the split's, the split's tile exceeds a window
+// budget and groups == 1. The tile engine calls it again with the same arguments.
+ForwardBlocks forwardBlocks(const Conv2dShape& s, i64 xBytes, i64 weightBytes, i64 partialBytes,
+                            const Target& t);
+// Pixels [begin, end) of part j of the P output pixels.
+inline Range forwardPixelsOfPart(const Conv2dShape& s, i64 parts, i64 j) {
+  const i64 pixels = s.n * s.outH() * s.outW();
+  return {pixels * j / parts, pixels * (j + 1) / parts};
+}
+// Offset in yP of y's element p*K + k (the part of c-block 0; c-block g adds g*P*K).
+i64 forwardBlockedIndex(const Conv2dShape& s, i64 kb, i64 yIndex);
+// The w element that wB's element i copies (the inverse of filterBlockedIndex).
+i64 filterBlockSource(const Conv2dShape& s, i64 kb, i64 cb, i64 i);
+// The range of wB's block that holds its element i.
+Range filterBlockOf(const Conv2dShape& s, i64 kb, i64 cb, i64 i);
+
 }  // namespace ipu::conv_plan

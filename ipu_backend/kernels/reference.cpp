@@ -294,6 +294,46 @@ void conv2dBackwardFilterBlock(const Conv2dShape& s, i64 kb, i64 cb, bool subsam
   }
 }
 
+void conv2dWeightsToFilterBlocks(const Conv2dShape& s, i64 kb, i64 cb, W w, float* wB, Range out) {
+  const i64 rs = s.r * s.s;
+  for (i64 i = out.begin; i < out.end; ++i) {
+    const i64 b = i / (kb * rs * s.c), kbb = std::min(kb, s.k - b * kb);
+    const i64 g = (i - b * kb * rs * s.c) / (kbb * rs * cb), cbb = std::min(cb, s.c - g * cb);
+    const i64 e = i - b * kb * rs * s.c - g * kbb * rs * cb;
+    const i64 cc = e % cbb, rsi = (e / cbb) % rs, kk = e / (cbb * rs);
+    wB[i - out.begin] = w[((b * kb + kk) * rs + rsi) * s.c + g * cb + cc];
+  }
+}
+
+void conv2dForwardBlock(const Conv2dShape& s, i64 kb, i64 cb, bool subsampled, W xB, W wB,
+                        float* yP, Range out) {
+  const i64 oh = s.outH(), ow = s.outW(), rs = s.r * s.s, pixels = s.n * oh * ow;
+  const i64 xPixels = subsampled ? pixels : s.n * s.h * s.w;
+  // The (c-block g, k-block b) that holds `out`.
+  const i64 g = out.begin / (pixels * s.k), inG = out.begin - g * pixels * s.k;
+  const i64 b = inG / (kb * pixels), kbb = std::min(kb, s.k - b * kb);
+  const i64 cbb = std::min(cb, s.c - g * cb), base = g * pixels * s.k + b * kb * pixels;
+  const i64 xBase = g * cb * xPixels, wBase = b * kb * rs * s.c + g * kbb * rs * cb;
+  for (i64 i = out.begin; i < out.end; ++i) {
+    const i64 e = i - base, kk = e % kbb, px = e / kbb;
+    const i64 q = px % ow, p = (px / ow) % oh, n = px / (ow * oh);
+    double acc = 0;
+    for (i64 r = 0; r < s.r; ++r) {
+      const i64 ih = p * s.strideH - s.padTop + r * s.dilH;
+      if (ih < 0 || ih >= s.h) continue;
+      for (i64 t = 0; t < s.s; ++t) {
+        const i64 iw = q * s.strideW - s.padLeft + t * s.dilW;
+        if (iw < 0 || iw >= s.w) continue;
+        const i64 xPixel = subsampled ? px : (n * s.h + ih) * s.w + iw;
+        for (i64 c = 0; c < cbb; ++c)
+          acc +=
+              double(xB[xBase + xPixel * cbb + c]) * wB[wBase + (kk * rs + r * s.s + t) * cbb + c];
+      }
+    }
+    yP[i - out.begin] = float(acc);
+  }
+}
+
 // ---- matmul -------------------------------------------------------------------------------
 
 void matMul(const MatMulShape& s, W a, W b, float* c, Range out, Range red) {

@@ -72,6 +72,14 @@ void conv2dInputToChannelBlocks(const Conv2dShape& s, i64 cb, bool subsampled, W
 // summed over output rows `red` only, in the order of conv2dBackwardFilter.
 void conv2dBackwardFilterBlock(const Conv2dShape& s, i64 kb, i64 cb, bool subsampled, W xB, W dyB,
                                float* dwBlock, Range out, Range red);
+// The blocked forward convolution (groups == 1; compiler/conv_plan.h, ForwardBlocks):
+// w in the blocked weight gradient's layout wB[K/kb][C/cb][kbb][R][S][cbb]; writes `out`.
+void conv2dWeightsToFilterBlocks(const Conv2dShape& s, i64 kb, i64 cb, W w, float* wB, Range out);
+// Partials yP[C/cb][K/kb][P][kbb] of y: c-block g's sum over its input channels only (x in
+// c-blocks as conv2dInputToChannelBlocks, w as conv2dWeightsToFilterBlocks), in the order of
+// conv2dForward; `out` lies in one (c-block, k-block).
+void conv2dForwardBlock(const Conv2dShape& s, i64 kb, i64 cb, bool subsampled, W xB, W wB,
+                        float* yP, Range out);
 
 // ---- matmul -------------------------------------------------------------------------------
 // c[batch,M,N] = op(a) x op(b), summed over k in red = [k0, k1) only (partials).

@@ -119,32 +119,15 @@ i64 weightBytesPerOutputChannel(const kernels::Conv2dShape& s) {
   return s.r * s.s * s.cPerGroup() * 4;
 }
 
-// How many output channels one tile computes: K itself when a linear mapping's slices (which
-// may span all channels) fit the window budget with all the weights; otherwise the kg that
-// minimises what a tile gathers: the weights of its kg channels plus the input rows of its
-// block of pixels (T / ceil(K / kg) blocks), in the operands' stored dtypes. Few channels per
-// tile make every tile read the input rows of many pixels; many make it read many weights.
+// How many output channels one tile computes (conv_plan::forwardChannelsPerTile): K itself when
+// a linear mapping's slices (which may span all channels) fit the window budget with all the
+// weights; otherwise the kg that minimises what a tile gathers: the weights of its kg channels
+// plus the input rows of its block of pixels, in the operands' stored dtypes.
 i64 outputChannelsPerTile(const PlanApi& p, const Op& op, const kernels::Conv2dShape& s) {
-  const i64 perK = weightBytesPerOutputChannel(s);
-  if (perK * s.k <= p.windowBudgetBytes()) return s.k;
   const Graph& g = p.graph();
-  const double xBytes = static_cast<double>(sizeOf(g.tensor(op.inputs[0]).dtype));
-  const double wBytes = static_cast<double>(sizeOf(g.tensor(op.inputs[1]).dtype));
-  const i64 pixels = s.n * s.outH() * s.outW(), span = s.dilH * (s.r - 1) + 1;
-  i64 best = 1;
-  double bestBytes = std::numeric_limits<double>::infinity();
-  for (i64 kg = 1; kg <= s.k; ++kg) {
-    const i64 groups = ceilDiv(s.k, kg);
-    if (kg > 1 && ceilDiv(s.k, kg - 1) == groups) continue;  // same groups, more weights
-    const i64 blocks = std::clamp<i64>(p.numTiles() / groups, 1, pixels);
-    const i64 pixelsPerTile = ceilDiv(pixels, blocks);
-    const i64 outRows = std::min(s.n * s.outH(), ceilDiv(pixelsPerTile, s.outW()) + 1);
-    const i64 inRows = std::min(s.n * s.h, (outRows - 1) * s.strideH + span);
-    const double bytes = static_cast<double>(inRows * s.w * s.c) * xBytes +
-                         static_cast<double>(kg * s.r * s.s * s.cPerGroup()) * wBytes;
-    if (bytes < bestBytes) bestBytes = bytes, best = kg;
-  }
-  return best;
+  return conv_plan::forwardChannelsPerTile(s, sizeOf(g.tensor(op.inputs[0]).dtype),
+                                           sizeOf(g.tensor(op.inputs[1]).dtype), p.target())
+      .kg;
 }
 
 // Output slices are channel-blocked when the weights are large: a vertex reads its input rows
@@ -156,6 +139,9 @@ bool planGroupedForward(PlanApi& p, const Op& op);
 void planForward(PlanApi& p, const Op& op) {
   const auto s = convShapeOf(p.graph(), op);
   if (s.groups > 1 && planGroupedForward(p, op)) return;
+  // Large operands: blocks of input channels as well where a tile holds less that way
+  // (compiler/conv_plan.h, ForwardBlocks).
+  if (p.convForwardBlocked(op)) return;
   const int x = op.inputs[0], w = op.inputs[1], out = op.outputs[0];
   const i64 kg = outputChannelsPerTile(p, op, s);
   if (kg < s.k) p.mapChannelBlocked(out, s.n * s.outH() * s.outW(), s.k, kg);
@@ -368,7 +354,28 @@ std::function<void()> channelBlocksVertex(const VertexArgs& a, const conv_plan::
   };
 }
 
+conv_plan::FilterBlocks filterBlocksOf(const VertexArgs& a, const kernels::Conv2dShape& s);
+conv_plan::ForwardBlocks forwardBlocksOf(const VertexArgs& a, const kernels::Conv2dShape& s);
+
 std::function<void()> vertexForward(const VertexArgs& a) {
+  if (a.phase == 1) return sumPartials(a);
+  if (a.phase >= conv_plan::kForwardWeightBlocksPhase &&
+      a.phase <= conv_plan::kForwardBlocksPhase) {  // the blocked plan (compiler/conv_plan.h)
+    const auto s = convShapeOf(a.g, a.op);
+    const conv_plan::ForwardBlocks fb = forwardBlocksOf(a, s);
+    if (a.phase == conv_plan::kForwardWeightBlocksPhase)
+      return [s, kb = fb.kb, cb = fb.cb, W = a.in, y = a.out[0], work = a.work] {
+        ref::conv2dWeightsToFilterBlocks(s, kb, cb, W[0], y, work);
+      };
+    if (a.phase == conv_plan::kForwardXBlocksPhase)
+      return [s, cb = fb.cb, sub = fb.subsampled, W = a.in, y = a.out[0], work = a.work] {
+        ref::conv2dInputToChannelBlocks(s, cb, sub, W[0], y, work);
+      };
+    // kForwardBlocksPhase: windows xB, wB (the plan's order).
+    return [s, fb, W = a.in, y = a.out[0], work = a.work] {
+      ref::conv2dForwardBlock(s, fb.kb, fb.cb, fb.subsampled, W[0], W[1], y, work);
+    };
+  }
   if (a.phase != 0) {  // the grouped plan (compiler/conv_plan.h): x in blocks, then y
     const auto s = convShapeOf(a.g, a.op);
     const i64 gb =
@@ -419,9 +426,11 @@ std::function<void()> vertexBackwardData(const VertexArgs& a) {
   };
 }
 
-// The blocked plan's geometry of the op a vertex belongs to (the planner chose it from the same
-// arguments); the last one is kept, as consecutive vertices belong to one op.
-conv_plan::FilterBlocks filterBlocksOf(const VertexArgs& a, const kernels::Conv2dShape& s) {
+// A blocked plan's geometry of the op a vertex belongs to (the planner chose it from the same
+// arguments: `plan(s, bytes of input 0, of input 1, of the partials, target)`); the last one is
+// kept, as consecutive vertices belong to one op.
+template <class Plan, class Choose>
+Plan blockedPlanOf(const VertexArgs& a, const kernels::Conv2dShape& s, Choose plan) {
   const Graph& g = a.g;
   const DType pt = a.op.attrs.has("partials") ? parseDType(a.op.attrs.getString("partials")).value()
                                               : DType::F32;
@@ -450,12 +459,20 @@ conv_plan::FilterBlocks filterBlocksOf(const VertexArgs& a, const kernels::Conv2
                                 a.target.workersPerTile,
                                 a.target.minBytesPerTile};
   thread_local std::array<i64, 24> lastKey{};
-  thread_local conv_plan::FilterBlocks last;
+  thread_local Plan last;
   if (key != lastKey) {
-    last = conv_plan::filterBlocks(s, key[16], key[17], key[18], a.target);
+    last = plan(s, key[16], key[17], key[18], a.target);
     lastKey = key;
   }
   return last;
+}
+
+conv_plan::FilterBlocks filterBlocksOf(const VertexArgs& a, const kernels::Conv2dShape& s) {
+  return blockedPlanOf<conv_plan::FilterBlocks>(a, s, conv_plan::filterBlocks);
+}
+
+conv_plan::ForwardBlocks forwardBlocksOf(const VertexArgs& a, const kernels::Conv2dShape& s) {
+  return blockedPlanOf<conv_plan::ForwardBlocks>(a, s, conv_plan::forwardBlocks);
 }
 
 std::function<void()> vertexBackwardFilter(const VertexArgs& a) {
@@ -569,7 +586,9 @@ IPU_REGISTER_OPS(conv2d) {
   f.vertex = vertexForward;
   f.fused = fusedPass<fz::Conv2dForward>();
   f.nativeFused = nativeBf16Pass<fz::Conv2dForward>();
-  f.costTraits.macPhases = {0, conv_plan::kGroupedForwardPhase};
+  // The grouped and the blocked plans' block phases multiply; their copies move operands and
+  // the blocked plan's phase 1 sums the c-blocks' partials.
+  f.costTraits.macPhases = {0, conv_plan::kGroupedForwardPhase, conv_plan::kForwardBlocksPhase};
   registerOp(std::move(f));
 
   OpInfo d = convInfo(OpKind::Conv2dBackwardData, "conv2d_backward_data",

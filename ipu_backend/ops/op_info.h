@@ -142,6 +142,13 @@ class PlanApi {
   // then 1) where a tile holds less than under the split over output rows; false (nothing
   // planned) otherwise.
   virtual bool convBackwardFilterBlocked(const Op& op) = 0;
+
+  // -- conv2d's blocked plan (compiler/conv_plan.h, ForwardBlocks) --
+  // With groups == 1, plans y by blocks of output and input channels and parts of the output
+  // pixels (phases conv_plan::kForwardWeightBlocksPhase, kForwardXBlocksPhase,
+  // kForwardBlocksPhase, then 1) where a tile holds less than under the split over output
+  // channels and pixels and that split's tile exceeds a window budget; false otherwise.
+  virtual bool convForwardBlocked(const Op& op) = 0;
 };
 using PlanRule = std::function<void(PlanApi&, const Op&)>;
 

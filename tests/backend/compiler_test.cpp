@@ -375,6 +375,69 @@ TEST(Compiler, ConvWeightGradientOfManyChannelsIsBlockedOverBoth) {
   }
 }
 
+// A forward convolution whose tile would gather every input channel of its pixels beyond a
+// window budget is blocked over output channels, input channels and pixels (weights and x
+// copied into blocks, partials per input-channel block, then summed): for a 3x3 padded
+// convolution and a 1x1 stride-2 one (x subsampled in its copy). y matches a plain double
+// reference in both modes.
+TEST(Compiler, ConvForwardOfManyChannelsIsBlockedOverInputChannels) {
+  struct Case {
+    i64 kernel, stride, pad;
+  };
+  for (const Case cc : {Case{3, 1, 1}, Case{1, 2, 0}}) {
+    SCOPED_TRACE(cc.kernel);
+    Graph g("blocked_forward");
+    Builder b(g);
+    const i64 n = 2, h = 8, c = 64, k = 128, oh = (h + 2 * cc.pad - cc.kernel) / cc.stride + 1;
+    int x = b.variable("features", {n, h, h, c});
+    int w = b.variable("weight", {k, cc.kernel, cc.kernel, c});
+    int y = b.conv2d(x, w, Conv2dOptions::make(cc.stride, cc.pad), "conv");
+    int loss = b.reduceMean(y, {0, 1, 2, 3}, false, "loss");
+    g.markOutput(loss);
+    g.markOutput(y);
+    const Target t = Target::small(256, 32 << 10);  // window budget 4 KiB
+    auto exe = std::make_shared<const Executable>(compile(g, t, CompileOptions{}));
+    std::set<int> phases;
+    for (const ComputeSet& cs : exe->computeSets)
+      if (exe->graph.op(cs.op).kind == OpKind::Conv2d) phases.insert(cs.phase);
+    EXPECT_EQ(phases, (std::set<int>{1, 2, 3, 4}));  // sums, w blocks, x blocks, blocks
+    // No vertex of the block phase reads every input channel of a pixel.
+    for (const ComputeSet& cs : exe->computeSets)
+      if (exe->graph.op(cs.op).kind == OpKind::Conv2d && cs.phase == 4)
+        for (const Vertex& v : cs.vertices) {
+          ASSERT_EQ(v.inputs.size(), 2u);
+          EXPECT_TRUE(exe->buffers[v.inputs[0].buffer].name.ends_with("/x_blocks"));
+          EXPECT_TRUE(exe->buffers[v.inputs[1].buffer].name.ends_with("/weight_blocks"));
+          EXPECT_LT(v.inputs[1].end - v.inputs[1].begin, k * cc.kernel * cc.kernel * c / 2);
+        }
+
+    std::vector<float> xv(n * h * h * c), wv(k * cc.kernel * cc.kernel * c);
+    for (size_t i = 0; i < xv.size(); ++i) xv[i] = static_cast<float>((i * 7) % 13) / 13.f - 0.3f;
+    for (size_t i = 0; i < wv.size(); ++i) wv[i] = static_cast<float>((i * 5) % 11) / 110.f;
+    std::vector<double> want(static_cast<size_t>(n * oh * oh * k), 0.0);
+    for (i64 im = 0; im < n; ++im)
+      for (i64 p = 0; p < oh; ++p)
+        for (i64 o = 0; o < oh; ++o)
+          for (i64 kk = 0; kk < k; ++kk) {
+            double& acc = want[static_cast<size_t>(((im * oh + p) * oh + o) * k + kk)];
+            for (i64 r = 0; r < cc.kernel; ++r)
+              for (i64 q = 0; q < cc.kernel; ++q) {
+                const i64 ih = p * cc.stride - cc.pad + r, iw = o * cc.stride - cc.pad + q;
+                if (ih < 0 || ih >= h || iw < 0 || iw >= h) continue;
+                for (i64 ch = 0; ch < c; ++ch)
+                  acc += static_cast<double>(
+                             xv[static_cast<size_t>(((im * h + ih) * h + iw) * c + ch)]) *
+                         wv[static_cast<size_t>(((kk * cc.kernel + r) * cc.kernel + q) * c + ch)];
+              }
+          }
+    const auto got = runBothModes(exe, {{x, &xv}, {w, &wv}}, loss, std::map<int, int>{}, {y});
+    for (int mode = 0; mode < 2; ++mode)
+      for (size_t i = 0; i < want.size(); ++i)
+        ASSERT_NEAR(got[mode].at(y)[i], want[i], 1e-5 * std::max(1.0, std::abs(want[i])))
+            << (mode ? "tile " : "fused ") << i;
+  }
+}
+
 // Batch norm over many rows splits its channel sums into many parts. The combining set must not
 // gather every part's partial sums on the statistics' tile (P x 2C floats: 0.8 MB for
 // ResNet-50's first batch norm backward at micro-batch 20): the statistics are mapped in

@@ -323,6 +323,29 @@ TEST(CostModel, BlockedWeightGradientIsPricedAsMacsInItsBlockPhase) {
   EXPECT_NEAR(macsByPhase[4], opMacs, 1e-9 * opMacs);
 }
 
+TEST(CostModel, BlockedForwardConvolutionIsPricedAsMacsInItsBlockPhase) {
+  Graph g;
+  Builder b(g);
+  const i64 n = 2, h = 8, c = 64, k = 128;
+  int x = b.variable("features", {n, h, h, c});
+  int w = b.variable("weight", {k, 3, 3, c});
+  int loss =
+      b.reduceMean(b.conv2d(x, w, Conv2dOptions::make(1, 1), "conv"), {0, 1, 2, 3}, false, "loss");
+  g.markOutput(loss);
+  const Executable exe = compile(g, Target::small(256, 32 << 10), CompileOptions{});
+  double opMacs = 0;
+  for (const Op& op : exe.graph.ops())
+    if (op.kind == OpKind::Conv2d) opMacs += static_cast<double>(convShapeOf(exe.graph, op).macs());
+  std::map<int, double> macsByPhase;
+  for (const ComputeSetCost& cs : estimateStep(exe).computeSets)
+    if (cs.kind == OpKind::Conv2d) macsByPhase[cs.phase] += cs.macs;
+  ASSERT_EQ(macsByPhase.size(), 4u) << "expected the blocked plan's phases 1, 2, 3 and 4";
+  EXPECT_EQ(macsByPhase[1], 0.0);
+  EXPECT_EQ(macsByPhase[2], 0.0);
+  EXPECT_EQ(macsByPhase[3], 0.0);
+  EXPECT_NEAR(macsByPhase[4], opMacs, 1e-9 * opMacs);
+}
+
 TEST(CostModel, MacsOfSplitConvolutionsAndMatMulsAddUpToTheGraphsMacs) {
   Graph g;
   Builder b(g);
