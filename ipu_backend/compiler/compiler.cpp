@@ -402,7 +402,7 @@ class Planner : public ops::PlanApi {
         cs.vertices.push_back(vertexOn(
             sl.tile,
             {{xB, xAt + xPix.begin * cbb, xAt + xPix.end * cbb}, {wB, wAt, wAt + kbb * rs * cbb}},
-            {{yP, sl.begin, sl.end}}, {sl.begin, sl.end}));
+            {{yP, sl.begin, sl.end}}, {sl.begin, sl.end}, {g * cb, g * cb + cbb}));
       }
     }
     // y: each run of one k-block (contiguous in y and in every c-block's partials) sums the

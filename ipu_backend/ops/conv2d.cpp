@@ -532,8 +532,9 @@ NativeFusedKernel nativeBf16Pass() {
 
 // ---- cost --------------------------------------------------------------------------------------
 // Contraction length per output (the AMP's efficiency), the extent the compiler splits partial
-// sums over (output channels for the data gradient, output rows n x OH for the filter
-// gradient) and the planned activation / weight operands.
+// sums over (input channels for the forward's blocked plan, output channels for the data
+// gradient, output rows n x OH for the filter gradient) and the planned activation / weight
+// operands.
 CostTraits::MacWork macWork(const Graph& g, const Op& op) {
   const auto s = convShapeOf(g, op);
   CostTraits::MacWork m;
@@ -542,6 +543,7 @@ CostTraits::MacWork macWork(const Graph& g, const Op& op) {
   switch (op.kind) {
     case OpKind::Conv2d:
       m.contraction = static_cast<double>(s.cPerGroup());
+      m.redExtent = static_cast<double>(s.c);  // the blocked plan's vertices sum a c-block
       break;
     case OpKind::Conv2dBackwardData:
       m.contraction = static_cast<double>(s.kPerGroup());
