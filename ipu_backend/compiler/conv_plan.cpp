@@ -380,9 +380,11 @@ ForwardBlocks forwardBlocks(const Conv2dShape& s, i64 xBytes, i64 weightBytes, i
   ForwardBlocks best;
   best.splitBytes = forwardChannelsPerTile(s, xBytes, weightBytes, t).tileBytes;
   best.tileBytes = best.splitBytes;
-  // Where a tile of the split gathers no more than one window budget, the copies, partials and
-  // always-live state of this plan are not worth it.
-  if (s.groups != 1 || best.splitBytes <= static_cast<double>(windowBudgetBytes(t))) return best;
+  // Where a tile of the split gathers no more than two window budgets (a quarter of the tile)
+  // the split leaves room for the live activations, and the plan's four compute sets would add
+  // always-live state (vertex state, work lists, codelets) on every tile for the whole program.
+  if (s.groups != 1 || best.splitBytes <= static_cast<double>(2 * windowBudgetBytes(t)))
+    return best;
   const i64 T = t.numTiles, ow = s.outW(), rs = s.r * s.s, pixels = s.n * s.outH() * ow;
   const i64 span = s.dilH * (s.r - 1) + 1;
   const bool subsampled = s.r == 1 && s.s == 1 && s.padTop == 0 && s.padLeft == 0 &&
@@ -398,8 +400,8 @@ ForwardBlocks forwardBlocks(const Conv2dShape& s, i64 xBytes, i64 weightBytes, i
     const i64 slice = ceilDiv(elems, T);
     return static_cast<double>(slice * bytes + (ceilDiv(slice, perRow) + 1) * rowElems * bytes);
   };
-  // Each copy is a compute set: a vertex state on every tile.
-  const double copyState = static_cast<double>(2 * t.vertexStateBytes);
+  // Each of its four compute sets: a vertex state on every tile.
+  const double setState = static_cast<double>(4 * t.vertexStateBytes);
   const double copies = static_cast<double>(ceilDiv(xPixels * s.c, T) * xBytes +
                                             ceilDiv(s.weightElems(), T) * weightBytes);
   for (const i64 kb : blockSizes(s.k))
@@ -410,8 +412,8 @@ ForwardBlocks forwardBlocks(const Conv2dShape& s, i64 xBytes, i64 weightBytes, i
                                        copyPhase(s.weightElems(), rs * cb, rs * s.c, weightBytes));
       const i64 combineRuns = ceilDiv(yPerTile, kb) + 1;
       const double state =
-          copyState + static_cast<double>(std::max<i64>(0, combineRuns - t.workersPerTile) *
-                                          (cBlocks + 1) * t.workListBytesPerOperand);
+          setState + static_cast<double>(std::max<i64>(0, combineRuns - t.workersPerTile) *
+                                         (cBlocks + 1) * t.workListBytesPerOperand);
       const double combine = static_cast<double>(yPerTile * (cBlocks * partialBytes + xBytes));
       for (i64 parts = 1; parts <= pixels && parts * kBlocks * cBlocks <= T; ++parts) {
         const i64 partPixels = ceilDiv(pixels, parts);

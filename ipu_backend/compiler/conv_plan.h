@@ -230,8 +230,8 @@ struct ForwardBlocks {
 };
 // The blocked plan's geometry: the (kb, cb, pixel parts) whose per-tile estimate is smallest
 // (the largest of its block phase, its copies and its combining phase, plus the always-live
-// state it adds), used where that is smaller than the split's, the split's tile exceeds a window
-// budget and groups == 1. The tile engine calls it again with the same arguments.
+// state it adds), used where that is smaller than the split's, the split's tile exceeds two
+// window budgets and groups == 1. The tile engine calls it again with the same arguments.
 ForwardBlocks forwardBlocks(const Conv2dShape& s, i64 xBytes, i64 weightBytes, i64 partialBytes,
                             const Target& t);
 // Pixels [begin, end) of part j of the P output pixels.

@@ -147,7 +147,7 @@ class PlanApi {
   // With groups == 1, plans y by blocks of output and input channels and parts of the output
   // pixels (phases conv_plan::kForwardWeightBlocksPhase, kForwardXBlocksPhase,
   // kForwardBlocksPhase, then 1) where a tile holds less than under the split over output
-  // channels and pixels and that split's tile exceeds a window budget; false otherwise.
+  // channels and pixels and that split's tile exceeds two window budgets; false otherwise.
   virtual bool convForwardBlocked(const Op& op) = 0;
 };
 using PlanRule = std::function<void(PlanApi&, const Op&)>;
