@@ -382,13 +382,17 @@ TEST(Compiler, ConvWeightGradientOfManyChannelsIsBlockedOverBoth) {
 // reference in both modes.
 TEST(Compiler, ConvForwardOfManyChannelsIsBlockedOverInputChannels) {
   struct Case {
-    i64 kernel, stride, pad;
+    i64 kernel, stride, pad, c, k;
   };
-  for (const Case cc : {Case{3, 1, 1}, Case{1, 2, 0}}) {
-    SCOPED_TRACE(cc.kernel);
+  // The last case leaves short blocks at the ends (the chooser takes 13 of 50 input and 9 of 70
+  // output channels per block).
+  for (const Case cc : {Case{3, 1, 1, 64, 128}, Case{1, 2, 0, 64, 128}, Case{3, 2, 1, 50, 70}}) {
+    SCOPED_TRACE(testing::Message() << cc.kernel << "x" << cc.kernel << " stride " << cc.stride
+                                    << ", " << cc.c << " -> " << cc.k << " channels");
     Graph g("blocked_forward");
     Builder b(g);
-    const i64 n = 2, h = 8, c = 64, k = 128, oh = (h + 2 * cc.pad - cc.kernel) / cc.stride + 1;
+    const i64 n = 2, h = 8, c = cc.c, k = cc.k;
+    const i64 oh = (h + 2 * cc.pad - cc.kernel) / cc.stride + 1;
     int x = b.variable("features", {n, h, h, c});
     int w = b.variable("weight", {k, cc.kernel, cc.kernel, c});
     int y = b.conv2d(x, w, Conv2dOptions::make(cc.stride, cc.pad), "conv");
