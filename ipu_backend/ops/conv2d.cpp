@@ -354,7 +354,7 @@ std::function<void()> channelBlocksVertex(const VertexArgs& a, const conv_plan::
   };
 }
 
-conv_plan::FilterBlocks filterBlocksOf(const VertexArgs& a, const kernels::Conv2dShape& s);
+// The blocked plan's geometry (defined with the weight gradient's, below).
 conv_plan::ForwardBlocks forwardBlocksOf(const VertexArgs& a, const kernels::Conv2dShape& s);
 
 std::function<void()> vertexForward(const VertexArgs& a) {
