@@ -517,6 +517,20 @@ TEST(HostFusion, LambStepRunsAsOneUpdateGroupAndEqualsTileMode) {
     ASSERT_NEAR(got[0][i], got[1][i], 1e-5 * scale) << i;
     ASSERT_NE(got[0][i], ws[i]) << "the step must move every weight";
   }
+  // The group's LAMB loop (kernels/lamb_update.h) leaves m and v as the ops run one by one (an
+  // engine whose program runs in segments forms no update groups), to the bit.
+  std::vector<std::vector<float>> state;
+  for (bool segments : {false, true}) {
+    Engine e(exe, EngineMode::Fused, {}, segments);
+    e.writeTensor("w", ws);
+    e.connectInput(exe->graph.get("x"), xs.data());
+    e.connectInput(exe->graph.get("lr"), &rate);
+    for (int step = 0; step < 3; ++step) e.run();
+    state.push_back(e.readFloats("w/m"));
+    state.push_back(e.readFloats("w/v"));
+  }
+  EXPECT_EQ(state[0], state[2]);
+  EXPECT_EQ(state[1], state[3]);
 }
 
 }  // namespace
