@@ -272,7 +272,8 @@ struct Engine::Impl {
     const ops::OpInfo* info = ops::find(op.kind);
     if (!info || !info->halfChunk) return {};
     const bool addRelu = fusion.role[op.id] == HostFusionPlan::Role::kAddRelu;
-    if (fusion.role[op.id] != HostFusionPlan::Role::kNone && !addRelu) return {};
+    const bool widened = fusion.role[op.id] == HostFusionPlan::Role::kWidenedOutput;
+    if (fusion.role[op.id] != HostFusionPlan::Role::kNone && !addRelu && !widened) return {};
     const i64 n = g.tensor(op.outputs[0]).elements();
     for (int t : op.inputs)
       if (g.tensor(t).elements() != n) return {};  // broadcasts take the general path
@@ -290,7 +291,10 @@ struct Engine::Impl {
     auto operand = [&](int t) { return Operand{g.tensor(t).dtype, tensorMem[t]}; };
     std::vector<Operand> ins;
     for (int t : op.inputs) ins.push_back(operand(t));
-    const Operand out = operand(addRelu ? fusion.reluOut[op.id] : op.outputs[0]);
+    const Operand out = operand(addRelu   ? fusion.reluOut[op.id]
+                                : widened ? fusion.widenOut[op.id]
+                                          : op.outputs[0]);
+    const DType rounded = g.tensor(op.outputs[0]).dtype;  // widened: the op's own 16-bit type
     ops::ElementChunk chunk = elements;
     if (addRelu)
       chunk = [elements](const FW* w, float* y, Range r) {
@@ -318,6 +322,11 @@ struct Engine::Impl {
             isHalf(out.dt) ? buf[ops::kMaxChunkInputs] : reinterpret_cast<float*>(out.p) + r.begin;
         chunk(w, y, r);
         if (isHalf(out.dt)) narrow(out.dt, y, out.p + r.begin * 2, r.size(), false, 0, 0);
+        if (widened) {  // the 16-bit result as the op would write it, then the cast's widening
+          std::uint16_t half[kChunk];
+          narrow(rounded, y, half, r.size(), false, 0, 0);
+          widen(rounded, half, y, r.size());
+        }
       }
     };
   }
@@ -342,6 +351,13 @@ struct Engine::Impl {
   }
 
   std::function<void()> makeFusedWithConversions(const Op& op) {
+    if (fusion.role[op.id] == HostFusionPlan::Role::kWidenedOutput) {
+      if (auto chunked = makeFusedElementwise(op)) return chunked;
+      throw std::logic_error(fmt::format(
+          "engine: op {} ('{}') is planned to write its widened result but has no 16-bit chunk "
+          "kernel",
+          op.id, opName(op.kind)));
+    }
     // Native kernels first (bf16 primitives on bf16 data, host fusions); AVX2-only CPUs have
     // no oneDNN bf16 primitives: the conversion path below serves them.
     if (const ops::OpInfo* info = ops::find(op.kind); info && info->nativeFused) {
