@@ -8,6 +8,7 @@
 #include <ctime>
 #include <functional>
 #include <map>
+#include <optional>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -19,6 +20,7 @@
 #include "ipu_backend/kernels/apply_update.h"
 #include "ipu_backend/kernels/fused.h"
 #include "ipu_backend/kernels/fused_bf16.h"
+#include "ipu_backend/kernels/lamb_update.h"
 #include "ipu_backend/kernels/reference.h"
 #include "ipu_backend/ops/op_info.h"
 #include "ipu_backend/precision/half.h"
@@ -270,7 +272,8 @@ struct Engine::Impl {
     const ops::OpInfo* info = ops::find(op.kind);
     if (!info || !info->halfChunk) return {};
     const bool addRelu = fusion.role[op.id] == HostFusionPlan::Role::kAddRelu;
-    if (fusion.role[op.id] != HostFusionPlan::Role::kNone && !addRelu) return {};
+    const bool widened = fusion.role[op.id] == HostFusionPlan::Role::kWidenedOutput;
+    if (fusion.role[op.id] != HostFusionPlan::Role::kNone && !addRelu && !widened) return {};
     const i64 n = g.tensor(op.outputs[0]).elements();
     for (int t : op.inputs)
       if (g.tensor(t).elements() != n) return {};  // broadcasts take the general path
@@ -288,7 +291,10 @@ struct Engine::Impl {
     auto operand = [&](int t) { return Operand{g.tensor(t).dtype, tensorMem[t]}; };
     std::vector<Operand> ins;
     for (int t : op.inputs) ins.push_back(operand(t));
-    const Operand out = operand(addRelu ? fusion.reluOut[op.id] : op.outputs[0]);
+    const Operand out = operand(addRelu   ? fusion.reluOut[op.id]
+                                : widened ? fusion.widenOut[op.id]
+                                          : op.outputs[0]);
+    const DType rounded = g.tensor(op.outputs[0]).dtype;  // widened: the op's own 16-bit type
     ops::ElementChunk chunk = elements;
     if (addRelu)
       chunk = [elements](const FW* w, float* y, Range r) {
@@ -316,6 +322,11 @@ struct Engine::Impl {
             isHalf(out.dt) ? buf[ops::kMaxChunkInputs] : reinterpret_cast<float*>(out.p) + r.begin;
         chunk(w, y, r);
         if (isHalf(out.dt)) narrow(out.dt, y, out.p + r.begin * 2, r.size(), false, 0, 0);
+        if (widened) {  // the 16-bit result as the op would write it, then the cast's widening
+          std::uint16_t half[kChunk];
+          narrow(rounded, y, half, r.size(), false, 0, 0);
+          widen(rounded, half, y, r.size());
+        }
       }
     };
   }
@@ -340,6 +351,13 @@ struct Engine::Impl {
   }
 
   std::function<void()> makeFusedWithConversions(const Op& op) {
+    if (fusion.role[op.id] == HostFusionPlan::Role::kWidenedOutput) {
+      if (auto chunked = makeFusedElementwise(op)) return chunked;
+      throw std::logic_error(fmt::format(
+          "engine: op {} ('{}') is planned to write its widened result but has no 16-bit chunk "
+          "kernel",
+          op.id, opName(op.kind)));
+    }
     // Native kernels first (bf16 primitives on bf16 data, host fusions); AVX2-only CPUs have
     // no oneDNN bf16 primitives: the conversion path below serves them.
     if (const ops::OpInfo* info = ops::find(op.kind); info && info->nativeFused) {
@@ -560,6 +578,26 @@ struct Engine::Impl {
   // tensors only the group reads live in chunk buffers, the others are written as the ops
   // produce them; a square's sum is taken in double per chunk and the chunks' sums added in
   // order (the same for any thread count).
+  // An update group that is LAMB's moments and update direction (kernels/lamb_update.h): the
+  // tensors and constants fixed at build time, the single values it reads at each run.
+  struct LambWiring {
+    kernels::LambMoments fixed;
+    const float *clip = nullptr, *mCorrection = nullptr, *vCorrection = nullptr, *eps = nullptr;
+    const float *mFactor = nullptr, *vFactor = nullptr, *mSkip = nullptr, *vSkip = nullptr;
+    kernels::LambMoments thisRun() const {
+      kernels::LambMoments a = fixed;
+      a.clip = *clip;
+      a.mCorrection = *mCorrection;
+      a.vCorrection = *vCorrection;
+      a.eps = *eps;
+      a.mFactor = mFactor ? *mFactor : 1.0f;
+      a.vFactor = vFactor ? *vFactor : 1.0f;
+      a.mSkipped = mSkip && *mSkip != 0.0f;  // as apply_update: NaN (overflow) too
+      a.vSkipped = vSkip && *vSkip != 0.0f;
+      return a;
+    }
+  };
+
   std::function<void()> makeUpdateGroup(const Op& runner) {
     enum class Kind : unsigned char { kUnary, kBinary, kUpdate, kSquareSum };
     // Where an operand's chunk comes from: memory (at the chunk's first element), a chunk
@@ -645,10 +683,107 @@ struct Engine::Impl {
     const i64 chunks = (n + kChunk - 1) / kChunk;
     const int buffers = static_cast<int>(spreadValues.size());
     auto partials = std::make_shared<std::vector<double>>(static_cast<size_t>(chunks * sums));
-    return [members, spreadValues, buffers, n, chunks, sums, partials] {
+    // LAMB's moments and update direction for one weight (11 members as optimizers/ lowers
+    // them, then the square-sums of w and u) run as one loop (kernels/lamb_update.h); members
+    // before them (another weight's update of the same size) run as before, chunk by chunk.
+    size_t lambFirst = members.size();
+    const std::optional<LambWiring> lamb = [&]() -> std::optional<LambWiring> {
+      std::vector<size_t> at;  // the members but the square-sums
+      for (size_t i = 0; i < members.size(); ++i)
+        if (members[i].kind != Kind::kSquareSum) at.push_back(i);
+      if (at.size() < 11) return std::nullopt;
+      const size_t first = at[at.size() - 11];
+      std::vector<const Member*> s;
+      for (size_t k = at.size() - 11; k < at.size(); ++k) s.push_back(&members[at[k]]);
+      auto spread = [&](const Source& x) {
+        return x.buffer >= 0 ? spreadValues[static_cast<size_t>(x.buffer)] : nullptr;
+      };
+      auto slot = [&](const Source& x) {  // an intermediate's buffer, or -1
+        return x.buffer >= 0 && !spreadValues[static_cast<size_t>(x.buffer)] ? x.buffer : -1;
+      };
+      auto binary = [&](const Member* m, kernels::BinaryKind k) {
+        return m->kind == Kind::kBinary && m->binary == k && m->outBuffer >= 0;
+      };
+      auto unary = [&](const Member* m, kernels::UnaryKind k) {
+        return m->kind == Kind::kUnary && m->unary == k && m->outBuffer >= 0;
+      };
+      auto update = [&](const Member* m, int in) {
+        return m->kind == Kind::kUpdate && m->arity == 1 && slot(m->in[0]) == in;
+      };
+      using BK = kernels::BinaryKind;
+      using UK = kernels::UnaryKind;
+      const int gc = s[0]->outBuffer, g2 = s[2]->outBuffer, mHat = s[4]->outBuffer,
+                vHat = s[5]->outBuffer, vSqrt = s[6]->outBuffer, denominator = s[7]->outBuffer,
+                step = s[8]->outBuffer, decay = s[9]->outBuffer;
+      const float* m = s[1]->outMemory;
+      const float* v = s[3]->outMemory;
+      // gc = g * clip; m, v updates; m / c1; v / c2; sqrt; + eps; div; decay * w; u = sum.
+      const bool wired =
+          binary(s[0], BK::Mul) && s[0]->in[0].memory && spread(s[0]->in[1]) && update(s[1], gc) &&
+          unary(s[2], UK::Square) && slot(s[2]->in[0]) == gc && update(s[3], g2) &&
+          binary(s[4], BK::Div) && s[4]->in[0].memory == m && spread(s[4]->in[1]) &&
+          binary(s[5], BK::Div) && s[5]->in[0].memory == v && spread(s[5]->in[1]) &&
+          unary(s[6], UK::Sqrt) && slot(s[6]->in[0]) == vHat && binary(s[7], BK::Add) &&
+          slot(s[7]->in[0]) == vSqrt && spread(s[7]->in[1]) && binary(s[8], BK::Div) &&
+          slot(s[8]->in[0]) == mHat && slot(s[8]->in[1]) == denominator && unary(s[9], UK::Scale) &&
+          s[9]->in[0].memory && s[10]->kind == Kind::kBinary && s[10]->binary == BK::Add &&
+          s[10]->outMemory && slot(s[10]->in[0]) == step && slot(s[10]->in[1]) == decay;
+      if (!wired) return std::nullopt;
+      const float* g = s[0]->in[0].memory;
+      const float* w = s[9]->in[0].memory;
+      const float* u = s[10]->outMemory;
+      // The loop reads and writes each element once: g, m, v, w and u must not overlap (the
+      // arena shares memory between tensors whose lifetimes do not meet).
+      const std::vector<const float*> tensors = {g, m, v, w, u};
+      for (size_t i = 0; i < tensors.size(); ++i)
+        for (size_t j = i + 1; j < tensors.size(); ++j)
+          if (tensors[i] < tensors[j] + n && tensors[j] < tensors[i] + n) return std::nullopt;
+      // Members before the eleven run first: they must not touch what the loop writes nor
+      // write what it reads; the square-sums come after them and read w or u.
+      auto touches = [&](const float* p) {
+        return p && (p == m || p == v || p == u || p == g || p == w);
+      };
+      for (size_t i = 0; i < members.size(); ++i) {
+        const Member& x = members[i];
+        if (x.kind == Kind::kSquareSum) {
+          if (i < first || (x.in[0].memory != w && x.in[0].memory != u)) return std::nullopt;
+          continue;
+        }
+        if (i >= first) continue;
+        if (touches(x.outMemory)) return std::nullopt;
+        for (int k = 0; k < x.arity; ++k) {
+          const float* p = x.in[static_cast<size_t>(k)].memory;
+          if (p && (p == m || p == v || p == u)) return std::nullopt;
+        }
+      }
+      lambFirst = first;
+      LambWiring l;
+      l.fixed.g = g;
+      l.fixed.m = s[1]->outMemory;
+      l.fixed.mKeep = s[1]->u.keep;
+      l.fixed.mC = s[1]->u.c[0];
+      l.fixed.v = s[3]->outMemory;
+      l.fixed.vKeep = s[3]->u.keep;
+      l.fixed.vC = s[3]->u.c[0];
+      l.fixed.w = w;
+      l.fixed.decay = s[9]->alpha;
+      l.fixed.u = s[10]->outMemory;
+      l.clip = spread(s[0]->in[1]);
+      l.mCorrection = spread(s[4]->in[1]);
+      l.vCorrection = spread(s[5]->in[1]);
+      l.eps = spread(s[7]->in[1]);
+      l.mFactor = s[1]->factor;
+      l.vFactor = s[3]->factor;
+      l.mSkip = s[1]->skip;
+      l.vSkip = s[3]->skip;
+      return l;
+    }();
+    return [members, spreadValues, buffers, n, chunks, sums, partials, lamb, lambFirst] {
       std::vector<bool> skipped(members.size(), false);  // as apply_update: NaN (overflow) too
       for (size_t i = 0; i < members.size(); ++i)
         skipped[i] = members[i].skip && *members[i].skip != 0.0f;
+      std::optional<kernels::LambMoments> moments;
+      if (lamb) moments = lamb->thisRun();
       const int team = n < (i64{1} << 14) ? 1 : fz::numThreads();
       double* part = partials->data();
 #pragma omp parallel num_threads(team)
@@ -664,7 +799,7 @@ struct Engine::Impl {
           auto at = [&](const Source& s) {
             return s.memory ? s.memory + begin : static_cast<const float*>(buffer(s.buffer));
           };
-          for (size_t i = 0; i < members.size(); ++i) {
+          auto run = [&](size_t i) {
             const Member& m = members[i];
             switch (m.kind) {
               case Kind::kSquareSum: {
@@ -694,6 +829,14 @@ struct Engine::Impl {
                 break;
               }
             }
+          };
+          if (moments) {
+            for (size_t i = 0; i < lambFirst; ++i) run(i);
+            kernels::lambMoments(*moments, begin, len);
+            for (size_t i = lambFirst; i < members.size(); ++i)
+              if (members[i].kind == Kind::kSquareSum) run(i);
+          } else {
+            for (size_t i = 0; i < members.size(); ++i) run(i);
           }
         }
       }

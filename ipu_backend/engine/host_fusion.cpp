@@ -52,6 +52,8 @@ std::vector<int> HostFusionPlan::outputsOf(const Op& op) const {
       return {reluOut[op.id]};
     case Role::kSquareSum:
       return {sumOut[op.id]};
+    case Role::kWidenedOutput:
+      return {widenOut[op.id]};
     case Role::kUpdateGroup:
       return groupOutputs[op.id];
     case Role::kBatchNormStatistics:
@@ -262,6 +264,32 @@ void planUpdateGroups(const Graph& g, HostFusionPlan& p, const std::vector<bool>
   }
 }
 
+// A 16-bit binary op over equal-sized operands whose result only a cast to f32 reads (the
+// cast is exact): the op writes the cast's output itself (host_fusion.h).
+template <typename SoleReader>
+void planWidenedOutputs(const Graph& g, HostFusionPlan& p, SoleReader soleReader) {
+  using Role = HostFusionPlan::Role;
+  for (const Op& op : g.ops()) {
+    if (op.kind != OpKind::Binary || p.role[op.id] != Role::kNone || op.outputs.size() != 1 ||
+        op.attrs.getBool("stochastic_rounding", false))  // the chunk path rounds to nearest
+      continue;
+    const Tensor& y = g.tensor(op.outputs[0]);
+    if (y.dtype != DType::BF16 && y.dtype != DType::F16) continue;
+    bool same = true;
+    for (int t : op.inputs)
+      same = same && g.tensor(t).dtype == y.dtype && g.tensor(t).elements() == y.elements();
+    const Op* cast = soleReader(op.outputs[0]);
+    if (!same || !cast || cast->kind != OpKind::Cast || p.role[cast->id] != Role::kNone ||
+        g.tensor(cast->outputs[0]).dtype != DType::F32)
+      continue;
+    p.role[op.id] = Role::kWidenedOutput;
+    p.widenOut[op.id] = cast->outputs[0];
+    p.role[cast->id] = Role::kAbsorbed;
+    p.elided[static_cast<size_t>(op.outputs[0])] = true;
+    ++p.absorbedOps;
+  }
+}
+
 }  // namespace
 
 HostFusionPlan planHostFusions(const Graph& g, const HostFusionOptions& options) {
@@ -278,6 +306,7 @@ HostFusionPlan planHostFusions(const Graph& g, const HostFusionOptions& options)
   p.reluBitsFrom.assign(nOps, -1);
   p.writesReluBits.assign(nOps, false);
   p.sumOut.assign(nOps, -1);
+  p.widenOut.assign(nOps, -1);
   p.swish.assign(nOps, false);
   p.chain.assign(nOps, {});
   p.chainInputs.assign(nOps, {});
@@ -482,6 +511,7 @@ HostFusionPlan planHostFusions(const Graph& g, const HostFusionOptions& options)
   }
   planUpdateGroups(g, p, output, options);
   planElementwiseChains(g, p, soleReader);
+  planWidenedOutputs(g, p, soleReader);
   return p;
 }
 

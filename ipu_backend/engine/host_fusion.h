@@ -37,6 +37,12 @@
 //                                     only tensors read after the group are written (LAMB: g,
 //                                     m, v and w read once, m, v and the update written, both
 //                                     trust-ratio norms summed in the same pass); f32
+//   16-bit binary -> cast to f32      the binary op (operands and result bf16 / f16, no
+//                                     broadcast) rounds each chunk of its result to 16 bits
+//                                     and writes it widened, as the cast's output: the 16-bit
+//                                     tensor is never written nor read (BERT's tied word
+//                                     embeddings: their two bf16 gradients' sum, cast for
+//                                     LAMB)
 //   square -> reduce sum              sum(x^2) over the whole tensor in one read of x (the
 //                                     squares are never written): the optimizers' norms
 //                                     (LAMB's trust ratio and global gradient clip, LARS); f32
@@ -69,6 +75,8 @@ struct HostFusionPlan {
     kElementwiseChain,       // the last op of a chain: runs every op of `chain` chunk by chunk
     kUpdateGroup,            // the last op of an update group: runs every op of `group` chunk
                              // by chunk
+    kWidenedOutput,          // a 16-bit binary op writing its rounded result widened to f32 as
+                             // `widenOut` (its cast's output)
     kAbsorbed,               // its work is done by another op's kernel: runs nothing
   };
   std::vector<Role> role;       // per op id
@@ -88,7 +96,8 @@ struct HostFusionPlan {
   // x (1/32 of the bytes). reluBitsFrom: per op id, the writer (or -1); writesReluBits: per op.
   std::vector<int> reluBitsFrom;
   std::vector<bool> writesReluBits;
-  std::vector<int> sumOut;  // per op id: kSquareSum: the reduce's output (one element)
+  std::vector<int> sumOut;    // per op id: kSquareSum: the reduce's output (one element)
+  std::vector<int> widenOut;  // per op id: kWidenedOutput: the cast's f32 output
   // per op id: kBatchNormRelu / kBatchNormReluBackward whose activation is a swish, not a ReLU
   // (reluOut: the swish's output; reluGradIn: the swish gradient's dy)
   std::vector<bool> swish;

@@ -16,6 +16,7 @@
 #include "ipu_backend/ir/builder.h"
 #include "ipu_backend/kernels/fused.h"
 #include "ipu_backend/optimizers/optimizer.h"
+#include "ipu_backend/precision/half.h"
 
 namespace ipu {
 namespace {
@@ -366,6 +367,62 @@ TEST(HostFusion, SquareThenSumIsOnePass) {
   }
 }
 
+// A bf16 add whose sum only a cast to f32 reads writes the widened sum itself (the sum never
+// written in bf16); one whose sum is also a graph output keeps its cast. Both engine modes give
+// float(bf16(a + b)) to the bit.
+TEST(HostFusion, Bf16AddThenCastWritesTheWidenedSum) {
+  kernels::fused::setNumThreads(2);
+  Graph g("bf16_add_cast");
+  Builder B(g);
+  const i64 rows = 300, cols = 301;  // past one 4,096-element chunk, with a tail
+  const int a = B.input("a", {rows, cols}, DType::BF16);
+  const int b = B.input("b", {rows, cols}, DType::BF16);
+  const int sum = B.add(a, b, "sum");
+  const int wide = B.cast(sum, DType::F32, "wide");
+  const int keptSum = B.add(b, a, "kept_sum");
+  const int keptWide = B.cast(keptSum, DType::F32, "kept_wide");
+  for (int t : {wide, keptSum, keptWide}) g.markOutput(t);
+  const HostFusionPlan plan = planHostFusions(g);
+  const int addOp = g.tensor(sum).producer;
+  EXPECT_EQ(plan.role[static_cast<size_t>(addOp)], HostFusionPlan::Role::kWidenedOutput);
+  EXPECT_EQ(plan.widenOut[static_cast<size_t>(addOp)], wide);
+  EXPECT_EQ(plan.role[static_cast<size_t>(g.tensor(wide).producer)],
+            HostFusionPlan::Role::kAbsorbed);
+  EXPECT_TRUE(plan.elided[static_cast<size_t>(sum)]);
+  EXPECT_EQ(plan.role[static_cast<size_t>(g.tensor(keptSum).producer)], HostFusionPlan::Role::kNone)
+      << "kept_sum is a graph output";
+
+  const size_t n = static_cast<size_t>(rows * cols);
+  std::vector<float> af(n), bf(n);
+  for (size_t i = 0; i < n; ++i) {
+    af[i] = std::sin(0.01f * static_cast<float>(i)) * 3.0f;
+    bf[i] = std::cos(0.037f * static_cast<float>(i)) * 0.01f;
+  }
+  std::vector<precision::bf16> ah(n), bh(n), wantH(n);
+  precision::toBF16(af.data(), ah.data(), static_cast<i64>(n));
+  precision::toBF16(bf.data(), bh.data(), static_cast<i64>(n));
+  std::vector<float> aw(n), bw(n), want(n);
+  precision::toFloat(ah.data(), aw.data(), static_cast<i64>(n));
+  precision::toFloat(bh.data(), bw.data(), static_cast<i64>(n));
+  for (size_t i = 0; i < n; ++i) want[i] = aw[i] + bw[i];
+  precision::toBF16(want.data(), wantH.data(), static_cast<i64>(n));
+  precision::toFloat(wantH.data(), want.data(), static_cast<i64>(n));
+  auto exe = std::make_shared<const Executable>(compile(g, Target::small(16, 1 << 22)));
+  for (EngineMode mode : {EngineMode::Fused, EngineMode::Tile}) {
+    Engine e(exe, mode);
+    std::vector<float> got(n), gotKept(n);
+    std::vector<precision::bf16> kept(n);
+    e.connectInput(exe->graph.get("a"), ah.data());
+    e.connectInput(exe->graph.get("b"), bh.data());
+    e.connectOutput(exe->graph.get("wide"), got.data());
+    e.connectOutput(exe->graph.get("kept_wide"), gotKept.data());
+    e.connectOutput(exe->graph.get("kept_sum"), kept.data());
+    e.run();
+    EXPECT_EQ(got, want) << engineModeName(mode);
+    EXPECT_EQ(gotKept, want) << engineModeName(mode);
+  }
+}
+
 // LAMB's update arithmetic u = (m / c1) / (sqrt(v / c2) + eps) + wd w as the optimizer lowers
 // it runs as two chains (their links never written); every value equals tile mode's.
 TEST(HostFusion, ElementwiseChainRunsAsOneLoopWithTileModesValues) {
@@ -517,6 +574,20 @@ TEST(HostFusion, LambStepRunsAsOneUpdateGroupAndEqualsTileMode) {
     ASSERT_NEAR(got[0][i], got[1][i], 1e-5 * scale) << i;
     ASSERT_NE(got[0][i], ws[i]) << "the step must move every weight";
   }
+  // The group's LAMB loop (kernels/lamb_update.h) leaves m and v as the ops run one by one (an
+  // engine whose program runs in segments forms no update groups), to the bit.
+  std::vector<std::vector<float>> state;
+  for (bool segments : {false, true}) {
+    Engine e(exe, EngineMode::Fused, {}, segments);
+    e.writeTensor("w", ws);
+    e.connectInput(exe->graph.get("x"), xs.data());
+    e.connectInput(exe->graph.get("lr"), &rate);
+    for (int step = 0; step < 3; ++step) e.run();
+    state.push_back(e.readFloats("w/m"));
+    state.push_back(e.readFloats("w/v"));
+  }
+  EXPECT_EQ(state[0], state[2]);
+  EXPECT_EQ(state[1], state[3]);
 }
 
 }  // namespace

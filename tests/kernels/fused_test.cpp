@@ -9,8 +9,10 @@
 
 #include <string>
 
+#include "ipu_backend/kernels/apply_update.h"
 #include "ipu_backend/kernels/fused.h"
 #include "ipu_backend/kernels/fused_bf16.h"
+#include "ipu_backend/kernels/lamb_update.h"
 #include "ipu_backend/kernels/winograd.h"
 #include "ipu_backend/precision/half.h"
 #include "tests/kernels/test_util.h"
@@ -890,6 +892,70 @@ TEST_F(Fused, NumThreads) {
   fused::setNumThreads(2);
   EXPECT_EQ(fused::numThreads(), 2);
   EXPECT_THROW(fused::setNumThreads(0), std::invalid_argument);
+}
+
+// LAMB's one-loop moments against the ops it stands for, run one after another as the update
+// group's members did (the unary / binary chunk functions, apply_update), bit for bit: with
+// and without the state's keep, with a skipped update, over a length with a vector tail.
+TEST(LambMoments, EqualsTheOpsItStandsForToTheBit) {
+  const i64 n = 1000 + 13;
+  const Vec g = randomVec(n, 1, -3.0f, 3.0f), w = randomVec(n, 2);
+  const Vec m0 = randomVec(n, 3, -0.1f, 0.1f), v0 = randomVec(n, 4, 0.0f, 0.2f);
+  struct Case {
+    float mKeep, vKeep;
+    bool vSkipped;
+  };
+  for (const Case& k :
+       {Case{0.9f, 0.999f, false}, Case{0.0f, 0.0f, false}, Case{0.9f, 0.999f, true}}) {
+    LambMoments a;
+    a.clip = 0.37f;
+    a.mKeep = k.mKeep;
+    a.mFactor = 1.0f;
+    a.mC = 0.1f;
+    a.vKeep = k.vKeep;
+    a.vFactor = 1.0f;
+    a.vC = 0.001f;
+    a.vSkipped = k.vSkipped;
+    a.mCorrection = 0.271f;
+    a.vCorrection = 0.00299f;
+    a.eps = 1e-6f;
+    a.decay = 0.01f;
+    // The ops, one after another over the whole length.
+    Vec m = m0, v = v0, gc(n), g2(n), mHat(n), vHat(n), vSqrt(n), denominator(n), step(n),
+        decayed(n), u(n);
+    const Vec clip(n, a.clip), mCorrection(n, a.mCorrection), vCorrection(n, a.vCorrection),
+        eps(n, a.eps);
+    fused::binaryChunk(BinaryKind::Mul, g.data(), clip.data(), gc.data(), n);
+    const float* gcIn[] = {gc.data()};
+    applyUpdate(a.mKeep, a.mFactor, 1, gcIn, &a.mC, m.data(), n);
+    fused::unaryChunk(UnaryKind::Square, 1.0f, gc.data(), g2.data(), n);
+    const float* g2In[] = {g2.data()};
+    if (!a.vSkipped) applyUpdate(a.vKeep, a.vFactor, 1, g2In, &a.vC, v.data(), n);
+    fused::binaryChunk(BinaryKind::Div, m.data(), mCorrection.data(), mHat.data(), n);
+    fused::binaryChunk(BinaryKind::Div, v.data(), vCorrection.data(), vHat.data(), n);
+    fused::unaryChunk(UnaryKind::Sqrt, 1.0f, vHat.data(), vSqrt.data(), n);
+    fused::binaryChunk(BinaryKind::Add, vSqrt.data(), eps.data(), denominator.data(), n);
+    fused::binaryChunk(BinaryKind::Div, mHat.data(), denominator.data(), step.data(), n);
+    fused::unaryChunk(UnaryKind::Scale, a.decay, w.data(), decayed.data(), n);
+    fused::binaryChunk(BinaryKind::Add, step.data(), decayed.data(), u.data(), n);
+    // The loop, in two calls (the engine's chunks).
+    Vec m1 = m0, v1 = v0, u1(n, -1.0f);
+    a.g = g.data();
+    a.m = m1.data();
+    a.v = v1.data();
+    a.w = w.data();
+    a.u = u1.data();
+    lambMoments(a, 0, 512);
+    lambMoments(a, 512, n - 512);
+    for (i64 i = 0; i < n; ++i) {
+      ASSERT_EQ(m1[i], m[i]) << "m " << i;
+      ASSERT_EQ(v1[i], v[i]) << "v " << i;
+      ASSERT_EQ(u1[i], u[i]) << "u " << i;
+    }
+    if (a.vSkipped) {
+      EXPECT_EQ(v1, v0);
+    }
+  }
 }
 
 }  // namespace
