@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -435,6 +436,7 @@ class Planner : public ops::PlanApi {
                   Range red = {}, int part = 0) {
     Vertex v;
     v.tile = tile;
+    v.inputs.reserve(ins.size());
     for (const NeedWindow& w : ins) {
       Window win;
       win.buffer = w.buffer;
@@ -660,38 +662,34 @@ class Planner : public ops::PlanApi {
                        exe_.computeSets[it.gatherCs].name);
   }
 
+  // The slice of `buffer` that holds element `e`, as Executable::sliceOf, trying the slice found
+  // last for that buffer (`hint`) and the next one first: a compute set's windows mostly walk
+  // a buffer in order, and the binary search over millions of slices was 7% of a verdict.
+  const TileSlice& sliceNear(int buffer, i64 e, std::uint32_t& hint) const {
+    const std::vector<TileSlice>& m = exe_.mapping[static_cast<size_t>(buffer)];
+    const size_t h = hint;
+    if (h < m.size() && m[h].begin <= e) {
+      if (h + 1 == m.size() || e < m[h + 1].begin) return m[h];
+      if (h + 2 == m.size() || e < m[h + 2].begin) {
+        hint = static_cast<std::uint32_t>(h + 1);
+        return m[h + 1];
+      }
+    }
+    const TileSlice& s = exe_.sliceOf(buffer, e);
+    hint = static_cast<std::uint32_t>(&s - m.data());
+    return s;
+  }
+
   void allocateArenas() {
     const int T = static_cast<int>(t_.numTiles);
     const int nCs = static_cast<int>(exe_.computeSets.size());
-    // Liveness of every buffer in compute-set indices (threads scan blocks of compute sets).
-    std::vector<int> first(exe_.buffers.size(), nCs), last(exe_.buffers.size(), -1);
-#pragma omp parallel
-    {
-      std::vector<int> f(exe_.buffers.size(), nCs), l(exe_.buffers.size(), -1);
-#pragma omp for schedule(static) nowait
-      for (int c = 0; c < nCs; ++c) {
-        auto touch = [&](int b) {
-          f[b] = std::min(f[b], c);
-          l[b] = std::max(l[b], c);
-        };
-        for (const Vertex& v : exe_.computeSets[c].vertices) {
-          for (const Window& w : v.inputs) touch(w.buffer);
-          for (const OutRegion& o : v.outputs) touch(o.buffer);
-        }
-      }
-#pragma omp critical
-      for (size_t b = 0; b < first.size(); ++b) {
-        first[b] = std::min(first[b], f[b]);
-        last[b] = std::max(last[b], l[b]);
-      }
-    }
-    for (const Tensor& t : g_.tensors())
-      if (t.kind == TensorKind::Input) first[t.id] = -1;  // streamed in before the first set
-    for (int o : g_.outputs()) last[o] = nCs;             // streamed out after the last set
-
-    // Gather buffers: a vertex input window not contained in one local slice. Vertices on one
-    // tile that need the same window in the same compute set share one buffer and one exchange.
-    // Compute sets are independent: each marks its own windows (threads take compute sets).
+    const size_t nBuffers = exe_.buffers.size();
+    // One pass over every window (threads take compute sets): the liveness of every buffer in
+    // compute-set indices, and the gather buffers: a vertex input window not contained in one
+    // local slice. Vertices on one tile that need the same window in the same compute set share
+    // one buffer and one exchange; each tile counts the gathers it owns (its arena items).
+    std::vector<int> first(nBuffers, nCs), last(nBuffers, -1);
+    std::vector<size_t> ownedGathers(static_cast<size_t>(T), 0);
     std::vector<std::vector<std::pair<Window*, Window*>>> sharedWindows(nCs);  // (dup, owner)
     struct Gather {
       int tile, buffer;
@@ -701,19 +699,29 @@ class Planner : public ops::PlanApi {
     };
 #pragma omp parallel
     {
+      std::vector<int> f(nBuffers, nCs), l(nBuffers, -1);
+      std::vector<size_t> owned(static_cast<size_t>(T), 0);
+      std::vector<std::uint32_t> hint(nBuffers, 0);
       std::vector<Gather> gathers, byTile;
       std::vector<std::size_t> tileStart(static_cast<size_t>(T) + 1);
-#pragma omp for schedule(dynamic, 4)
+#pragma omp for schedule(dynamic, 4) nowait
       for (int c = 0; c < nCs; ++c) {
         ComputeSet& cs = exe_.computeSets[c];
+        auto touch = [&](int b) {
+          f[b] = std::min(f[b], c);
+          l[b] = std::max(l[b], c);
+        };
         gathers.clear();
-        for (Vertex& v : cs.vertices)
+        for (Vertex& v : cs.vertices) {
           for (Window& w : v.inputs) {
-            const TileSlice& s = exe_.sliceOf(w.buffer, w.begin);
+            touch(w.buffer);
+            const TileSlice& s = sliceNear(w.buffer, w.begin, hint[w.buffer]);
             w.gather = !(s.tile == v.tile && w.end <= s.end);
             w.shared = false;
             if (w.gather) gathers.push_back({v.tile, w.buffer, w.begin, w.end, gathers.size(), &w});
           }
+          for (const OutRegion& o : v.outputs) touch(o.buffer);
+        }
         // Equal windows side by side: a counting sort by tile (stable, so each tile's windows
         // stay in vertex order), then each tile's few windows sorted (millions in a full step).
         std::fill(tileStart.begin(), tileStart.end(), 0);
@@ -742,20 +750,30 @@ class Planner : public ops::PlanApi {
             sharedWindows[c].emplace_back(b.window, owner);
           } else {
             owner = b.window;
+            ++owned[static_cast<size_t>(b.tile)];
           }
         }
       }
+#pragma omp critical
+      {
+        for (size_t b = 0; b < nBuffers; ++b) {
+          first[b] = std::min(first[b], f[b]);
+          last[b] = std::max(last[b], l[b]);
+        }
+        for (size_t t = 0; t < owned.size(); ++t) ownedGathers[t] += owned[t];
+      }
     }
+    for (const Tensor& t : g_.tensors())
+      if (t.kind == TensorKind::Input) first[t.id] = -1;  // streamed in before the first set
+    for (int o : g_.outputs()) last[o] = nCs;             // streamed out after the last set
+
     // Arena items: every buffer's slices, then one per owned gather window in compute-set and
     // vertex order (the placement's order of ties).
     std::vector<std::vector<Item>> items(T);
     {
-      std::vector<size_t> count(T, 0);
+      std::vector<size_t>& count = ownedGathers;
       for (const auto& m : exe_.mapping)
         for (const TileSlice& s : m) ++count[s.tile];
-      for (const ComputeSet& cs : exe_.computeSets)
-        for (const Vertex& v : cs.vertices)
-          for (const Window& w : v.inputs) count[v.tile] += w.gather && !w.shared;
       for (int t = 0; t < T; ++t) items[t].reserve(count[t]);
     }
     exe_.tileMemory.assign(T, {});
@@ -783,31 +801,45 @@ class Planner : public ops::PlanApi {
     // One codelet per (op kind, phase) a tile runs: a flat table per tile.
     int phases = 1;
     for (const ComputeSet& cs : exe_.computeSets) phases = std::max(phases, cs.phase + 1);
-    const size_t kinds = static_cast<size_t>(ops::kindCount());
-    std::vector<std::vector<char>> codelets(T, std::vector<char>(kinds * phases, 0));
+    const size_t keys = static_cast<size_t>(ops::kindCount()) * static_cast<size_t>(phases);
+    std::vector<char> codelets(static_cast<size_t>(T) * keys, 0);
     // Vertex state: a compute set runs at most one vertex per worker on a tile; the planner's
     // further vertices there are regions on the workers' work lists (a pointer and a size per
     // operand each), as Poplar's multi-region ("2D") and convolution vertices take them; a
-    // window the tile gathers once for several regions is one pointer.
-    std::vector<int> verticesOnTile(T, 0);
-    for (const ComputeSet& cs : exe_.computeSets) {
-      if (isReplicaOp(g_.op(cs.op).kind)) continue;  // no tile code: IPU-Links / host side
-      const size_t key = static_cast<size_t>(g_.op(cs.op).kind) * phases + cs.phase;
-      for (const Vertex& v : cs.vertices) {
-        if (++verticesOnTile[v.tile] <= t_.workersPerTile)
-          fixed[v.tile] += t_.vertexStateBytes;
-        else {  // an input window another region of the tile gathers too is the worker's
-          i64 operands = static_cast<i64>(v.outputs.size());
-          for (const Window& w : v.inputs) operands += !(w.gather && w.shared);
-          fixed[v.tile] += t_.workListBytesPerOperand * operands;
+    // window the tile gathers once for several regions is one pointer. Threads take compute
+    // sets, each with its own sums and codelet table, merged after.
+#pragma omp parallel
+    {
+      std::vector<i64> bytes(static_cast<size_t>(T), 0);
+      std::vector<char> used(codelets.size(), 0);
+      std::vector<int> verticesOnTile(static_cast<size_t>(T), 0);
+#pragma omp for schedule(dynamic, 4) nowait
+      for (int c = 0; c < nCs; ++c) {
+        const ComputeSet& cs = exe_.computeSets[c];
+        if (isReplicaOp(g_.op(cs.op).kind)) continue;  // no tile code: IPU-Links / host side
+        const size_t key = static_cast<size_t>(g_.op(cs.op).kind) * phases + cs.phase;
+        for (const Vertex& v : cs.vertices) {
+          if (++verticesOnTile[v.tile] <= t_.workersPerTile)
+            bytes[v.tile] += t_.vertexStateBytes;
+          else {  // an input window another region of the tile gathers too is the worker's
+            i64 operands = static_cast<i64>(v.outputs.size());
+            for (const Window& w : v.inputs) operands += !(w.gather && w.shared);
+            bytes[v.tile] += t_.workListBytesPerOperand * operands;
+          }
+          used[static_cast<size_t>(v.tile) * keys + key] = 1;
         }
-        if (!codelets[v.tile][key]) {
-          codelets[v.tile][key] = 1;
-          fixed[v.tile] += t_.codeBytesPerCodelet;
-        }
+        for (const Vertex& v : cs.vertices) verticesOnTile[v.tile] = 0;
       }
-      for (const Vertex& v : cs.vertices) verticesOnTile[v.tile] = 0;
+#pragma omp critical
+      {
+        for (size_t t = 0; t < bytes.size(); ++t) fixed[t] += bytes[t];
+        for (size_t k = 0; k < used.size(); ++k) codelets[k] |= used[k];
+      }
     }
+    for (int t = 0; t < T; ++t)
+      fixed[t] += t_.codeBytesPerCodelet *
+                  std::count(codelets.begin() + static_cast<std::ptrdiff_t>(t * keys),
+                             codelets.begin() + static_cast<std::ptrdiff_t>((t + 1) * keys), 1);
 
     exe_.arenaBytes.assign(T, 0);
     // Tiles are placed independently (each writes only its own items and memory record).
