@@ -10,6 +10,7 @@
 #include <string_view>
 #include <tuple>
 #include <unordered_map>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -695,7 +696,12 @@ class Planner : public ops::PlanApi {
     // local slice. Vertices on one tile that need the same window in the same compute set share
     // one buffer and one exchange; each tile counts the gathers it owns (its arena items).
     std::vector<int> first(nBuffers, nCs), last(nBuffers, -1);
-    std::vector<size_t> ownedGathers(static_cast<size_t>(T), 0);
+    // Per compute set: the tiles that own gathers in it, how many each (in tile order).
+    struct TileGathers {
+      int tile;
+      std::size_t count, at;  // `at`: where they go in the tile's arena items (set below)
+    };
+    std::vector<std::vector<TileGathers>> ownedGathers(nCs);
     std::vector<std::vector<std::pair<Window*, Window*>>> sharedWindows(nCs);  // (dup, owner)
     struct Gather {
       int tile, buffer;
@@ -706,7 +712,6 @@ class Planner : public ops::PlanApi {
 #pragma omp parallel
     {
       std::vector<int> f(nBuffers, nCs), l(nBuffers, -1);
-      std::vector<size_t> owned(static_cast<size_t>(T), 0);
       std::vector<std::uint32_t> hint(nBuffers, 0);
       std::vector<Gather> gathers, byTile;
       std::vector<std::size_t> tileStart(static_cast<size_t>(T) + 1);
@@ -756,7 +761,9 @@ class Planner : public ops::PlanApi {
             sharedWindows[c].emplace_back(b.window, owner);
           } else {
             owner = b.window;
-            ++owned[static_cast<size_t>(b.tile)];
+            std::vector<TileGathers>& owned = ownedGathers[c];
+            if (owned.empty() || owned.back().tile != b.tile) owned.push_back({b.tile, 0, 0});
+            ++owned.back().count;
           }
         }
       }
@@ -766,7 +773,6 @@ class Planner : public ops::PlanApi {
           first[b] = std::min(first[b], f[b]);
           last[b] = std::max(last[b], l[b]);
         }
-        for (size_t t = 0; t < owned.size(); ++t) ownedGathers[t] += owned[t];
       }
     }
     for (const Tensor& t : g_.tensors())
@@ -774,34 +780,69 @@ class Planner : public ops::PlanApi {
     for (int o : g_.outputs()) last[o] = nCs;             // streamed out after the last set
 
     // Arena items: every buffer's slices, then one per owned gather window in compute-set and
-    // vertex order (the placement's order of ties).
-    std::vector<std::vector<Item>> items(T);
-    {
-      std::vector<size_t>& count = ownedGathers;
-      for (const auto& m : exe_.mapping)
-        for (const TileSlice& s : m) ++count[s.tile];
-      for (int t = 0; t < T; ++t) items[t].reserve(count[t]);
-    }
+    // vertex order (the placement's order of ties). Threads fill them side by side: each part of
+    // a tile's list (its slices of a block of buffers, its gathers of a compute set) has its
+    // place in the list worked out first.
     exe_.tileMemory.assign(T, {});
-    for (size_t b = 0; b < exe_.buffers.size(); ++b) {
-      const Buffer& buf = exe_.buffers[b];
-      for (TileSlice& s : exe_.mapping[b]) {
-        i64 bytes = (s.end - s.begin) * sizeOf(buf.dtype);
-        if (buf.alwaysLive) {
-          items[s.tile].push_back({-2, nCs + 1, bytes, &s.offset, static_cast<int>(b), -1});
-        } else {
-          int st = first[b], en = std::max(last[b], first[b]);
-          if (st > nCs) st = en = 0;  // never touched: still give it a home
-          items[s.tile].push_back({st, en, bytes, &s.offset, static_cast<int>(b), -1});
-        }
+    std::vector<std::vector<Item>> items(T);
+    constexpr size_t kBufferBlocks = 16;
+    std::vector<size_t> blockBegin(kBufferBlocks + 1, nBuffers);  // blocks of about equal slices
+    {
+      size_t slices = 0, seen = 0, block = 0;
+      for (const auto& m : exe_.mapping) slices += m.size();
+      blockBegin[0] = 0;
+      for (size_t b = 0; b < nBuffers; ++b) {
+        while (block + 1 < kBufferBlocks && seen >= slices * (block + 1) / kBufferBlocks)
+          blockBegin[++block] = b;
+        seen += exe_.mapping[b].size();
       }
     }
-    for (int c = 0; c < nCs; ++c)
-      for (Vertex& v : exe_.computeSets[c].vertices)
-        for (Window& w : v.inputs)
-          if (w.gather && !w.shared)
-            items[v.tile].push_back({c, c, (w.end - w.begin) * sizeOf(exe_.buffers[w.buffer].dtype),
-                                     &w.gatherOffset, w.buffer, c});
+    // Per block and tile: how many slices, then where the block's slices start in the list.
+    std::vector<std::vector<size_t>> blockAt(kBufferBlocks, std::vector<size_t>(T, 0));
+#pragma omp parallel for schedule(dynamic, 1)
+    for (size_t k = 0; k < kBufferBlocks; ++k)
+      for (size_t b = blockBegin[k]; b < blockBegin[k + 1]; ++b)
+        for (const TileSlice& s : exe_.mapping[b]) ++blockAt[k][s.tile];
+    {
+      std::vector<size_t> listed(T, 0);
+      for (auto& at : blockAt)
+        for (int t = 0; t < T; ++t) listed[t] += std::exchange(at[t], listed[t]);
+      for (auto& owned : ownedGathers)
+        for (TileGathers& g : owned) g.at = std::exchange(listed[g.tile], listed[g.tile] + g.count);
+#pragma omp parallel for schedule(static)
+      for (int t = 0; t < T; ++t) items[t].resize(listed[t]);
+    }
+#pragma omp parallel
+    {
+#pragma omp for schedule(dynamic, 1) nowait
+      for (size_t k = 0; k < kBufferBlocks; ++k) {
+        std::vector<size_t>& next = blockAt[k];
+        for (size_t b = blockBegin[k]; b < blockBegin[k + 1]; ++b) {
+          const Buffer& buf = exe_.buffers[b];
+          int st = buf.alwaysLive ? -2 : first[b],
+              en = buf.alwaysLive ? nCs + 1 : std::max(last[b], first[b]);
+          if (!buf.alwaysLive && st > nCs) st = en = 0;  // never touched: still give it a home
+          for (TileSlice& s : exe_.mapping[b])
+            items[s.tile][next[s.tile]++] = {
+                st, en, (s.end - s.begin) * sizeOf(buf.dtype), &s.offset, static_cast<int>(b), -1};
+        }
+      }
+      std::vector<size_t> next(T, 0);
+#pragma omp for schedule(dynamic, 4)
+      for (int c = 0; c < nCs; ++c) {
+        for (const TileGathers& g : ownedGathers[c]) next[g.tile] = g.at;
+        for (Vertex& v : exe_.computeSets[c].vertices)
+          for (Window& w : v.inputs)
+            if (w.gather && !w.shared)
+              items[v.tile][next[v.tile]++] = {
+                  c,
+                  c,
+                  (w.end - w.begin) * sizeOf(exe_.buffers[w.buffer].dtype),
+                  &w.gatherOffset,
+                  w.buffer,
+                  c};
+      }
+    }
     // Code and vertex state, always live.
     std::vector<i64> fixed(T, 0);
     // One codelet per (op kind, phase) a tile runs: a flat table per tile.
