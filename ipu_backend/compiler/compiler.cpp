@@ -812,6 +812,18 @@ class Planner : public ops::PlanApi {
 #pragma omp parallel for schedule(static)
       for (int t = 0; t < T; ++t) items[t].resize(listed[t]);
     }
+    // Code and vertex state, always live.
+    std::vector<i64> fixed(T, 0);
+    // One codelet per (op kind, phase) a tile runs: a flat table per tile.
+    int phases = 1;
+    for (const ComputeSet& cs : exe_.computeSets) phases = std::max(phases, cs.phase + 1);
+    const size_t keys = static_cast<size_t>(ops::kindCount()) * static_cast<size_t>(phases);
+    std::vector<char> codelets(static_cast<size_t>(T) * keys, 0);
+    // Vertex state: a compute set runs at most one vertex per worker on a tile; the planner's
+    // further vertices there are regions on the workers' work lists (a pointer and a size per
+    // operand each), as Poplar's multi-region ("2D") and convolution vertices take them; a
+    // window the tile gathers once for several regions is one pointer. Counted beside the gather
+    // items, each thread with its own sums and codelet table, merged after.
 #pragma omp parallel
     {
 #pragma omp for schedule(dynamic, 1) nowait
@@ -828,10 +840,14 @@ class Planner : public ops::PlanApi {
         }
       }
       std::vector<size_t> next(T, 0);
-#pragma omp for schedule(dynamic, 4)
+      std::vector<i64> bytes(static_cast<size_t>(T), 0);
+      std::vector<char> used(codelets.size(), 0);
+      std::vector<int> verticesOnTile(static_cast<size_t>(T), 0);
+#pragma omp for schedule(dynamic, 4) nowait
       for (int c = 0; c < nCs; ++c) {
+        ComputeSet& cs = exe_.computeSets[c];
         for (const TileGathers& g : ownedGathers[c]) next[g.tile] = g.at;
-        for (Vertex& v : exe_.computeSets[c].vertices)
+        for (Vertex& v : cs.vertices)
           for (Window& w : v.inputs)
             if (w.gather && !w.shared)
               items[v.tile][next[v.tile]++] = {
@@ -841,28 +857,6 @@ class Planner : public ops::PlanApi {
                   &w.gatherOffset,
                   w.buffer,
                   c};
-      }
-    }
-    // Code and vertex state, always live.
-    std::vector<i64> fixed(T, 0);
-    // One codelet per (op kind, phase) a tile runs: a flat table per tile.
-    int phases = 1;
-    for (const ComputeSet& cs : exe_.computeSets) phases = std::max(phases, cs.phase + 1);
-    const size_t keys = static_cast<size_t>(ops::kindCount()) * static_cast<size_t>(phases);
-    std::vector<char> codelets(static_cast<size_t>(T) * keys, 0);
-    // Vertex state: a compute set runs at most one vertex per worker on a tile; the planner's
-    // further vertices there are regions on the workers' work lists (a pointer and a size per
-    // operand each), as Poplar's multi-region ("2D") and convolution vertices take them; a
-    // window the tile gathers once for several regions is one pointer. Threads take compute
-    // sets, each with its own sums and codelet table, merged after.
-#pragma omp parallel
-    {
-      std::vector<i64> bytes(static_cast<size_t>(T), 0);
-      std::vector<char> used(codelets.size(), 0);
-      std::vector<int> verticesOnTile(static_cast<size_t>(T), 0);
-#pragma omp for schedule(dynamic, 4) nowait
-      for (int c = 0; c < nCs; ++c) {
-        const ComputeSet& cs = exe_.computeSets[c];
         if (isReplicaOp(g_.op(cs.op).kind)) continue;  // no tile code: IPU-Links / host side
         const size_t key = static_cast<size_t>(g_.op(cs.op).kind) * phases + cs.phase;
         for (const Vertex& v : cs.vertices) {
