@@ -664,20 +664,14 @@ class Planner : public ops::PlanApi {
   }
 
   // The slice of `buffer` that holds element `e`, as Executable::sliceOf, trying first the slice
-  // found last for that buffer (`hint`), the next one, and where e would be if the slices were
-  // of one size (most mappings: linear runs, channel blocks): a compute set's windows mostly
-  // walk a buffer in order, and the binary search over millions of slices was 7% of a verdict.
+  // found last for that buffer (`hint`) and the next one: a compute set's windows mostly walk
+  // a buffer in order, and the binary search over millions of slices was 7% of a verdict.
   const TileSlice& sliceNear(int buffer, i64 e, std::uint32_t& hint) const {
     const std::vector<TileSlice>& m = exe_.mapping[static_cast<size_t>(buffer)];
     auto holds = [&](size_t h) {
       return h < m.size() && m[h].begin <= e && (h + 1 == m.size() || e < m[h + 1].begin);
     };
-    const double elements = static_cast<double>(exe_.buffers[static_cast<size_t>(buffer)].elements);
-    const size_t guess =
-        elements > 0
-            ? static_cast<size_t>(static_cast<double>(e) / elements * static_cast<double>(m.size()))
-            : 0;
-    for (const size_t h : {size_t{hint}, size_t{hint} + 1, guess})
+    for (const size_t h : {size_t{hint}, size_t{hint} + 1})
       if (holds(h)) {
         hint = static_cast<std::uint32_t>(h);
         return m[h];
@@ -1110,6 +1104,16 @@ i64 ComputeSet::exchangeBytes() const {
 
 const TileSlice& Executable::sliceOf(int buffer, i64 e) const {
   const auto& m = mapping.at(buffer);
+  // Where e would be if the slices were of one size (linear runs, channel blocks: most
+  // mappings, some with millions of slices), before the binary search.
+  const i64 elements = static_cast<size_t>(buffer) < buffers.size()
+                           ? buffers[static_cast<size_t>(buffer)].elements
+                           : 0;
+  if (elements > 0 && e >= 0 && e < elements) {
+    const size_t h = static_cast<size_t>(static_cast<double>(e) / static_cast<double>(elements) *
+                                         static_cast<double>(m.size()));
+    if (h < m.size() && m[h].begin <= e && (h + 1 == m.size() || e < m[h + 1].begin)) return m[h];
+  }
   auto it = std::upper_bound(m.begin(), m.end(), e,
                              [](i64 x, const TileSlice& s) { return x < s.begin; });
   if (it == m.begin()) throw CompileError("internal: element outside mapping", -1, 0, 0);

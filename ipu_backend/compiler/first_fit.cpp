@@ -127,11 +127,26 @@ class ActiveSet {
 }  // namespace
 
 i64 placeFirstFit(std::vector<LiveRange>& ranges, i64 alignment) {
-  std::vector<LiveRange*> order;
-  order.reserve(ranges.size());
-  for (LiveRange& r : ranges) order.push_back(&r);
-  std::stable_sort(order.begin(), order.end(),
-                   [](const LiveRange* a, const LiveRange* b) { return a->start < b->start; });
+  // Start order, stable: a counting sort when the starts span few values (compute-set indices in
+  // the tile arenas), else a merge sort.
+  std::vector<LiveRange*> order(ranges.size());
+  i64 lo = 0, hi = -1;
+  if (!ranges.empty()) {
+    const auto [a, b] = std::minmax_element(
+        ranges.begin(), ranges.end(),
+        [](const LiveRange& x, const LiveRange& y) { return x.start < y.start; });
+    lo = a->start, hi = b->start;
+  }
+  if (hi - lo < 4 * static_cast<i64>(ranges.size()) + 64) {
+    std::vector<size_t> at(static_cast<size_t>(hi - lo + 2), 0);
+    for (const LiveRange& r : ranges) ++at[static_cast<size_t>(r.start - lo + 1)];
+    for (size_t k = 1; k < at.size(); ++k) at[k] += at[k - 1];
+    for (LiveRange& r : ranges) order[at[static_cast<size_t>(r.start - lo)]++] = &r;
+  } else {
+    for (size_t k = 0; k < ranges.size(); ++k) order[k] = &ranges[k];
+    std::stable_sort(order.begin(), order.end(),
+                     [](const LiveRange* a, const LiveRange* b) { return a->start < b->start; });
+  }
   ActiveSet active(alignment);
   // (end, offset) of the live entries, earliest end first: each entry is taken out once, when
   // the sweep passes its end.
