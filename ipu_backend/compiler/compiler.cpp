@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <map>
 #include <numeric>
 #include <string_view>
 #include <tuple>
 #include <unordered_map>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -548,6 +550,7 @@ class Planner : public ops::PlanApi {
                   Range red = {}, int part = 0) {
     Vertex v;
     v.tile = tile;
+    v.inputs.reserve(ins.size());
     for (const NeedWindow& w : ins) {
       Window win;
       win.buffer = w.buffer;
@@ -773,38 +776,39 @@ class Planner : public ops::PlanApi {
                        exe_.computeSets[it.gatherCs].name);
   }
 
+  // The slice of `buffer` that holds element `e`, as Executable::sliceOf, trying first the slice
+  // found last for that buffer (`hint`) and the next one: a compute set's windows mostly walk
+  // a buffer in order, and the binary search over millions of slices was 7% of a verdict.
+  const TileSlice& sliceNear(int buffer, i64 e, std::uint32_t& hint) const {
+    const std::vector<TileSlice>& m = exe_.mapping[static_cast<size_t>(buffer)];
+    auto holds = [&](size_t h) {
+      return h < m.size() && m[h].begin <= e && (h + 1 == m.size() || e < m[h + 1].begin);
+    };
+    for (const size_t h : {size_t{hint}, size_t{hint} + 1})
+      if (holds(h)) {
+        hint = static_cast<std::uint32_t>(h);
+        return m[h];
+      }
+    const TileSlice& s = exe_.sliceOf(buffer, e);
+    hint = static_cast<std::uint32_t>(&s - m.data());
+    return s;
+  }
+
   void allocateArenas() {
     const int T = static_cast<int>(t_.numTiles);
     const int nCs = static_cast<int>(exe_.computeSets.size());
-    // Liveness of every buffer in compute-set indices (threads scan blocks of compute sets).
-    std::vector<int> first(exe_.buffers.size(), nCs), last(exe_.buffers.size(), -1);
-#pragma omp parallel
-    {
-      std::vector<int> f(exe_.buffers.size(), nCs), l(exe_.buffers.size(), -1);
-#pragma omp for schedule(static) nowait
-      for (int c = 0; c < nCs; ++c) {
-        auto touch = [&](int b) {
-          f[b] = std::min(f[b], c);
-          l[b] = std::max(l[b], c);
-        };
-        for (const Vertex& v : exe_.computeSets[c].vertices) {
-          for (const Window& w : v.inputs) touch(w.buffer);
-          for (const OutRegion& o : v.outputs) touch(o.buffer);
-        }
-      }
-#pragma omp critical
-      for (size_t b = 0; b < first.size(); ++b) {
-        first[b] = std::min(first[b], f[b]);
-        last[b] = std::max(last[b], l[b]);
-      }
-    }
-    for (const Tensor& t : g_.tensors())
-      if (t.kind == TensorKind::Input) first[t.id] = -1;  // streamed in before the first set
-    for (int o : g_.outputs()) last[o] = nCs;             // streamed out after the last set
-
-    // Gather buffers: a vertex input window not contained in one local slice. Vertices on one
-    // tile that need the same window in the same compute set share one buffer and one exchange.
-    // Compute sets are independent: each marks its own windows (threads take compute sets).
+    const size_t nBuffers = exe_.buffers.size();
+    // One pass over every window (threads take compute sets): the liveness of every buffer in
+    // compute-set indices, and the gather buffers: a vertex input window not contained in one
+    // local slice. Vertices on one tile that need the same window in the same compute set share
+    // one buffer and one exchange; each tile counts the gathers it owns (its arena items).
+    std::vector<int> first(nBuffers, nCs), last(nBuffers, -1);
+    // Per compute set: the tiles that own gathers in it, how many each (in tile order).
+    struct TileGathers {
+      int tile;
+      std::size_t count, at;  // `at`: where they go in the tile's arena items (set below)
+    };
+    std::vector<std::vector<TileGathers>> ownedGathers(nCs);
     std::vector<std::vector<std::pair<Window*, Window*>>> sharedWindows(nCs);  // (dup, owner)
     struct Gather {
       int tile, buffer;
@@ -814,19 +818,28 @@ class Planner : public ops::PlanApi {
     };
 #pragma omp parallel
     {
+      std::vector<int> f(nBuffers, nCs), l(nBuffers, -1);
+      std::vector<std::uint32_t> hint(nBuffers, 0);
       std::vector<Gather> gathers, byTile;
       std::vector<std::size_t> tileStart(static_cast<size_t>(T) + 1);
-#pragma omp for schedule(dynamic, 4)
+#pragma omp for schedule(dynamic, 4) nowait
       for (int c = 0; c < nCs; ++c) {
         ComputeSet& cs = exe_.computeSets[c];
+        auto touch = [&](int b) {
+          f[b] = std::min(f[b], c);
+          l[b] = std::max(l[b], c);
+        };
         gathers.clear();
-        for (Vertex& v : cs.vertices)
+        for (Vertex& v : cs.vertices) {
           for (Window& w : v.inputs) {
-            const TileSlice& s = exe_.sliceOf(w.buffer, w.begin);
+            touch(w.buffer);
+            const TileSlice& s = sliceNear(w.buffer, w.begin, hint[w.buffer]);
             w.gather = !(s.tile == v.tile && w.end <= s.end);
             w.shared = false;
             if (w.gather) gathers.push_back({v.tile, w.buffer, w.begin, w.end, gathers.size(), &w});
           }
+          for (const OutRegion& o : v.outputs) touch(o.buffer);
+        }
         // Equal windows side by side: a counting sort by tile (stable, so each tile's windows
         // stay in vertex order), then each tile's few windows sorted (millions in a full step).
         std::fill(tileStart.begin(), tileStart.end(), 0);
@@ -855,72 +868,126 @@ class Planner : public ops::PlanApi {
             sharedWindows[c].emplace_back(b.window, owner);
           } else {
             owner = b.window;
+            std::vector<TileGathers>& owned = ownedGathers[c];
+            if (owned.empty() || owned.back().tile != b.tile) owned.push_back({b.tile, 0, 0});
+            ++owned.back().count;
           }
         }
       }
-    }
-    // Arena items: every buffer's slices, then one per owned gather window in compute-set and
-    // vertex order (the placement's order of ties).
-    std::vector<std::vector<Item>> items(T);
-    {
-      std::vector<size_t> count(T, 0);
-      for (const auto& m : exe_.mapping)
-        for (const TileSlice& s : m) ++count[s.tile];
-      for (const ComputeSet& cs : exe_.computeSets)
-        for (const Vertex& v : cs.vertices)
-          for (const Window& w : v.inputs) count[v.tile] += w.gather && !w.shared;
-      for (int t = 0; t < T; ++t) items[t].reserve(count[t]);
-    }
-    exe_.tileMemory.assign(T, {});
-    for (size_t b = 0; b < exe_.buffers.size(); ++b) {
-      const Buffer& buf = exe_.buffers[b];
-      for (TileSlice& s : exe_.mapping[b]) {
-        i64 bytes = (s.end - s.begin) * sizeOf(buf.dtype);
-        if (buf.alwaysLive) {
-          items[s.tile].push_back({-2, nCs + 1, bytes, &s.offset, static_cast<int>(b), -1});
-        } else {
-          int st = first[b], en = std::max(last[b], first[b]);
-          if (st > nCs) st = en = 0;  // never touched: still give it a home
-          items[s.tile].push_back({st, en, bytes, &s.offset, static_cast<int>(b), -1});
+#pragma omp critical
+      {
+        for (size_t b = 0; b < nBuffers; ++b) {
+          first[b] = std::min(first[b], f[b]);
+          last[b] = std::max(last[b], l[b]);
         }
       }
     }
-    for (int c = 0; c < nCs; ++c)
-      for (Vertex& v : exe_.computeSets[c].vertices)
-        for (Window& w : v.inputs)
-          if (w.gather && !w.shared)
-            items[v.tile].push_back({c, c, (w.end - w.begin) * sizeOf(exe_.buffers[w.buffer].dtype),
-                                     &w.gatherOffset, w.buffer, c});
+    for (const Tensor& t : g_.tensors())
+      if (t.kind == TensorKind::Input) first[t.id] = -1;  // streamed in before the first set
+    for (int o : g_.outputs()) last[o] = nCs;             // streamed out after the last set
+
+    // Arena items: every buffer's slices, then one per owned gather window in compute-set and
+    // vertex order (the placement's order of ties). Threads fill them side by side: each part of
+    // a tile's list (its slices of a block of buffers, its gathers of a compute set) has its
+    // place in the list worked out first.
+    exe_.tileMemory.assign(T, {});
+    std::vector<std::vector<Item>> items(T);
+    constexpr size_t kBufferBlocks = 16;
+    std::vector<size_t> blockBegin(kBufferBlocks + 1, nBuffers);  // blocks of about equal slices
+    {
+      size_t slices = 0, seen = 0, block = 0;
+      for (const auto& m : exe_.mapping) slices += m.size();
+      blockBegin[0] = 0;
+      for (size_t b = 0; b < nBuffers; ++b) {
+        while (block + 1 < kBufferBlocks && seen >= slices * (block + 1) / kBufferBlocks)
+          blockBegin[++block] = b;
+        seen += exe_.mapping[b].size();
+      }
+    }
+    // Per block and tile: how many slices, then where the block's slices start in the list.
+    std::vector<std::vector<size_t>> blockAt(kBufferBlocks, std::vector<size_t>(T, 0));
+#pragma omp parallel for schedule(dynamic, 1)
+    for (size_t k = 0; k < kBufferBlocks; ++k)
+      for (size_t b = blockBegin[k]; b < blockBegin[k + 1]; ++b)
+        for (const TileSlice& s : exe_.mapping[b]) ++blockAt[k][s.tile];
+    {
+      std::vector<size_t> listed(T, 0);
+      for (auto& at : blockAt)
+        for (int t = 0; t < T; ++t) listed[t] += std::exchange(at[t], listed[t]);
+      for (auto& owned : ownedGathers)
+        for (TileGathers& g : owned) g.at = std::exchange(listed[g.tile], listed[g.tile] + g.count);
+#pragma omp parallel for schedule(static)
+      for (int t = 0; t < T; ++t) items[t].resize(listed[t]);
+    }
     // Code and vertex state, always live.
     std::vector<i64> fixed(T, 0);
     // One codelet per (op kind, phase) a tile runs: a flat table per tile.
     int phases = 1;
     for (const ComputeSet& cs : exe_.computeSets) phases = std::max(phases, cs.phase + 1);
-    const size_t kinds = static_cast<size_t>(ops::kindCount());
-    std::vector<std::vector<char>> codelets(T, std::vector<char>(kinds * phases, 0));
+    const size_t keys = static_cast<size_t>(ops::kindCount()) * static_cast<size_t>(phases);
+    std::vector<char> codelets(static_cast<size_t>(T) * keys, 0);
     // Vertex state: a compute set runs at most one vertex per worker on a tile; the planner's
     // further vertices there are regions on the workers' work lists (a pointer and a size per
     // operand each), as Poplar's multi-region ("2D") and convolution vertices take them; a
-    // window the tile gathers once for several regions is one pointer.
-    std::vector<int> verticesOnTile(T, 0);
-    for (const ComputeSet& cs : exe_.computeSets) {
-      if (isReplicaOp(g_.op(cs.op).kind)) continue;  // no tile code: IPU-Links / host side
-      const size_t key = static_cast<size_t>(g_.op(cs.op).kind) * phases + cs.phase;
-      for (const Vertex& v : cs.vertices) {
-        if (++verticesOnTile[v.tile] <= t_.workersPerTile)
-          fixed[v.tile] += t_.vertexStateBytes;
-        else {  // an input window another region of the tile gathers too is the worker's
-          i64 operands = static_cast<i64>(v.outputs.size());
-          for (const Window& w : v.inputs) operands += !(w.gather && w.shared);
-          fixed[v.tile] += t_.workListBytesPerOperand * operands;
-        }
-        if (!codelets[v.tile][key]) {
-          codelets[v.tile][key] = 1;
-          fixed[v.tile] += t_.codeBytesPerCodelet;
+    // window the tile gathers once for several regions is one pointer. Counted beside the gather
+    // items, each thread with its own sums and codelet table, merged after.
+#pragma omp parallel
+    {
+#pragma omp for schedule(dynamic, 1) nowait
+      for (size_t k = 0; k < kBufferBlocks; ++k) {
+        std::vector<size_t>& next = blockAt[k];
+        for (size_t b = blockBegin[k]; b < blockBegin[k + 1]; ++b) {
+          const Buffer& buf = exe_.buffers[b];
+          int st = buf.alwaysLive ? -2 : first[b],
+              en = buf.alwaysLive ? nCs + 1 : std::max(last[b], first[b]);
+          if (!buf.alwaysLive && st > nCs) st = en = 0;  // never touched: still give it a home
+          for (TileSlice& s : exe_.mapping[b])
+            items[s.tile][next[s.tile]++] = {
+                st, en, (s.end - s.begin) * sizeOf(buf.dtype), &s.offset, static_cast<int>(b), -1};
         }
       }
-      for (const Vertex& v : cs.vertices) verticesOnTile[v.tile] = 0;
+      std::vector<size_t> next(T, 0);
+      std::vector<i64> bytes(static_cast<size_t>(T), 0);
+      std::vector<char> used(codelets.size(), 0);
+      std::vector<int> verticesOnTile(static_cast<size_t>(T), 0);
+#pragma omp for schedule(dynamic, 4) nowait
+      for (int c = 0; c < nCs; ++c) {
+        ComputeSet& cs = exe_.computeSets[c];
+        for (const TileGathers& g : ownedGathers[c]) next[g.tile] = g.at;
+        for (Vertex& v : cs.vertices)
+          for (Window& w : v.inputs)
+            if (w.gather && !w.shared)
+              items[v.tile][next[v.tile]++] = {
+                  c,
+                  c,
+                  (w.end - w.begin) * sizeOf(exe_.buffers[w.buffer].dtype),
+                  &w.gatherOffset,
+                  w.buffer,
+                  c};
+        if (isReplicaOp(g_.op(cs.op).kind)) continue;  // no tile code: IPU-Links / host side
+        const size_t key = static_cast<size_t>(g_.op(cs.op).kind) * phases + cs.phase;
+        for (const Vertex& v : cs.vertices) {
+          if (++verticesOnTile[v.tile] <= t_.workersPerTile)
+            bytes[v.tile] += t_.vertexStateBytes;
+          else {  // an input window another region of the tile gathers too is the worker's
+            i64 operands = static_cast<i64>(v.outputs.size());
+            for (const Window& w : v.inputs) operands += !(w.gather && w.shared);
+            bytes[v.tile] += t_.workListBytesPerOperand * operands;
+          }
+          used[static_cast<size_t>(v.tile) * keys + key] = 1;
+        }
+        for (const Vertex& v : cs.vertices) verticesOnTile[v.tile] = 0;
+      }
+#pragma omp critical
+      {
+        for (size_t t = 0; t < bytes.size(); ++t) fixed[t] += bytes[t];
+        for (size_t k = 0; k < used.size(); ++k) codelets[k] |= used[k];
+      }
     }
+    for (int t = 0; t < T; ++t)
+      fixed[t] += t_.codeBytesPerCodelet *
+                  std::count(codelets.begin() + static_cast<std::ptrdiff_t>(t * keys),
+                             codelets.begin() + static_cast<std::ptrdiff_t>((t + 1) * keys), 1);
 
     exe_.arenaBytes.assign(T, 0);
     // Tiles are placed independently (each writes only its own items and memory record).
@@ -1150,6 +1217,16 @@ i64 ComputeSet::exchangeBytes() const {
 
 const TileSlice& Executable::sliceOf(int buffer, i64 e) const {
   const auto& m = mapping.at(buffer);
+  // Where e would be if the slices were of one size (linear runs, channel blocks: most
+  // mappings, some with millions of slices), before the binary search.
+  const i64 elements = static_cast<size_t>(buffer) < buffers.size()
+                           ? buffers[static_cast<size_t>(buffer)].elements
+                           : 0;
+  if (elements > 0 && e >= 0 && e < elements) {
+    const size_t h = static_cast<size_t>(static_cast<double>(e) / static_cast<double>(elements) *
+                                         static_cast<double>(m.size()));
+    if (h < m.size() && m[h].begin <= e && (h + 1 == m.size() || e < m[h + 1].begin)) return m[h];
+  }
   auto it = std::upper_bound(m.begin(), m.end(), e,
                              [](i64 x, const TileSlice& s) { return x < s.begin; });
   if (it == m.begin()) throw CompileError("internal: element outside mapping", -1, 0, 0);

@@ -38,11 +38,12 @@ struct TileSlice {
 // Where a vertex reads one input from. If `gather` is false the window lies inside one slice on
 // the vertex's own tile and is read in place; otherwise the exchange fills a gather buffer of
 // (end - begin) elements at `gatherOffset` in the vertex's tile arena before the compute phase.
+// (The flags sit beside `buffer` so that a window is 32 bytes: a full step has tens of millions.)
 struct Window {
   int buffer = -1;
-  i64 begin = 0, end = 0;
   bool gather = false;
   bool shared = false;  // another vertex on the same tile gathers the same window: reuse it
+  i64 begin = 0, end = 0;
   i64 gatherOffset = 0;
 };
 
@@ -55,11 +56,11 @@ struct OutRegion {
 
 struct Vertex {
   int tile = 0;
+  int part = 0;  // which partial (row of a partials buffer) this vertex writes
   std::vector<Window> inputs;
   std::vector<OutRegion> outputs;
-  Range work;    // op-specific: output elements / channels / samples this vertex computes
-  Range red;     // op-specific reduction sub-range for partials (empty: none)
-  int part = 0;  // which partial (row of a partials buffer) this vertex writes
+  Range work;  // op-specific: output elements / channels / samples this vertex computes
+  Range red;   // op-specific reduction sub-range for partials (empty: none)
 };
 
 // A statically scheduled copy between tile arenas (src and dst byte offsets).

@@ -17,20 +17,45 @@ class ActiveSet {
 
   i64 rounded(i64 b) const { return (b + alignment_ - 1) / alignment_ * alignment_; }
 
-  // Lowest offset with `size` free bytes before the next live range; puts r there.
-  void place(LiveRange* r, i64 size) {
+  // A free gap: bytes [begin, limit) between live ranges (limit < 0: above the last), at
+  // position k of chunk c.
+  struct Gap {
+    size_t c, k;
+    i64 begin, limit;
+  };
+  // The lowest gap with `size` free bytes.
+  Gap lowestGap(i64 size) const {
     i64 prevEnd = 0;
     for (size_t c = 0; c < chunks_.size(); ++c) {
-      Chunk& ch = chunks_[c];
-      if (ch.v.front().offset - prevEnd >= size) return insert(c, 0, r, prevEnd, size);
+      const Chunk& ch = chunks_[c];
+      if (ch.v.front().offset - prevEnd >= size) return {c, 0, prevEnd, ch.v.front().offset};
       if (ch.maxGap >= size)
         for (size_t k = 1; k < ch.v.size(); ++k)
           if (ch.v[k].offset - ch.v[k - 1].end >= size)
-            return insert(c, k, r, ch.v[k - 1].end, size);
+            return {c, k, ch.v[k - 1].end, ch.v[k].offset};
       prevEnd = ch.v.back().end;
     }
-    if (chunks_.empty()) chunks_.emplace_back();
-    insert(chunks_.size() - 1, chunks_.back().v.size(), r, prevEnd, size);
+    return {chunks_.empty() ? 0 : chunks_.size() - 1, chunks_.empty() ? 0 : chunks_.back().v.size(),
+            prevEnd, -1};
+  }
+
+  // Places `n` ranges of `size` bytes one after another, each at the lowest offset free then:
+  // each gap the walk reaches takes as many as fit, packed from its start (an earlier gap held
+  // none before and holds none after), and they occupy it as one entry (they end together when
+  // the caller's run shares an end). Calls placed(offset, bytes) per entry.
+  template <typename F>
+  void placeRun(LiveRange* const* rs, size_t n, i64 size, F&& placed) {
+    for (size_t done = 0; done < n;) {
+      const Gap g = lowestGap(size);
+      const size_t fit = g.limit < 0
+                             ? n - done
+                             : std::min(n - done, static_cast<size_t>((g.limit - g.begin) / size));
+      for (size_t q = 0; q < fit; ++q) rs[done + q]->offset = g.begin + static_cast<i64>(q) * size;
+      if (chunks_.empty()) chunks_.emplace_back();
+      insert(g.c, g.k, g.begin, static_cast<i64>(fit) * size);
+      placed(g.begin, static_cast<i64>(fit) * size);
+      done += fit;
+    }
   }
 
   // Takes out the range at `offset` (each live range has its own offset).
@@ -60,8 +85,7 @@ class ActiveSet {
  private:
   static constexpr size_t kChunk = 64;
   struct Entry {
-    i64 offset, end;  // the bytes [offset, end) the range occupies (size rounded)
-    LiveRange* range;
+    i64 offset, end;  // the bytes [offset, end) a range (or a run of ranges) occupies, rounded
   };
   struct Chunk {
     std::vector<Entry> v;
@@ -74,14 +98,13 @@ class ActiveSet {
       ch.maxGap = std::max(ch.maxGap, ch.v[k].offset - ch.v[k - 1].end);
   }
 
-  void insert(size_t c, size_t k, LiveRange* r, i64 offset, i64 size) {
-    r->offset = offset;
+  void insert(size_t c, size_t k, i64 offset, i64 size) {
     Chunk& ch = chunks_[c];
     // The gap r lands in (inside the chunk, k in 1..n-1) splits in two smaller ones; at either
     // end of the chunk it adds one internal gap.
     const bool inside = k > 0 && k < ch.v.size();
     const i64 split = inside ? ch.v[k].offset - ch.v[k - 1].end : -1;
-    ch.v.insert(ch.v.begin() + static_cast<std::ptrdiff_t>(k), Entry{offset, offset + size, r});
+    ch.v.insert(ch.v.begin() + static_cast<std::ptrdiff_t>(k), Entry{offset, offset + size});
     if (ch.v.size() > 2 * kChunk) {
       Chunk tail;
       tail.v.assign(ch.v.begin() + kChunk, ch.v.end());
@@ -104,30 +127,54 @@ class ActiveSet {
 }  // namespace
 
 i64 placeFirstFit(std::vector<LiveRange>& ranges, i64 alignment) {
-  std::vector<LiveRange*> order;
-  order.reserve(ranges.size());
-  for (LiveRange& r : ranges) order.push_back(&r);
-  std::stable_sort(order.begin(), order.end(),
-                   [](const LiveRange* a, const LiveRange* b) { return a->start < b->start; });
+  // Start order, stable: a counting sort when the starts span few values (compute-set indices in
+  // the tile arenas), else a merge sort.
+  std::vector<LiveRange*> order(ranges.size());
+  i64 lo = 0, hi = -1;
+  if (!ranges.empty()) {
+    const auto [a, b] = std::minmax_element(
+        ranges.begin(), ranges.end(),
+        [](const LiveRange& x, const LiveRange& y) { return x.start < y.start; });
+    lo = a->start, hi = b->start;
+  }
+  if (hi - lo < 4 * static_cast<i64>(ranges.size()) + 64) {
+    std::vector<size_t> at(static_cast<size_t>(hi - lo + 2), 0);
+    for (const LiveRange& r : ranges) ++at[static_cast<size_t>(r.start - lo + 1)];
+    for (size_t k = 1; k < at.size(); ++k) at[k] += at[k - 1];
+    for (LiveRange& r : ranges) order[at[static_cast<size_t>(r.start - lo)]++] = &r;
+  } else {
+    for (size_t k = 0; k < ranges.size(); ++k) order[k] = &ranges[k];
+    std::stable_sort(order.begin(), order.end(),
+                     [](const LiveRange* a, const LiveRange* b) { return a->start < b->start; });
+  }
   ActiveSet active(alignment);
-  // (end, offset) of the live ranges, earliest end first: each range is taken out once, when
+  // (end, offset) of the live entries, earliest end first: each entry is taken out once, when
   // the sweep passes its end.
   using Live = std::pair<i64, i64>;
   std::priority_queue<Live, std::vector<Live>, std::greater<>> ends;
   i64 extent = 0;
-  for (LiveRange* r : order) {
+  for (size_t i = 0; i < order.size();) {
+    LiveRange* r = order[i];
     while (!ends.empty() && ends.top().first < r->start) {
       active.erase(ends.top().second);
       ends.pop();
     }
     const i64 size = active.rounded(r->bytes);
+    // The run of ranges after r with its lifetime and size (a tile's slices of one buffer, its
+    // equal gathers of one compute set: thousands in a full step) is placed in one walk.
+    size_t j = i + 1;
+    while (j < order.size() && order[j]->start == r->start && order[j]->end == r->end &&
+           active.rounded(order[j]->bytes) == size)
+      ++j;
     if (size == 0) {  // occupies nothing: offset 0, as the lowest offset that fits
-      r->offset = 0;
-      continue;
+      for (size_t k = i; k < j; ++k) order[k]->offset = 0;
+    } else {
+      active.placeRun(order.data() + i, j - i, size, [&](i64 offset, i64 bytes) {
+        extent = std::max(extent, offset + bytes);
+        ends.push({r->end, offset});
+      });
     }
-    active.place(r, size);
-    extent = std::max(extent, r->offset + size);
-    ends.push({r->end, r->offset});
+    i = j;
   }
   return extent;
 }
