@@ -63,6 +63,22 @@ inline void store(float* p, Lanes<W> v) {
   std::memcpy(p, &v, sizeof v);
 }
 
+// W f32 values rounded to bf16 (nearest even; NaN stays a quiet NaN): precision::toBF16's bits.
+template <int W>
+inline void store(std::uint16_t* p, Lanes<W> v) {
+  if constexpr (W == 1) {
+    *p = precision::toBF16(v).bits;
+  } else {
+    using Words = typename Bf16Vec<W>::Words;
+    const Words x = std::bit_cast<Words>(v);
+    const Words rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+    const Words quietNan = (x >> 16) | 0x40u;
+    const Words bits = (x & 0x7fffffffu) > 0x7f800000u ? quietNan : rounded;
+    const auto h = __builtin_convertvector(bits, typename Bf16Vec<W>::Bits);
+    std::memcpy(p, &h, sizeof h);
+  }
+}
+
 // The output columns [begin, end) whose tap at input column offset `offset` (= s * dil - pad)
 // lands inside [0, w): 0 <= ow * stride + offset < w.
 void validColumns(i64 outW, i64 w, i64 stride, i64 offset, i64* begin, i64* end) {
@@ -204,7 +220,120 @@ void weightGrad(const Conv2dShape& s, int team, float* part, const T* x, const T
     }
 }
 
+// ---- forward and data gradient ---------------------------------------------------------------
+
+// Channels [ch, ch + G * W) of one output row: per pixel, G independent sums over the taps.
+template <int W, int G, typename T>
+void pixelRow(const DepthwiseConv::Taps& cols, const DepthwiseConv::Tap* rowBegin,
+              const DepthwiseConv::Tap* rowEnd, const T* inImage, i64 inRowElems, const float* w,
+              T* outRow, i64 c, i64 ch) {
+  const i64 outCols = static_cast<i64>(cols.begin.size()) - 1;
+  for (i64 col = 0; col < outCols; ++col) {
+    Lanes<W> acc[G] = {};
+    const DepthwiseConv::Tap* colBegin = cols.taps.data() + cols.begin[col];
+    const DepthwiseConv::Tap* colEnd = cols.taps.data() + cols.begin[col + 1];
+    for (const DepthwiseConv::Tap* r = rowBegin; r != rowEnd; ++r) {
+      const T* in = inImage + r->input * inRowElems + ch;
+      const float* wr = w + r->weight + ch;
+      for (const DepthwiseConv::Tap* q = colBegin; q != colEnd; ++q) {
+#pragma GCC unroll 4
+        for (int g = 0; g < G; ++g)
+          acc[g] += load<W>(in + q->input + g * W) * load<W>(wr + q->weight + g * W);
+      }
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) store<W>(outRow + col * c + ch + g * W, acc[g]);
+  }
+}
+
+template <typename T>
+void depthwiseRows(const DepthwiseConv::Taps& rows, const DepthwiseConv::Taps& cols, i64 n,
+                   i64 inRows, i64 inCols, i64 c, int team, const T* in, const float* w, T* out) {
+  const i64 outRows = static_cast<i64>(rows.begin.size()) - 1;
+  const i64 outCols = static_cast<i64>(cols.begin.size()) - 1;
+  const i64 inRowElems = inCols * c;
+  forThreadRanges(team, n * outRows, [&](int, i64 begin, i64 end) {
+    for (i64 row = begin; row < end; ++row) {
+      const i64 image = row / outRows, i = row % outRows;
+      const T* inImage = in + image * inRows * inRowElems;
+      const DepthwiseConv::Tap* rowBegin = rows.taps.data() + rows.begin[i];
+      const DepthwiseConv::Tap* rowEnd = rows.taps.data() + rows.begin[i + 1];
+      T* outRow = out + row * outCols * c;
+      i64 ch = 0;
+      for (; ch + 4 * kLanes <= c; ch += 4 * kLanes)
+        pixelRow<kLanes, 4>(cols, rowBegin, rowEnd, inImage, inRowElems, w, outRow, c, ch);
+      for (; ch + kLanes <= c; ch += kLanes)
+        pixelRow<kLanes, 1>(cols, rowBegin, rowEnd, inImage, inRowElems, w, outRow, c, ch);
+      if (kLanes > 8 && ch + 8 <= c)
+        pixelRow<8, 1>(cols, rowBegin, rowEnd, inImage, inRowElems, w, outRow, c, ch), ch += 8;
+      for (; ch < c; ++ch)
+        pixelRow<1, 1>(cols, rowBegin, rowEnd, inImage, inRowElems, w, outRow, c, ch);
+    }
+  });
+}
+
+// The taps of each of `outSize` outputs along one axis (rows or columns): forward, the inputs
+// o * stride - pad + k * dil inside [0, inSize); data gradient, the outputs o' of the forward
+// with o' * stride - pad + k * dil = o. weightStep and inputStep scale the tap index and the
+// input position into offsets.
+DepthwiseConv::Taps axisTaps(bool forward, i64 outSize, i64 inSize, i64 taps, i64 stride, i64 pad,
+                             i64 dil, i64 weightStep, i64 inputStep) {
+  DepthwiseConv::Taps t;
+  t.begin.push_back(0);
+  for (i64 o = 0; o < outSize; ++o) {
+    for (i64 k = 0; k < taps; ++k) {
+      i64 input = -1;
+      if (forward) {
+        input = o * stride - pad + k * dil;
+      } else {
+        const i64 num = o + pad - k * dil;
+        if (num >= 0 && num % stride == 0) input = num / stride;
+      }
+      if (input >= 0 && input < inSize) t.taps.push_back({k * weightStep, input * inputStep});
+    }
+    t.begin.push_back(static_cast<i64>(t.taps.size()));
+  }
+  return t;
+}
+
 }  // namespace
+
+DepthwiseConv::DepthwiseConv(Pass pass, const Conv2dShape& s, ElementType type)
+    : s_(s), type_(type) {
+  const bool forward = pass == Pass::Forward;
+  inRows_ = forward ? s.h : s.outH(), inCols_ = forward ? s.w : s.outW();
+  outRows_ = forward ? s.outH() : s.h, outCols_ = forward ? s.outW() : s.w;
+  rows_ = axisTaps(forward, outRows_, inRows_, s.r, s.strideH, s.padTop, s.dilH, s.s * s.c, 1);
+  cols_ = axisTaps(forward, outCols_, inCols_, s.s, s.strideW, s.padLeft, s.dilW, s.c, s.c);
+  const i64 rows = s.n * outRows_;
+  team_ = teamFor(rows, rows * outCols_ * s.c * s.r * s.s);
+  (void)weights();  // grows this thread's buffer now rather than in a step
+}
+
+float* DepthwiseConv::weights() const {
+  thread_local std::vector<float> buffer;
+  const i64 elements = s_.r * s_.s * s_.c;
+  if (static_cast<i64>(buffer.size()) < elements) buffer.resize(static_cast<size_t>(elements));
+  return buffer.data();
+}
+
+void DepthwiseConv::run(const void* in, const void* w, void* out) const {
+  // [C, R, S] -> [R, S, C] in f32: a tap's channels contiguous, as the activations'.
+  float* wt = weights();
+  const i64 c = s_.c, taps = s_.r * s_.s;
+  for (i64 ch = 0; ch < c; ++ch)
+    for (i64 tap = 0; tap < taps; ++tap)
+      wt[tap * c + ch] = type_ == ElementType::BF16
+                             ? precision::toFloat(precision::bf16{
+                                   static_cast<const std::uint16_t*>(w)[ch * taps + tap]})
+                             : static_cast<const float*>(w)[ch * taps + tap];
+  if (type_ == ElementType::BF16)
+    return depthwiseRows(rows_, cols_, s_.n, inRows_, inCols_, c, team_,
+                         static_cast<const std::uint16_t*>(in), wt,
+                         static_cast<std::uint16_t*>(out));
+  depthwiseRows(rows_, cols_, s_.n, inRows_, inCols_, c, team_, static_cast<const float*>(in), wt,
+                static_cast<float*>(out));
+}
 
 void DepthwiseWeightGrad::run(const void* x, const void* dy, void* dw) const {
   if (type_ == ElementType::BF16)

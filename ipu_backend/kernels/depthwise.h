@@ -1,10 +1,13 @@
-// Internal: our depthwise convolution weight gradient (one channel per group, NHWC; f32 or bf16
-// operands, f32 sums).
+// Internal: our depthwise convolutions, all three passes (one channel per group, NHWC; f32 or
+// bf16 operands, f32 sums).
 // oneDNN 2.6 has a dedicated depthwise weight-gradient kernel only for some shapes: its 5x5
 // ones (EfficientNet's) fall back to its generic direct kernel at ~1.6 GMAC/s, a fifth of an
 // EfficientNet-B4 step at 380x380 (bf16: two fifths); this loop runs them vectorised over the
-// channels.
+// channels. Its forward and data-gradient kernels on NHWC ran at 3-9 GMAC/s (f32, one thread),
+// ~9% of the f32 step; DepthwiseConv runs both as one loop over tap tables.
 #pragma once
+
+#include <vector>
 
 #include "ipu_backend/kernels/kernel_types.h"
 
@@ -27,6 +30,43 @@ class DepthwiseWeightGrad {
 
   Conv2dShape s_;
   ElementType type_;
+  int team_ = 1;
+};
+
+// The forward y = x (*) w or the data gradient dx = dy (*)^T w. Both are
+//   out[n, i, j, c] = sum over the row taps (r, i') of i and the column taps (q, j') of j of
+//                     in[n, i', j', c] * w[c, r, q]
+// where the forward's taps of output row i are the input rows i' = i * stride - pad + r * dil
+// inside the image, and the data gradient's taps of input row i are the output rows i' with
+// i' * stride - pad + r * dil = i (the same for columns). The tables are built once; the loop
+// walks them per output pixel, vectorised over up to four registers of channels (independent
+// sums, so the FMA latency is hidden). The sum's order is the taps' (rows, then columns): the
+// same bits for any thread count. bf16: in, w and out in bf16, products and sums in f32, out
+// rounded to nearest even once.
+class DepthwiseConv {
+ public:
+  enum class Pass { Forward, BackwardData };
+  DepthwiseConv(Pass pass, const Conv2dShape& s, ElementType type);
+  // Forward: (x, w) -> y; BackwardData: (dy, w) -> dx. w: [C, R, S] (the gohwi weights).
+  void run(const void* in, const void* w, void* out) const;
+
+  struct Tap {
+    i64 weight;  // the tap's offset in the [R, S, C] weights: r * S * C or q * C
+    i64 input;   // the input row's index (rows) or the input column's offset j' * C (columns)
+  };
+  // Taps of one output row (or column): taps[begin[i] .. begin[i + 1]).
+  struct Taps {
+    std::vector<i64> begin;
+    std::vector<Tap> taps;
+  };
+
+ private:
+  float* weights() const;  // this thread's [R, S, C] f32 copy of w, refreshed by run()
+
+  Conv2dShape s_;
+  ElementType type_;
+  i64 inRows_ = 0, inCols_ = 0, outRows_ = 0, outCols_ = 0;
+  Taps rows_, cols_;
   int team_ = 1;
 };
 

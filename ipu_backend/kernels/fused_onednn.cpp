@@ -290,13 +290,13 @@ enum class ConvPass {
 
 // How a pass runs: a oneDNN convolution primitive, or a matmul over the pixels as they are
 // (pointwise), over the im2col patch matrix (f32 only) or over the strided pixels, or our
-// Winograd F(4x4, 3x3) (f32 only; winograd.h), or our depthwise weight gradient (depthwise.h).
+// Winograd F(4x4, 3x3) (f32 only; winograd.h), or our depthwise kernels (depthwise.h).
 enum class ConvRoute { Primitive, Pointwise, Im2col, Strided, Winograd, Depthwise };
 
 // The rules above, per pass and element type (a fixed rule, not a timing: every process picks
 // the same kernels).
 ConvRoute convRoute(ConvPass pass, const Conv2dShape& s, ElementType t) {
-  if (pass == ConvPass::BackwardFilter && detail::depthwiseShape(s)) return ConvRoute::Depthwise;
+  if (detail::depthwiseShape(s)) return ConvRoute::Depthwise;
   if (t == ElementType::BF16) {
     if (pointwise(s)) return ConvRoute::Pointwise;
     if (detail::pointwiseStrided(s)) return ConvRoute::Strided;
@@ -336,9 +336,18 @@ class ConvKernel {
       implementation_ = "winograd F(4x4,3x3) (ours) + batched matmul";
       return;
     }
-    if (route_ == ConvRoute::Depthwise) {
-      depthwise_ = std::make_unique<detail::DepthwiseWeightGrad>(s, t);
+    if (route_ == ConvRoute::Depthwise && pass == ConvPass::BackwardFilter) {
+      depthwiseWeightGrad_ = std::make_unique<detail::DepthwiseWeightGrad>(s, t);
       implementation_ = "depthwise weight gradient (ours)";
+      return;
+    }
+    if (route_ == ConvRoute::Depthwise) {
+      const bool forward = pass == ConvPass::Forward;
+      depthwise_ = std::make_unique<detail::DepthwiseConv>(
+          forward ? detail::DepthwiseConv::Pass::Forward
+                  : detail::DepthwiseConv::Pass::BackwardData,
+          s, t);
+      implementation_ = forward ? "depthwise forward (ours)" : "depthwise data gradient (ours)";
       return;
     }
     // The gemm's rows: the pixels; its inner columns: C (or the R*S*C patch of im2col).
@@ -401,6 +410,7 @@ class ConvKernel {
         return winograd_->run(static_cast<const float*>(in0), static_cast<const float*>(in1),
                               static_cast<float*>(out));
       case ConvRoute::Depthwise:
+        if (depthwiseWeightGrad_) return depthwiseWeightGrad_->run(in0, in1, out);
         return depthwise_->run(in0, in1, out);
     }
   }
@@ -553,7 +563,8 @@ class ConvKernel {
   std::unique_ptr<Im2col> patches_;
   std::unique_ptr<detail::StridedPixels> pixels_;
   std::unique_ptr<detail::WinogradF43> winograd_;
-  std::unique_ptr<detail::DepthwiseWeightGrad> depthwise_;
+  std::unique_ptr<detail::DepthwiseWeightGrad> depthwiseWeightGrad_;
+  std::unique_ptr<detail::DepthwiseConv> depthwise_;
 };
 
 }  // namespace

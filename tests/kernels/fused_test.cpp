@@ -143,6 +143,58 @@ TEST_F(Fused, DepthwiseWeightGradIsOursAndMatchesTheReference) {
   }
 }
 
+// The depthwise forward and data gradient run our tap-table loop too, in f32 and bf16, against
+// the reference: four-register channel groups (72 = 4 x 16 + 8), one-register, 8- and 1-lane
+// tails, strides 1 and 2 (the data gradient's taps skip the odd rows and columns), dilation,
+// padding on one side only, and enough rows for two threads.
+TEST_F(Fused, DepthwiseForwardAndDataGradAreOursAndMatchTheReference) {
+  Conv2dShape asym = conv(2, 15, 20, 20, 5, 1, 2, 20);
+  asym.s = 3, asym.w = 17, asym.padLeft = 0, asym.padRight = 2, asym.strideW = 2, asym.dilH = 2;
+  unsigned seed = 400;
+  for (const auto& [name, s] : std::vector<ConvCase>{{"k3s1c72", conv(2, 17, 72, 72, 3, 1, 1, 72)},
+                                                     {"k5s2c72", conv(2, 19, 72, 72, 5, 2, 2, 72)},
+                                                     {"k3s2c40", conv(2, 23, 40, 40, 3, 2, 1, 40)},
+                                                     {"k5s1c24", conv(3, 20, 24, 24, 5, 1, 2, 24)},
+                                                     {"k3s1c5", conv(2, 30, 5, 5, 3, 1, 1, 5)},
+                                                     {"k5x3asym", asym}}) {
+    SCOPED_TRACE(name);
+    const Vec x = randomVec(s.inputElems(), seed++), w = randomVec(s.weightElems(), seed++),
+              dy = randomVec(s.outputElems(), seed++);
+    Vec y(s.outputElems(), 7.0f), dx(s.inputElems(), 7.0f);
+    fused::Conv2dForward fwd(s);
+    fused::Conv2dBackwardData bwdData(s);
+    EXPECT_EQ(fwd.implementation(), "depthwise forward (ours)");
+    EXPECT_EQ(bwdData.implementation(), "depthwise data gradient (ours)");
+    fwd.run(x.data(), w.data(), y.data());
+    bwdData.run(dy.data(), w.data(), dx.data());
+    EXPECT_TRUE(closeRel(y, testing::refConvFwd(s, x, w), kTol));
+    EXPECT_TRUE(closeRel(dx, testing::refConvBwdData(s, dy, w), kTol));
+
+    // bf16 operands: f32 products and sums (exact products), the output rounded to bf16 once.
+    using precision::bf16;
+    auto rounded = [](const Vec& v, std::vector<bf16>* bits) {
+      bits->resize(v.size());
+      precision::toBF16(v.data(), bits->data(), static_cast<i64>(v.size()));
+      Vec f(v.size());
+      precision::toFloat(bits->data(), f.data(), static_cast<i64>(v.size()));
+      return f;
+    };
+    std::vector<bf16> xb, wb, dyb, yb(y.size()), dxb(dx.size());
+    const Vec xr = rounded(x, &xb), wr = rounded(w, &wb), dyr = rounded(dy, &dyb);
+    fused::Conv2dForward fwdBf16(s, ElementType::BF16);
+    fused::Conv2dBackwardData bwdDataBf16(s, ElementType::BF16);
+    EXPECT_EQ(fwdBf16.implementation(), "depthwise forward (ours)");
+    EXPECT_EQ(bwdDataBf16.implementation(), "depthwise data gradient (ours)");
+    fwdBf16.run(xb.data(), wb.data(), yb.data());
+    bwdDataBf16.run(dyb.data(), wb.data(), dxb.data());
+    Vec yr(y.size()), dxr(dx.size());
+    precision::toFloat(yb.data(), yr.data(), static_cast<i64>(y.size()));
+    precision::toFloat(dxb.data(), dxr.data(), static_cast<i64>(dx.size()));
+    EXPECT_TRUE(closeRel(yr, testing::refConvFwd(s, xr, wr), 1e-2f));
+    EXPECT_TRUE(closeRel(dxr, testing::refConvBwdData(s, dyr, wr), 1e-2f));
+  }
+}
+
 // bf16 convolutions (native oneDNN bf16: pointwise stride-1 ones run as matmuls) against the f32
 // reference on the same bf16-rounded operands: within bf16 output rounding (2^-8) plus the
 // different accumulation order.
