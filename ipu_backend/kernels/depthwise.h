@@ -40,9 +40,10 @@ class DepthwiseWeightGrad {
 // inside the image, and the data gradient's taps of input row i are the output rows i' with
 // i' * stride - pad + r * dil = i (the same for columns). The tables are built once; the loop
 // walks them per output pixel, vectorised over up to four registers of channels (independent
-// sums, so the FMA latency is hidden). The sum's order is the taps' (rows, then columns): the
-// same bits for any thread count. bf16: in, w and out in bf16, products and sums in f32, out
-// rounded to nearest even once.
+// sums, so the FMA latency is hidden); inside the image, where a row's column taps are evenly
+// spaced, eight pixels at a time share each weight load. The sum's order is the taps' (rows, then
+// columns): the same bits for any thread count. bf16: in, w and out in bf16, products and sums in
+// f32, out rounded to nearest even once.
 class DepthwiseConv {
  public:
   enum class Pass { Forward, BackwardData };
@@ -59,6 +60,12 @@ class DepthwiseConv {
     std::vector<i64> begin;
     std::vector<Tap> taps;
   };
+  // The output columns [first, last) whose S column taps all lie inside the input, at input
+  // columns col * step + offset + q * dil (q = 0..S-1; the data gradient: stride 1 only). There
+  // a block of output pixels shares each weight load.
+  struct RegularColumns {
+    i64 first = 0, last = 0, step = 1, offset = 0, dil = 1, s = 1;
+  };
 
  private:
   float* weights() const;  // this thread's [R, S, C] f32 copy of w, refreshed by run()
@@ -67,6 +74,7 @@ class DepthwiseConv {
   ElementType type_;
   i64 inRows_ = 0, inCols_ = 0, outRows_ = 0, outCols_ = 0;
   Taps rows_, cols_;
+  RegularColumns regular_;
   int team_ = 1;
 };
 
