@@ -697,6 +697,14 @@ void depthwiseArgs(benchmark::internal::Benchmark* b) {
 }
 void pointwiseArgs(benchmark::internal::Benchmark* b) {
   b->ArgNames({"hw", "c", "k"})
+      ->Args({95, 24, 144})
+      ->Args({95, 144, 24})
+      ->Args({48, 192, 32})
+      ->Args({24, 336, 56})
+      ->Args({12, 960, 160})
+      ->Args({48, 32, 192})
+      ->Args({24, 56, 336})
+      ->Args({12, 160, 960})
       ->Args({28, 128, 512})
       ->Args({14, 256, 1024})
       ->Args({14, 1024, 256})

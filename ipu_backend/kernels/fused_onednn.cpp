@@ -144,6 +144,18 @@ bool pointwiseDataGradAsMatMul(const Conv2dShape& s) {
           s.k * s.c <= kPointwiseDataGradMatMulMaxWeights);
 }
 
+// The f32 weight gradient of a pointwise convolution over up to 73,728 pixels is a matmul too,
+// dW[K,C] = dy^T x: oneDNN's jit_1x1 backward-weights kernel ran 1.1-1.8x slower than its
+// matmul on EfficientNet-B4's shapes at batch 8 (18,432-73,728 pixels, C x K from 32 x 192 to
+// 960 x 160) and 1.1-1.3x on ResNet-50's at 28x28 and 14x14 (batch 32), 1 and 2 threads; over
+// 288,800 pixels (EfficientNet's 190x190 stage) the convolution was 1.3-1.5x faster
+// (kernels_bench BM_OursPointwiseBackwardFilter, AVX-512, loaded host, 2026-12-07).
+constexpr i64 kPointwiseWeightGradMatMulMaxPixels = 73728;
+
+bool pointwiseWeightGradAsMatMul(const Conv2dShape& s) {
+  return pointwise(s) && s.n * s.h * s.w <= kPointwiseWeightGradMatMulMaxPixels;
+}
+
 MatMulShape pointwiseGemm(i64 m, i64 k, i64 n, bool transA, bool transB) {
   MatMulShape g;
   g.m = m, g.k = k, g.n = n, g.transA = transA, g.transB = transB;
@@ -305,6 +317,7 @@ ConvRoute convRoute(ConvPass pass, const Conv2dShape& s, ElementType t) {
   const KernelRule rule = activeKernelRule();
   if (winogradShape(s) && rule.conv3x3 == Conv3x3Kernel::OwnWinograd) return ConvRoute::Winograd;
   bool gemm = pass == ConvPass::BackwardData ? pointwiseDataGradAsMatMul(s) : pointwiseAsMatMul(s);
+  if (pass == ConvPass::BackwardFilter) gemm = gemm || pointwiseWeightGradAsMatMul(s);
   if (rule.smallImagePointwiseMatMul && pointwise(s))
     gemm = gemm ||
            s.h * s.w <= (pass == ConvPass::BackwardFilter ? kAvx2PointwiseWeightGradMaxImagePixels
@@ -660,7 +673,8 @@ std::string describe(const KernelRule& rule) {
          ": f32 conv 3x3 stride 1 (>= 64 channels, >= " + std::to_string(kWinogradMinSide) + "x" +
          std::to_string(kWinogradMinSide) + " outputs) = " + conv3x3 +
          "; pointwise <= " + std::to_string(kPointwiseMatMulMaxPixels) +
-         " pixels, strided pointwise, im2col onto <= 4x4 = matmul (oneDNN)" +
+         " pixels (weight gradient <= " + std::to_string(kPointwiseWeightGradMatMulMaxPixels) +
+         "), strided pointwise, im2col onto <= 4x4 = matmul (oneDNN)" +
          (rule.smallImagePointwiseMatMul
               ? "; pointwise onto <= 14x14, weight gradient over <= 28x28 = matmul"
               : "") +
