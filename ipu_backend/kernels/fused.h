@@ -257,6 +257,10 @@ class GeluTanh {
 void unary(UnaryKind kind, float alpha, const float* x, float* y, i64 count);
 void unaryGrad(UnaryKind kind, float alpha, const float* x, const float* dy, float* dx, i64 count);
 void binary(BinaryKind kind, const BroadcastShape& s, const float* a, const float* b, float* y);
+// The same on bf16 operands (their bits): computed in f32, rounded to nearest even, the bits of
+// binary() on the widened operands rounded afterwards.
+void binaryBf16(BinaryKind kind, const BroadcastShape& s, const std::uint16_t* a,
+                const std::uint16_t* b, std::uint16_t* y);
 // sum(x^2) over `count` elements in one read: per-thread double partials, added in thread order
 // (deterministic for a thread count).
 float sumOfSquares(const float* x, i64 count);

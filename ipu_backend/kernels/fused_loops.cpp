@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
@@ -16,6 +17,7 @@
 #include "ipu_backend/kernels/fused.h"
 #include "ipu_backend/kernels/onednn_common.h"
 #include "ipu_backend/kernels/parallel_ranges.h"
+#include "ipu_backend/precision/half.h"
 
 namespace ipu::kernels::fused {
 namespace {
@@ -212,8 +214,11 @@ void binaryRow(const float* a, i64 sa, const float* b, i64 sb, float* y, i64 n) 
   }
 }
 
-template <BinaryKind K>
-void binaryLoop(const Collapsed& c, const float* a, const float* b, float* y) {
+// Walks the output over the team in runs along the innermost dimension: run(aOff, bOff, e, len)
+// for len output elements from element e, whose operands start at aOff / bOff and step by
+// c.sa / c.sb of the innermost dimension.
+template <typename Run>
+void broadcastRuns(const Collapsed& c, Run&& run) {
   const int inner = c.rank - 1;
   const i64 cols = c.dims[inner];
   i64 total = 1;
@@ -231,8 +236,7 @@ void binaryLoop(const Collapsed& c, const float* a, const float* b, float* y) {
     }
     for (i64 e = begin; e < end;) {
       const i64 len = std::min(cols - col, end - e);
-      binaryRow<K>(a + aOff + col * c.sa[inner], c.sa[inner], b + bOff + col * c.sb[inner],
-                   c.sb[inner], y + e, len);
+      run(aOff + col * c.sa[inner], bOff + col * c.sb[inner], e, len);
       e += len;
       col = 0;
       for (int d = inner - 1; d >= 0; --d) {
@@ -243,6 +247,41 @@ void binaryLoop(const Collapsed& c, const float* a, const float* b, float* y) {
         bOff -= c.sb[d] * c.dims[d];
         coord[d] = 0;
       }
+    }
+  });
+}
+
+template <BinaryKind K>
+void binaryLoop(const Collapsed& c, const float* a, const float* b, float* y) {
+  const i64 sa = c.sa[c.rank - 1], sb = c.sb[c.rank - 1];
+  broadcastRuns(c, [&](i64 aOff, i64 bOff, i64 e, i64 len) {
+    binaryRow<K>(a + aOff, sa, b + bOff, sb, y + e, len);
+  });
+}
+
+// n bf16 values from p at element stride `stride` widened into f32 (stride 0: one value).
+void widenRun(const std::uint16_t* p, i64 stride, float* out, i64 n) {
+  if (stride == 1) return precision::toFloat(reinterpret_cast<const precision::bf16*>(p), out, n);
+  for (i64 i = 0; i < (stride == 0 ? 1 : n); ++i)
+    out[i] = precision::toFloat(precision::bf16{p[i * stride]});
+}
+
+// bf16 operands: each run widened, computed and rounded in blocks that stay in L1, with
+// precision's bulk conversions (the engine's): the bits of widening the whole tensors,
+// computing in f32 and rounding back, without their three extra passes over memory.
+template <BinaryKind K>
+void binaryLoopBf16(const Collapsed& c, const std::uint16_t* a, const std::uint16_t* b,
+                    std::uint16_t* y) {
+  const i64 sa = c.sa[c.rank - 1], sb = c.sb[c.rank - 1];
+  broadcastRuns(c, [&](i64 aOff, i64 bOff, i64 e, i64 len) {
+    constexpr i64 kBlock = 512;
+    float fa[kBlock], fb[kBlock], fy[kBlock];
+    for (i64 i = 0; i < len; i += kBlock) {
+      const i64 n = std::min(kBlock, len - i);
+      widenRun(a + aOff + i * sa, sa, fa, n);
+      widenRun(b + bOff + i * sb, sb, fb, n);
+      binaryRow<K>(fa, sa == 0 ? 0 : 1, fb, sb == 0 ? 0 : 1, fy, n);
+      precision::toBF16(fy, reinterpret_cast<precision::bf16*>(y + e + i), n);
     }
   });
 }
@@ -379,6 +418,12 @@ void unaryGrad(UnaryKind kind, float alpha, const float* x, const float* dy, flo
 void binary(BinaryKind kind, const BroadcastShape& s, const float* a, const float* b, float* y) {
   const Collapsed c = collapse(s);
   dispatchBinary(kind, [&]<BinaryKind K>() { binaryLoop<K>(c, a, b, y); });
+}
+
+void binaryBf16(BinaryKind kind, const BroadcastShape& s, const std::uint16_t* a,
+                const std::uint16_t* b, std::uint16_t* y) {
+  const Collapsed c = collapse(s);
+  dispatchBinary(kind, [&]<BinaryKind K>() { binaryLoopBf16<K>(c, a, b, y); });
 }
 
 float sumOfSquares(const float* x, i64 count) {
