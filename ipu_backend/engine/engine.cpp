@@ -344,7 +344,9 @@ struct Engine::Impl {
     // no oneDNN bf16 primitives: the conversion path below serves them.
     if (const ops::OpInfo* info = ops::find(op.kind); info && info->nativeFused) {
       if (auto native = makeNativeFused(*info, op)) return native;
-      if (fusion.role[op.id] != HostFusionPlan::Role::kNone)
+      // An elementwise op (halfChunk facet: binary's add + ReLU) leaves its fusion to the paths
+      // below, which refuse it in turn if they cannot run it.
+      if (fusion.role[op.id] != HostFusionPlan::Role::kNone && !info->halfChunk)
         throw std::logic_error(fmt::format(
             "engine: op {} ('{}') is planned as a host fusion but its native kernel declined it",
             op.id, opName(op.kind)));
