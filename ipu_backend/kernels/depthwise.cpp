@@ -63,22 +63,6 @@ inline void store(float* p, Lanes<W> v) {
   std::memcpy(p, &v, sizeof v);
 }
 
-// W f32 values rounded to bf16 (nearest even; NaN stays a quiet NaN): precision::toBF16's bits.
-template <int W>
-inline void store(std::uint16_t* p, Lanes<W> v) {
-  if constexpr (W == 1) {
-    *p = precision::toBF16(v).bits;
-  } else {
-    using Words = typename Bf16Vec<W>::Words;
-    const Words x = std::bit_cast<Words>(v);
-    const Words rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
-    const Words quietNan = (x >> 16) | 0x40u;
-    const Words bits = (x & 0x7fffffffu) > 0x7f800000u ? quietNan : rounded;
-    const auto h = __builtin_convertvector(bits, typename Bf16Vec<W>::Bits);
-    std::memcpy(p, &h, sizeof h);
-  }
-}
-
 // The output columns [begin, end) whose tap at input column offset `offset` (= s * dil - pad)
 // lands inside [0, w): 0 <= ow * stride + offset < w.
 void validColumns(i64 outW, i64 w, i64 stride, i64 offset, i64* begin, i64* end) {
@@ -345,8 +329,7 @@ DepthwiseConv::Taps axisTaps(bool forward, i64 outSize, i64 inSize, i64 taps, i6
 
 }  // namespace
 
-DepthwiseConv::DepthwiseConv(Pass pass, const Conv2dShape& s, ElementType type)
-    : s_(s), type_(type) {
+DepthwiseConv::DepthwiseConv(Pass pass, const Conv2dShape& s) : s_(s) {
   const bool forward = pass == Pass::Forward;
   inRows_ = forward ? s.h : s.outH(), inCols_ = forward ? s.w : s.outW();
   outRows_ = forward ? s.outH() : s.h, outCols_ = forward ? s.outW() : s.w;
@@ -382,22 +365,13 @@ float* DepthwiseConv::weights() const {
   return buffer.data();
 }
 
-void DepthwiseConv::run(const void* in, const void* w, void* out) const {
-  // [C, R, S] -> [R, S, C] in f32: a tap's channels contiguous, as the activations'.
+void DepthwiseConv::run(const float* in, const float* w, float* out) const {
+  // [C, R, S] -> [R, S, C]: a tap's channels contiguous, as the activations'.
   float* wt = weights();
   const i64 c = s_.c, taps = s_.r * s_.s;
   for (i64 ch = 0; ch < c; ++ch)
-    for (i64 tap = 0; tap < taps; ++tap)
-      wt[tap * c + ch] = type_ == ElementType::BF16
-                             ? precision::toFloat(precision::bf16{
-                                   static_cast<const std::uint16_t*>(w)[ch * taps + tap]})
-                             : static_cast<const float*>(w)[ch * taps + tap];
-  if (type_ == ElementType::BF16)
-    return depthwiseRows(rows_, cols_, regular_, s_.n, inRows_, inCols_, c, team_,
-                         static_cast<const std::uint16_t*>(in), wt,
-                         static_cast<std::uint16_t*>(out));
-  depthwiseRows(rows_, cols_, regular_, s_.n, inRows_, inCols_, c, team_,
-                static_cast<const float*>(in), wt, static_cast<float*>(out));
+    for (i64 tap = 0; tap < taps; ++tap) wt[tap * c + ch] = w[ch * taps + tap];
+  depthwiseRows(rows_, cols_, regular_, s_.n, inRows_, inCols_, c, team_, in, wt, out);
 }
 
 void DepthwiseWeightGrad::run(const void* x, const void* dy, void* dw) const {

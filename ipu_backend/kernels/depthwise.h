@@ -1,10 +1,12 @@
-// Internal: our depthwise convolutions, all three passes (one channel per group, NHWC; f32 or
-// bf16 operands, f32 sums).
+// Internal: our depthwise convolutions (one channel per group, NHWC): the weight gradient in f32
+// and bf16 (f32 sums), the forward and data gradient in f32.
 // oneDNN 2.6 has a dedicated depthwise weight-gradient kernel only for some shapes: its 5x5
 // ones (EfficientNet's) fall back to its generic direct kernel at ~1.6 GMAC/s, a fifth of an
 // EfficientNet-B4 step at 380x380 (bf16: two fifths); this loop runs them vectorised over the
 // channels. Its forward and data-gradient kernels on NHWC ran at 3-9 GMAC/s (f32, one thread),
-// ~9% of the f32 step; DepthwiseConv runs both as one loop over tap tables.
+// ~9% of the f32 step; DepthwiseConv runs both as one loop over tap tables. In bf16 oneDNN's
+// avx512_core_bf16 forward and data gradient stay: they ran ~1.9x faster than this loop with
+// widening loads (EfficientNet-B4's bf16 step at 380x380, one thread's CPU profile).
 #pragma once
 
 #include <vector>
@@ -47,9 +49,9 @@ class DepthwiseWeightGrad {
 class DepthwiseConv {
  public:
   enum class Pass { Forward, BackwardData };
-  DepthwiseConv(Pass pass, const Conv2dShape& s, ElementType type);
+  DepthwiseConv(Pass pass, const Conv2dShape& s);
   // Forward: (x, w) -> y; BackwardData: (dy, w) -> dx. w: [C, R, S] (the gohwi weights).
-  void run(const void* in, const void* w, void* out) const;
+  void run(const float* in, const float* w, float* out) const;
 
   struct Tap {
     i64 weight;  // the tap's offset in the [R, S, C] weights: r * S * C or q * C
@@ -71,7 +73,6 @@ class DepthwiseConv {
   float* weights() const;  // this thread's [R, S, C] f32 copy of w, refreshed by run()
 
   Conv2dShape s_;
-  ElementType type_;
   i64 inRows_ = 0, inCols_ = 0, outRows_ = 0, outCols_ = 0;
   Taps rows_, cols_;
   RegularColumns regular_;

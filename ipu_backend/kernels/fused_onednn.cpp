@@ -308,7 +308,8 @@ enum class ConvRoute { Primitive, Pointwise, Im2col, Strided, Winograd, Depthwis
 // The rules above, per pass and element type (a fixed rule, not a timing: every process picks
 // the same kernels).
 ConvRoute convRoute(ConvPass pass, const Conv2dShape& s, ElementType t) {
-  if (detail::depthwiseShape(s)) return ConvRoute::Depthwise;
+  if (detail::depthwiseShape(s) && (pass == ConvPass::BackwardFilter || t == ElementType::F32))
+    return ConvRoute::Depthwise;
   if (t == ElementType::BF16) {
     if (pointwise(s)) return ConvRoute::Pointwise;
     if (detail::pointwiseStrided(s)) return ConvRoute::Strided;
@@ -359,7 +360,7 @@ class ConvKernel {
       depthwise_ = std::make_unique<detail::DepthwiseConv>(
           forward ? detail::DepthwiseConv::Pass::Forward
                   : detail::DepthwiseConv::Pass::BackwardData,
-          s, t);
+          s);
       implementation_ = forward ? "depthwise forward (ours)" : "depthwise data gradient (ours)";
       return;
     }
@@ -424,7 +425,8 @@ class ConvKernel {
                               static_cast<float*>(out));
       case ConvRoute::Depthwise:
         if (depthwiseWeightGrad_) return depthwiseWeightGrad_->run(in0, in1, out);
-        return depthwise_->run(in0, in1, out);
+        return depthwise_->run(static_cast<const float*>(in0), static_cast<const float*>(in1),
+                               static_cast<float*>(out));
     }
   }
 
