@@ -279,6 +279,10 @@ void addReluBackward(const float* a, const float* b, const float* x, float* dx, 
 void addReluBackwardBits(const float* a, const float* b, const std::uint8_t* reluBits, float* dx,
                          i64 count);
 void reduce(ReduceKind kind, const ReduceShape& s, const float* x, float* y);
+// The same on bf16 x (its bits), widened as read: reduce()'s sums in its order, into f32 y.
+// Only where reduceBf16Runs(s): one run of reduced dimensions with kept ones inside it.
+bool reduceBf16Runs(const ReduceShape& s);
+void reduceBf16(ReduceKind kind, const ReduceShape& s, const std::uint16_t* x, float* y);
 void transpose(const std::vector<i64>& inDims, const std::vector<int>& perm, const float* x,
                float* y);
 void softmaxCrossEntropy(i64 n, i64 classes, float smoothing, const float* logits,

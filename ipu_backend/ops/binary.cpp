@@ -94,7 +94,7 @@ IPU_REGISTER_OPS(binary) {
   f.nativeFused = [](const NativeFusedArgs& a) -> std::function<void()> {
     const Op& op = a.op;
     if (a.fusion.role[static_cast<size_t>(op.id)] != HostFusionPlan::Role::kNone ||
-        !allOperandsAre(a.g, op, DType::BF16) ||
+        !allOperandsAre(a.g, op, DType::BF16) || op.attrs.getBool("stochastic_rounding", false) ||
         (a.g.tensor(op.inputs[0]).shape == a.g.tensor(op.inputs[1]).shape))
       return {};
     return [k = binaryKindOf(op), bs = binaryShapeOf(a.g, op),

@@ -8,6 +8,8 @@
 #include <stdexcept>
 
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "ipu_backend/kernels/fused.h"
 #include "ipu_backend/kernels/fused_bf16.h"
@@ -141,6 +143,50 @@ TEST_F(Fused, DepthwiseWeightGradIsOursAndMatchesTheReference) {
     precision::toFloat(dwb.data(), dwr.data(), static_cast<i64>(dw.size()));
     EXPECT_TRUE(closeRel(dwr, testing::refConvBwdFilter(s, xr, dyr), 1e-2f));
   }
+}
+
+// bf16 inputs widened as they are read: the f32 loops' sums, bit for bit (binary: then rounded
+// as precision::toBF16 rounds), over broadcast and reduced shapes with two threads' parts.
+TEST_F(Fused, Bf16BinaryAndReduceEqualTheF32LoopsOnWidenedValues) {
+  using precision::bf16;
+  auto bits = [](const Vec& v) {
+    std::vector<bf16> b(v.size());
+    precision::toBF16(v.data(), b.data(), static_cast<i64>(v.size()));
+    return b;
+  };
+  auto widened = [](const std::vector<bf16>& b) {
+    Vec f(b.size());
+    precision::toFloat(b.data(), f.data(), static_cast<i64>(b.size()));
+    return f;
+  };
+  auto raw = [](const std::vector<bf16>& b) {
+    return reinterpret_cast<const std::uint16_t*>(b.data());
+  };
+  const std::vector<i64> xDims = {4, 30, 30, 48}, sDims = {4, 1, 1, 48};
+  const auto xb = bits(randomVec(4 * 30 * 30 * 48, 900)), sb = bits(randomVec(4 * 48, 901));
+  const Vec x = widened(xb), sc = widened(sb);
+  for (const auto& [a, b, aDims, bDims] :
+       {std::tuple{&xb, &sb, xDims, sDims}, std::tuple{&sb, &xb, sDims, xDims}}) {
+    const auto shape = BroadcastShape::make(aDims, bDims);
+    Vec want(static_cast<size_t>(shape.outElems()));
+    fused::binary(BinaryKind::Mul, shape, widened(*a).data(), widened(*b).data(), want.data());
+    std::vector<bf16> got(want.size());
+    fused::binaryBf16(BinaryKind::Mul, shape, raw(*a), raw(*b),
+                      reinterpret_cast<std::uint16_t*>(got.data()));
+    EXPECT_EQ(got, bits(want));
+  }
+  for (const ReduceKind kind : {ReduceKind::Mean, ReduceKind::Sum, ReduceKind::Max}) {
+    for (const std::vector<bool>& reduced : {std::vector<bool>{false, true, true, false},
+                                             std::vector<bool>{true, true, true, false}}) {
+      const ReduceShape s{xDims, reduced};
+      ASSERT_TRUE(fused::reduceBf16Runs(s));
+      Vec want(static_cast<size_t>(s.outElems())), got(want.size());
+      fused::reduce(kind, s, x.data(), want.data());
+      fused::reduceBf16(kind, s, raw(xb), got.data());
+      EXPECT_EQ(got, want);
+    }
+  }
+  EXPECT_FALSE(fused::reduceBf16Runs(ReduceShape{xDims, {false, false, false, true}}));
 }
 
 // The f32 depthwise forward and data gradient run our tap-table loop too (bf16: oneDNN's, in
