@@ -77,6 +77,10 @@ bool depthwiseShape(const Conv2dShape& s) {
   return s.groups > 1 && s.groups == s.c && s.k == s.c;
 }
 
+bool depthwiseStrided(const Conv2dShape& s) {
+  return depthwiseShape(s) && (s.strideH > 1 || s.strideW > 1);
+}
+
 DepthwiseWeightGrad::DepthwiseWeightGrad(const Conv2dShape& s, ElementType type)
     : s_(s), type_(type) {
   const i64 rows = s.n * s.outH();

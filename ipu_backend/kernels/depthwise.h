@@ -3,10 +3,13 @@
 // oneDNN 2.6 has a dedicated depthwise weight-gradient kernel only for some shapes: its 5x5
 // ones (EfficientNet's) fall back to its generic direct kernel at ~1.6 GMAC/s, a fifth of an
 // EfficientNet-B4 step at 380x380 (bf16: two fifths); this loop runs them vectorised over the
-// channels. Its forward and data-gradient kernels on NHWC ran at 3-9 GMAC/s (f32, one thread),
-// ~9% of the f32 step; DepthwiseConv runs both as one loop over tap tables. In bf16 oneDNN's
-// avx512_core_bf16 forward and data gradient stay: they ran ~1.9x faster than this loop with
-// widening loads (EfficientNet-B4's bf16 step at 380x380, one thread's CPU profile).
+// channels. DepthwiseConv runs the forward and the data gradient as one loop over tap tables;
+// the kernels take it only for the f32 data gradient of a strided convolution, where oneDNN's
+// NHWC kernel lost: 14.8 against 23.2 ms (190x190x144, 3x3 stride 2), 8.2 against 10.7 and 2.1
+// against 2.9 ms (EfficientNet-B4's f32 step at 380x380 batch 8, one thread's CPU profile,
+// interleaved). Elsewhere it was even or behind (3x3 stride 1 over 95x95x192: 19.9 against
+// 15.7 ms; its forwards 206 against 201 ms in all), and in bf16 oneDNN's avx512_core_bf16
+// kernels ran ~1.9x faster than this loop with widening loads.
 #pragma once
 
 #include <vector>
@@ -17,6 +20,8 @@ namespace ipu::kernels::fused::detail {
 
 // A depthwise convolution: groups == C == K (one input and one output channel per group).
 bool depthwiseShape(const Conv2dShape& s);
+// ... with a stride above 1 (its data gradient's taps skip rows or columns).
+bool depthwiseStrided(const Conv2dShape& s);
 
 // dw[c, r, s] = sum over n, oh, ow of x[n, ih, iw, c] * dy[n, oh, ow, c] (ih, iw the tap's
 // input pixel; padding reads as 0). The rows (n, oh) are split over the OpenMP team into

@@ -144,13 +144,13 @@ bool pointwiseDataGradAsMatMul(const Conv2dShape& s) {
           s.k * s.c <= kPointwiseDataGradMatMulMaxWeights);
 }
 
-// The f32 weight gradient of a pointwise convolution over up to 73,728 pixels is a matmul too,
-// dW[K,C] = dy^T x: oneDNN's jit_1x1 backward-weights kernel ran 1.1-1.8x slower than its
-// matmul on EfficientNet-B4's shapes at batch 8 (18,432-73,728 pixels, C x K from 32 x 192 to
-// 960 x 160) and 1.1-1.3x on ResNet-50's at 28x28 and 14x14 (batch 32), 1 and 2 threads; over
-// 288,800 pixels (EfficientNet's 190x190 stage) the convolution was 1.3-1.5x faster
-// (kernels_bench BM_OursPointwiseBackwardFilter, AVX-512, loaded host, 2026-12-07).
-constexpr i64 kPointwiseWeightGradMatMulMaxPixels = 73728;
+// The f32 weight gradient of a pointwise convolution over up to 16,384 pixels is a matmul too,
+// dW[K,C] = dy^T x. In EfficientNet-B4's f32 step at 380x380 batch 8 (one thread's CPU profile,
+// interleaved with the convolution, 2026-12-07) the 24 weight gradients over 24x24 images (4,608
+// pixels) took 264 ms as matmuls against 318 ms as oneDNN's jit_1x1 backward-weights, the 8 over
+// 48x48 (18,432) 77 ms either way, and the 8 over 95x95 (72,200) 109 ms against 78 ms; on
+// ResNet-50's 14x14 shapes at batch 32 (6,272) the matmul was 1.1x faster (kernels_bench).
+constexpr i64 kPointwiseWeightGradMatMulMaxPixels = 16384;
 
 bool pointwiseWeightGradAsMatMul(const Conv2dShape& s) {
   return pointwise(s) && s.n * s.h * s.w <= kPointwiseWeightGradMatMulMaxPixels;
@@ -308,7 +308,9 @@ enum class ConvRoute { Primitive, Pointwise, Im2col, Strided, Winograd, Depthwis
 // The rules above, per pass and element type (a fixed rule, not a timing: every process picks
 // the same kernels).
 ConvRoute convRoute(ConvPass pass, const Conv2dShape& s, ElementType t) {
-  if (detail::depthwiseShape(s) && (pass == ConvPass::BackwardFilter || t == ElementType::F32))
+  if (detail::depthwiseShape(s) &&
+      (pass == ConvPass::BackwardFilter ||
+       (pass == ConvPass::BackwardData && t == ElementType::F32 && detail::depthwiseStrided(s))))
     return ConvRoute::Depthwise;
   if (t == ElementType::BF16) {
     if (pointwise(s)) return ConvRoute::Pointwise;

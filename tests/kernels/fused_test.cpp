@@ -11,6 +11,7 @@
 #include <tuple>
 #include <vector>
 
+#include "ipu_backend/kernels/depthwise.h"
 #include "ipu_backend/kernels/fused.h"
 #include "ipu_backend/kernels/fused_bf16.h"
 #include "ipu_backend/kernels/winograd.h"
@@ -189,14 +190,16 @@ TEST_F(Fused, Bf16BinaryAndReduceEqualTheF32LoopsOnWidenedValues) {
   EXPECT_FALSE(fused::reduceBf16Runs(ReduceShape{xDims, {false, false, false, true}}));
 }
 
-// The f32 depthwise forward and data gradient run our tap-table loop too (bf16: oneDNN's, in
-// Conv2dBf16AllPasses), against the reference: four-register channel groups (72 = 4 x 16 + 8),
-// one-register, 8- and 1-lane tails, strides 1 and 2 (the data gradient's taps skip the odd rows
-// and columns), dilation, padding on one side only, and enough rows for two threads.
-TEST_F(Fused, DepthwiseForwardAndDataGradAreOursAndMatchTheReference) {
+// Our depthwise tap-table loop (detail::DepthwiseConv), both passes, against the reference:
+// four-register channel groups (72 = 4 x 16 + 8), one-register, 8- and 1-lane tails, strides 1
+// and 2 (the data gradient's taps skip the odd rows and columns), dilation, padding on one side
+// only, and enough rows for two threads. The kernels take it for the strided f32 data gradient
+// alone (the rest stays on oneDNN, where it was as fast or faster).
+TEST_F(Fused, DepthwiseTapLoopMatchesTheReferenceAndRunsTheStridedDataGrad) {
   Conv2dShape asym = conv(2, 15, 20, 20, 5, 1, 2, 20);
   asym.s = 3, asym.w = 17, asym.padLeft = 0, asym.padRight = 2, asym.strideW = 2, asym.dilH = 2;
   unsigned seed = 400;
+  using Pass = fused::detail::DepthwiseConv::Pass;
   for (const auto& [name, s] : std::vector<ConvCase>{{"k3s1c72", conv(2, 17, 72, 72, 3, 1, 1, 72)},
                                                      {"k5s2c72", conv(2, 19, 72, 72, 5, 2, 2, 72)},
                                                      {"k3s2c40", conv(2, 23, 40, 40, 3, 2, 1, 40)},
@@ -206,15 +209,17 @@ TEST_F(Fused, DepthwiseForwardAndDataGradAreOursAndMatchTheReference) {
     SCOPED_TRACE(name);
     const Vec x = randomVec(s.inputElems(), seed++), w = randomVec(s.weightElems(), seed++),
               dy = randomVec(s.outputElems(), seed++);
-    Vec y(s.outputElems(), 7.0f), dx(s.inputElems(), 7.0f);
-    fused::Conv2dForward fwd(s);
-    fused::Conv2dBackwardData bwdData(s);
-    EXPECT_EQ(fwd.implementation(), "depthwise forward (ours)");
-    EXPECT_EQ(bwdData.implementation(), "depthwise data gradient (ours)");
-    fwd.run(x.data(), w.data(), y.data());
-    bwdData.run(dy.data(), w.data(), dx.data());
+    Vec y(s.outputElems(), 7.0f), dx(s.inputElems(), 7.0f), dxKernel(s.inputElems(), 7.0f);
+    fused::detail::DepthwiseConv(Pass::Forward, s).run(x.data(), w.data(), y.data());
+    fused::detail::DepthwiseConv(Pass::BackwardData, s).run(dy.data(), w.data(), dx.data());
     EXPECT_TRUE(closeRel(y, testing::refConvFwd(s, x, w), kTol));
     EXPECT_TRUE(closeRel(dx, testing::refConvBwdData(s, dy, w), kTol));
+    fused::Conv2dBackwardData bwdData(s);
+    const bool strided = s.strideH > 1 || s.strideW > 1;
+    EXPECT_EQ(bwdData.implementation() == "depthwise data gradient (ours)", strided);
+    EXPECT_NE(fused::Conv2dForward(s).implementation(), "depthwise forward (ours)");
+    bwdData.run(dy.data(), w.data(), dxKernel.data());
+    EXPECT_TRUE(closeRel(dxKernel, testing::refConvBwdData(s, dy, w), kTol));
   }
 }
 
@@ -272,8 +277,8 @@ TEST_F(Fused, Conv2dAlgorithmChoice) {
   EXPECT_EQ(fused::Conv2dForward(conv(2, 14, 32, 64, 1, 1, 0)).implementation().find("matmul"), 0u);
   EXPECT_EQ(fused::Conv2dForward(conv(2, 50, 16, 24, 1, 1, 0)).implementation().find("matmul"),
             std::string::npos);
-  // Their weight gradients as a matmul up to 73,728 pixels (EfficientNet-B4's 95x95 stage at
-  // batch 8), not over EfficientNet's 190x190 one.
+  // Their weight gradients as a matmul up to 16,384 pixels (EfficientNet-B4's 24x24 stage at
+  // batch 8), not over its larger ones.
   EXPECT_EQ(
       fused::Conv2dBackwardFilter(conv(2, 50, 16, 24, 1, 1, 0)).implementation().find("matmul"),
       0u);
@@ -371,7 +376,7 @@ TEST_F(Fused, Avx2RuleMatMulRoutes) {
   const std::vector<RouteCase> cases = {
       {"stride2_3x3_two_blocks", conv(4, 64, 64, 16, 3, 2, 1),
        "matmul (blocked im2col convolution)", "", "matmul (blocked im2col convolution)"},
-      // (its weight gradient is a matmul under every rule: under 73,728 pixels)
+      // (its weight gradient is a matmul under every rule: under 16,384 pixels)
       {"pointwise_14x14", conv(24, 14, 24, 8, 1, 1, 0), "matmul (pointwise convolution)",
        "matmul (pointwise convolution)", ""},
       {"pointwise_28x28_wide", conv(6, 28, 8, 24, 1, 1, 0), "", "",
