@@ -74,6 +74,17 @@ Conv2dShape stride2FromArgs(const benchmark::State& state) {
   return s;
 }
 
+// EfficientNet-B4's depthwise convolutions at batch 8 (380x380): hw x hw x c, rs x rs, stride,
+// "same" padding.
+Conv2dShape depthwiseFromArgs(const benchmark::State& state) {
+  Conv2dShape s;
+  s.n = 8, s.h = s.w = state.range(0), s.c = s.k = s.groups = state.range(1);
+  s.r = s.s = state.range(2);
+  s.strideH = s.strideW = state.range(3);
+  s.padTop = s.padLeft = s.padBottom = s.padRight = s.r / 2;
+  return s;
+}
+
 // ResNet-50's 1x1 stride-1 convolutions: hw x hw x c onto k channels.
 Conv2dShape pointwiseFromArgs(const benchmark::State& state) {
   Conv2dShape s;
@@ -88,14 +99,20 @@ dnnl::engine& engine() {
   return e;
 }
 
+// [K, C, R, S] weights, or [G, K/G, C/G, R, S] for a grouped convolution.
+memory::dims weightDims(const Conv2dShape& s) {
+  return s.groups > 1 ? memory::dims{s.groups, s.kPerGroup(), s.cPerGroup(), s.r, s.s}
+                      : memory::dims{s.k, s.c, s.r, s.s};
+}
+
 struct DirectConv {
   memory::desc src, dst, userW, anyW;
   memory::dims strides, dil, padL, padR;
   explicit DirectConv(const Conv2dShape& s)
       : src({s.n, s.c, s.h, s.w}, Dt::f32, Tag::nhwc),
         dst({s.n, s.k, s.outH(), s.outW()}, Dt::f32, Tag::nhwc),
-        userW({s.k, s.c, s.r, s.s}, Dt::f32, Tag::ohwi),
-        anyW({s.k, s.c, s.r, s.s}, Dt::f32, Tag::any),
+        userW(weightDims(s), Dt::f32, s.groups > 1 ? Tag::gohwi : Tag::ohwi),
+        anyW(weightDims(s), Dt::f32, Tag::any),
         strides{s.strideH, s.strideW},
         dil{s.dilH - 1, s.dilW - 1},
         padL{s.padTop, s.padLeft},
@@ -589,6 +606,24 @@ void BM_DirectPointwiseBackwardData(benchmark::State& state) {
 void BM_DirectPointwiseBackwardFilter(benchmark::State& state) {
   directConvBackwardFilter(state, pointwiseFromArgs(state));
 }
+void BM_OursDepthwiseForward(benchmark::State& state) {
+  oursConvForward(state, depthwiseFromArgs(state));
+}
+void BM_DirectDepthwiseForward(benchmark::State& state) {
+  directConvForward(state, depthwiseFromArgs(state));
+}
+void BM_OursDepthwiseBackwardData(benchmark::State& state) {
+  oursConvBackwardData(state, depthwiseFromArgs(state));
+}
+void BM_DirectDepthwiseBackwardData(benchmark::State& state) {
+  directConvBackwardData(state, depthwiseFromArgs(state));
+}
+void BM_OursDepthwiseBackwardFilter(benchmark::State& state) {
+  oursConvBackwardFilter(state, depthwiseFromArgs(state));
+}
+void BM_DirectDepthwiseBackwardFilter(benchmark::State& state) {
+  directConvBackwardFilter(state, depthwiseFromArgs(state));
+}
 void BM_OursPointwiseForward(benchmark::State& state) {
   oursConvForward(state, pointwiseFromArgs(state));
 }
@@ -648,8 +683,28 @@ void stride2Args(benchmark::internal::Benchmark* b) {
 }
 // Some of ResNet-50's 1x1 stride-1 convolutions at batch 32 onto 28x28 and smaller:
 // {H=W, C, K}.
+void depthwiseArgs(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"hw", "c", "rs", "stride"})
+      ->Args({190, 48, 3, 1})
+      ->Args({190, 144, 3, 2})
+      ->Args({95, 192, 3, 1})
+      ->Args({95, 192, 5, 2})
+      ->Args({48, 336, 5, 1})
+      ->Args({24, 960, 5, 1})
+      ->Args({12, 2688, 3, 1})
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+}
 void pointwiseArgs(benchmark::internal::Benchmark* b) {
   b->ArgNames({"hw", "c", "k"})
+      ->Args({95, 24, 144})
+      ->Args({95, 144, 24})
+      ->Args({48, 192, 32})
+      ->Args({24, 336, 56})
+      ->Args({12, 960, 160})
+      ->Args({48, 32, 192})
+      ->Args({24, 56, 336})
+      ->Args({12, 160, 960})
       ->Args({28, 128, 512})
       ->Args({14, 256, 1024})
       ->Args({14, 1024, 256})
@@ -692,6 +747,12 @@ BENCHMARK(BM_OursStride2ConvBackwardData)->Apply(stride2Args);
 BENCHMARK(BM_DirectStride2ConvBackwardData)->Apply(stride2Args);
 BENCHMARK(BM_OursStride2ConvBackwardFilter)->Apply(stride2Args);
 BENCHMARK(BM_DirectStride2ConvBackwardFilter)->Apply(stride2Args);
+BENCHMARK(BM_OursDepthwiseForward)->Apply(depthwiseArgs);
+BENCHMARK(BM_DirectDepthwiseForward)->Apply(depthwiseArgs);
+BENCHMARK(BM_OursDepthwiseBackwardData)->Apply(depthwiseArgs);
+BENCHMARK(BM_DirectDepthwiseBackwardData)->Apply(depthwiseArgs);
+BENCHMARK(BM_OursDepthwiseBackwardFilter)->Apply(depthwiseArgs);
+BENCHMARK(BM_DirectDepthwiseBackwardFilter)->Apply(depthwiseArgs);
 BENCHMARK(BM_OursPointwiseForward)->Apply(pointwiseArgs);
 BENCHMARK(BM_DirectPointwiseForward)->Apply(pointwiseArgs);
 BENCHMARK(BM_OursPointwiseBackwardData)->Apply(pointwiseArgs);

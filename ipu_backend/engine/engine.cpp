@@ -362,7 +362,13 @@ struct Engine::Impl {
     // no oneDNN bf16 primitives: the conversion path below serves them.
     if (const ops::OpInfo* info = ops::find(op.kind); info && info->nativeFused) {
       if (auto native = makeNativeFused(*info, op)) return native;
-      if (fusion.role[op.id] != HostFusionPlan::Role::kNone)
+      // Batch norm's fusion roles only its native kernel runs; the engine's own (elementwise
+      // chains, update groups, add + ReLU, square sums: binary and reduce have native kernels
+      // for bf16 alone) are left to the paths below, which refuse what they cannot run.
+      const HostFusionPlan::Role role = fusion.role[op.id];
+      if (role == HostFusionPlan::Role::kBatchNormRelu ||
+          role == HostFusionPlan::Role::kBatchNormReluBackward ||
+          role == HostFusionPlan::Role::kBatchNormStatistics)
         throw std::logic_error(fmt::format(
             "engine: op {} ('{}') is planned as a host fusion but its native kernel declined it",
             op.id, opName(op.kind)));

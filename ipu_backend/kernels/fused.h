@@ -257,6 +257,10 @@ class GeluTanh {
 void unary(UnaryKind kind, float alpha, const float* x, float* y, i64 count);
 void unaryGrad(UnaryKind kind, float alpha, const float* x, const float* dy, float* dx, i64 count);
 void binary(BinaryKind kind, const BroadcastShape& s, const float* a, const float* b, float* y);
+// The same on bf16 operands (their bits): computed in f32, rounded to nearest even, the bits of
+// binary() on the widened operands rounded afterwards.
+void binaryBf16(BinaryKind kind, const BroadcastShape& s, const std::uint16_t* a,
+                const std::uint16_t* b, std::uint16_t* y);
 // sum(x^2) over `count` elements in one read: per-thread double partials, added in thread order
 // (deterministic for a thread count).
 float sumOfSquares(const float* x, i64 count);
@@ -275,6 +279,10 @@ void addReluBackward(const float* a, const float* b, const float* x, float* dx, 
 void addReluBackwardBits(const float* a, const float* b, const std::uint8_t* reluBits, float* dx,
                          i64 count);
 void reduce(ReduceKind kind, const ReduceShape& s, const float* x, float* y);
+// The same on bf16 x (its bits), widened as read: reduce()'s sums in its order, into f32 y.
+// Only where reduceBf16Runs(s): one run of reduced dimensions with kept ones inside it.
+bool reduceBf16Runs(const ReduceShape& s);
+void reduceBf16(ReduceKind kind, const ReduceShape& s, const std::uint16_t* x, float* y);
 void transpose(const std::vector<i64>& inDims, const std::vector<int>& perm, const float* x,
                float* y);
 void softmaxCrossEntropy(i64 n, i64 classes, float smoothing, const float* logits,

@@ -4,11 +4,14 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -16,6 +19,7 @@
 #include "ipu_backend/kernels/fused.h"
 #include "ipu_backend/kernels/onednn_common.h"
 #include "ipu_backend/kernels/parallel_ranges.h"
+#include "ipu_backend/precision/half.h"
 
 namespace ipu::kernels::fused {
 namespace {
@@ -212,8 +216,11 @@ void binaryRow(const float* a, i64 sa, const float* b, i64 sb, float* y, i64 n) 
   }
 }
 
-template <BinaryKind K>
-void binaryLoop(const Collapsed& c, const float* a, const float* b, float* y) {
+// Walks the output over the team in runs along the innermost dimension: run(aOff, bOff, e, len)
+// for len output elements from element e, whose operands start at aOff / bOff and step by
+// c.sa / c.sb of the innermost dimension.
+template <typename Run>
+void broadcastRuns(const Collapsed& c, Run&& run) {
   const int inner = c.rank - 1;
   const i64 cols = c.dims[inner];
   i64 total = 1;
@@ -231,8 +238,7 @@ void binaryLoop(const Collapsed& c, const float* a, const float* b, float* y) {
     }
     for (i64 e = begin; e < end;) {
       const i64 len = std::min(cols - col, end - e);
-      binaryRow<K>(a + aOff + col * c.sa[inner], c.sa[inner], b + bOff + col * c.sb[inner],
-                   c.sb[inner], y + e, len);
+      run(aOff + col * c.sa[inner], bOff + col * c.sb[inner], e, len);
       e += len;
       col = 0;
       for (int d = inner - 1; d >= 0; --d) {
@@ -247,6 +253,41 @@ void binaryLoop(const Collapsed& c, const float* a, const float* b, float* y) {
   });
 }
 
+template <BinaryKind K>
+void binaryLoop(const Collapsed& c, const float* a, const float* b, float* y) {
+  const i64 sa = c.sa[c.rank - 1], sb = c.sb[c.rank - 1];
+  broadcastRuns(c, [&](i64 aOff, i64 bOff, i64 e, i64 len) {
+    binaryRow<K>(a + aOff, sa, b + bOff, sb, y + e, len);
+  });
+}
+
+// n bf16 values from p at element stride `stride` widened into f32 (stride 0: one value).
+void widenRun(const std::uint16_t* p, i64 stride, float* out, i64 n) {
+  if (stride == 1) return precision::toFloat(reinterpret_cast<const precision::bf16*>(p), out, n);
+  for (i64 i = 0; i < (stride == 0 ? 1 : n); ++i)
+    out[i] = precision::toFloat(precision::bf16{p[i * stride]});
+}
+
+// bf16 operands: each run widened, computed and rounded in blocks that stay in L1, with
+// precision's bulk conversions (the engine's): the bits of widening the whole tensors,
+// computing in f32 and rounding back, without their three extra passes over memory.
+template <BinaryKind K>
+void binaryLoopBf16(const Collapsed& c, const std::uint16_t* a, const std::uint16_t* b,
+                    std::uint16_t* y) {
+  const i64 sa = c.sa[c.rank - 1], sb = c.sb[c.rank - 1];
+  broadcastRuns(c, [&](i64 aOff, i64 bOff, i64 e, i64 len) {
+    constexpr i64 kBlock = 512;
+    float fa[kBlock], fb[kBlock], fy[kBlock];
+    for (i64 i = 0; i < len; i += kBlock) {
+      const i64 n = std::min(kBlock, len - i);
+      widenRun(a + aOff + i * sa, sa, fa, n);
+      widenRun(b + bOff + i * sb, sb, fb, n);
+      binaryRow<K>(fa, sa == 0 ? 0 : 1, fb, sb == 0 ? 0 : 1, fy, n);
+      precision::toBF16(fy, reinterpret_cast<precision::bf16*>(y + e + i), n);
+    }
+  });
+}
+
 // ---- reduce --------------------------------------------------------------------------------
 
 struct ReduceOp {
@@ -257,32 +298,44 @@ struct ReduceOp {
 };
 
 // Reduce x viewed as [O, R, I] over R into y[O, I].
-void reduceORI(ReduceKind kind, i64 o, i64 r, i64 in, const float* x, float* y, float scale) {
+// An element as f32: itself, or a bf16 value's bits widened (exact).
+inline float widened(float v) {
+  return v;
+}
+inline float widened(std::uint16_t bits) {
+  return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16);
+}
+
+// T: float, or bf16 bits (widened as they are read: the f32 loop's sums in its order).
+template <typename T>
+void reduceORI(ReduceKind kind, i64 o, i64 r, i64 in, const T* x, float* y, float scale) {
   const bool isMax = kind == ReduceKind::Max;
   const float init = ReduceOp{kind}.identity();
   // Accumulates rows [r0, r1) of block ob into acc[0..in).
   auto accumulate = [&](i64 ob, i64 r0, i64 r1, float* acc) {
-    const float* base = x + ob * r * in;
-    if (in == 1) {
-      float a = acc[0];
-      if (isMax) {
+    const T* base = x + ob * r * in;
+    if constexpr (std::is_same_v<T, float>) {
+      if (in == 1) {
+        float a = acc[0];
+        if (isMax) {
 #pragma omp simd reduction(max : a)
-        for (i64 j = r0; j < r1; ++j) a = std::max(a, base[j]);
-      } else {
+          for (i64 j = r0; j < r1; ++j) a = std::max(a, base[j]);
+        } else {
 #pragma omp simd reduction(+ : a)
-        for (i64 j = r0; j < r1; ++j) a += base[j];
+          for (i64 j = r0; j < r1; ++j) a += base[j];
+        }
+        acc[0] = a;
+        return;
       }
-      acc[0] = a;
-      return;
     }
     for (i64 j = r0; j < r1; ++j) {
-      const float* row = base + j * in;
+      const T* row = base + j * in;
       if (isMax) {
 #pragma omp simd
-        for (i64 i = 0; i < in; ++i) acc[i] = std::max(acc[i], row[i]);
+        for (i64 i = 0; i < in; ++i) acc[i] = std::max(acc[i], widened(row[i]));
       } else {
 #pragma omp simd
-        for (i64 i = 0; i < in; ++i) acc[i] += row[i];
+        for (i64 i = 0; i < in; ++i) acc[i] += widened(row[i]);
       }
     }
   };
@@ -381,6 +434,12 @@ void binary(BinaryKind kind, const BroadcastShape& s, const float* a, const floa
   dispatchBinary(kind, [&]<BinaryKind K>() { binaryLoop<K>(c, a, b, y); });
 }
 
+void binaryBf16(BinaryKind kind, const BroadcastShape& s, const std::uint16_t* a,
+                const std::uint16_t* b, std::uint16_t* y) {
+  const Collapsed c = collapse(s);
+  dispatchBinary(kind, [&]<BinaryKind K>() { binaryLoopBf16<K>(c, a, b, y); });
+}
+
 float sumOfSquares(const float* x, i64 count) {
   const int nt = count < detail::kParallelMin ? 1 : numThreads();
   std::vector<double> part(static_cast<size_t>(nt), 0.0);
@@ -417,21 +476,59 @@ void binaryChunk(BinaryKind kind, const float* a, const float* b, float* y, i64 
   dispatchBinary(kind, [&]<BinaryKind K>() { binaryRow<K>(a, 1, b, 1, y, n); });
 }
 
-void reduce(ReduceKind kind, const ReduceShape& s, const float* x, float* y) {
-  // Collapse: drop size-1 dims, fuse neighbours with the same reduced flag.
+namespace {
+
+// A reduction with its size-1 dimensions dropped and neighbours of the same reduced flag fused.
+struct CollapsedReduce {
   std::vector<i64> dims;
   std::vector<bool> red;
-  for (size_t d = 0; d < s.inDims.size(); ++d) {
-    if (s.inDims[d] == 1) continue;
-    if (!dims.empty() && red.back() == s.reduced[d]) {
-      dims.back() *= s.inDims[d];
-    } else {
-      dims.push_back(s.inDims[d]);
-      red.push_back(s.reduced[d]);
+  int reducedRuns = 0;
+  i64 o = 1, r = 1, in = 1;  // one reduced run: x viewed as [O, R, I]
+
+  explicit CollapsedReduce(const ReduceShape& s) {
+    for (size_t d = 0; d < s.inDims.size(); ++d) {
+      if (s.inDims[d] == 1) continue;
+      if (!dims.empty() && red.back() == s.reduced[d]) {
+        dims.back() *= s.inDims[d];
+      } else {
+        dims.push_back(s.inDims[d]);
+        red.push_back(s.reduced[d]);
+      }
+    }
+    reducedRuns = static_cast<int>(std::count(red.begin(), red.end(), true));
+    if (reducedRuns == 1) {
+      const size_t rd = std::find(red.begin(), red.end(), true) - red.begin();
+      o = rd > 0 ? dims[0] : 1;
+      r = dims[rd];
+      in = rd + 1 < dims.size() ? dims[rd + 1] : 1;
     }
   }
-  const float scale = kind == ReduceKind::Mean ? 1.0f / float(s.reducedCount()) : 1.0f;
-  const int nRed = static_cast<int>(std::count(red.begin(), red.end(), true));
+};
+
+float reduceScale(ReduceKind kind, const ReduceShape& s) {
+  return kind == ReduceKind::Mean ? 1.0f / float(s.reducedCount()) : 1.0f;
+}
+
+}  // namespace
+
+bool reduceBf16Runs(const ReduceShape& s) {
+  const CollapsedReduce c(s);
+  return c.reducedRuns == 1 && c.in > 1;
+}
+
+void reduceBf16(ReduceKind kind, const ReduceShape& s, const std::uint16_t* x, float* y) {
+  const CollapsedReduce c(s);
+  if (c.reducedRuns != 1 || c.in == 1)
+    throw std::invalid_argument("reduceBf16: only one run of reduced dimensions, not innermost");
+  reduceORI(kind, c.o, c.r, c.in, x, y, reduceScale(kind, s));
+}
+
+void reduce(ReduceKind kind, const ReduceShape& s, const float* x, float* y) {
+  const CollapsedReduce c(s);
+  const std::vector<i64>& dims = c.dims;
+  const std::vector<bool>& red = c.red;
+  const float scale = reduceScale(kind, s);
+  const int nRed = c.reducedRuns;
   if (nRed == 0) {  // nothing to reduce: a copy
     const i64 n = s.inElems();
     parallelChunks(n, [&](i64 b, i64 e) {
@@ -439,12 +536,7 @@ void reduce(ReduceKind kind, const ReduceShape& s, const float* x, float* y) {
     });
     return;
   }
-  if (nRed == 1) {  // [O, R, I]
-    const size_t rd = std::find(red.begin(), red.end(), true) - red.begin();
-    const i64 o = rd > 0 ? dims[0] : 1;
-    const i64 in = rd + 1 < dims.size() ? dims[rd + 1] : 1;
-    return reduceORI(kind, o, dims[rd], in, x, y, scale);
-  }
+  if (nRed == 1) return reduceORI(kind, c.o, c.r, c.in, x, y, scale);  // [O, R, I]
   reduceGeneric(kind, dims, red, x, y, scale);
 }
 

@@ -6,6 +6,7 @@
 
 #include "ipu_backend/compiler/autodiff.h"
 #include "ipu_backend/compiler/op_shapes.h"
+#include "ipu_backend/engine/host_fusion.h"
 #include "ipu_backend/ir/builder.h"
 #include "ipu_backend/kernels/fused.h"
 #include "ipu_backend/kernels/reference.h"
@@ -87,6 +88,19 @@ IPU_REGISTER_OPS(binary) {
   f.fused = [](const FusedArgs& a) -> std::function<void()> {
     return [k = binaryKindOf(a.op), bs = binaryShapeOf(a.g, a.op), x = a.in[0], z = a.in[1],
             y = a.out[0]] { fz::binary(k, bs, x, z, y); };
+  };
+  // bf16 with broadcasting (EfficientNet's squeeze-excitation scale and its gradient): widened
+  // and rounded a block at a time; same-shaped operands take the halfChunk path below.
+  f.nativeFused = [](const NativeFusedArgs& a) -> std::function<void()> {
+    const Op& op = a.op;
+    if (a.fusion.role[static_cast<size_t>(op.id)] != HostFusionPlan::Role::kNone ||
+        !allOperandsAre(a.g, op, DType::BF16) || op.attrs.getBool("stochastic_rounding", false) ||
+        (a.g.tensor(op.inputs[0]).shape == a.g.tensor(op.inputs[1]).shape))
+      return {};
+    return [k = binaryKindOf(op), bs = binaryShapeOf(a.g, op),
+            x = static_cast<const std::uint16_t*>(a.in[0]),
+            z = static_cast<const std::uint16_t*>(a.in[1]),
+            y = static_cast<std::uint16_t*>(a.out[0])] { fz::binaryBf16(k, bs, x, z, y); };
   };
   // Same-shaped operands only (the engine checks): no broadcast indexing.
   f.halfChunk = [](const Graph&, const Op& op) -> ElementChunk {

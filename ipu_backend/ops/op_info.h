@@ -250,8 +250,9 @@ struct Tolerances {
 // relu's output and a mask its backward reads). The fused engine asks this facet first, once
 // per op when it builds its steps; an empty function declines, and the engine then runs the f32
 // `fused` kernel with 16-bit operands converted around it. An op planned into a host fusion
-// must not decline. The kernel objects belong to the returned function (captured shared_ptrs),
-// built once, so a step calls the primitive directly.
+// must not decline if the fusion is its kernel's (batch norm's roles); the engine runs the others.
+// The kernel objects belong to the returned function (captured shared_ptrs), built once, so a step
+// calls the primitive directly.
 struct NativeFusedArgs {
   const Graph& g;
   const Op& op;

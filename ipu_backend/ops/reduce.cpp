@@ -5,15 +5,20 @@
 // back to x's shape; max has none. Planned as a split reduction: parts of the reduced extent
 // write partial rows, a second phase combines them (sum, or max for max).
 #include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <vector>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "ipu_backend/compiler/op_shapes.h"
+#include "ipu_backend/engine/host_fusion.h"
 #include "ipu_backend/ir/builder.h"
 #include "ipu_backend/kernels/fused.h"
 #include "ipu_backend/kernels/reference.h"
 #include "ipu_backend/ops/op_info.h"
+#include "ipu_backend/precision/half.h"
 
 namespace ipu::ops {
 namespace {
@@ -144,6 +149,25 @@ IPU_REGISTER_OPS(reduce) {
   r.fused = [](const FusedArgs& a) -> std::function<void()> {
     return [k = reduceKindOf(a.op), s = reduceShapeOf(a.g, a.op), x = a.in[0], y = a.out[0]] {
       kernels::fused::reduce(k, s, x, y);
+    };
+  };
+  // bf16 x (EfficientNet's squeeze-excitation pooling and its gradient's sums): widened as it
+  // is read instead of into a whole f32 copy first; the same sums, rounded as the engine would.
+  r.nativeFused = [](const NativeFusedArgs& a) -> std::function<void()> {
+    const Op& op = a.op;
+    const kernels::ReduceShape s = reduceShapeOf(a.g, op);
+    const DType out = a.g.tensor(op.outputs[0]).dtype;
+    if (a.fusion.role[static_cast<size_t>(op.id)] != HostFusionPlan::Role::kNone ||
+        a.g.tensor(op.inputs[0]).dtype != DType::BF16 ||
+        (out != DType::BF16 && out != DType::F32) ||
+        op.attrs.getBool("stochastic_rounding", false) || !kernels::fused::reduceBf16Runs(s))
+      return {};
+    auto sums = std::make_shared<std::vector<float>>(static_cast<size_t>(s.outElems()));
+    return [k = reduceKindOf(op), s, x = static_cast<const std::uint16_t*>(a.in[0]), y = a.out[0],
+            out, sums] {
+      float* f = out == DType::F32 ? static_cast<float*>(y) : sums->data();
+      kernels::fused::reduceBf16(k, s, x, f);
+      if (out == DType::BF16) precision::toBF16(f, static_cast<precision::bf16*>(y), s.outElems());
     };
   };
   r.cost = [](const Op&, int) { return 1.0; };

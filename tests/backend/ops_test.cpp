@@ -674,7 +674,28 @@ std::vector<Case> allCases() {
   cs.push_back(reduceCase("mean", R::Mean, {6, 4}, {0, 1}, false));
   // Squeeze-excite: the per-image channel mean [N,1,1,C] and the gate broadcast over H, W.
   cs.push_back(reduceCase("mean", R::Mean, {2, 3, 3, 8}, {1, 2}, true));
+  {
+    // bf16 x (EfficientNet's squeeze-excitation pooling): the native loop widens as it reads.
+    Case k = reduceCase("mean", R::Mean, {2, 5, 5, 40}, {1, 2}, true);
+    const Case bf16 = registeredCase({"reduce"}, DType::BF16);
+    k.op.name += "_bf16";
+    k.op.dtypes = {DType::BF16};
+    k.fwdTol = bf16.fwdTol, k.tileTol = bf16.tileTol, k.tileGradTol = bf16.tileGradTol;
+    k.fdTol = bf16.fdTol;
+    cs.push_back(k);
+  }
   cs.push_back(binaryCase("mul", B::Mul, {2, 3, 3, 8}, {2, 1, 1, 8}));
+  {
+    // bf16 with a broadcast operand (EfficientNet's squeeze-excitation scale): the native loop
+    // widens and rounds a block at a time, the same bits as tile mode's vertices.
+    Case k = binaryCase("mul", B::Mul, {2, 5, 5, 40}, {2, 1, 1, 40});
+    const Case bf16 = registeredCase({"binary"}, DType::BF16);
+    k.op.name += "_bf16";
+    k.op.dtypes = {DType::BF16, DType::BF16};
+    k.fwdTol = bf16.fwdTol, k.tileTol = 0.0, k.tileGradTol = bf16.tileGradTol;
+    k.fdTol = bf16.fdTol;
+    cs.push_back(k);
+  }
   cs.push_back(poolCase(true, {2, 7, 7, 3}, Pool2dOptions::make(3, 2, 1)));
   cs.push_back(poolCase(false, {2, 6, 6, 3}, Pool2dOptions::make(2, 2, 0)));
   {

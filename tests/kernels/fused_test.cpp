@@ -8,8 +8,11 @@
 #include <stdexcept>
 
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "ipu_backend/kernels/apply_update.h"
+#include "ipu_backend/kernels/depthwise.h"
 #include "ipu_backend/kernels/fused.h"
 #include "ipu_backend/kernels/fused_bf16.h"
 #include "ipu_backend/kernels/lamb_update.h"
@@ -145,6 +148,83 @@ TEST_F(Fused, DepthwiseWeightGradIsOursAndMatchesTheReference) {
   }
 }
 
+// bf16 inputs widened as they are read: the f32 loops' sums, bit for bit (binary: then rounded
+// as precision::toBF16 rounds), over broadcast and reduced shapes with two threads' parts.
+TEST_F(Fused, Bf16BinaryAndReduceEqualTheF32LoopsOnWidenedValues) {
+  using precision::bf16;
+  auto bits = [](const Vec& v) {
+    std::vector<bf16> b(v.size());
+    precision::toBF16(v.data(), b.data(), static_cast<i64>(v.size()));
+    return b;
+  };
+  auto widened = [](const std::vector<bf16>& b) {
+    Vec f(b.size());
+    precision::toFloat(b.data(), f.data(), static_cast<i64>(b.size()));
+    return f;
+  };
+  auto raw = [](const std::vector<bf16>& b) {
+    return reinterpret_cast<const std::uint16_t*>(b.data());
+  };
+  const std::vector<i64> xDims = {4, 30, 30, 48}, sDims = {4, 1, 1, 48};
+  const auto xb = bits(randomVec(4 * 30 * 30 * 48, 900)), sb = bits(randomVec(4 * 48, 901));
+  const Vec x = widened(xb), sc = widened(sb);
+  for (const auto& [a, b, aDims, bDims] :
+       {std::tuple{&xb, &sb, xDims, sDims}, std::tuple{&sb, &xb, sDims, xDims}}) {
+    const auto shape = BroadcastShape::make(aDims, bDims);
+    Vec want(static_cast<size_t>(shape.outElems()));
+    fused::binary(BinaryKind::Mul, shape, widened(*a).data(), widened(*b).data(), want.data());
+    std::vector<bf16> got(want.size());
+    fused::binaryBf16(BinaryKind::Mul, shape, raw(*a), raw(*b),
+                      reinterpret_cast<std::uint16_t*>(got.data()));
+    EXPECT_EQ(got, bits(want));
+  }
+  for (const ReduceKind kind : {ReduceKind::Mean, ReduceKind::Sum, ReduceKind::Max}) {
+    for (const std::vector<bool>& reduced : {std::vector<bool>{false, true, true, false},
+                                             std::vector<bool>{true, true, true, false}}) {
+      const ReduceShape s{xDims, reduced};
+      ASSERT_TRUE(fused::reduceBf16Runs(s));
+      Vec want(static_cast<size_t>(s.outElems())), got(want.size());
+      fused::reduce(kind, s, x.data(), want.data());
+      fused::reduceBf16(kind, s, raw(xb), got.data());
+      EXPECT_EQ(got, want);
+    }
+  }
+  EXPECT_FALSE(fused::reduceBf16Runs(ReduceShape{xDims, {false, false, false, true}}));
+}
+
+// Our depthwise tap-table loop (detail::DepthwiseConv), both passes, against the reference:
+// four-register channel groups (72 = 4 x 16 + 8), one-register, 8- and 1-lane tails, strides 1
+// and 2 (the data gradient's taps skip the odd rows and columns), dilation, padding on one side
+// only, and enough rows for two threads. The kernels take it for the strided f32 data gradient
+// alone (the rest stays on oneDNN, where it was as fast or faster).
+TEST_F(Fused, DepthwiseTapLoopMatchesTheReferenceAndRunsTheStridedDataGrad) {
+  Conv2dShape asym = conv(2, 15, 20, 20, 5, 1, 2, 20);
+  asym.s = 3, asym.w = 17, asym.padLeft = 0, asym.padRight = 2, asym.strideW = 2, asym.dilH = 2;
+  unsigned seed = 400;
+  using Pass = fused::detail::DepthwiseConv::Pass;
+  for (const auto& [name, s] : std::vector<ConvCase>{{"k3s1c72", conv(2, 17, 72, 72, 3, 1, 1, 72)},
+                                                     {"k5s2c72", conv(2, 19, 72, 72, 5, 2, 2, 72)},
+                                                     {"k3s2c40", conv(2, 23, 40, 40, 3, 2, 1, 40)},
+                                                     {"k5s1c24", conv(3, 20, 24, 24, 5, 1, 2, 24)},
+                                                     {"k3s1c5", conv(2, 30, 5, 5, 3, 1, 1, 5)},
+                                                     {"k5x3asym", asym}}) {
+    SCOPED_TRACE(name);
+    const Vec x = randomVec(s.inputElems(), seed++), w = randomVec(s.weightElems(), seed++),
+              dy = randomVec(s.outputElems(), seed++);
+    Vec y(s.outputElems(), 7.0f), dx(s.inputElems(), 7.0f), dxKernel(s.inputElems(), 7.0f);
+    fused::detail::DepthwiseConv(Pass::Forward, s).run(x.data(), w.data(), y.data());
+    fused::detail::DepthwiseConv(Pass::BackwardData, s).run(dy.data(), w.data(), dx.data());
+    EXPECT_TRUE(closeRel(y, testing::refConvFwd(s, x, w), kTol));
+    EXPECT_TRUE(closeRel(dx, testing::refConvBwdData(s, dy, w), kTol));
+    fused::Conv2dBackwardData bwdData(s);
+    const bool strided = s.strideH > 1 || s.strideW > 1;
+    EXPECT_EQ(bwdData.implementation() == "depthwise data gradient (ours)", strided);
+    EXPECT_NE(fused::Conv2dForward(s).implementation(), "depthwise forward (ours)");
+    bwdData.run(dy.data(), w.data(), dxKernel.data());
+    EXPECT_TRUE(closeRel(dxKernel, testing::refConvBwdData(s, dy, w), kTol));
+  }
+}
+
 // bf16 convolutions (native oneDNN bf16: pointwise stride-1 ones run as matmuls) against the f32
 // reference on the same bf16-rounded operands: within bf16 output rounding (2^-8) plus the
 // different accumulation order.
@@ -199,6 +279,14 @@ TEST_F(Fused, Conv2dAlgorithmChoice) {
   EXPECT_EQ(fused::Conv2dForward(conv(2, 14, 32, 64, 1, 1, 0)).implementation().find("matmul"), 0u);
   EXPECT_EQ(fused::Conv2dForward(conv(2, 50, 16, 24, 1, 1, 0)).implementation().find("matmul"),
             std::string::npos);
+  // Their weight gradients as a matmul up to 16,384 pixels (EfficientNet-B4's 24x24 stage at
+  // batch 8), not over its larger ones.
+  EXPECT_EQ(
+      fused::Conv2dBackwardFilter(conv(2, 50, 16, 24, 1, 1, 0)).implementation().find("matmul"),
+      0u);
+  EXPECT_EQ(
+      fused::Conv2dBackwardFilter(conv(8, 100, 16, 24, 1, 1, 0)).implementation().find("matmul"),
+      std::string::npos);
   EXPECT_EQ(fused::Conv2dForward(conv(4, 2, 16, 24, 3, 2, 1)).implementation(),
             "matmul (im2col convolution)");
   // Strided pointwise ones: a subsample + matmul forward over few output pixels only.
@@ -290,8 +378,9 @@ TEST_F(Fused, Avx2RuleMatMulRoutes) {
   const std::vector<RouteCase> cases = {
       {"stride2_3x3_two_blocks", conv(4, 64, 64, 16, 3, 2, 1),
        "matmul (blocked im2col convolution)", "", "matmul (blocked im2col convolution)"},
+      // (its weight gradient is a matmul under every rule: under 16,384 pixels)
       {"pointwise_14x14", conv(24, 14, 24, 8, 1, 1, 0), "matmul (pointwise convolution)",
-       "matmul (pointwise convolution)", "matmul (pointwise convolution)"},
+       "matmul (pointwise convolution)", ""},
       {"pointwise_28x28_wide", conv(6, 28, 8, 24, 1, 1, 0), "", "",
        "matmul (pointwise convolution, dW^T = x^T dy)"},
       {"strided_pointwise_wide", conv(2, 14, 16, 32, 1, 2, 0), "", "",
