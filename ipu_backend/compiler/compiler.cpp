@@ -136,9 +136,9 @@ class Planner : public ops::PlanApi {
   }
   void splitReduction(const Op& op, int firstPhase, int out, i64 redExtent, i64 bytesPerRedUnit,
                       const std::function<ops::Windows(Range, Range)>& windows, bool combineMax,
-                      i64 cutAt) override {
+                      i64 cutAt, i64 redBlock) override {
     phaseBase_ = firstPhase;
-    splitReduction(op, out, redExtent, bytesPerRedUnit, windows, combineMax, cutAt);
+    splitReduction(op, out, redExtent, bytesPerRedUnit, windows, combineMax, cutAt, redBlock);
     phaseBase_ = 0;
   }
   NeedWindow whole(int buf) const override { return {buf, 0, exe_.buffers[buf].elements}; }
@@ -472,9 +472,11 @@ class Planner : public ops::PlanApi {
   // to a vertex's windows, so P keeps each vertex's windows within the budget. Writes `out`
   // directly when P == 1.
   // cutAt > 0: the vertices of the first set are cut at multiples of cutAt output elements.
+  // redBlock > 0: the parts split the ceil(redExtent / redBlock) blocks of the reduced extent
+  // (each of redBlock units) and a part's range is whole blocks.
   template <typename F>
   void splitReduction(const Op& op, int out, i64 redExtent, i64 bytesPerRedUnit, F windows,
-                      bool combineMax = false, i64 cutAt = 0) {
+                      bool combineMax = false, i64 cutAt = 0, i64 redBlock = 0) {
     // The output ranges of one vertex each: r cut at multiples of cutAt.
     auto cuts = [cutAt](Range r, auto&& each) {
       for (i64 b = r.begin; b < r.end;) {
@@ -485,7 +487,8 @@ class Planner : public ops::PlanApi {
     };
     const std::vector<TileSlice> outMap = exe_.mapping[out];  // copy: partials add mappings
     const i64 e = exe_.buffers[out].elements;
-    i64 parts = conv_plan::reductionParts(e, redExtent, bytesPerRedUnit,
+    const i64 unit = std::max<i64>(1, redBlock), units = ceilDiv(redExtent, unit);
+    i64 parts = conv_plan::reductionParts(e, units, bytesPerRedUnit * unit,
                                           static_cast<i64>(outMap.size()), t_);
     if (parts == 1) {
       ComputeSet& cs = newComputeSet(op, 0, "");
@@ -505,7 +508,8 @@ class Planner : public ops::PlanApi {
       const std::vector<TileSlice>& pm = exe_.mapping[partials];
       for (const TileSlice& s : pm) {
         const i64 p = s.begin / e;
-        Range red{redExtent * p / parts, redExtent * (p + 1) / parts};
+        const Range red{std::min(redExtent, unit * (units * p / parts)),
+                        std::min(redExtent, unit * (units * (p + 1) / parts))};
         cuts({s.begin - p * e, s.end - p * e}, [&](Range r) {
           cs.vertices.push_back(vertexOn(s.tile, windows(r, red),
                                          {{partials, r.begin + p * e, r.end + p * e}}, r, red,

@@ -246,6 +246,33 @@ i64 groupsPerFilterBlock(const Conv2dShape& s, i64 xBytes, i64 dyBytes, const Ta
   return groupedFilterPlan(s, xBytes, dyBytes, t).gb;
 }
 
+// ---- conv2d_backward_data's split over k with dy in k-blocks ----------------------------------
+
+i64 dataGradKBlockSize(const Conv2dShape& s, const Target& t) {
+  return kBlockSize(s, 4, t);
+}
+
+bool splitDataGradReadsKBlocks(const Conv2dShape& s, i64 dyBytes, i64 dxSlices, const Target& t) {
+  if (s.groups != 1) return false;
+  const i64 kb = dataGradKBlockSize(s, t), blocks = ceilDiv(s.k, kb);
+  if (blocks < 2) return false;
+  const i64 dxElems = s.inputElems(), span = s.dilH * (s.r - 1) + 1;
+  // The parts splitReduction makes of the blocks (each block's weight rows counted as f32).
+  const i64 parts = reductionParts(dxElems, blocks, kb * s.r * s.s * s.c * 4, dxSlices, t);
+  if (parts < 2) return false;
+  // A tile's slice of one part's partial row (the part's row spread over T / parts tiles), the
+  // dx rows it covers and the dy rows they read.
+  const i64 slice = std::max(t.minBytesPerTile / 4, ceilDiv(dxElems * parts, t.numTiles));
+  const i64 dxRows = std::min(s.n * s.h, ceilDiv(ceilDiv(slice, s.c), s.w) + 1);
+  const i64 dyRowElems =
+      outputRowsForInputRows({0, dxRows}, s.outH(), s.h, s.strideH, s.padTop, span).size() *
+      s.outW();
+  const i64 unblocked = dyRowElems * s.k * dyBytes;
+  const i64 blocked = dyRowElems * ceilDiv(blocks, parts) * kb * dyBytes;
+  const i64 copied = ceilDiv(s.outputElems(), t.numTiles) * dyBytes;  // the blocks, per tile
+  return unblocked > windowBudgetBytes(t) / 4 && unblocked - blocked > copied;
+}
+
 // ---- conv2d_backward_filter's blocked plan ----------------------------------------------------
 
 namespace {
