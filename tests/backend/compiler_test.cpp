@@ -314,6 +314,80 @@ TEST(Compiler, GroupedConvReadsOnlyItsGroupsChannels) {
   }
 }
 
+// The data gradient of an ungrouped convolution with many output channels (EfficientNet's 1x1
+// expand convs: 448 -> 2688) is split over k with partial rows; a part needs only its k-range of
+// dy, but a flat window of dy rows holds every channel. dy is copied into k-blocks first (phase
+// 11), so a part (phase 12, its sum 13) gathers only its blocks' rows: unblocked, a tile
+// gathered the dy rows of every channel (8,192 and 6,144 B here against 2,048 and 1,344 B). A
+// 1x1 and a padded 3x3 convolution, both engine modes against a plain reference.
+TEST(Compiler, DenseConvDataGradientSplitOverKReadsOnlyItsChannelsOfDy) {
+  struct Case {
+    i64 kernel, pad, c, k;
+  };
+  for (const Case cc : {Case{1, 0, 16, 256}, Case{3, 1, 8, 64}}) {
+    SCOPED_TRACE(cc.kernel);
+    Graph g("dense_split_k");
+    Builder b(g);
+    const i64 n = 2, h = 8;
+    int x = b.variable("features", {n, h, h, cc.c});
+    int w = b.variable("expand_weight", {cc.k, cc.kernel, cc.kernel, cc.c});
+    int m = b.variable("dy_pattern", {n, h, h, cc.k});  // loss = sum(y * m): dy = m
+    int y = b.conv2d(x, w, Conv2dOptions::make(1, cc.pad), "expand");
+    int loss = b.reduceSum(b.binary("mul", y, m, "weighted"), {0, 1, 2, 3}, false, "loss");
+    g.markOutput(loss);
+    const int dx = appendBackward(g, loss, {x}).grads.at(x);
+    g.markOutput(dx);
+    const Target t = Target::small(128, 32 << 10);  // window budget 4 KiB, weights 16-18 KiB
+    auto exe = std::make_shared<const Executable>(compile(g, t, CompileOptions{}));
+    const Graph& eg = exe->graph;
+    const kernels::Conv2dShape s = convShapeOf(eg, eg.op(eg.tensor(y).producer));
+    std::set<int> phases;
+    i64 mostGathered = 0;  // of dy or its blocks, by a tile in the parts' compute set
+    for (const ComputeSet& cs : exe->computeSets) {
+      if (eg.op(cs.op).kind != OpKind::Conv2dBackwardData) continue;
+      phases.insert(cs.phase);
+      std::map<int, i64> gathered;
+      for (const Vertex& v : cs.vertices)
+        for (const Window& win : v.inputs)
+          if (win.gather && !win.shared && win.buffer != w &&
+              exe->buffers[win.buffer].name.find("partials") == std::string::npos)
+            gathered[v.tile] += (win.end - win.begin) * 4;
+      for (const auto& [tile, bytes] : gathered) mostGathered = std::max(mostGathered, bytes);
+    }
+    EXPECT_EQ(phases, (std::set<int>{11, 12, 13}));  // dy k-blocks, partials, their sum
+    // A part's tile: its output row's pixels of its blocks (4 KiB / weight row of channels):
+    // at most 2 rows x 8 pixels x kb channels; every channel of them unblocked.
+    const i64 kb = t.bytesPerTile / 8 / (cc.kernel * cc.kernel * cc.c * 4);
+    EXPECT_LE(mostGathered, (cc.kernel + 1) * h * kb * 4) << "kb " << kb;
+
+    std::vector<float> xv(static_cast<size_t>(s.inputElems())),
+        wv(static_cast<size_t>(s.weightElems())), mv(static_cast<size_t>(s.outputElems()));
+    for (size_t i = 0; i < xv.size(); ++i) xv[i] = static_cast<float>((i * 7) % 13) / 13.f;
+    for (size_t i = 0; i < wv.size(); ++i) wv[i] = static_cast<float>((i * 5) % 11) / 11.f - 0.5f;
+    for (size_t i = 0; i < mv.size(); ++i) mv[i] = static_cast<float>((i * 3) % 17) / 17.f - 0.4f;
+    std::vector<double> want(xv.size(), 0.0);
+    for (i64 im = 0; im < n; ++im)
+      for (i64 oh = 0; oh < h; ++oh)
+        for (i64 ow = 0; ow < h; ++ow)
+          for (i64 r = 0; r < cc.kernel; ++r)
+            for (i64 q = 0; q < cc.kernel; ++q) {
+              const i64 ih = oh - cc.pad + r, iw = ow - cc.pad + q;
+              if (ih < 0 || ih >= h || iw < 0 || iw >= h) continue;
+              for (i64 kk = 0; kk < cc.k; ++kk)
+                for (i64 ch = 0; ch < cc.c; ++ch)
+                  want[static_cast<size_t>(((im * h + ih) * h + iw) * cc.c + ch)] +=
+                      static_cast<double>(
+                          mv[static_cast<size_t>(((im * h + oh) * h + ow) * cc.k + kk)]) *
+                      wv[static_cast<size_t>(((kk * cc.kernel + r) * cc.kernel + q) * cc.c + ch)];
+            }
+    const auto got =
+        runBothModes(exe, {{x, &xv}, {w, &wv}, {m, &mv}}, loss, std::map<int, int>{{x, dx}});
+    for (int mode = 0; mode < 2; ++mode)
+      for (size_t i = 0; i < want.size(); ++i)
+        ASSERT_NEAR(got[mode].at(x)[i], want[i], 1e-5) << (mode ? "tile " : "fused ") << i;
+  }
+}
+
 // The weight gradient of a convolution with many input and output channels is planned by blocks
 // of both (compiler/conv_plan.h, FilterBlocks): dy and x copied channel-blocked, each tile one
 // (part, k-block, c-block) block of partials reading only its block's channels of its part's
