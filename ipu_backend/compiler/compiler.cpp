@@ -173,8 +173,24 @@ class Planner : public ops::PlanApi {
     if (!cp::transposedPlanIsSmaller(s, dyBytes, wBytes, sizeOf(partials), t_)) return false;
     const i64 kb = cp::kBlockSize(s, wBytes, t_);
     const std::string name = exe_.buffers[dx].name;  // a copy: buffers grow below
-    // The k-blocks: a slice of block b reads w's rows of that block.
-    const int blocks = addTemporary(name + "/weight_k_blocks", s.weightElems(), wType);
+    // The k-blocks: a slice of block b reads w's rows of that block (one flat window of about a
+    // window budget, however few elements the slice has). Each block is mapped over tiles of
+    // its own, so that no tile's slice spans two blocks and gathers two windows (EfficientNet
+    // G16's squeeze-excitation fc2: 148 KB on one tile).
+    const i64 blockElems = cp::kBlockElems(s, kb), nBlocks = ceilDiv(s.k, kb);
+    std::vector<TileSlice> blockMap;
+    const i64 start = linearMapping({name, s.weightElems(), wType, -1, false}, t_)[0].tile;
+    for (i64 b = 0; b < nBlocks; ++b) {
+      const i64 first = b * blockElems, size = std::min(blockElems, s.weightElems() - first);
+      const i64 tile0 = b * t_.numTiles / nBlocks;
+      for (TileSlice sl : rangeMapping(size, wType, t_, start + tile0,
+                                       std::max<i64>(1, (b + 1) * t_.numTiles / nBlocks - tile0))) {
+        sl.begin += first, sl.end += first;
+        blockMap.push_back(sl);
+      }
+    }
+    const int blocks =
+        temporary(op, "weight_k_blocks", s.weightElems(), wType, std::move(blockMap));
     perSlice(
         op, cp::kWeightKBlocksPhase, {blocks},
         [&, s, kb](Range r) {

@@ -158,54 +158,63 @@ TEST(Compiler, LargeWeightsAreSplitSoThatNoVertexGathersThemWhole) {
 // reference: with loss = mean(y), dx[n,h,w,c] = sum_k w[k,c] / |y| at the sampled (even)
 // pixels, else 0.
 TEST(Compiler, ConvDataGradientOfLargeWeightsUsesTransposedWeights) {
-  Graph g("shortcut");
-  Builder b(g);
-  const i64 n = 4, h = 8, c = 64, k = 128;
-  int x = b.variable("features", {n, h, h, c});         // its gradient: conv2d_backward_data
-  int w = b.variable("shortcut_weight", {k, 1, 1, c});  // 32 KiB, window budget 8 KiB
-  int y = b.conv2d(x, w, Conv2dOptions::make(2, 0), "shortcut");
-  int loss = b.reduceMean(y, {0, 1, 2, 3}, false, "loss");
-  g.markOutput(loss);
-  const int dx = appendBackward(g, loss, {x}).grads.at(x);
-  g.markOutput(dx);
-  const Target t = Target::small(256, 64 << 10);
-  auto exe = std::make_shared<const Executable>(compile(g, t, CompileOptions{}));
-  const i64 budget = t.bytesPerTile / 8;
-  std::set<int> phases;
-  for (const ComputeSet& cs : exe->computeSets) {
-    if (exe->graph.op(cs.op).kind != OpKind::Conv2dBackwardData) continue;
-    phases.insert(cs.phase);
-    for (const Vertex& v : cs.vertices)
-      for (const Window& win : v.inputs)
-        if (win.buffer == w) {
-          EXPECT_LE((win.end - win.begin) * 4, budget) << cs.name;
-        }
-  }
-  EXPECT_EQ(phases, (std::set<int>{2, 3, 4}));  // k-blocks, transpose, dx: no partials
-  for (const Buffer& buf : exe->buffers) EXPECT_NE(buf.name, exe->buffers[dx].name + "/partials");
-  for (const TileSlice& s : exe->mapping[dx]) EXPECT_EQ(s.begin / c, (s.end - 1) / c);
+  // 64 input channels: k-blocks of 32 output channels, 2,048 elements, a multiple of a tile's
+  // slice of them; 48: k-blocks of 42 channels, 2,016 elements, which tile slices would straddle.
+  for (const i64 c : {i64{64}, i64{48}}) {
+    SCOPED_TRACE(c);
+    Graph g("shortcut");
+    Builder b(g);
+    const i64 n = 4, h = 8, k = 128;
+    int x = b.variable("features", {n, h, h, c});         // its gradient: conv2d_backward_data
+    int w = b.variable("shortcut_weight", {k, 1, 1, c});  // 32 KiB, window budget 8 KiB
+    int y = b.conv2d(x, w, Conv2dOptions::make(2, 0), "shortcut");
+    int loss = b.reduceMean(y, {0, 1, 2, 3}, false, "loss");
+    g.markOutput(loss);
+    const int dx = appendBackward(g, loss, {x}).grads.at(x);
+    g.markOutput(dx);
+    const Target t = Target::small(256, 64 << 10);
+    auto exe = std::make_shared<const Executable>(compile(g, t, CompileOptions{}));
+    const i64 budget = t.bytesPerTile / 8;
+    std::set<int> phases;
+    for (const ComputeSet& cs : exe->computeSets) {
+      if (exe->graph.op(cs.op).kind != OpKind::Conv2dBackwardData) continue;
+      phases.insert(cs.phase);
+      std::map<int, i64> gathered;  // of w, per tile
+      for (const Vertex& v : cs.vertices)
+        for (const Window& win : v.inputs)
+          if (win.buffer == w) {
+            EXPECT_LE((win.end - win.begin) * 4, budget) << cs.name;
+            if (win.gather && !win.shared) gathered[v.tile] += (win.end - win.begin) * 4;
+          }
+      // Each k-block is mapped over tiles of its own: no tile gathers two blocks' windows.
+      for (const auto& [tile, bytes] : gathered) EXPECT_LE(bytes, budget) << cs.name << " " << tile;
+    }
+    EXPECT_EQ(phases, (std::set<int>{2, 3, 4}));  // k-blocks, transpose, dx: no partials
+    for (const Buffer& buf : exe->buffers) EXPECT_NE(buf.name, exe->buffers[dx].name + "/partials");
+    for (const TileSlice& s : exe->mapping[dx]) EXPECT_EQ(s.begin / c, (s.end - 1) / c);
 
-  std::vector<float> xv(n * h * h * c), wv(k * c);
-  for (size_t i = 0; i < xv.size(); ++i) xv[i] = static_cast<float>((i * 7) % 13) / 13.f;
-  for (size_t i = 0; i < wv.size(); ++i) wv[i] = static_cast<float>((i * 5) % 11) / 110.f - 0.05f;
-  // Both modes against the reference: fused mode runs the op's one kernel at the op's first
-  // compute set, which here has phase 2.
-  for (EngineMode mode : {EngineMode::Tile, EngineMode::Fused}) {
-    Engine e(exe, mode);
-    e.writeTensor(w, wv.data(), wv.size() * 4);
-    e.writeTensor(x, xv.data(), xv.size() * 4);
-    float l = 0;
-    e.connectOutput(loss, &l);
-    e.run();
-    const std::vector<float> got = e.readFloats(dx);
-    const double outputs = static_cast<double>(n * (h / 2) * (h / 2) * k);
-    for (i64 i = 0; i < n * h * h * c; ++i) {
-      const i64 ch = i % c, col = (i / c) % h, row = (i / (c * h)) % h;
-      double want = 0;
-      if (row % 2 == 0 && col % 2 == 0)
-        for (i64 kk = 0; kk < k; ++kk) want += wv[static_cast<size_t>(kk * c + ch)] / outputs;
-      ASSERT_NEAR(got[static_cast<size_t>(i)], want, 1e-7)
-          << (mode == EngineMode::Tile ? "tile " : "fused ") << i;
+    std::vector<float> xv(n * h * h * c), wv(k * c);
+    for (size_t i = 0; i < xv.size(); ++i) xv[i] = static_cast<float>((i * 7) % 13) / 13.f;
+    for (size_t i = 0; i < wv.size(); ++i) wv[i] = static_cast<float>((i * 5) % 11) / 110.f - 0.05f;
+    // Both modes against the reference: fused mode runs the op's one kernel at the op's first
+    // compute set, which here has phase 2.
+    for (EngineMode mode : {EngineMode::Tile, EngineMode::Fused}) {
+      Engine e(exe, mode);
+      e.writeTensor(w, wv.data(), wv.size() * 4);
+      e.writeTensor(x, xv.data(), xv.size() * 4);
+      float l = 0;
+      e.connectOutput(loss, &l);
+      e.run();
+      const std::vector<float> got = e.readFloats(dx);
+      const double outputs = static_cast<double>(n * (h / 2) * (h / 2) * k);
+      for (i64 i = 0; i < n * h * h * c; ++i) {
+        const i64 ch = i % c, col = (i / c) % h, row = (i / (c * h)) % h;
+        double want = 0;
+        if (row % 2 == 0 && col % 2 == 0)
+          for (i64 kk = 0; kk < k; ++kk) want += wv[static_cast<size_t>(kk * c + ch)] / outputs;
+        ASSERT_NEAR(got[static_cast<size_t>(i)], want, 1e-7)
+            << (mode == EngineMode::Tile ? "tile " : "fused ") << i;
+      }
     }
   }
 }
