@@ -157,10 +157,11 @@ Range weightsOfGroupBlock(const Conv2dShape& s, i64 gb, i64 b);
 // first copied into k-blocks (ChannelBlocks of kb channels, each tile copying what it holds),
 // then the split runs on whole blocks (splitReduction's redBlock), a part reading only its
 // blocks' rows:
-//   phase kDyKBlocksPhase: dy -> [K/kb][P][kbb] (P = N*OH*OW);
+//   phase kDyKBlocksPhase: dy -> [K/kb][P][kbb] (P = N*OH*OW); the grouped plan's phase of
+//     the same copy (one codelet on a tile running both);
 //   phase kKBlockedDataPhase: the parts' partial rows (+1: their sum, or dx when one part).
 // The same sums, in the same order, as the split over k reading dy (kernels::ref).
-constexpr int kDyKBlocksPhase = 11;
+constexpr int kDyKBlocksPhase = kGroupedDyBlocksPhase;
 constexpr int kKBlockedDataPhase = 12;
 
 // Output channels per k-block: those whose weight rows, counted as f32 as the split counts

@@ -420,8 +420,10 @@ std::function<void()> vertexForward(const VertexArgs& a) {
 std::function<void()> vertexBackwardData(const VertexArgs& a) {
   if (a.phase == 1 || a.phase == conv_plan::kKBlockedDataPhase + 1) return sumPartials(a);
   const auto s = convShapeOf(a.g, a.op);
-  // The split over k with dy in k-blocks (compiler/conv_plan.h): windows the blocks, then w.
-  if (a.phase == conv_plan::kDyKBlocksPhase || a.phase == conv_plan::kKBlockedDataPhase) {
+  // The split over k with dy in k-blocks (compiler/conv_plan.h; ungrouped, so its copy shares
+  // the grouped plan's phase): windows the blocks, then w.
+  if (s.groups == 1 &&
+      (a.phase == conv_plan::kDyKBlocksPhase || a.phase == conv_plan::kKBlockedDataPhase)) {
     const i64 kb = conv_plan::dataGradKBlockSize(s, a.target);
     if (a.phase == conv_plan::kDyKBlocksPhase)
       return channelBlocksVertex(a, conv_plan::dyKBlocks(s, kb));

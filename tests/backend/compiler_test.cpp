@@ -326,7 +326,7 @@ TEST(Compiler, GroupedConvReadsOnlyItsGroupsChannels) {
 // The data gradient of an ungrouped convolution with many output channels (EfficientNet's 1x1
 // expand convs: 448 -> 2688) is split over k with partial rows; a part needs only its k-range of
 // dy, but a flat window of dy rows holds every channel. dy is copied into k-blocks first (phase
-// 11), so a part (phase 12, its sum 13) gathers only its blocks' rows: unblocked, a tile
+// 5), so a part (phase 12, its sum 13) gathers only its blocks' rows: unblocked, a tile
 // gathered the dy rows of every channel (8,192 and 6,144 B here against 2,048 and 1,344 B). A
 // 1x1 and a padded 3x3 convolution, both engine modes against a plain reference.
 TEST(Compiler, DenseConvDataGradientSplitOverKReadsOnlyItsChannelsOfDy) {
@@ -363,7 +363,7 @@ TEST(Compiler, DenseConvDataGradientSplitOverKReadsOnlyItsChannelsOfDy) {
             gathered[v.tile] += (win.end - win.begin) * 4;
       for (const auto& [tile, bytes] : gathered) mostGathered = std::max(mostGathered, bytes);
     }
-    EXPECT_EQ(phases, (std::set<int>{11, 12, 13}));  // dy k-blocks, partials, their sum
+    EXPECT_EQ(phases, (std::set<int>{5, 12, 13}));  // dy k-blocks, partials, their sum
     // A part's tile: its output row's pixels of its blocks (4 KiB / weight row of channels):
     // at most 2 rows x 8 pixels x kb channels; every channel of them unblocked.
     const i64 kb = t.bytesPerTile / 8 / (cc.kernel * cc.kernel * cc.c * 4);
