@@ -324,7 +324,8 @@ bool planKBlockedBackwardData(PlanApi& p, const Op& op) {
   if (!cp::splitDataGradReadsKBlocks(s, sizeOf(p.graph().tensor(dy).dtype),
                                      static_cast<i64>(p.mapping(dx).size()), p.target()))
     return false;
-  const cp::ChannelBlocks dyb = cp::dyKBlocks(s, cp::dataGradKBlockSize(s, p.target()));
+  const cp::ChannelBlocks dyb =
+      cp::dyKBlocks(s, cp::dataGradDyBlockSize(s, sizeOf(p.graph().tensor(dy).dtype), p.target()));
   const int dyBlocks = copyToChannelBlocks(p, op, cp::kDyKBlocksPhase, dy, dyb, "dy_k_blocks");
   const i64 iRowLen = s.w * s.c, wPerK = s.r * s.s * s.c;
   p.splitReduction(
@@ -340,7 +341,7 @@ bool planKBlockedBackwardData(PlanApi& p, const Op& op) {
         ws.push_back({w, ks.begin * wPerK, ks.end * wPerK});
         return ws;
       },
-      false, 0, dyb.cb);
+      false, 0, cp::dataGradKBlockSize(s, p.target()));
   return true;
 }
 
@@ -424,7 +425,8 @@ std::function<void()> vertexBackwardData(const VertexArgs& a) {
   // the grouped plan's phase): windows the blocks, then w.
   if (s.groups == 1 &&
       (a.phase == conv_plan::kDyKBlocksPhase || a.phase == conv_plan::kKBlockedDataPhase)) {
-    const i64 kb = conv_plan::dataGradKBlockSize(s, a.target);
+    const i64 kb =
+        conv_plan::dataGradDyBlockSize(s, sizeOf(a.g.tensor(a.op.inputs[0]).dtype), a.target);
     if (a.phase == conv_plan::kDyKBlocksPhase)
       return channelBlocksVertex(a, conv_plan::dyKBlocks(s, kb));
     return [s, kb, blocks = std::vector<FW>(a.in.begin(), a.in.end() - 1), w = a.in.back(),
