@@ -138,9 +138,9 @@ class Planner : public ops::PlanApi {
   }
   void splitReduction(const Op& op, int firstPhase, int out, i64 redExtent, i64 bytesPerRedUnit,
                       const std::function<ops::Windows(Range, Range)>& windows, bool combineMax,
-                      i64 cutAt) override {
+                      i64 cutAt, i64 redBlock) override {
     phaseBase_ = firstPhase;
-    splitReduction(op, out, redExtent, bytesPerRedUnit, windows, combineMax, cutAt);
+    splitReduction(op, out, redExtent, bytesPerRedUnit, windows, combineMax, cutAt, redBlock);
     phaseBase_ = 0;
   }
   NeedWindow whole(int buf) const override { return {buf, 0, exe_.buffers[buf].elements}; }
@@ -175,8 +175,24 @@ class Planner : public ops::PlanApi {
     if (!cp::transposedPlanIsSmaller(s, dyBytes, wBytes, sizeOf(partials), t_)) return false;
     const i64 kb = cp::kBlockSize(s, wBytes, t_);
     const std::string name = exe_.buffers[dx].name;  // a copy: buffers grow below
-    // The k-blocks: a slice of block b reads w's rows of that block.
-    const int blocks = addTemporary(name + "/weight_k_blocks", s.weightElems(), wType);
+    // The k-blocks: a slice of block b reads w's rows of that block (one flat window of about a
+    // window budget, however few elements the slice has). Each block is mapped over tiles of
+    // its own, so that no tile's slice spans two blocks and gathers two windows (EfficientNet
+    // G16's squeeze-excitation fc2: 148 KB on one tile).
+    const i64 blockElems = cp::kBlockElems(s, kb), nBlocks = ceilDiv(s.k, kb);
+    std::vector<TileSlice> blockMap;
+    const i64 start = linearMapping({name, s.weightElems(), wType, -1, false}, t_)[0].tile;
+    for (i64 b = 0; b < nBlocks; ++b) {
+      const i64 first = b * blockElems, size = std::min(blockElems, s.weightElems() - first);
+      const i64 tile0 = b * t_.numTiles / nBlocks;
+      for (TileSlice sl : rangeMapping(size, wType, t_, start + tile0,
+                                       std::max<i64>(1, (b + 1) * t_.numTiles / nBlocks - tile0))) {
+        sl.begin += first, sl.end += first;
+        blockMap.push_back(sl);
+      }
+    }
+    const int blocks =
+        temporary(op, "weight_k_blocks", s.weightElems(), wType, std::move(blockMap));
     perSlice(
         op, cp::kWeightKBlocksPhase, {blocks},
         [&, s, kb](Range r) {
@@ -588,9 +604,11 @@ class Planner : public ops::PlanApi {
   // to a vertex's windows, so P keeps each vertex's windows within the budget. Writes `out`
   // directly when P == 1.
   // cutAt > 0: the vertices of the first set are cut at multiples of cutAt output elements.
+  // redBlock > 0: the parts split the ceil(redExtent / redBlock) blocks of the reduced extent
+  // (each of redBlock units) and a part's range is whole blocks.
   template <typename F>
   void splitReduction(const Op& op, int out, i64 redExtent, i64 bytesPerRedUnit, F windows,
-                      bool combineMax = false, i64 cutAt = 0) {
+                      bool combineMax = false, i64 cutAt = 0, i64 redBlock = 0) {
     // The output ranges of one vertex each: r cut at multiples of cutAt.
     auto cuts = [cutAt](Range r, auto&& each) {
       for (i64 b = r.begin; b < r.end;) {
@@ -601,7 +619,8 @@ class Planner : public ops::PlanApi {
     };
     const std::vector<TileSlice> outMap = exe_.mapping[out];  // copy: partials add mappings
     const i64 e = exe_.buffers[out].elements;
-    i64 parts = conv_plan::reductionParts(e, redExtent, bytesPerRedUnit,
+    const i64 unit = std::max<i64>(1, redBlock), units = ceilDiv(redExtent, unit);
+    i64 parts = conv_plan::reductionParts(e, units, bytesPerRedUnit * unit,
                                           static_cast<i64>(outMap.size()), t_);
     if (parts == 1) {
       ComputeSet& cs = newComputeSet(op, 0, "");
@@ -621,7 +640,8 @@ class Planner : public ops::PlanApi {
       const std::vector<TileSlice>& pm = exe_.mapping[partials];
       for (const TileSlice& s : pm) {
         const i64 p = s.begin / e;
-        Range red{redExtent * p / parts, redExtent * (p + 1) / parts};
+        const Range red{std::min(redExtent, unit * (units * p / parts)),
+                        std::min(redExtent, unit * (units * (p + 1) / parts))};
         cuts({s.begin - p * e, s.end - p * e}, [&](Range r) {
           cs.vertices.push_back(vertexOn(s.tile, windows(r, red),
                                          {{partials, r.begin + p * e, r.end + p * e}}, r, red,

@@ -246,6 +246,59 @@ i64 groupsPerFilterBlock(const Conv2dShape& s, i64 xBytes, i64 dyBytes, const Ta
   return groupedFilterPlan(s, xBytes, dyBytes, t).gb;
 }
 
+// ---- conv2d_backward_data's split over k with dy in k-blocks ----------------------------------
+
+i64 dataGradKBlockSize(const Conv2dShape& s, const Target& t) {
+  return kBlockSize(s, 4, t);
+}
+
+namespace {
+
+// The parts splitReduction makes of the k-blocks of the data gradient (each block's weight rows
+// counted as f32) for dx in `dxSlices` tile slices.
+i64 dataGradParts(const Conv2dShape& s, i64 dxSlices, const Target& t) {
+  const i64 kb = dataGradKBlockSize(s, t);
+  return reductionParts(s.inputElems(), ceilDiv(s.k, kb), kb * s.r * s.s * s.c * 4, dxSlices, t);
+}
+
+// Pixels of dy rows that a tile of one of `parts` parts reads: its slice of the part's partial
+// row (spread over T / parts tiles), the dx rows it covers and the dy rows they read.
+i64 dyPixelsPerPartTile(const Conv2dShape& s, i64 parts, const Target& t) {
+  const i64 slice = std::max(t.minBytesPerTile / 4, ceilDiv(s.inputElems() * parts, t.numTiles));
+  const i64 dxRows = std::min(s.n * s.h, ceilDiv(ceilDiv(slice, s.c), s.w) + 1);
+  return outputRowsForInputRows({0, dxRows}, s.outH(), s.h, s.strideH, s.padTop,
+                                s.dilH * (s.r - 1) + 1)
+             .size() *
+         s.outW();
+}
+
+}  // namespace
+
+i64 dataGradDyBlockSize(const Conv2dShape& s, i64 dyBytes, const Target& t) {
+  const i64 kb = dataGradKBlockSize(s, t);
+  // The parts without their floor for small outputs (dxSlices = T), so that the tile engine finds
+  // the same size from the shape alone.
+  const i64 pixels = dyPixelsPerPartTile(s, dataGradParts(s, t.numTiles, t), t);
+  const i64 most = windowBudgetBytes(t) / 4 / std::max<i64>(1, 2 * pixels * dyBytes);
+  return std::clamp<i64>(most / kb * kb, kb, s.k);
+}
+
+bool splitDataGradReadsKBlocks(const Conv2dShape& s, i64 dyBytes, i64 dxSlices, const Target& t) {
+  if (s.groups != 1) return false;
+  const i64 kb = dataGradKBlockSize(s, t), blocks = ceilDiv(s.k, kb);
+  if (blocks < 2) return false;
+  const i64 parts = dataGradParts(s, dxSlices, t);
+  if (parts < 2) return false;
+  const i64 dyRowElems = dyPixelsPerPartTile(s, parts, t);
+  const i64 unblocked = dyRowElems * s.k * dyBytes;
+  // A part's k-range and one more dy block it may cross into.
+  const i64 blocked =
+      dyRowElems * std::min(s.k, ceilDiv(blocks, parts) * kb + dataGradDyBlockSize(s, dyBytes, t)) *
+      dyBytes;
+  const i64 copied = ceilDiv(s.outputElems(), t.numTiles) * dyBytes;  // the blocks, per tile
+  return unblocked > windowBudgetBytes(t) / 4 && unblocked - blocked > copied;
+}
+
 // ---- conv2d_backward_filter's blocked plan ----------------------------------------------------
 
 namespace {

@@ -150,6 +150,38 @@ inline ChannelBlocks xBlocks(const Conv2dShape& s, i64 gb) {
 // The weight rows w[k0:k1] (equally dw's) of block b's output channels.
 Range weightsOfGroupBlock(const Conv2dShape& s, i64 gb, i64 b);
 
+// ---- conv2d_backward_data's split over k with dy in k-blocks (groups == 1) -------------------
+// Split over output channels, part p's partial row of dx sums its k-range only, but a flat
+// window of dy rows holds every channel: for EfficientNet-B4's 448 -> 2688 expand conv at
+// micro-batch 3 each part's tile gathered 193 KB of dy rows for its 44 channels. Here dy is
+// first copied into k-blocks (ChannelBlocks, each tile copying what it holds), then the split
+// runs on whole blocks of weight rows (splitReduction's redBlock), a part reading only the rows
+// of the dy blocks its k-range spans:
+//   phase kDyKBlocksPhase: dy -> [K/kb][P][kbb] (P = N*OH*OW); the grouped plan's phase of
+//     the same copy (one codelet on a tile running both);
+//   phase kKBlockedDataPhase: the parts' partial rows (+1: their sum, or dx when one part).
+// The same sums, in the same order, as the split over k reading dy (kernels::ref).
+constexpr int kDyKBlocksPhase = kGroupedDyBlocksPhase;
+constexpr int kKBlockedDataPhase = 12;
+
+// Output channels per k-block: those whose weight rows, counted as f32 as the split counts
+// them, fit one window budget (the split's fewest parts then read a block each).
+i64 dataGradKBlockSize(const Conv2dShape& s, const Target& t);
+// Output channels per block of dy: the most, in multiples of dataGradKBlockSize, for which a
+// part's tile gathers at most a quarter of a window budget of dy rows (two blocks: a part's
+// k-range may cross a block boundary). Fewer, larger blocks: every block adds a region of the
+// copy (work-list entries, always live on every tile holding dy).
+i64 dataGradDyBlockSize(const Conv2dShape& s, i64 dyBytes, const Target& t);
+// The k-blocks of dy.
+inline ChannelBlocks dyKBlocks(const Conv2dShape& s, i64 kb) {
+  return {s.n * s.outH() * s.outW(), s.k, kb};
+}
+// Whether the split over k (weights over the window budget; dx in `dxSlices` tile slices) reads
+// dy in k-blocks: groups == 1, more than one part, a part's tile would gather more than a
+// quarter of a window budget of dy rows (every channel), and blocking saves more than the
+// blocks' copy holds per tile.
+bool splitDataGradReadsKBlocks(const Conv2dShape& s, i64 dyBytes, i64 dxSlices, const Target& t);
+
 // ---- conv2d_backward_filter's blocked plan ----------------------------------------------------
 // The weight gradient dw[K,R,S,C] = sum over output pixels of dy[.,k] x[.,c] split only over
 // output rows makes every part write a partial of the WHOLE dw and read every channel of its

@@ -191,6 +191,35 @@ void conv2dBackwardDataGroupBlocks(const Conv2dShape& s, i64 gb, W dyBlocks, W w
   }
 }
 
+void conv2dBackwardDataKBlocks(const Conv2dShape& s, i64 kb, const std::vector<W>& dyBlocks, W w,
+                               float* dx, Range out, Range red) {
+  const i64 oh = s.outH(), ow = s.outW(), blockElems = s.n * oh * ow * kb;
+  const i64 k0 = std::max<i64>(0, red.begin), k1 = std::min(s.k, red.end), b0 = k0 / kb;
+  for (i64 i = out.begin; i < out.end; ++i) {
+    const i64 c = i % s.c, iw = (i / s.c) % s.w, ih = (i / (s.c * s.w)) % s.h,
+              n = i / (s.c * s.w * s.h);
+    double acc = 0;
+    for (i64 r = 0; r < s.r; ++r) {
+      const i64 ph = ih + s.padTop - r * s.dilH;
+      if (ph < 0 || ph % s.strideH != 0 || ph / s.strideH >= oh) continue;
+      const i64 p = ph / s.strideH;
+      for (i64 t = 0; t < s.s; ++t) {
+        const i64 qw = iw + s.padLeft - t * s.dilW;
+        if (qw < 0 || qw % s.strideW != 0 || qw / s.strideW >= ow) continue;
+        const i64 pixel = (n * oh + p) * ow + qw / s.strideW;
+        for (i64 b = b0; b * kb < k1; ++b) {
+          const W& block = dyBlocks[static_cast<size_t>(b - b0)];
+          const i64 first = b * kb, kbb = std::min(kb, s.k - first);
+          const i64 row = b * blockElems + pixel * kbb - first;
+          for (i64 k = std::max(k0, first); k < std::min(k1, first + kbb); ++k)
+            acc += double(block[row + k]) * w[((k * s.r + r) * s.s + t) * s.c + c];
+        }
+      }
+    }
+    dx[i - out.begin] = float(acc);
+  }
+}
+
 void conv2dBackwardFilterGroupBlocks(const Conv2dShape& s, i64 gb, W xBlocks, W dyBlocks, float* dw,
                                      Range out, Range red) {
   const i64 oh = s.outH(), ow = s.outW(), cpg = s.cPerGroup(), kpg = s.kPerGroup();

@@ -52,6 +52,12 @@ void toChannelBlocks(i64 pixels, i64 c, i64 cb, W x, float* blocks, Range out);
 // every k.
 void conv2dBackwardDataGroupBlocks(const Conv2dShape& s, i64 gb, W dyBlocks, W w, float* dx,
                                    Range out);
+// dx of an ungrouped convolution summed over output channels k in red only, from dy in k-blocks
+// of kb channels (toChannelBlocks' layout, c = K): `dyBlocks[i]` is a window onto block
+// red.begin / kb + i, one for every block red spans. The same sum, in the same order, as
+// conv2dBackwardData over red.
+void conv2dBackwardDataKBlocks(const Conv2dShape& s, i64 kb, const std::vector<W>& dyBlocks, W w,
+                               float* dx, Range out, Range red);
 // dw of a grouped convolution summed over output rows in red, from x and dy in blocks of gb
 // groups (gb*C/G and gb*K/G channels each). The same sum, in the same order, as
 // conv2dBackwardFilter.

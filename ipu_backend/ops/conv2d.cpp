@@ -300,6 +300,37 @@ bool planGroupedForward(PlanApi& p, const Op& op) {
   return true;
 }
 
+// The split over k of an ungrouped convolution's data gradient with dy in k-blocks
+// (compiler/conv_plan.h): dy copied into blocks, then each part reads its blocks' rows and its
+// weight rows only. False (nothing planned) where the parts' tiles read few dy rows.
+bool planKBlockedBackwardData(PlanApi& p, const Op& op) {
+  namespace cp = conv_plan;
+  const auto s = convShapeOf(p.graph(), op);
+  const int dy = op.inputs[0], w = op.inputs[1], dx = op.outputs[0];
+  if (!cp::splitDataGradReadsKBlocks(s, sizeOf(p.graph().tensor(dy).dtype),
+                                     static_cast<i64>(p.mapping(dx).size()), p.target()))
+    return false;
+  const cp::ChannelBlocks dyb =
+      cp::dyKBlocks(s, cp::dataGradDyBlockSize(s, sizeOf(p.graph().tensor(dy).dtype), p.target()));
+  const int dyBlocks = copyToChannelBlocks(p, op, cp::kDyKBlocksPhase, dy, dyb, "dy_k_blocks");
+  const i64 iRowLen = s.w * s.c, wPerK = s.r * s.s * s.c;
+  p.splitReduction(
+      op, cp::kKBlockedDataPhase, dx, s.k, weightBytesPerOutputChannel(s),
+      [s, dyb, dyBlocks, w, iRowLen, wPerK](Range r, Range ks) {
+        const Range rows = outputRowsForInputRows(rowsOf(r, iRowLen), s.outH(), s.h, s.strideH,
+                                                  s.padTop, s.dilH * (s.r - 1) + 1);
+        Windows ws;
+        for (i64 b = ks.begin / dyb.cb; b * dyb.cb < ks.end; ++b) {
+          const Range d = dyb.rowsOfBlock(b, rows, s.outW());
+          ws.push_back({dyBlocks, d.begin, d.end});
+        }
+        ws.push_back({w, ks.begin * wPerK, ks.end * wPerK});
+        return ws;
+      },
+      false, 0, cp::dataGradKBlockSize(s, p.target()));
+  return true;
+}
+
 void planBackwardData(PlanApi& p, const Op& op) {
   const auto s = convShapeOf(p.graph(), op);
   const int dy = op.inputs[0], w = op.inputs[1], out = op.outputs[0];
@@ -318,8 +349,10 @@ void planBackwardData(PlanApi& p, const Op& op) {
   // Large weights: a forward convolution of dy with transposed weights where that plan applies
   // and a tile holds less (compiler/conv_plan.h). Otherwise (grouped, or a tile holds less this
   // way) split the sum over output channels k, each part reading only its weight rows w[k0:k1]
-  // (contiguous in the [K,R,S,C/G] layout).
+  // (contiguous in the [K,R,S,C/G] layout) and, ungrouped with many dy rows per tile, only its
+  // channels of dy (copied into k-blocks first).
   if (p.convBackwardDataTransposed(op)) return;
+  if (planKBlockedBackwardData(p, op)) return;
   p.splitReduction(op, 0, out, s.k, weightBytesPerOutputChannel(s),
                    [dyRows, w, wPerK](Range r, Range ks) {
                      return Windows{dyRows(r), {w, ks.begin * wPerK, ks.end * wPerK}};
@@ -393,8 +426,20 @@ std::function<void()> vertexForward(const VertexArgs& a) {
 }
 
 std::function<void()> vertexBackwardData(const VertexArgs& a) {
-  if (a.phase == 1) return sumPartials(a);
+  if (a.phase == 1 || a.phase == conv_plan::kKBlockedDataPhase + 1) return sumPartials(a);
   const auto s = convShapeOf(a.g, a.op);
+  // The split over k with dy in k-blocks (compiler/conv_plan.h; ungrouped, so its copy shares
+  // the grouped plan's phase): windows the blocks, then w.
+  if (s.groups == 1 &&
+      (a.phase == conv_plan::kDyKBlocksPhase || a.phase == conv_plan::kKBlockedDataPhase)) {
+    const i64 kb =
+        conv_plan::dataGradDyBlockSize(s, sizeOf(a.g.tensor(a.op.inputs[0]).dtype), a.target);
+    if (a.phase == conv_plan::kDyKBlocksPhase)
+      return channelBlocksVertex(a, conv_plan::dyKBlocks(s, kb));
+    return [s, kb, blocks = std::vector<FW>(a.in.begin(), a.in.end() - 1), w = a.in.back(),
+            y = a.out[0], work = a.work,
+            red = a.red] { ref::conv2dBackwardDataKBlocks(s, kb, blocks, w, y, work, red); };
+  }
   // The grouped plan (compiler/conv_plan.h): dy in blocks of groups, then dx.
   if (a.phase == conv_plan::kGroupedDyBlocksPhase || a.phase == conv_plan::kGroupedDataPhase) {
     const i64 gb = conv_plan::groupsPerBlock(s, sizeOf(a.g.tensor(a.op.inputs[0]).dtype),
@@ -603,7 +648,8 @@ IPU_REGISTER_OPS(conv2d) {
   d.fused = fusedPass<fz::Conv2dBackwardData>();
   d.nativeFused = nativeBf16Pass<fz::Conv2dBackwardData>();
   // The transposed plan's dx phase multiplies; its k-block and transpose phases move weights.
-  d.costTraits.macPhases = {0, conv_plan::kTransposedDataPhase, conv_plan::kGroupedDataPhase};
+  d.costTraits.macPhases = {0, conv_plan::kTransposedDataPhase, conv_plan::kGroupedDataPhase,
+                            conv_plan::kKBlockedDataPhase};
   registerOp(std::move(d));
 
   OpInfo w = convInfo(OpKind::Conv2dBackwardFilter, "conv2d_backward_filter",

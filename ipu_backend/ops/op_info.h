@@ -86,11 +86,13 @@ class PlanApi {
   // firstPhase + 1 sums them (sumPartials; combineMax: takes their maximum, maxPartials, and
   // the partials stay f32); one phase writing `out` directly when one part suffices. With
   // cutAt > 0 the vertices writing partials are cut at multiples of cutAt output elements
-  // (outputs whose windows are not adjacent, e.g. one sample's channels each).
+  // (outputs whose windows are not adjacent, e.g. one sample's channels each). With redBlock > 0
+  // the parts' ranges are cut at multiples of redBlock units (operands stored in blocks of the
+  // reduced extent: a part reads whole blocks).
   virtual void splitReduction(const Op& op, int firstPhase, int out, i64 redExtent,
                               i64 bytesPerRedUnit,
                               const std::function<Windows(Range out, Range red)>& windows,
-                              bool combineMax = false, i64 cutAt = 0) = 0;
+                              bool combineMax = false, i64 cutAt = 0, i64 redBlock = 0) = 0;
   // The whole of a tensor (small operands: scalars, indices, per-channel parameters).
   virtual NeedWindow whole(int tensor) const = 0;
 

@@ -158,54 +158,63 @@ TEST(Compiler, LargeWeightsAreSplitSoThatNoVertexGathersThemWhole) {
 // reference: with loss = mean(y), dx[n,h,w,c] = sum_k w[k,c] / |y| at the sampled (even)
 // pixels, else 0.
 TEST(Compiler, ConvDataGradientOfLargeWeightsUsesTransposedWeights) {
-  Graph g("shortcut");
-  Builder b(g);
-  const i64 n = 4, h = 8, c = 64, k = 128;
-  int x = b.variable("features", {n, h, h, c});         // its gradient: conv2d_backward_data
-  int w = b.variable("shortcut_weight", {k, 1, 1, c});  // 32 KiB, window budget 8 KiB
-  int y = b.conv2d(x, w, Conv2dOptions::make(2, 0), "shortcut");
-  int loss = b.reduceMean(y, {0, 1, 2, 3}, false, "loss");
-  g.markOutput(loss);
-  const int dx = appendBackward(g, loss, {x}).grads.at(x);
-  g.markOutput(dx);
-  const Target t = Target::small(256, 64 << 10);
-  auto exe = std::make_shared<const Executable>(compile(g, t, CompileOptions{}));
-  const i64 budget = t.bytesPerTile / 8;
-  std::set<int> phases;
-  for (const ComputeSet& cs : exe->computeSets) {
-    if (exe->graph.op(cs.op).kind != OpKind::Conv2dBackwardData) continue;
-    phases.insert(cs.phase);
-    for (const Vertex& v : cs.vertices)
-      for (const Window& win : v.inputs)
-        if (win.buffer == w) {
-          EXPECT_LE((win.end - win.begin) * 4, budget) << cs.name;
-        }
-  }
-  EXPECT_EQ(phases, (std::set<int>{2, 3, 4}));  // k-blocks, transpose, dx: no partials
-  for (const Buffer& buf : exe->buffers) EXPECT_NE(buf.name, exe->buffers[dx].name + "/partials");
-  for (const TileSlice& s : exe->mapping[dx]) EXPECT_EQ(s.begin / c, (s.end - 1) / c);
+  // 64 input channels: k-blocks of 32 output channels, 2,048 elements, a multiple of a tile's
+  // slice of them; 48: k-blocks of 42 channels, 2,016 elements, which tile slices would straddle.
+  for (const i64 c : {i64{64}, i64{48}}) {
+    SCOPED_TRACE(c);
+    Graph g("shortcut");
+    Builder b(g);
+    const i64 n = 4, h = 8, k = 128;
+    int x = b.variable("features", {n, h, h, c});         // its gradient: conv2d_backward_data
+    int w = b.variable("shortcut_weight", {k, 1, 1, c});  // 32 KiB, window budget 8 KiB
+    int y = b.conv2d(x, w, Conv2dOptions::make(2, 0), "shortcut");
+    int loss = b.reduceMean(y, {0, 1, 2, 3}, false, "loss");
+    g.markOutput(loss);
+    const int dx = appendBackward(g, loss, {x}).grads.at(x);
+    g.markOutput(dx);
+    const Target t = Target::small(256, 64 << 10);
+    auto exe = std::make_shared<const Executable>(compile(g, t, CompileOptions{}));
+    const i64 budget = t.bytesPerTile / 8;
+    std::set<int> phases;
+    for (const ComputeSet& cs : exe->computeSets) {
+      if (exe->graph.op(cs.op).kind != OpKind::Conv2dBackwardData) continue;
+      phases.insert(cs.phase);
+      std::map<int, i64> gathered;  // of w, per tile
+      for (const Vertex& v : cs.vertices)
+        for (const Window& win : v.inputs)
+          if (win.buffer == w) {
+            EXPECT_LE((win.end - win.begin) * 4, budget) << cs.name;
+            if (win.gather && !win.shared) gathered[v.tile] += (win.end - win.begin) * 4;
+          }
+      // Each k-block is mapped over tiles of its own: no tile gathers two blocks' windows.
+      for (const auto& [tile, bytes] : gathered) EXPECT_LE(bytes, budget) << cs.name << " " << tile;
+    }
+    EXPECT_EQ(phases, (std::set<int>{2, 3, 4}));  // k-blocks, transpose, dx: no partials
+    for (const Buffer& buf : exe->buffers) EXPECT_NE(buf.name, exe->buffers[dx].name + "/partials");
+    for (const TileSlice& s : exe->mapping[dx]) EXPECT_EQ(s.begin / c, (s.end - 1) / c);
 
-  std::vector<float> xv(n * h * h * c), wv(k * c);
-  for (size_t i = 0; i < xv.size(); ++i) xv[i] = static_cast<float>((i * 7) % 13) / 13.f;
-  for (size_t i = 0; i < wv.size(); ++i) wv[i] = static_cast<float>((i * 5) % 11) / 110.f - 0.05f;
-  // Both modes against the reference: fused mode runs the op's one kernel at the op's first
-  // compute set, which here has phase 2.
-  for (EngineMode mode : {EngineMode::Tile, EngineMode::Fused}) {
-    Engine e(exe, mode);
-    e.writeTensor(w, wv.data(), wv.size() * 4);
-    e.writeTensor(x, xv.data(), xv.size() * 4);
-    float l = 0;
-    e.connectOutput(loss, &l);
-    e.run();
-    const std::vector<float> got = e.readFloats(dx);
-    const double outputs = static_cast<double>(n * (h / 2) * (h / 2) * k);
-    for (i64 i = 0; i < n * h * h * c; ++i) {
-      const i64 ch = i % c, col = (i / c) % h, row = (i / (c * h)) % h;
-      double want = 0;
-      if (row % 2 == 0 && col % 2 == 0)
-        for (i64 kk = 0; kk < k; ++kk) want += wv[static_cast<size_t>(kk * c + ch)] / outputs;
-      ASSERT_NEAR(got[static_cast<size_t>(i)], want, 1e-7)
-          << (mode == EngineMode::Tile ? "tile " : "fused ") << i;
+    std::vector<float> xv(n * h * h * c), wv(k * c);
+    for (size_t i = 0; i < xv.size(); ++i) xv[i] = static_cast<float>((i * 7) % 13) / 13.f;
+    for (size_t i = 0; i < wv.size(); ++i) wv[i] = static_cast<float>((i * 5) % 11) / 110.f - 0.05f;
+    // Both modes against the reference: fused mode runs the op's one kernel at the op's first
+    // compute set, which here has phase 2.
+    for (EngineMode mode : {EngineMode::Tile, EngineMode::Fused}) {
+      Engine e(exe, mode);
+      e.writeTensor(w, wv.data(), wv.size() * 4);
+      e.writeTensor(x, xv.data(), xv.size() * 4);
+      float l = 0;
+      e.connectOutput(loss, &l);
+      e.run();
+      const std::vector<float> got = e.readFloats(dx);
+      const double outputs = static_cast<double>(n * (h / 2) * (h / 2) * k);
+      for (i64 i = 0; i < n * h * h * c; ++i) {
+        const i64 ch = i % c, col = (i / c) % h, row = (i / (c * h)) % h;
+        double want = 0;
+        if (row % 2 == 0 && col % 2 == 0)
+          for (i64 kk = 0; kk < k; ++kk) want += wv[static_cast<size_t>(kk * c + ch)] / outputs;
+        ASSERT_NEAR(got[static_cast<size_t>(i)], want, 1e-7)
+            << (mode == EngineMode::Tile ? "tile " : "fused ") << i;
+      }
     }
   }
 }
@@ -311,6 +320,80 @@ TEST(Compiler, GroupedConvReadsOnlyItsGroupsChannels) {
         }
       }
     }
+  }
+}
+
+// The data gradient of an ungrouped convolution with many output channels (EfficientNet's 1x1
+// expand convs: 448 -> 2688) is split over k with partial rows; a part needs only its k-range of
+// dy, but a flat window of dy rows holds every channel. dy is copied into k-blocks first (phase
+// 5), so a part (phase 12, its sum 13) gathers only its blocks' rows: unblocked, a tile
+// gathered the dy rows of every channel (8,192 and 6,144 B here against 2,048 and 1,344 B). A
+// 1x1 and a padded 3x3 convolution, both engine modes against a plain reference.
+TEST(Compiler, DenseConvDataGradientSplitOverKReadsOnlyItsChannelsOfDy) {
+  struct Case {
+    i64 kernel, pad, c, k;
+  };
+  for (const Case cc : {Case{1, 0, 16, 256}, Case{3, 1, 8, 64}}) {
+    SCOPED_TRACE(cc.kernel);
+    Graph g("dense_split_k");
+    Builder b(g);
+    const i64 n = 2, h = 8;
+    int x = b.variable("features", {n, h, h, cc.c});
+    int w = b.variable("expand_weight", {cc.k, cc.kernel, cc.kernel, cc.c});
+    int m = b.variable("dy_pattern", {n, h, h, cc.k});  // loss = sum(y * m): dy = m
+    int y = b.conv2d(x, w, Conv2dOptions::make(1, cc.pad), "expand");
+    int loss = b.reduceSum(b.binary("mul", y, m, "weighted"), {0, 1, 2, 3}, false, "loss");
+    g.markOutput(loss);
+    const int dx = appendBackward(g, loss, {x}).grads.at(x);
+    g.markOutput(dx);
+    const Target t = Target::small(128, 32 << 10);  // window budget 4 KiB, weights 16-18 KiB
+    auto exe = std::make_shared<const Executable>(compile(g, t, CompileOptions{}));
+    const Graph& eg = exe->graph;
+    const kernels::Conv2dShape s = convShapeOf(eg, eg.op(eg.tensor(y).producer));
+    std::set<int> phases;
+    i64 mostGathered = 0;  // of dy or its blocks, by a tile in the parts' compute set
+    for (const ComputeSet& cs : exe->computeSets) {
+      if (eg.op(cs.op).kind != OpKind::Conv2dBackwardData) continue;
+      phases.insert(cs.phase);
+      std::map<int, i64> gathered;
+      for (const Vertex& v : cs.vertices)
+        for (const Window& win : v.inputs)
+          if (win.gather && !win.shared && win.buffer != w &&
+              exe->buffers[win.buffer].name.find("partials") == std::string::npos)
+            gathered[v.tile] += (win.end - win.begin) * 4;
+      for (const auto& [tile, bytes] : gathered) mostGathered = std::max(mostGathered, bytes);
+    }
+    EXPECT_EQ(phases, (std::set<int>{5, 12, 13}));  // dy k-blocks, partials, their sum
+    // A part's tile: its output row's pixels of its blocks (4 KiB / weight row of channels):
+    // at most 2 rows x 8 pixels x kb channels; every channel of them unblocked.
+    const i64 kb = t.bytesPerTile / 8 / (cc.kernel * cc.kernel * cc.c * 4);
+    EXPECT_LE(mostGathered, (cc.kernel + 1) * h * kb * 4) << "kb " << kb;
+
+    std::vector<float> xv(static_cast<size_t>(s.inputElems())),
+        wv(static_cast<size_t>(s.weightElems())), mv(static_cast<size_t>(s.outputElems()));
+    for (size_t i = 0; i < xv.size(); ++i) xv[i] = static_cast<float>((i * 7) % 13) / 13.f;
+    for (size_t i = 0; i < wv.size(); ++i) wv[i] = static_cast<float>((i * 5) % 11) / 11.f - 0.5f;
+    for (size_t i = 0; i < mv.size(); ++i) mv[i] = static_cast<float>((i * 3) % 17) / 17.f - 0.4f;
+    std::vector<double> want(xv.size(), 0.0);
+    for (i64 im = 0; im < n; ++im)
+      for (i64 oh = 0; oh < h; ++oh)
+        for (i64 ow = 0; ow < h; ++ow)
+          for (i64 r = 0; r < cc.kernel; ++r)
+            for (i64 q = 0; q < cc.kernel; ++q) {
+              const i64 ih = oh - cc.pad + r, iw = ow - cc.pad + q;
+              if (ih < 0 || ih >= h || iw < 0 || iw >= h) continue;
+              for (i64 kk = 0; kk < cc.k; ++kk)
+                for (i64 ch = 0; ch < cc.c; ++ch)
+                  want[static_cast<size_t>(((im * h + ih) * h + iw) * cc.c + ch)] +=
+                      static_cast<double>(
+                          mv[static_cast<size_t>(((im * h + oh) * h + ow) * cc.k + kk)]) *
+                      wv[static_cast<size_t>(((kk * cc.kernel + r) * cc.kernel + q) * cc.c + ch)];
+            }
+    const auto got =
+        runBothModes(exe, {{x, &xv}, {w, &wv}, {m, &mv}}, loss, std::map<int, int>{{x, dx}});
+    for (int mode = 0; mode < 2; ++mode)
+      for (size_t i = 0; i < want.size(); ++i)
+        ASSERT_NEAR(got[mode].at(x)[i], want[i], 1e-5) << (mode ? "tile " : "fused ") << i;
   }
 }
 

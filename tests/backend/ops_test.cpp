@@ -589,6 +589,19 @@ std::vector<Case> allCases() {
     c.op.tileBytes = 8192;
     cs.push_back(c);
   }
+  {  // 8 KiB tiles: an ungrouped data gradient split over k with dy copied into k-blocks (each
+     // part reading its channels' dy rows only), f16 operands too
+    Case c =
+        convCase("conv_1x1_dy_k_blocks", {2, 4, 4, 8}, {64, 1, 1, 8}, Conv2dOptions::make(1, 0));
+    c.op.tileBytes = 8192;
+    cs.push_back(c);
+    c.op.name = "conv_1x1_dy_k_blocks_f16";
+    c.op.dtypes = {DType::F16, DType::F16};
+    c.fwdTol = c.tileTol = 4e-3;
+    c.tileGradTol = 4e-3;
+    c.fdTol = 5e-2;
+    cs.push_back(c);
+  }
   {  // ResNet's 3x3 stride-1 shape class (>= 64 channels, >= 7x7): Winograd F(4x4, 3x3), the
      // ISA's own (oneDNN's on AVX-512, ours on AVX2) and ours forced on any ISA.
     Case c =

@@ -346,6 +346,34 @@ TEST(CostModel, BlockedForwardConvolutionIsPricedAsMacsInItsBlockPhase) {
   EXPECT_NEAR(macsByPhase[4], opMacs, 1e-9 * opMacs);
 }
 
+// conv2d_backward_data's split over k reading dy in k-blocks (compiler/conv_plan.h) multiplies
+// in its parts' phase (12): the copy of dy into blocks (5) and the sum of the parts (13) are
+// moves and adds, and the parts' MACs (their k-ranges, cut at block boundaries) add up to the
+// op's.
+TEST(CostModel, KBlockedDataGradientIsPricedAsMacsInItsPartsPhase) {
+  Graph g;
+  Builder b(g);
+  int x = b.variable("features", {2, 8, 8, 16});
+  int w = b.variable("expand_weight", {256, 1, 1, 16});
+  int loss =
+      b.reduceMean(b.conv2d(x, w, Conv2dOptions::make(1, 0), "conv"), {0, 1, 2, 3}, false, "loss");
+  g.markOutput(loss);
+  g.markOutput(appendBackward(g, loss, {x}).grads.at(x));
+  const Executable exe = compile(g, Target::small(128, 32 << 10), CompileOptions{});
+  double opMacs = 0;
+  for (const Op& op : exe.graph.ops())
+    if (op.kind == OpKind::Conv2dBackwardData)
+      opMacs += static_cast<double>(convShapeOf(exe.graph, op).macs());
+  std::map<int, double> macsByPhase;
+  for (const ComputeSetCost& cs : estimateStep(exe).computeSets)
+    if (cs.kind == OpKind::Conv2dBackwardData) macsByPhase[cs.phase] += cs.macs;
+  ASSERT_EQ(macsByPhase.size(), 3u) << "expected the k-blocked split's phases 5, 12 and 13";
+  EXPECT_EQ(macsByPhase[5], 0.0);
+  EXPECT_EQ(macsByPhase[13], 0.0);
+  EXPECT_GT(opMacs, 0.0);
+  EXPECT_NEAR(macsByPhase[12], opMacs, 1e-9 * opMacs);
+}
+
 TEST(CostModel, MacsOfSplitConvolutionsAndMatMulsAddUpToTheGraphsMacs) {
   Graph g;
   Builder b(g);

@@ -115,6 +115,29 @@ TEST(RefConv, MatchesNaiveFormula) {
   }
 }
 
+// The data gradient from dy in k-blocks (the split over k of an ungrouped convolution, each part
+// reading the blocks its k-range spans) equals the plain kernel bit for bit over the same k-range,
+// including ranges that start and end inside a block and a last block smaller than the others.
+TEST(RefConv, DataGradientFromDyKBlocksEqualsThePlainKernelOverItsRange) {
+  const Conv2dShape s = convShape(2, 5, 6, 3, 22, 3, 3, 1, 1, 1, 1, 1, 1, 1);
+  const i64 kb = 8, pixels = s.n * s.outH() * s.outW();  // blocks of 8, 8, 6 channels
+  const Vec dy = randomVec(s.outputElems(), 11), w = randomVec(s.weightElems(), 12);
+  Vec blocks(dy.size());
+  ref::toChannelBlocks(pixels, s.k, kb, win(dy), blocks.data(), all(s.outputElems()));
+  for (const Range red : {Range{0, 22}, Range{3, 13}, Range{8, 16}, Range{15, 22}, Range{17, 19}}) {
+    std::vector<ref::W> spanned;
+    for (i64 b = red.begin / kb; b * kb < red.end; ++b) {
+      const i64 begin = b * kb * pixels, size = std::min(kb, s.k - b * kb) * pixels;
+      spanned.push_back(ref::W{blocks.data() + begin, begin, size});
+    }
+    Vec want(static_cast<size_t>(s.inputElems())), got(want.size());
+    ref::conv2dBackwardData(s, win(dy), win(w), want.data(), all(s.inputElems()), red);
+    ref::conv2dBackwardDataKBlocks(s, kb, spanned, win(w), got.data(), all(s.inputElems()), red);
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_EQ(got[i], want[i]) << "k " << red.begin << ".." << red.end << " element " << i;
+  }
+}
+
 TEST(RefMatMul, MatchesNaiveAllFlags) {
   for (int flags = 0; flags < 8; ++flags) {
     MatMulShape s;

@@ -169,7 +169,8 @@ TEST(BertNightly, LargeFitsGraphcorePod16PipelineAndNotOneIpu) {
                   .fits);
   EXPECT_TRUE(
       verdictOf(training, bertOptions(models::bertLayersPerIpuPlacement(c, {3, 7, 7, 7}))).fits);
-  PipelineOptions one;
+  PipelineOptions one;  // one stage: the grouped schedule still needs G >= 2
+  one.accumulation = pipeline::smallestAccumulation(one.schedule, 1);
   one.replicas = 4;
   one.optimizerStateOffChip = true;
   one.accumulateInWeightDType = true;
@@ -204,7 +205,8 @@ TEST(EfficientNetNightly, B4FitsGraphcoreFourIpuPipelineAndNotOneIpu) {
   const Graph training = efficientNetTraining(false, 3);
   EXPECT_TRUE(
       verdictOf(training, efficientNetOptions(false, {"block2b", "block4b", "block6c"})).fits);
-  PipelineOptions one;
+  PipelineOptions one;  // one stage: the grouped schedule still needs G >= 2
+  one.accumulation = pipeline::smallestAccumulation(one.schedule, 1);
   one.replicas = 4;
   EXPECT_FALSE(verdictOf(training, one).fits);
 }
