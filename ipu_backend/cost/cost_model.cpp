@@ -435,6 +435,24 @@ StepCost estimateStep(const Executable& exe, const CostOptions& o) {
   return sc;
 }
 
+std::vector<KindCycles> cyclesByKind(const StepCost& sc) {
+  std::vector<KindCycles> out;
+  for (const ComputeSetCost& c : sc.computeSets) {
+    auto it = std::find_if(out.begin(), out.end(), [&](const KindCycles& k) {
+      return k.kind == c.kind && k.phase == c.phase;
+    });
+    if (it == out.end()) it = out.insert(out.end(), KindCycles{.kind = c.kind, .phase = c.phase});
+    ++it->sets;
+    it->computeCycles += c.computeCycles;
+    it->exchangeCycles += c.exchangeCycles;
+    it->syncCycles += c.syncCycles;
+  }
+  std::stable_sort(out.begin(), out.end(), [](const KindCycles& a, const KindCycles& b) {
+    return a.exchangeCycles > b.exchangeCycles;
+  });
+  return out;
+}
+
 std::vector<StepCost> estimateGraph(const Graph& g, const Target& target,
                                     const std::vector<CostOptions>& opts, int opsPerSegment) {
   if (opts.empty()) return {};

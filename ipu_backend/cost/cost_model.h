@@ -119,6 +119,15 @@ struct StepCost {
 
 StepCost estimateStep(const Executable& exe, const CostOptions& opts = {});
 
+// A step's cycles summed per op kind and phase (where the exchange goes), most exchange first.
+struct KindCycles {
+  OpKind kind = OpKind::Constant;
+  int phase = 0;
+  int sets = 0;
+  double computeCycles = 0, exchangeCycles = 0, syncCycles = 0;
+};
+std::vector<KindCycles> cyclesByKind(const StepCost& sc);
+
 // Compiles `g` for `target` in segments of `opsPerSegment` consecutive ops (0: whole graph) and
 // sums their costs, once per option set: for graphs whose single compile does not fit in host
 // memory (full ResNet-50 for 1,472 tiles needs ~14 GB, mostly exchange copies). Exact for the
