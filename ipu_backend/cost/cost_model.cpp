@@ -191,6 +191,41 @@ struct CopyKey {
   auto operator<=>(const CopyKey&) const = default;
 };
 
+// Bytes a tile receives, named by their source: the same source bytes sent to several tiles are
+// one broadcast.
+struct Received {
+  int busGroup;  // destination tile / tilesPerSharedExchangeBus
+  int sourceTile, buffer;
+  i64 begin, bytes;
+  int tile;  // destination
+  auto operator<=>(const Received&) const = default;
+};
+
+// Exchange-bus sharing: the n tiles of a bus group that receive the same source bytes receive
+// them in the same cycles, so each is charged 1/n of them (n = 2 on the Mk2; poplibs prices the
+// shared bytes at twice the exchange rate). `recv` holds the bytes each tile receives.
+void shareExchangeBus(std::vector<Received>& received, std::vector<double>& recv) {
+  std::sort(received.begin(), received.end());
+  received.erase(std::unique(received.begin(), received.end()), received.end());
+  auto sameSource = [](const Received& a, const Received& b) {
+    return a.busGroup == b.busGroup && a.sourceTile == b.sourceTile && a.buffer == b.buffer &&
+           a.begin == b.begin && a.bytes == b.bytes;
+  };
+  for (size_t i = 0; i < received.size();) {
+    size_t j = i + 1;
+    while (j < received.size() && sameSource(received[i], received[j])) ++j;
+    const double n = static_cast<double>(j - i);
+    for (size_t k = i; n > 1 && k < j; ++k)
+      recv[static_cast<size_t>(received[k].tile)] -=
+          static_cast<double>(received[k].bytes) * (1 - 1 / n);
+    i = j;
+  }
+}
+
+bool sharesExchangeBus(const Target& t, const CostOptions& o) {
+  return o.exchangeBusSharing && t.tilesPerSharedExchangeBus > 1;
+}
+
 // Exchange cycles of a compute set as compiled: max over tiles of max(received, sent) bytes per
 // port rate. `scale` reprices bytes when storage is priced narrower than compiled.
 double compiledExchangeCycles(const ComputeSet& cs, const Target& t, double scale,
@@ -200,9 +235,14 @@ double compiledExchangeCycles(const ComputeSet& cs, const Target& t, double scal
   std::vector<double> sent(static_cast<size_t>(t.numTiles), 0.0);
   std::vector<CopyKey> sends;
   sends.reserve(cs.exchange.size());
+  const bool busSharing = sharesExchangeBus(t, o);
+  std::vector<Received> received;
   for (const ExchangeCopy& c : cs.exchange) {
     if (c.srcTile == c.dstTile) continue;
     recv[c.dstTile] += static_cast<double>(c.bytes);
+    if (busSharing)
+      received.push_back({c.dstTile / t.tilesPerSharedExchangeBus, c.srcTile, -1, c.srcOffset,
+                          c.bytes, c.dstTile});
     if (o.multicast)
       sends.push_back({c.srcTile, c.srcOffset, c.bytes});
     else
@@ -213,6 +253,7 @@ double compiledExchangeCycles(const ComputeSet& cs, const Target& t, double scal
     sends.erase(std::unique(sends.begin(), sends.end()), sends.end());
     for (const CopyKey& k : sends) sent[k.tile] += static_cast<double>(k.bytes);
   }
+  if (busSharing) shareExchangeBus(received, recv);
   double busiest = 0;
   for (size_t i = 0; i < recv.size(); ++i) busiest = std::max({busiest, recv[i], sent[i]});
   return busiest * scale / t.exchangeBytesPerCycle;
@@ -254,6 +295,8 @@ double plannedWindowExchangeCycles(const Executable& exe, const ComputeSet& cs, 
   // Channel sums (batch norm: phases 0-1) are reductions, only the last phase is elementwise.
   const bool bnReduction = channelSumStreams(op.kind) > 0 && cs.phase < 2;
   const bool tighten = isElementwise(op.kind) && !bnReduction;
+  const bool busSharing = sharesExchangeBus(t, o);
+  std::vector<Received> received;
   for (const Vertex& v : cs.vertices) {
     const i64 outElems = v.outputs.empty() ? -1 : exe.buffers[v.outputs[0].buffer].elements;
     for (const Window& w : v.inputs) {
@@ -270,6 +313,9 @@ double plannedWindowExchangeCycles(const Executable& exe, const ComputeSet& cs, 
         i64 lo = std::max(b, it->begin), hi = std::min(e, it->end);
         if (lo >= hi || it->tile == v.tile) continue;
         recv[v.tile] += static_cast<double>(hi - lo) * eb;
+        if (busSharing)
+          received.push_back({v.tile / t.tilesPerSharedExchangeBus, it->tile, w.buffer, lo,
+                              static_cast<i64>(static_cast<double>(hi - lo) * eb), v.tile});
         if (o.multicast)
           sends.push_back({it->tile, w.buffer, lo, hi});
         else
@@ -281,17 +327,28 @@ double plannedWindowExchangeCycles(const Executable& exe, const ComputeSet& cs, 
   sends.erase(std::unique(sends.begin(), sends.end()), sends.end());
   for (const Send& s : sends)
     sent[s.tile] += static_cast<double>(s.end - s.begin) * elemBytes(exe, s.buffer, o);
+  if (busSharing) shareExchangeBus(received, recv);
   double busiest = 0;
   for (size_t i = 0; i < recv.size(); ++i) busiest = std::max({busiest, recv[i], sent[i]});
   return busiest / t.exchangeBytesPerCycle;
 }
 
-// Per-tile bytes a good conv/matmul plan moves: A*sK/T + W/sK at the best sK.
-double plannedExchangeCycles(const OpInfo& info, const Target& t) {
+// Per-tile bytes a good conv/matmul plan moves: A*sK/T + W/sK at the best sK. With exchange-bus
+// sharing, output-channel groups on consecutive tiles receive the activations they share at the
+// doubled rate once sK is a whole number of bus groups: A*sK/(2T) + W/sK (poplibs' conv planner
+// makes the output channels the innermost tile dimension for this).
+double plannedExchangeCycles(const OpInfo& info, const Target& t, const CostOptions& o) {
   const double T = static_cast<double>(t.numTiles);
   if (info.planA <= 0 || info.planW <= 0) return 0;
-  double sK = std::clamp(std::sqrt(info.planW * T / info.planA), 1.0, T);
-  double bytes = info.planA * sK / T + info.planW / sK;
+  auto bestBytes = [&](double share, double minSk) {
+    const double sK = std::clamp(std::sqrt(share * info.planW * T / info.planA), minSk, T);
+    return info.planA * sK / (share * T) + info.planW / sK;
+  };
+  double bytes = bestBytes(1, 1);
+  if (sharesExchangeBus(t, o)) {
+    const double pair = t.tilesPerSharedExchangeBus;
+    bytes = std::min(bytes, bestBytes(pair, pair));
+  }
   return bytes / t.exchangeBytesPerCycle;
 }
 
@@ -381,7 +438,7 @@ void addComputeSets(const Executable& exe, const CostOptions& o, StepCost& sc) {
     if (o.exchange == ExchangeModel::AsCompiled)
       c.exchangeCycles = compiledExchangeCycles(cs, t, exchangeScale(exe, cs, o), o);
     else if (isMacPhase(op, cs.phase))
-      c.exchangeCycles = plannedExchangeCycles(info, t);
+      c.exchangeCycles = plannedExchangeCycles(info, t, o);
     else
       c.exchangeCycles = plannedWindowExchangeCycles(exe, cs, op, o);
     c.syncCycles = t.syncCycles;

@@ -24,8 +24,9 @@
 //    instructions per vector for transcendentals) and their bytes over the tile memory bandwidth.
 //  * Exchange: per tile, bytes received and bytes sent (separate ports, each
 //    `exchangeBytesPerCycle`), the busier port bounding the phase; copies of the same source
-//    bytes to several tiles are one send (the exchange fabric broadcasts). Phase time is the
-//    busiest tile's.
+//    bytes to several tiles are one send (the exchange fabric broadcasts), and bytes that both
+//    tiles of an exchange-bus pair receive from one source arrive for both at once (half the
+//    receive cycles each). Phase time is the busiest tile's.
 //  * One sync per compute set (Poplar synchronises before every Execute).
 //  * Host streams: bytes per device iteration over the per-IPU host bandwidth; overlapped with
 //    device compute (Poplar prefetches streams) or serialised, by option.
@@ -69,7 +70,12 @@ struct CostOptions {
   // the MLPerf runs being modelled store activations, weights and gradients in fp16).
   bool halfStorage = true;
   ExchangeModel exchange = ExchangeModel::AsCompiled;
-  bool multicast = true;       // one send for copies of the same source bytes to several tiles
+  bool multicast = true;  // one send for copies of the same source bytes to several tiles
+  // Bytes that both tiles of an exchange-bus pair (Target::tilesPerSharedExchangeBus) receive
+  // from the same source cost each of them half their receive cycles; planned convolutions and
+  // matmuls lay out their output-channel groups on consecutive tiles, so the activations they
+  // broadcast arrive at the doubled rate when the groups come in pairs (poplibs' conv planner).
+  bool exchangeBusSharing = true;
   bool overlapHostIo = true;   // stream copies overlap device compute (prefetch)
   double hostBytesPerSec = 0;  // per IPU; 0: target.hostLinkBytesPerSec
   // Worker-side setup of one vertex, in worker instructions (loop setup, pointer unpacking):
