@@ -439,6 +439,11 @@ void addComputeSets(const Executable& exe, const CostOptions& o, StepCost& sc) {
       c.exchangeCycles = compiledExchangeCycles(cs, t, exchangeScale(exe, cs, o), o);
     else if (isMacPhase(op, cs.phase))
       c.exchangeCycles = plannedExchangeCycles(info, t, o);
+    else if (isMacOp(op.kind))
+      // The planned split brings both operands to the tiles that multiply (the MAC phase's
+      // price) and splits no contraction, so the compiled plan's operand-block, transpose and
+      // partial-sum phases move nothing more in it (pricing them too counted the operands twice).
+      c.exchangeCycles = 0;
     else
       c.exchangeCycles = plannedWindowExchangeCycles(exe, cs, op, o);
     c.syncCycles = t.syncCycles;

@@ -56,8 +56,10 @@ enum class ExchangeModel {
   AsCompiled,
   // Convolutions and matmuls move what a planner splitting output channels over sK tile
   // groups and positions over T/sK would move per tile: A*sK/T + W/sK bytes (A: activation-side
-  // operands, W: weight-side tensor) at the best sK (sqrt(W*T/A), clamped to [1, T]). Other
-  // compute sets move their compiled windows, except that elementwise vertices read only the
+  // operands, W: weight-side tensor) at the best sK (sqrt(W*T/A), clamped to [1, T]), priced on
+  // their multiplying phase; that split has no contraction split, so their other phases
+  // (operand blocks, transposes, partial sums) move nothing. Other compute sets move their
+  // compiled windows, except that elementwise vertices read only the
   // elements of same-sized operands that match their outputs (the compiler's bounding windows
   // fall back to the whole operand for slices above 8,192 elements, so every tile of a large
   // residual add gathers the whole other operand).

@@ -170,6 +170,29 @@ TEST(CostModel, ElementwiseIsBoundByInstructionsOrTileMemory) {
   EXPECT_DOUBLE_EQ(setOf(sc, OpKind::Binary).computeCycles, 60 + 3072);
 }
 
+// The planned exchange prices a convolution's or matmul's operands once, on its multiplying
+// phase: its split has no contraction split, so the compiled plan's partial sums move nothing.
+TEST(CostModel, PlannedExchangeMovesNoPartialsOfASplitContraction) {
+  // B [K, N] larger than a tile's window budget: the compiler splits the sum over k.
+  const Target t = Target::small(kTiles, 256 << 10);
+  Executable exe = compileMatMul(64, 4096, 256, t);
+  auto partialsExchange = [&](ExchangeModel m) {
+    double x = 0;
+    int sets = 0;
+    for (const ComputeSetCost& c : estimateStep(exe, CostOptions{.exchange = m}).computeSets)
+      if (c.kind == OpKind::MatMul && c.phase == 1) x += c.exchangeCycles, ++sets;
+    EXPECT_GE(sets, 1);
+    return x;
+  };
+  EXPECT_GT(partialsExchange(ExchangeModel::AsCompiled), 0);
+  EXPECT_EQ(partialsExchange(ExchangeModel::Planned), 0);
+  // The multiplying phase still moves the operands.
+  EXPECT_GT(
+      setOf(estimateStep(exe, CostOptions{.exchange = ExchangeModel::Planned}), OpKind::MatMul)
+          .exchangeCycles,
+      0);
+}
+
 // Exchange-bus sharing (Target::tilesPerSharedExchangeBus = 2): bytes that both tiles of a pair
 // (2k, 2k + 1) receive from the same source arrive for both in the same cycles; the same bytes
 // received by tiles of different pairs do not.
