@@ -194,32 +194,43 @@ struct CopyKey {
 // Bytes a tile receives, named by their source: the same source bytes sent to several tiles are
 // one broadcast.
 struct Received {
-  int busGroup;  // destination tile / tilesPerSharedExchangeBus
   int sourceTile, buffer;
   i64 begin, bytes;
-  int tile;  // destination
+  int busGroup;  // destination tile / tilesPerSharedExchangeBus
+  int tile;      // destination
   auto operator<=>(const Received&) const = default;
 };
+
+bool sameSourceBytes(const Received& a, const Received& b) {
+  return a.sourceTile == b.sourceTile && a.buffer == b.buffer && a.begin == b.begin &&
+         a.bytes == b.bytes;
+}
 
 // Exchange-bus sharing: the n tiles of a bus group that receive the same source bytes receive
 // them in the same cycles, so each is charged 1/n of them (n = 2 on the Mk2; poplibs prices the
 // shared bytes at twice the exchange rate). `recv` holds the bytes each tile receives.
+// Leaves `received` sorted by source bytes (then bus group), without repeats.
 void shareExchangeBus(std::vector<Received>& received, std::vector<double>& recv) {
   std::sort(received.begin(), received.end());
   received.erase(std::unique(received.begin(), received.end()), received.end());
-  auto sameSource = [](const Received& a, const Received& b) {
-    return a.busGroup == b.busGroup && a.sourceTile == b.sourceTile && a.buffer == b.buffer &&
-           a.begin == b.begin && a.bytes == b.bytes;
-  };
   for (size_t i = 0; i < received.size();) {
     size_t j = i + 1;
-    while (j < received.size() && sameSource(received[i], received[j])) ++j;
+    while (j < received.size() && received[j].busGroup == received[i].busGroup &&
+           sameSourceBytes(received[i], received[j]))
+      ++j;
     const double n = static_cast<double>(j - i);
     for (size_t k = i; n > 1 && k < j; ++k)
       recv[static_cast<size_t>(received[k].tile)] -=
           static_cast<double>(received[k].bytes) * (1 - 1 / n);
     i = j;
   }
+}
+
+// Broadcast: each distinct source bytes of `received` (sorted by source) is sent once.
+void addBroadcastSends(const std::vector<Received>& received, std::vector<double>& sent) {
+  for (size_t i = 0; i < received.size(); ++i)
+    if (i == 0 || !sameSourceBytes(received[i - 1], received[i]))
+      sent[static_cast<size_t>(received[i].sourceTile)] += static_cast<double>(received[i].bytes);
 }
 
 bool sharesExchangeBus(const Target& t, const CostOptions& o) {
@@ -234,26 +245,27 @@ double compiledExchangeCycles(const ComputeSet& cs, const Target& t, double scal
   std::vector<double> recv(static_cast<size_t>(t.numTiles), 0.0);
   std::vector<double> sent(static_cast<size_t>(t.numTiles), 0.0);
   std::vector<CopyKey> sends;
-  sends.reserve(cs.exchange.size());
   const bool busSharing = sharesExchangeBus(t, o);
   std::vector<Received> received;
   for (const ExchangeCopy& c : cs.exchange) {
     if (c.srcTile == c.dstTile) continue;
     recv[c.dstTile] += static_cast<double>(c.bytes);
     if (busSharing)
-      received.push_back({c.dstTile / t.tilesPerSharedExchangeBus, c.srcTile, -1, c.srcOffset,
-                          c.bytes, c.dstTile});
-    if (o.multicast)
-      sends.push_back({c.srcTile, c.srcOffset, c.bytes});
-    else
+      received.push_back({c.srcTile, -1, c.srcOffset, c.bytes,
+                          c.dstTile / t.tilesPerSharedExchangeBus, c.dstTile});
+    if (!o.multicast)
       sent[c.srcTile] += static_cast<double>(c.bytes);
+    else if (!busSharing)
+      sends.push_back({c.srcTile, c.srcOffset, c.bytes});
   }
-  if (o.multicast) {
+  if (busSharing) {
+    shareExchangeBus(received, recv);  // one sort serves the broadcast sends too
+    if (o.multicast) addBroadcastSends(received, sent);
+  } else if (o.multicast) {
     std::sort(sends.begin(), sends.end());
     sends.erase(std::unique(sends.begin(), sends.end()), sends.end());
     for (const CopyKey& k : sends) sent[k.tile] += static_cast<double>(k.bytes);
   }
-  if (busSharing) shareExchangeBus(received, recv);
   double busiest = 0;
   for (size_t i = 0; i < recv.size(); ++i) busiest = std::max({busiest, recv[i], sent[i]});
   return busiest * scale / t.exchangeBytesPerCycle;
@@ -314,8 +326,9 @@ double plannedWindowExchangeCycles(const Executable& exe, const ComputeSet& cs, 
         if (lo >= hi || it->tile == v.tile) continue;
         recv[v.tile] += static_cast<double>(hi - lo) * eb;
         if (busSharing)
-          received.push_back({v.tile / t.tilesPerSharedExchangeBus, it->tile, w.buffer, lo,
-                              static_cast<i64>(static_cast<double>(hi - lo) * eb), v.tile});
+          received.push_back({it->tile, w.buffer, lo,
+                              static_cast<i64>(static_cast<double>(hi - lo) * eb),
+                              v.tile / t.tilesPerSharedExchangeBus, v.tile});
         if (o.multicast)
           sends.push_back({it->tile, w.buffer, lo, hi});
         else
