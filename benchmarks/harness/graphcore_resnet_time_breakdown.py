@@ -25,7 +25,8 @@ def events(path):
             yield json.loads(line.split(":::MLLOG ", 1)[1])
 
 
-print("pod  run  total_s  steady_epoch_s  epochs  steady_train_s  other_train_s  eval_phase_s")
+print("pod  run  total_s  steady_epoch_s  epochs  steady_train_s  other_train_s  eval_phase_s"
+      "  evals  first_eval_s  median_eval_s  median_gap_s")
 for pod in (16, 64, 128, 256):
     for log in sorted((results / f"ipu-pod{pod}-TF1" / "resnet").glob("result_*.txt")):
         times = {}
@@ -35,6 +36,12 @@ for pod in (16, 64, 128, 256):
         epochs = times["epoch_start"]
         steady = statistics.median(b - a for a, b in zip(epochs[1:], epochs[2:]))
         train = times["block_stop"][0] - start
+        # The evaluation phase: one evaluation per saved checkpoint (eval_start to eval_stop)
+        # and the gaps between them (restoring the next checkpoint).
+        evals = [b - a for a, b in zip(times["eval_start"], times["eval_stop"])]
+        gaps = [a - b for a, b in zip(times["eval_start"][1:], times["eval_stop"])]
         print(f"{pod:>3}  {log.stem[-1]:>3}  {stop - start:7.1f}  {steady:14.3f}  "
               f"{len(epochs):6d}  {steady * len(epochs):14.1f}  "
-              f"{train - steady * len(epochs):13.1f}  {stop - start - train:12.1f}")
+              f"{train - steady * len(epochs):13.1f}  {stop - start - train:12.1f}  "
+              f"{len(evals):5d}  {evals[0]:12.2f}  {statistics.median(evals[1:]):13.3f}  "
+              f"{statistics.median(gaps):12.3f}")

@@ -26,6 +26,7 @@
 
 #include "ipu_backend/compiler/pipeline.h"
 #include "ipu_backend/cost/pipeline_cost.h"
+#include "ipu_backend/ir/op_defs.h"
 #include "models/bert_large/bert_pipeline.h"
 #include "models/efficientnet_b4/efficientnet_pipeline.h"
 
@@ -117,6 +118,9 @@ int main(int argc, char** argv) {
                "BERT: no per-sublayer recomputation checkpoints");
   app.add_flag("--f32-accumulators", f32Accumulators, "BERT: f32 gradient accumulators");
   app.add_option("--state", state, "on-chip | off-chip (default: as Graphcore ran the model)");
+  int byKind = 0;
+  app.add_option("--by-kind", byKind,
+                 "per IPU, the N op kinds (and phases) with the most exchange cycles");
   CLI11_PARSE(app, argc, argv);
 
   const auto t0 = std::chrono::steady_clock::now();
@@ -237,6 +241,20 @@ int main(int argc, char** argv) {
                             pc.ipuExchangeSeconds[i] * 1e3, pc.ipuSyncSeconds[i] * 1e3);
     std::printf("stage forward/backward per micro-batch (ms):%s\nper IPU per micro-batch (ms):%s\n",
                 perStage.c_str(), perIpu.c_str());
+    for (const pipeline::IpuProgram& prog : pe.programs) {
+      if (byKind <= 0) break;
+      const cost::StepCost sc = cost::estimateStep(*prog.exe, co);
+      std::printf(
+          "IPU %d, every compute set of its program once (ms): compute %.3f, exchange %.3f\n",
+          prog.ipu, sc.computeCycles / prog.exe->target.clockHz * 1e3,
+          sc.exchangeCycles / prog.exe->target.clockHz * 1e3);
+      const std::vector<cost::KindCycles> kinds = cost::cyclesByKind(sc);
+      for (size_t k = 0; k < kinds.size() && static_cast<int>(k) < byKind; ++k)
+        std::printf("    %-28s phase %d: %4d sets, compute %8.3f ms, exchange %8.3f ms\n",
+                    std::string(opName(kinds[k].kind)).c_str(), kinds[k].phase, kinds[k].sets,
+                    kinds[k].computeCycles / prog.exe->target.clockHz * 1e3,
+                    kinds[k].exchangeCycles / prog.exe->target.clockHz * 1e3);
+    }
     // Samples per second of `replicas` such pipelines (images; BERT: packs).
     std::printf("throughput: %d replicas x %d x G %d / step = %.1f samples/s\n", replicas,
                 microBatch, o.accumulation,

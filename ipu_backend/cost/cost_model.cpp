@@ -191,6 +191,52 @@ struct CopyKey {
   auto operator<=>(const CopyKey&) const = default;
 };
 
+// Bytes a tile receives, named by their source: the same source bytes sent to several tiles are
+// one broadcast.
+struct Received {
+  int sourceTile, buffer;
+  i64 begin, bytes;
+  int busGroup;  // destination tile / tilesPerSharedExchangeBus
+  int tile;      // destination
+  auto operator<=>(const Received&) const = default;
+};
+
+bool sameSourceBytes(const Received& a, const Received& b) {
+  return a.sourceTile == b.sourceTile && a.buffer == b.buffer && a.begin == b.begin &&
+         a.bytes == b.bytes;
+}
+
+// Exchange-bus sharing: the n tiles of a bus group that receive the same source bytes receive
+// them in the same cycles, so each is charged 1/n of them (n = 2 on the Mk2; poplibs prices the
+// shared bytes at twice the exchange rate). `recv` holds the bytes each tile receives.
+// Leaves `received` sorted by source bytes (then bus group), without repeats.
+void shareExchangeBus(std::vector<Received>& received, std::vector<double>& recv) {
+  std::sort(received.begin(), received.end());
+  received.erase(std::unique(received.begin(), received.end()), received.end());
+  for (size_t i = 0; i < received.size();) {
+    size_t j = i + 1;
+    while (j < received.size() && received[j].busGroup == received[i].busGroup &&
+           sameSourceBytes(received[i], received[j]))
+      ++j;
+    const double n = static_cast<double>(j - i);
+    for (size_t k = i; n > 1 && k < j; ++k)
+      recv[static_cast<size_t>(received[k].tile)] -=
+          static_cast<double>(received[k].bytes) * (1 - 1 / n);
+    i = j;
+  }
+}
+
+// Broadcast: each distinct source bytes of `received` (sorted by source) is sent once.
+void addBroadcastSends(const std::vector<Received>& received, std::vector<double>& sent) {
+  for (size_t i = 0; i < received.size(); ++i)
+    if (i == 0 || !sameSourceBytes(received[i - 1], received[i]))
+      sent[static_cast<size_t>(received[i].sourceTile)] += static_cast<double>(received[i].bytes);
+}
+
+bool sharesExchangeBus(const Target& t, const CostOptions& o) {
+  return o.exchangeBusSharing && t.tilesPerSharedExchangeBus > 1;
+}
+
 // Exchange cycles of a compute set as compiled: max over tiles of max(received, sent) bytes per
 // port rate. `scale` reprices bytes when storage is priced narrower than compiled.
 double compiledExchangeCycles(const ComputeSet& cs, const Target& t, double scale,
@@ -199,16 +245,23 @@ double compiledExchangeCycles(const ComputeSet& cs, const Target& t, double scal
   std::vector<double> recv(static_cast<size_t>(t.numTiles), 0.0);
   std::vector<double> sent(static_cast<size_t>(t.numTiles), 0.0);
   std::vector<CopyKey> sends;
-  sends.reserve(cs.exchange.size());
+  const bool busSharing = sharesExchangeBus(t, o);
+  std::vector<Received> received;
   for (const ExchangeCopy& c : cs.exchange) {
     if (c.srcTile == c.dstTile) continue;
     recv[c.dstTile] += static_cast<double>(c.bytes);
-    if (o.multicast)
-      sends.push_back({c.srcTile, c.srcOffset, c.bytes});
-    else
+    if (busSharing)
+      received.push_back({c.srcTile, -1, c.srcOffset, c.bytes,
+                          c.dstTile / t.tilesPerSharedExchangeBus, c.dstTile});
+    if (!o.multicast)
       sent[c.srcTile] += static_cast<double>(c.bytes);
+    else if (!busSharing)
+      sends.push_back({c.srcTile, c.srcOffset, c.bytes});
   }
-  if (o.multicast) {
+  if (busSharing) {
+    shareExchangeBus(received, recv);  // one sort serves the broadcast sends too
+    if (o.multicast) addBroadcastSends(received, sent);
+  } else if (o.multicast) {
     std::sort(sends.begin(), sends.end());
     sends.erase(std::unique(sends.begin(), sends.end()), sends.end());
     for (const CopyKey& k : sends) sent[k.tile] += static_cast<double>(k.bytes);
@@ -254,6 +307,8 @@ double plannedWindowExchangeCycles(const Executable& exe, const ComputeSet& cs, 
   // Channel sums (batch norm: phases 0-1) are reductions, only the last phase is elementwise.
   const bool bnReduction = channelSumStreams(op.kind) > 0 && cs.phase < 2;
   const bool tighten = isElementwise(op.kind) && !bnReduction;
+  const bool busSharing = sharesExchangeBus(t, o);
+  std::vector<Received> received;
   for (const Vertex& v : cs.vertices) {
     const i64 outElems = v.outputs.empty() ? -1 : exe.buffers[v.outputs[0].buffer].elements;
     for (const Window& w : v.inputs) {
@@ -270,6 +325,10 @@ double plannedWindowExchangeCycles(const Executable& exe, const ComputeSet& cs, 
         i64 lo = std::max(b, it->begin), hi = std::min(e, it->end);
         if (lo >= hi || it->tile == v.tile) continue;
         recv[v.tile] += static_cast<double>(hi - lo) * eb;
+        if (busSharing)
+          received.push_back({it->tile, w.buffer, lo,
+                              static_cast<i64>(static_cast<double>(hi - lo) * eb),
+                              v.tile / t.tilesPerSharedExchangeBus, v.tile});
         if (o.multicast)
           sends.push_back({it->tile, w.buffer, lo, hi});
         else
@@ -281,17 +340,28 @@ double plannedWindowExchangeCycles(const Executable& exe, const ComputeSet& cs, 
   sends.erase(std::unique(sends.begin(), sends.end()), sends.end());
   for (const Send& s : sends)
     sent[s.tile] += static_cast<double>(s.end - s.begin) * elemBytes(exe, s.buffer, o);
+  if (busSharing) shareExchangeBus(received, recv);
   double busiest = 0;
   for (size_t i = 0; i < recv.size(); ++i) busiest = std::max({busiest, recv[i], sent[i]});
   return busiest / t.exchangeBytesPerCycle;
 }
 
-// Per-tile bytes a good conv/matmul plan moves: A*sK/T + W/sK at the best sK.
-double plannedExchangeCycles(const OpInfo& info, const Target& t) {
+// Per-tile bytes a good conv/matmul plan moves: A*sK/T + W/sK at the best sK. With exchange-bus
+// sharing, output-channel groups on consecutive tiles receive the activations they share at the
+// doubled rate once sK is a whole number of bus groups: A*sK/(2T) + W/sK (poplibs' conv planner
+// makes the output channels the innermost tile dimension for this).
+double plannedExchangeCycles(const OpInfo& info, const Target& t, const CostOptions& o) {
   const double T = static_cast<double>(t.numTiles);
   if (info.planA <= 0 || info.planW <= 0) return 0;
-  double sK = std::clamp(std::sqrt(info.planW * T / info.planA), 1.0, T);
-  double bytes = info.planA * sK / T + info.planW / sK;
+  auto bestBytes = [&](double share, double minSk) {
+    const double sK = std::clamp(std::sqrt(share * info.planW * T / info.planA), minSk, T);
+    return info.planA * sK / (share * T) + info.planW / sK;
+  };
+  double bytes = bestBytes(1, 1);
+  if (sharesExchangeBus(t, o)) {
+    const double pair = t.tilesPerSharedExchangeBus;
+    bytes = std::min(bytes, bestBytes(pair, pair));
+  }
   return bytes / t.exchangeBytesPerCycle;
 }
 
@@ -381,7 +451,12 @@ void addComputeSets(const Executable& exe, const CostOptions& o, StepCost& sc) {
     if (o.exchange == ExchangeModel::AsCompiled)
       c.exchangeCycles = compiledExchangeCycles(cs, t, exchangeScale(exe, cs, o), o);
     else if (isMacPhase(op, cs.phase))
-      c.exchangeCycles = plannedExchangeCycles(info, t);
+      c.exchangeCycles = plannedExchangeCycles(info, t, o);
+    else if (isMacOp(op.kind))
+      // The planned split brings both operands to the tiles that multiply (the MAC phase's
+      // price) and splits no contraction, so the compiled plan's operand-block, transpose and
+      // partial-sum phases move nothing more in it (pricing them too counted the operands twice).
+      c.exchangeCycles = 0;
     else
       c.exchangeCycles = plannedWindowExchangeCycles(exe, cs, op, o);
     c.syncCycles = t.syncCycles;
@@ -433,6 +508,24 @@ StepCost estimateStep(const Executable& exe, const CostOptions& o) {
           static_cast<double>(exe.buffers[s.index].elements) * elemBytes(exe, s.index, o);
   finish(sc, exe.target, o);
   return sc;
+}
+
+std::vector<KindCycles> cyclesByKind(const StepCost& sc) {
+  std::vector<KindCycles> out;
+  for (const ComputeSetCost& c : sc.computeSets) {
+    auto it = std::find_if(out.begin(), out.end(), [&](const KindCycles& k) {
+      return k.kind == c.kind && k.phase == c.phase;
+    });
+    if (it == out.end()) it = out.insert(out.end(), KindCycles{.kind = c.kind, .phase = c.phase});
+    ++it->sets;
+    it->computeCycles += c.computeCycles;
+    it->exchangeCycles += c.exchangeCycles;
+    it->syncCycles += c.syncCycles;
+  }
+  std::stable_sort(out.begin(), out.end(), [](const KindCycles& a, const KindCycles& b) {
+    return a.exchangeCycles > b.exchangeCycles;
+  });
+  return out;
 }
 
 std::vector<StepCost> estimateGraph(const Graph& g, const Target& target,

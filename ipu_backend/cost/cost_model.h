@@ -24,8 +24,9 @@
 //    instructions per vector for transcendentals) and their bytes over the tile memory bandwidth.
 //  * Exchange: per tile, bytes received and bytes sent (separate ports, each
 //    `exchangeBytesPerCycle`), the busier port bounding the phase; copies of the same source
-//    bytes to several tiles are one send (the exchange fabric broadcasts). Phase time is the
-//    busiest tile's.
+//    bytes to several tiles are one send (the exchange fabric broadcasts), and bytes that both
+//    tiles of an exchange-bus pair receive from one source arrive for both at once (half the
+//    receive cycles each). Phase time is the busiest tile's.
 //  * One sync per compute set (Poplar synchronises before every Execute).
 //  * Host streams: bytes per device iteration over the per-IPU host bandwidth; overlapped with
 //    device compute (Poplar prefetches streams) or serialised, by option.
@@ -55,8 +56,10 @@ enum class ExchangeModel {
   AsCompiled,
   // Convolutions and matmuls move what a planner splitting output channels over sK tile
   // groups and positions over T/sK would move per tile: A*sK/T + W/sK bytes (A: activation-side
-  // operands, W: weight-side tensor) at the best sK (sqrt(W*T/A), clamped to [1, T]). Other
-  // compute sets move their compiled windows, except that elementwise vertices read only the
+  // operands, W: weight-side tensor) at the best sK (sqrt(W*T/A), clamped to [1, T]), priced on
+  // their multiplying phase; that split has no contraction split, so their other phases
+  // (operand blocks, transposes, partial sums) move nothing. Other compute sets move their
+  // compiled windows, except that elementwise vertices read only the
   // elements of same-sized operands that match their outputs (the compiler's bounding windows
   // fall back to the whole operand for slices above 8,192 elements, so every tile of a large
   // residual add gathers the whole other operand).
@@ -69,7 +72,12 @@ struct CostOptions {
   // the MLPerf runs being modelled store activations, weights and gradients in fp16).
   bool halfStorage = true;
   ExchangeModel exchange = ExchangeModel::AsCompiled;
-  bool multicast = true;       // one send for copies of the same source bytes to several tiles
+  bool multicast = true;  // one send for copies of the same source bytes to several tiles
+  // Bytes that both tiles of an exchange-bus pair (Target::tilesPerSharedExchangeBus) receive
+  // from the same source cost each of them half their receive cycles; planned convolutions and
+  // matmuls lay out their output-channel groups on consecutive tiles, so the activations they
+  // broadcast arrive at the doubled rate when the groups come in pairs (poplibs' conv planner).
+  bool exchangeBusSharing = true;
   bool overlapHostIo = true;   // stream copies overlap device compute (prefetch)
   double hostBytesPerSec = 0;  // per IPU; 0: target.hostLinkBytesPerSec
   // Worker-side setup of one vertex, in worker instructions (loop setup, pointer unpacking):
@@ -118,6 +126,15 @@ struct StepCost {
 };
 
 StepCost estimateStep(const Executable& exe, const CostOptions& opts = {});
+
+// A step's cycles summed per op kind and phase (where the exchange goes), most exchange first.
+struct KindCycles {
+  OpKind kind = OpKind::Constant;
+  int phase = 0;
+  int sets = 0;
+  double computeCycles = 0, exchangeCycles = 0, syncCycles = 0;
+};
+std::vector<KindCycles> cyclesByKind(const StepCost& sc);
 
 // Compiles `g` for `target` in segments of `opsPerSegment` consecutive ops (0: whole graph) and
 // sums their costs, once per option set: for graphs whose single compile does not fit in host

@@ -14,11 +14,16 @@ struct Target {
   int workersPerTile = 6;                  // barrel-scheduled worker contexts (+1 supervisor)
   double clockHz = 1.33e9;
   // Arithmetic per tile per cycle (multiply-accumulates), from the peak TFLOPS figures.
-  double fp32MacsPerCycle = 16;       // 62.5 TFLOPS fp32
-  double fp16MacsPerCycle = 64;       // 250 TFLOPS fp16 with fp16 partials
-  double fp16Fp32MacsPerCycle = 32;   // ~125 TFLOPS fp16 with fp32 partials
-  double tileMemBytesPerCycle = 24;   // on-tile load/store bandwidth (47.5 TB/s per IPU)
-  double exchangeBytesPerCycle = 4;   // per tile, on-chip all-to-all exchange (8 TB/s per IPU)
+  double fp32MacsPerCycle = 16;      // 62.5 TFLOPS fp32
+  double fp16MacsPerCycle = 64;      // 250 TFLOPS fp16 with fp16 partials
+  double fp16Fp32MacsPerCycle = 32;  // ~125 TFLOPS fp16 with fp32 partials
+  double tileMemBytesPerCycle = 24;  // on-tile load/store bandwidth (47.5 TB/s per IPU)
+  double exchangeBytesPerCycle = 4;  // per tile, on-chip all-to-all exchange (8 TB/s per IPU)
+  // Consecutive tiles sharing one exchange bus (a "super tile"): data that both tiles of a pair
+  // receive from the same sender arrives for both in the same cycles, i.e. at twice
+  // exchangeBytesPerCycle for each (poplibs' exchange estimators: supportsExchangeBusSharing(),
+  // getTilesPerSharedExchangeBus() == 2, "double-width exchange"). 1: no sharing.
+  int tilesPerSharedExchangeBus = 2;
   double syncCycles = 150;            // one on-chip BSP sync (an estimate, see cost model notes)
   double ipuLinkBytesPerSec = 320e9;  // 10 IPU-Links per IPU in all
   double hostLinkBytesPerSec = 64e9;  // PCIe Gen4 x16 equivalent through the M2000 gateway

@@ -170,6 +170,56 @@ TEST(CostModel, ElementwiseIsBoundByInstructionsOrTileMemory) {
   EXPECT_DOUBLE_EQ(setOf(sc, OpKind::Binary).computeCycles, 60 + 3072);
 }
 
+// The planned exchange prices a convolution's or matmul's operands once, on its multiplying
+// phase: its split has no contraction split, so the compiled plan's partial sums move nothing.
+TEST(CostModel, PlannedExchangeMovesNoPartialsOfASplitContraction) {
+  // B [K, N] larger than a tile's window budget: the compiler splits the sum over k.
+  const Target t = Target::small(kTiles, 256 << 10);
+  Executable exe = compileMatMul(64, 4096, 256, t);
+  auto partialsExchange = [&](ExchangeModel m) {
+    double x = 0;
+    int sets = 0;
+    for (const ComputeSetCost& c : estimateStep(exe, CostOptions{.exchange = m}).computeSets)
+      if (c.kind == OpKind::MatMul && c.phase == 1) x += c.exchangeCycles, ++sets;
+    EXPECT_GE(sets, 1);
+    return x;
+  };
+  EXPECT_GT(partialsExchange(ExchangeModel::AsCompiled), 0);
+  EXPECT_EQ(partialsExchange(ExchangeModel::Planned), 0);
+  // The multiplying phase still moves the operands.
+  EXPECT_GT(
+      setOf(estimateStep(exe, CostOptions{.exchange = ExchangeModel::Planned}), OpKind::MatMul)
+          .exchangeCycles,
+      0);
+}
+
+// Exchange-bus sharing (Target::tilesPerSharedExchangeBus = 2): bytes that both tiles of a pair
+// (2k, 2k + 1) receive from the same source arrive for both in the same cycles; the same bytes
+// received by tiles of different pairs do not.
+TEST(CostModel, TilesSharingAnExchangeBusReceiveCommonBytesOnce) {
+  const Target t = Target::small(kTiles, kBigTile);
+  Graph g;
+  Builder b(g);
+  g.markOutput(b.relu(b.input("x", {64}), "r"));
+  Executable exe = compile(g, t, CompileOptions{.deviceIterations = 1, .checkMemory = false});
+  ASSERT_EQ(exe.computeSets.size(), 1u);
+  // Tiles `a` and `b` each gather the same 4,096 B, 1,024 B from each of tiles 8-11.
+  auto gatherOnto = [&](int a, int bTile) {
+    std::vector<ExchangeCopy> copies;
+    for (int dst : {a, bTile})
+      for (int src = 8; src < 12; ++src)
+        copies.push_back({.srcTile = src, .dstTile = dst, .srcOffset = 0, .bytes = 1024});
+    exe.computeSets[0].exchange = copies;
+    return setOf(estimateStep(exe), OpKind::Unary).exchangeCycles;
+  };
+  EXPECT_DOUBLE_EQ(gatherOnto(0, 1), 2048 / t.exchangeBytesPerCycle);  // one pair: half each
+  EXPECT_DOUBLE_EQ(gatherOnto(1, 2), 4096 / t.exchangeBytesPerCycle);  // two pairs: no sharing
+  EXPECT_DOUBLE_EQ(gatherOnto(2, 3), 2048 / t.exchangeBytesPerCycle);
+  EXPECT_DOUBLE_EQ(setOf(estimateStep(exe, CostOptions{.exchangeBusSharing = false}), OpKind::Unary)
+                       .exchangeCycles,
+                   4096 / t.exchangeBytesPerCycle);
+}
+
 TEST(CostModel, HostStreamsOverlapOrAdd) {
   const Target t = Target::small(kTiles, kBigTile);
   Executable exe = compileMatMul(256, 512, 256, t);
@@ -194,9 +244,17 @@ TEST(CostModel, PlannedExchangeMovesLessThanWholeWeightGathers) {
   const double planned =
       setOf(estimateStep(exe, CostOptions{.exchange = ExchangeModel::Planned}), OpKind::Conv2d)
           .exchangeCycles;
-  // Hand: A = 4*16*16*32*4 B = 131,072, W = 64*9*32*4 = 73,728, T = 16: sK* = 3, per tile
-  // A*3/16 + W/3 = 24,576 + 24,576 B, over 4 B/cycle.
-  EXPECT_NEAR(planned, (131072.0 * 3 / 16 + 73728.0 / 3) / 4, 1e-6);
+  // Hand: A = 4*16*16*32*4 B = 131,072, W = 64*9*32*4 = 73,728, T = 16. Without exchange-bus
+  // sharing sK* = 3, per tile A*3/16 + W/3 = 24,576 + 24,576 B, over 4 B/cycle.
+  const double unshared = setOf(estimateStep(exe, CostOptions{.exchange = ExchangeModel::Planned,
+                                                              .exchangeBusSharing = false}),
+                                OpKind::Conv2d)
+                              .exchangeCycles;
+  EXPECT_NEAR(unshared, (131072.0 * 3 / 16 + 73728.0 / 3) / 4, 1e-6);
+  // With it (2 tiles per bus, the default) the activations reach the output-channel groups at
+  // twice the rate: A*sK/32 + W/sK, best at sK = sqrt(2WT/A) = sqrt(18), i.e.
+  // 2 sqrt(AW/32) = 34,755.8 B per tile.
+  EXPECT_NEAR(planned, 2 * std::sqrt(131072.0 * 73728 / 32) / 4, 1e-6);
   EXPECT_LT(planned, compiled);
 }
 

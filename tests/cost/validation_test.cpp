@@ -16,6 +16,7 @@
 #include "ipu_backend/compiler/compiler.h"
 #include "ipu_backend/cost/cost_model.h"
 #include "ipu_backend/cost/time_to_train.h"
+#include "ipu_backend/ir/op_defs.h"
 #include "models/resnet50/resnet50.h"
 
 namespace ipu::cost {
@@ -72,6 +73,12 @@ TEST(Validation, ResNet50TimeToTrainAgainstPublishedMlperfV11) {
           key, sc.computeCycles, sc.exchangeCycles, sc.syncCycles, sc.deviceSeconds * 1e3,
           update * 1e3, sc.hostSeconds * 1e3, sc.achievedFlops / 1e12, sc.peakFlops / 1e12,
           100 * sc.utilisation);
+      for (const KindCycles& kc : cyclesByKind(sc))
+        if (kc.exchangeCycles > 0.01 * sc.exchangeCycles)
+          fmt::print(
+              "    by kind {:<28} phase {}: {:>4} sets, compute {:.3f} ms, exchange {:.3f} ms\n",
+              opName(kc.kind), kc.phase, kc.sets, kc.computeCycles / target.clockHz * 1e3,
+              kc.exchangeCycles / target.clockHz * 1e3);
       for (const auto& row : report[key]["compute_sets"]["most_expensive"])
         fmt::print("    {:<48} compute {:>9.0f} exchange {:>10.0f}\n",
                    row["name"].get<std::string>(), row["compute_cycles"].get<double>(),
