@@ -59,12 +59,22 @@ void grad(const GradArgs& g) {
   const int A = op.inputs[0], B = op.inputs[1], dy = g.dy[0];
   const Shape as = g.g.tensor(A).shape, bs = g.g.tensor(B).shape;
   const bool bcast = bs.size() == 2 && as.size() > 2;
+  // The gradient matmuls keep the forward's partials type: the precision pass runs before
+  // autodiff, and the IPU's "16.16" (Graphcore's enable_half_partials) is f16 partials in the
+  // forward and the backward matmuls alike.
+  auto matmul = [&](int x, int y, bool transX, bool transY) {
+    Attrs at;
+    if (transX) at.set("trans_a", true);
+    if (transY) at.set("trans_b", true);
+    if (op.attrs.has("partials")) at.set("partials", op.attrs.getString("partials"));
+    return g.g.addOp1(OpKind::MatMul, {x, y}, at);
+  };
   if (g.needs[0]) {
     int da = -1;
     if (!ta)
-      da = tb ? b.matmul(dy, B, false, false) : b.matmul(dy, B, false, true);
+      da = tb ? matmul(dy, B, false, false) : matmul(dy, B, false, true);
     else
-      da = tb ? b.matmul(B, dy, true, true) : b.matmul(B, dy, false, true);
+      da = tb ? matmul(B, dy, true, true) : matmul(B, dy, false, true);
     g.accumulate(A, da);
   }
   if (g.needs[1]) {
@@ -74,12 +84,12 @@ void grad(const GradArgs& g) {
       i64 k = as.back(), m = numElements(as) / k;
       int a2 = b.reshape(A, {m, k});
       int d2 = b.reshape(dy, {m, g.g.tensor(dy).shape.back()});
-      db = tb ? b.matmul(d2, a2, true, false) : b.matmul(a2, d2, true, false);
+      db = tb ? matmul(d2, a2, true, false) : matmul(a2, d2, true, false);
     } else {
       if (!ta)
-        db = tb ? b.matmul(dy, A, true, false) : b.matmul(A, dy, true, false);
+        db = tb ? matmul(dy, A, true, false) : matmul(A, dy, true, false);
       else
-        db = tb ? b.matmul(dy, A, true, true) : b.matmul(A, dy, false, false);
+        db = tb ? matmul(dy, A, true, true) : matmul(A, dy, false, false);
       if (bcast) {
         std::vector<i64> axes(as.size() - 2);
         std::iota(axes.begin(), axes.end(), 0);
