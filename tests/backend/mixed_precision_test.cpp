@@ -259,6 +259,64 @@ TEST(PrecisionPass, GradientMatMulsKeepTheForwardsPartials) {
     }
 }
 
+// The embedding gradient (gather's scatter_add) sums each index part's updates into a partial
+// [V, D] table: under "16.16" those are f16 like popops' multiUpdateAdd on a 16-bit table (BERT-
+// Large's word-embedding gradient held 679 KB of f32 partials on one Mk2 tile). Tile mode rounds
+// each part's sums to f16, so it is checked against the exact sums within f16's tolerance.
+TEST(PrecisionPass, EmbeddingGradientPartialsFollowThePolicy) {
+  const i64 rows = 64, width = 32, lookups = 512;
+  Graph g("embedding");
+  Builder b(g);
+  const int table = b.variable("table", {rows, width});
+  const int idx = b.input("idx", {lookups}, DType::I32);
+  const int c = b.input("c", {lookups, width});
+  const int looked = ops::add(g, "gather", {table, idx})[0];
+  const int loss = b.reduceSum(b.mul(looked, c), {0, 1}, false, "loss");
+  g.markOutput(loss);
+  auto r = applyPrecision(g, PrecisionPolicy::parse("16.16"));
+  Graph& h = r.graph;
+  const int dt = appendBackward(h, r.map(loss), {r.map(table)}).grads.at(r.map(table));
+  h.markOutput(dt);
+  const Op& grad = h.op(h.tensor(dt).producer);
+  ASSERT_EQ(grad.kind, ops::kindNamed("scatter_add"));
+  ASSERT_TRUE(grad.attrs.has("partials")) << "scatter_add did not get gather's partials type";
+  EXPECT_EQ(grad.attrs.getString("partials"), "f16");
+
+  CompileOptions opts;
+  opts.checkMemory = false;
+  auto exe = std::make_shared<Executable>(compile(h, Target::small(16, 64 << 10), opts));
+  const Buffer* partials = nullptr;
+  for (const Buffer& buf : exe->buffers)
+    if (buf.name == exe->buffers[dt].name + "/partials") partials = &buf;
+  ASSERT_NE(partials, nullptr) << "the " << lookups << " updates should be split into parts";
+  EXPECT_EQ(partials->dtype, DType::F16);
+  EXPECT_EQ(partials->bytes(), partials->elements * 2) << partials->elements << " partials";
+
+  std::vector<std::int32_t> iv(static_cast<size_t>(lookups));
+  for (i64 k = 0; k < lookups; ++k)
+    iv[static_cast<size_t>(k)] = static_cast<std::int32_t>((k * 37) % rows);
+  const std::vector<float> cv = randomVec(static_cast<size_t>(lookups * width), 8);
+  auto half = [](float v) { return precision::toFloat(precision::toF16(v)); };
+  for (EngineMode m : kModes) {
+    Engine e(exe, m);
+    e.connectInput(r.map(idx), iv.data());
+    e.connectInput(r.map(c), cv.data());
+    e.run();
+    const std::vector<float> got = e.readFloats(dt);
+    for (i64 row = 0; row < rows; ++row)
+      for (i64 j = 0; j < width; ++j) {
+        double exact = 0, magnitude = 0;
+        for (i64 k = 0; k < lookups; ++k)
+          if (iv[static_cast<size_t>(k)] == row) {
+            const double u = half(cv[static_cast<size_t>(k * width + j)]);
+            exact += u, magnitude += std::abs(u);
+          }
+        ASSERT_NEAR(got[static_cast<size_t>(row * width + j)], exact, 4 * 0x1p-11 * magnitude)
+            << engineModeName(m) << " row " << row << " column " << j;
+      }
+  }
+}
+
 // One compiled training step of the net under a policy, with a host-side loss scaler.
 struct Step {
   std::shared_ptr<Executable> exe;
