@@ -115,8 +115,8 @@ class Planner : public ops::PlanApi {
 
   const Graph& graph() const override { return g_; }
   void perSlice(const Op& op, int phase, const std::vector<int>& outs,
-                const std::function<ops::Windows(Range)>& windows, i64 cutAt,
-                std::string_view what) override {
+                const std::function<ops::Windows(Range)>& windows, i64 cutAt, std::string_view what,
+                const std::function<Range(Range)>& red = {}) override {
     for (int o : outs)
       if (exe_.buffers[o].elements != exe_.buffers[outs[0]].elements ||
           exe_.mapping[o].size() != exe_.mapping[outs[0]].size())
@@ -132,7 +132,8 @@ class Planner : public ops::PlanApi {
         const i64 e = cutAt > 0 ? std::min(s.end, (b / cutAt + 1) * cutAt) : s.end;
         std::vector<OutRegion> regions;
         for (int o : outs) regions.push_back({o, b, e});
-        cs.vertices.push_back(vertexOn(s.tile, windows({b, e}), std::move(regions), {b, e}));
+        cs.vertices.push_back(vertexOn(s.tile, windows({b, e}), std::move(regions), {b, e},
+                                       red ? red({b, e}) : Range{}));
         b = e;
       }
   }

@@ -8,6 +8,10 @@
 // of its output slice and writes the rows it holds (zero elsewhere) into a partial row, and a
 // second phase sums the parts. No vertex copies the whole table unless it fits its budget.
 // scatter_add splits the indices instead: each part adds its updates into a partial [V, D] slice.
+// Both take the policy's partials type (attribute `partials`, set on gather by the precision pass
+// and passed on to its gradient): under "16.16" the parts are f16, as popops' multiUpdateAdd
+// accumulates a 16-bit embedding gradient in its own type (gather's parts are exact: one part
+// holds each output row).
 // An index outside [0, V) is an error: the fused kernel throws naming the op, the position and
 // the value; a tile vertex, which cannot throw, writes NaN to the rows it computes.
 #include <atomic>
@@ -47,8 +51,9 @@ void recordBad(std::atomic<i64>& bad, i64 position) {
 
 // ---- gather ----------------------------------------------------------------------------------
 
-std::vector<TensorType> inferGather(const std::vector<const Tensor*>& in, const Attrs&,
+std::vector<TensorType> inferGather(const std::vector<const Tensor*>& in, const Attrs& a,
                                     const std::string& label) {
+  expectPartials(a, label);
   const Tensor &table = *in[0], &idx = *in[1];
   expectRank(table, 2, label, "table [V,D]");
   Shape out = idx.shape;
@@ -122,6 +127,7 @@ void gradGather(const GradArgs& a) {
   if (!a.needs[0]) return;
   Attrs attrs;
   attrs.set("rows", a.g.tensor(a.op.inputs[0]).shape[0]);
+  if (a.op.attrs.has("partials")) attrs.set("partials", a.op.attrs.getString("partials"));
   a.accumulate(a.op.inputs[0], add(a.g, "scatter_add", {a.dy[0], a.op.inputs[1]}, attrs)[0]);
 }
 
@@ -129,6 +135,7 @@ void gradGather(const GradArgs& a) {
 
 std::vector<TensorType> inferScatterAdd(const std::vector<const Tensor*>& in, const Attrs& a,
                                         const std::string& label) {
+  expectPartials(a, label);
   const Tensor &upd = *in[0], &idx = *in[1];
   const i64 rows = a.getInt("rows");
   if (rows < 1) fail(label, fmt::format("rows must be >= 1, got {}", rows));
@@ -251,14 +258,19 @@ std::function<void()> nativeScatterAdd(const NativeFusedArgs& a) {
 }
 
 void gradScatterAdd(const GradArgs& a) {
-  if (a.needs[0]) a.accumulate(a.op.inputs[0], add(a.g, "gather", {a.dy[0], a.op.inputs[1]})[0]);
+  if (!a.needs[0]) return;
+  Attrs attrs;
+  if (a.op.attrs.has("partials")) attrs.set("partials", a.op.attrs.getString("partials"));
+  a.accumulate(a.op.inputs[0], add(a.g, "gather", {a.dy[0], a.op.inputs[1]}, attrs)[0]);
 }
 
 }  // namespace
 
 IPU_REGISTER_OPS(gather) {
   OpInfo g;
-  g.def = {kUnassignedKind, "gather", 2, 1, {}, {}};
+  g.def = {kUnassignedKind,        "gather", 2, 1, {}, {{"partials", AttrType::String, false}},
+           PrecisionRule::Compute,
+           /*usesPartials=*/true};
   g.doc = "table [V,D], indices i32 [...] -> y [..., D], y[n] = table[indices[n]]";
   g.inputDTypes = {floatTypes(), indexTypes()};
   g.infer = inferGather;
@@ -273,7 +285,14 @@ IPU_REGISTER_OPS(gather) {
   registerOp(std::move(g));
 
   OpInfo s;
-  s.def = {kUnassignedKind, "scatter_add", 2, 1, {}, {{"rows", AttrType::Int, true}}};
+  s.def = {kUnassignedKind,
+           "scatter_add",
+           2,
+           1,
+           {},
+           {{"rows", AttrType::Int, true}, {"partials", AttrType::String, false}},
+           PrecisionRule::Compute,
+           /*usesPartials=*/true};
   s.doc = "updates [..., D], indices i32 [...], rows V -> y [V, D], y[indices[n]] += updates[n]";
   s.inputDTypes = {floatTypes(), indexTypes()};
   s.infer = inferScatterAdd;

@@ -5,12 +5,14 @@
 // Fused mode runs oneDNN (fused.h): f32 on f32 data, bf16 on bf16 data where the CPU has bf16
 // primitives (nativeFused), otherwise f32 with 16-bit operands converted around it.
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <memory>
 #include <numeric>
 
 #include <fmt/format.h>
 
+#include "ipu_backend/compiler/conv_plan.h"
 #include "ipu_backend/compiler/executable.h"
 #include "ipu_backend/compiler/op_shapes.h"
 #include "ipu_backend/ir/builder.h"
@@ -59,12 +61,22 @@ void grad(const GradArgs& g) {
   const int A = op.inputs[0], B = op.inputs[1], dy = g.dy[0];
   const Shape as = g.g.tensor(A).shape, bs = g.g.tensor(B).shape;
   const bool bcast = bs.size() == 2 && as.size() > 2;
+  // The gradient matmuls keep the forward's partials type: the precision pass runs before
+  // autodiff, and the IPU's "16.16" (Graphcore's enable_half_partials) is f16 partials in the
+  // forward and the backward matmuls alike.
+  auto matmul = [&](int x, int y, bool transX, bool transY) {
+    Attrs at;
+    if (transX) at.set("trans_a", true);
+    if (transY) at.set("trans_b", true);
+    if (op.attrs.has("partials")) at.set("partials", op.attrs.getString("partials"));
+    return g.g.addOp1(OpKind::MatMul, {x, y}, at);
+  };
   if (g.needs[0]) {
     int da = -1;
     if (!ta)
-      da = tb ? b.matmul(dy, B, false, false) : b.matmul(dy, B, false, true);
+      da = tb ? matmul(dy, B, false, false) : matmul(dy, B, false, true);
     else
-      da = tb ? b.matmul(B, dy, true, true) : b.matmul(B, dy, false, true);
+      da = tb ? matmul(B, dy, true, true) : matmul(B, dy, false, true);
     g.accumulate(A, da);
   }
   if (g.needs[1]) {
@@ -74,12 +86,12 @@ void grad(const GradArgs& g) {
       i64 k = as.back(), m = numElements(as) / k;
       int a2 = b.reshape(A, {m, k});
       int d2 = b.reshape(dy, {m, g.g.tensor(dy).shape.back()});
-      db = tb ? b.matmul(d2, a2, true, false) : b.matmul(a2, d2, true, false);
+      db = tb ? matmul(d2, a2, true, false) : matmul(a2, d2, true, false);
     } else {
       if (!ta)
-        db = tb ? b.matmul(dy, A, true, false) : b.matmul(A, dy, true, false);
+        db = tb ? matmul(dy, A, true, false) : matmul(A, dy, true, false);
       else
-        db = tb ? b.matmul(dy, A, true, true) : b.matmul(A, dy, false, false);
+        db = tb ? matmul(dy, A, true, true) : matmul(A, dy, false, false);
       if (bcast) {
         std::vector<i64> axes(as.size() - 2);
         std::iota(axes.begin(), axes.end(), 0);
@@ -97,8 +109,12 @@ void grad(const GradArgs& g) {
 // a tile holds ng columns of a block of rows: it gathers ng B rows, shared by its vertices, and
 // one A row per output row. Returns the ng that minimises those bytes, or 0 to keep the
 // linear mapping (its windows fit the budget, or B is batched).
-i64 columnsPerTile(const PlanApi& p, const Op& op, const kernels::MatMulShape& s) {
-  if (!s.transB || s.transA || (s.batch > 1 && !s.broadcastB)) return 0;
+struct ColumnBlocks {
+  i64 ng = 0;        // 0: keep the linear mapping
+  double bytes = 0;  // what a tile gathers
+};
+ColumnBlocks columnsPerTile(const PlanApi& p, const Op& op, const kernels::MatMulShape& s) {
+  if (!s.transB || s.transA || (s.batch > 1 && !s.broadcastB)) return {};
   const Graph& g = p.graph();
   const i64 aBytes = sizeOf(g.tensor(op.inputs[0]).dtype),
             bBytes = sizeOf(g.tensor(op.inputs[1]).dtype);
@@ -106,7 +122,7 @@ i64 columnsPerTile(const PlanApi& p, const Op& op, const kernels::MatMulShape& s
   i64 linearSlice = 1;  // the largest slice of the linear mapping the output has now
   for (const TileSlice& sl : p.mapping(op.outputs[0]))
     linearSlice = std::max(linearSlice, sl.end - sl.begin);
-  if (std::min(linearSlice, s.n) * s.k * bBytes <= p.windowBudgetBytes()) return 0;
+  if (std::min(linearSlice, s.n) * s.k * bBytes <= p.windowBudgetBytes()) return {};
   i64 best = 0;
   double bestBytes = std::numeric_limits<double>::infinity();
   for (i64 ng = 1; ng <= s.n; ++ng) {
@@ -119,7 +135,246 @@ i64 columnsPerTile(const PlanApi& p, const Op& op, const kernels::MatMulShape& s
         static_cast<double>(columns * s.k * bBytes + ceilDiv(rows, blocks) * s.k * aBytes);
     if (bytes < bestBytes) bestBytes = bytes, best = ng;
   }
-  return best < s.n ? best : 0;
+  return best < s.n ? ColumnBlocks{best, bestBytes} : ColumnBlocks{};
+}
+
+// ---- the blocked plan ----------------------------------------------------------------------
+// Large matmuls with both output dimensions wide (BERT's dense layers forward and backward:
+// 1,024 tokens x 1,024 features x 4,096) planned in three dimensions, as Poplar's matmul planner
+// does: the sum over k split into P parts, part p on its own group of T/P tiles, each tile of the
+// group one block of rb output rows x cb output columns over the part's ks. A tile then gathers
+// rb + cb operand rows of |ks| elements and holds rb x cb partials, where the linear and
+// column-blocked plans gather whole rows (442 KB of f16 rows for BERT-Large's FFN input
+// gradient on one Mk2 tile). Phases:
+//   kBlockAPhase  A's rows copied k-part-major, Ap [P][rows][|ks_p|] (part p at rows x ks_p.begin),
+//   kBlockBPhase  B's columns likewise, Bp [P][N][|ks_p|]: a block's operand is one window;
+//   kBlockProductsPhase  the block products, partials in block order ([P][row block][column block]
+//                 [rows of the block][columns of the block]), one vertex per block;
+//   kBlockSumsPhase      the sum of the P partials of each output slice (out mapped in column
+//   blocks of
+//                 cb, so a slice lies in one block of every part).
+constexpr int kBlockAPhase = 2, kBlockBPhase = 3, kBlockProductsPhase = 4, kBlockSumsPhase = 5;
+
+struct BlockPlan {
+  i64 parts = 0, rows = 0, cols = 0;  // P; the output's rows (batch * M) and columns (N)
+  i64 rb = 0, cb = 0, rowBlocks = 0, colBlocks = 0, groupTiles = 0;
+  double bytes = std::numeric_limits<double>::infinity();  // gathered + partials, per tile
+  Range ks(i64 p, i64 k) const { return {k * p / parts, k * (p + 1) / parts}; }
+  i64 blockRows(i64 bi) const { return std::min(rb, rows - bi * rb); }
+  i64 blockCols(i64 bj) const { return std::min(cb, cols - bj * cb); }
+  // First partial element of block (bi, bj) of part p.
+  i64 blockBegin(i64 p, i64 bi, i64 bj) const {
+    return p * rows * cols + bi * rb * cols + blockRows(bi) * bj * cb;
+  }
+};
+
+// A's rows fold into one [batch * M, K] matrix (or A is one matrix read transposed), B is one
+// matrix, and both output dimensions span many blocks.
+bool blockable(const kernels::MatMulShape& s) {
+  constexpr i64 kMinWidth = 256;  // narrower outputs: the row or column plans gather little
+  const bool foldable = s.batch == 1 || (s.broadcastB && !s.transA);
+  return foldable && s.batch * s.m >= kMinWidth && s.n >= kMinWidth && s.k >= 2;
+}
+
+// The P, rb and cb that minimise a tile's gathered operands and partials (P >= 2).
+BlockPlan bestBlockPlan(const kernels::MatMulShape& s, i64 aBytes, i64 bBytes, i64 partialBytes,
+                        i64 tiles) {
+  BlockPlan best;
+  const i64 rows = s.batch * s.m;
+  for (i64 parts = 2; parts <= std::min(s.k, tiles); ++parts) {
+    const i64 group = tiles / parts, kp = ceilDiv(s.k, parts);
+    for (i64 br = 1; br <= std::min(rows, group); ++br) {
+      const i64 rb = ceilDiv(rows, br), cb = ceilDiv(s.n, std::min(s.n, group / br));
+      const double bytes =
+          static_cast<double>((rb * aBytes + cb * bBytes) * kp + rb * cb * partialBytes);
+      if (bytes < best.bytes) {
+        best.parts = parts, best.rb = rb, best.cb = cb, best.bytes = bytes;
+        best.rowBlocks = ceilDiv(rows, rb), best.colBlocks = ceilDiv(s.n, cb);
+        best.groupTiles = group;
+      }
+    }
+  }
+  best.rows = rows, best.cols = s.n;
+  return best;
+}
+
+DType partialsOf(const Op& op) {
+  return op.attrs.has("partials") ? parseDType(op.attrs.getString("partials")).value() : DType::F32;
+}
+
+// The plan of an op (the planner and every vertex of the op derive it from the same arguments;
+// the last one is kept, as consecutive vertices belong to one op).
+BlockPlan blockPlanOf(const Graph& g, const Op& op, const kernels::MatMulShape& s, i64 tiles) {
+  const i64 aBytes = sizeOf(g.tensor(op.inputs[0]).dtype),
+            bBytes = sizeOf(g.tensor(op.inputs[1]).dtype), pBytes = sizeOf(partialsOf(op));
+  thread_local std::array<i64, 11> key{};
+  thread_local BlockPlan plan;
+  const std::array<i64, 11> k{s.batch,      s.m,    s.k,    s.n,    s.transA, s.transB,
+                              s.broadcastB, aBytes, bBytes, pBytes, tiles};
+  if (k != key || plan.parts == 0) {
+    plan = bestBlockPlan(s, aBytes, bBytes, pBytes, tiles);
+    key = k;
+  }
+  return plan;
+}
+
+// An operand as rows x k (A: its rows, B: its columns) stored row-major in k or k-major.
+struct OperandView {
+  int buffer;
+  i64 rows, k;
+  bool kInner;
+  i64 at(i64 row, i64 kk) const { return kInner ? row * k + kk : kk * rows + row; }
+};
+
+// The windows of rows [r0, r1) x ks of an operand: one per row (k inner) or per k (rows inner),
+// neighbours merged while the merged window stays at most twice what it holds.
+Windows operandWindows(const OperandView& v, Range rows, Range ks) {
+  Windows w;
+  i64 held = 0;
+  auto add = [&](i64 begin, i64 end) {
+    if (!w.empty() && end - w.back().begin <= 2 * (held + end - begin)) {
+      w.back().end = end;
+      held += end - begin;
+    } else {
+      w.push_back({v.buffer, begin, end});
+      held = end - begin;
+    }
+  };
+  if (v.kInner)
+    for (i64 r = rows.begin; r < rows.end; ++r) add(v.at(r, ks.begin), v.at(r, ks.end - 1) + 1);
+  else
+    for (i64 kk = ks.begin; kk < ks.end; ++kk)
+      add(v.at(rows.begin, kk), v.at(rows.end - 1, kk) + 1);
+  return w;
+}
+
+// The part of element e of a k-part-major copy ([P][rows][|ks_p|], part p at rows x ks_p.begin).
+i64 copyPartOf(const BlockPlan& bp, i64 rows, i64 k, i64 e) {
+  i64 part = 0;
+  while (part + 1 < bp.parts && rows * bp.ks(part + 1, k).begin <= e) ++part;
+  return part;
+}
+
+void planBlocked(PlanApi& p, const Op& op, const kernels::MatMulShape& s, const BlockPlan& bp) {
+  const Graph& g = p.graph();
+  const int a = op.inputs[0], b = op.inputs[1], out = op.outputs[0];
+  const OperandView av{a, bp.rows, s.k, !s.transA}, bv{b, bp.cols, s.k, s.transB};
+  const i64 T = p.numTiles();
+  auto tileOf = [&](i64 part, i64 bi, i64 bj) {
+    return static_cast<int>((part * bp.groupTiles + bi * bp.colBlocks + bj) % T);
+  };
+  // The copies: a block's rows of one part on a tile of the group that reads them.
+  auto copy = [&](const OperandView& v, i64 blockSize, i64 blocks, bool isA, int phase,
+                  const char* what) {
+    std::vector<TileSlice> m;
+    for (i64 part = 0; part < bp.parts; ++part) {
+      const Range ks = bp.ks(part, s.k);
+      for (i64 q = 0; q < blocks; ++q) {
+        const i64 r0 = q * blockSize, r1 = std::min(v.rows, r0 + blockSize);
+        const int tile =
+            isA ? tileOf(part, q, q % bp.colBlocks) : tileOf(part, q % bp.rowBlocks, q);
+        m.push_back(
+            {tile, v.rows * ks.begin + r0 * ks.size(), v.rows * ks.begin + r1 * ks.size(), 0});
+      }
+    }
+    const int buf = p.temporary(op, what, v.rows * s.k, g.tensor(v.buffer).dtype, std::move(m));
+    p.perSlice(
+        op, phase, {buf},
+        [v, bp, s](Range r) {  // a slice is a block of rows of one part
+          const Range ks = bp.ks(copyPartOf(bp, v.rows, s.k, r.begin), s.k);
+          const i64 base = v.rows * ks.begin;
+          return operandWindows(
+              v, {(r.begin - base) / ks.size(), (r.end - 1 - base) / ks.size() + 1}, ks);
+        },
+        0, what);
+    return buf;
+  };
+  const int ap = copy(av, bp.rb, bp.rowBlocks, true, kBlockAPhase, "a_k_parts");
+  const int bpBuf = copy(bv, bp.cb, bp.colBlocks, false, kBlockBPhase, "b_k_parts");
+  // The block products: one slice (one vertex) per block.
+  std::vector<TileSlice> m;
+  for (i64 part = 0; part < bp.parts; ++part)
+    for (i64 bi = 0; bi < bp.rowBlocks; ++bi)
+      for (i64 bj = 0; bj < bp.colBlocks; ++bj) {
+        const i64 begin = bp.blockBegin(part, bi, bj);
+        m.push_back({tileOf(part, bi, bj), begin, begin + bp.blockRows(bi) * bp.blockCols(bj), 0});
+      }
+  const int partials =
+      p.temporary(op, "block_partials", bp.parts * bp.rows * bp.cols, partialsOf(op), std::move(m));
+  // Block (part, bi, bj) of the partial element e.
+  auto blockOf = [bp](i64 e) {
+    const i64 part = e / (bp.rows * bp.cols), inPart = e - part * bp.rows * bp.cols;
+    const i64 bi = inPart / (bp.rb * bp.cols);
+    const i64 bj = (inPart - bi * bp.rb * bp.cols) / (bp.blockRows(bi) * bp.cb);
+    return std::array<i64, 3>{part, bi, bj};
+  };
+  p.perSlice(
+      op, kBlockProductsPhase, {partials},
+      [bp, s, ap, bpBuf, blockOf](Range r) {
+        const auto [part, bi, bj] = blockOf(r.begin);
+        const Range ks = bp.ks(part, s.k);
+        const i64 r0 = bi * bp.rb, c0 = bj * bp.cb;
+        return Windows{{ap, bp.rows * ks.begin + r0 * ks.size(),
+                        bp.rows * ks.begin + (r0 + bp.blockRows(bi)) * ks.size()},
+                       {bpBuf, bp.cols * ks.begin + c0 * ks.size(),
+                        bp.cols * ks.begin + (c0 + bp.blockCols(bj)) * ks.size()}};
+      },
+      0, "block_products", [bp, s, blockOf](Range r) { return bp.ks(blockOf(r.begin)[0], s.k); });
+  // The sums: out in column blocks of cb, a slice (row i, columns of block bj) in one block of
+  // every part.
+  p.mapChannelBlocked(out, bp.rows, bp.cols, bp.cb);
+  p.perSlice(
+      op, kBlockSumsPhase, {out},
+      [bp, partials](Range r) {
+        const i64 i = r.begin / bp.cols, j = r.begin % bp.cols;
+        const i64 bi = i / bp.rb, bj = j / bp.cb;
+        Windows w;
+        for (i64 part = 0; part < bp.parts; ++part) {
+          const i64 begin =
+              bp.blockBegin(part, bi, bj) + (i - bi * bp.rb) * bp.blockCols(bj) + (j - bj * bp.cb);
+          w.push_back({partials, begin, begin + r.size()});
+        }
+        return w;
+      },
+      bp.cols, "sum_partials",
+      [bp](Range) {
+        return Range{0, bp.parts};
+      });
+}
+
+// The copy vertex of kBlockAPhase / kBlockBPhase: element e of the k-part-major copy from the
+// operand's windows (ascending).
+std::function<void()> copyVertex(const VertexArgs& a, const BlockPlan& bp, const OperandView& v) {
+  const Range ks = bp.ks(copyPartOf(bp, v.rows, v.k, a.work.begin), v.k);
+  return [v, ks, W = a.in, y = a.out[0], work = a.work] {
+    const i64 base = v.rows * ks.begin;
+    size_t w = 0;
+    for (i64 e = work.begin; e < work.end; ++e) {
+      const i64 src = v.at((e - base) / ks.size(), ks.begin + (e - base) % ks.size());
+      if (src < W[w].base || src >= W[w].base + W[w].size) {
+        auto it = std::upper_bound(W.begin(), W.end(), src,
+                                   [](i64 x, const FW& win) { return x < win.base; });
+        w = static_cast<size_t>(it - W.begin()) - 1;
+      }
+      y[e - work.begin] = W[w][src];
+    }
+  };
+}
+
+// The block product of phase 0: partials[ii][jj] = sum over the part's ks of Ap[ii] . Bp[jj].
+std::function<void()> blockVertex(const VertexArgs& a, const BlockPlan& bp, i64 k) {
+  const i64 part = a.work.begin / (bp.rows * bp.cols);
+  const i64 inPart = a.work.begin - part * bp.rows * bp.cols, bi = inPart / (bp.rb * bp.cols);
+  const i64 bj = (inPart - bi * bp.rb * bp.cols) / (bp.blockRows(bi) * bp.cb);
+  const i64 h = bp.blockRows(bi), w = bp.blockCols(bj), kp = bp.ks(part, k).size();
+  return [A = a.in[0].data, B = a.in[1].data, y = a.out[0], h, w, kp] {
+    for (i64 i = 0; i < h; ++i)
+      for (i64 j = 0; j < w; ++j) {
+        double acc = 0;
+        for (i64 kk = 0; kk < kp; ++kk) acc += double(A[i * kp + kk]) * B[j * kp + kk];
+        y[i * w + j] = float(acc);
+      }
+  };
 }
 
 // Rows of the output are (batch * M + i). Small B: a vertex per output slice reading its A
@@ -129,8 +384,24 @@ i64 columnsPerTile(const PlanApi& p, const Op& op, const kernels::MatMulShape& s
 void plan(PlanApi& p, const Op& op) {
   const auto s = matMulShapeOf(p.graph(), op);
   const int a = op.inputs[0], b = op.inputs[1], out = op.outputs[0];
-  if (const i64 ng = columnsPerTile(p, op, s); ng > 0)
-    p.mapChannelBlocked(out, s.batch * s.m, s.n, ng);
+  const ColumnBlocks columns = columnsPerTile(p, op, s);
+  if (blockable(s) && s.k * s.n * 4 > p.windowBudgetBytes()) {
+    // What a tile holds under the column-blocked plan or the split over k (its partials and at
+    // least a window budget of operands), against the blocked plan.
+    const Graph& g = p.graph();
+    const i64 e = s.cElems();
+    double current = static_cast<double>(columns.ng > 0 ? columns.bytes : 0);
+    if (!s.transB) {
+      const i64 parts = conv_plan::reductionParts(
+          e, s.k, s.n * 4, static_cast<i64>(p.mapping(out).size()), p.target());
+      current = static_cast<double>(parts * e * sizeOf(partialsOf(op))) /
+                    static_cast<double>(p.numTiles()) +
+                static_cast<double>(p.windowBudgetBytes());
+    }
+    const BlockPlan bp = blockPlanOf(g, op, s, p.numTiles());
+    if (bp.parts > 0 && bp.bytes < current) return planBlocked(p, op, s, bp);
+  }
+  if (columns.ng > 0) p.mapChannelBlocked(out, s.batch * s.m, s.n, columns.ng);
   // Batches [b0, b1) of B that output rows [rows) read.
   auto bBatches = [s](Range rows) {
     return s.broadcastB ? Range{0, 1} : Range{rows.begin / s.m, (rows.end - 1) / s.m + 1};
@@ -204,8 +475,15 @@ void plan(PlanApi& p, const Op& op) {
 }
 
 std::function<void()> vertex(const VertexArgs& a) {
-  if (a.phase == 1) return sumPartials(a);
+  if (a.phase == 1 || a.phase == kBlockSumsPhase) return sumPartials(a);
   const auto s = matMulShapeOf(a.g, a.op);
+  if (a.phase >= kBlockAPhase) {  // the blocked plan
+    const BlockPlan bp = blockPlanOf(a.g, a.op, s, a.target.numTiles);
+    if (a.phase == kBlockAPhase)
+      return copyVertex(a, bp, {a.op.inputs[0], bp.rows, s.k, !s.transA});
+    if (a.phase == kBlockBPhase) return copyVertex(a, bp, {a.op.inputs[1], bp.cols, s.k, s.transB});
+    return blockVertex(a, bp, s.k);
+  }
   const Range ks = a.red.size() > 0 ? a.red : Range{0, s.k};  // split over k: partials
   if (a.in.size() == 2)
     return
@@ -274,6 +552,7 @@ IPU_REGISTER_OPS(matmul) {
   // Phase 0 is priced as MACs (macWork); phase 1 sums partial rows, an add per vector.
   f.cost = [](const Op&, int) { return 1.0; };
   f.costTraits.macWork = macWork;
+  f.costTraits.macPhases = {0, kBlockProductsPhase};
   registerOp(std::move(f));
 }
 

@@ -78,9 +78,11 @@ class PlanApi {
   // at multiples of cutAt when > 0): the vertex's work is that range r, it writes r of every
   // buffer in `outs` (buffers of one size share one mapping) and reads windows(r).
   // `what` names the compute set after the op ("normalize": "y/batch_norm_train/normalize").
+  // `red`, where given, is the vertex's part of a reduced extent (what the cost model prices).
   virtual void perSlice(const Op& op, int phase, const std::vector<int>& outs,
                         const std::function<Windows(Range)>& windows, i64 cutAt = 0,
-                        std::string_view what = {}) = 0;
+                        std::string_view what = {},
+                        const std::function<Range(Range)>& red = {}) = 0;
   // A sum over `redExtent` units split into parts whose windows fit a vertex's budget: phase
   // firstPhase writes one partial row per part (vertex work r, red the part's units), phase
   // firstPhase + 1 sums them (sumPartials; combineMax: takes their maximum, maxPartials, and

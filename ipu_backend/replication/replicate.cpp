@@ -46,7 +46,8 @@ ReplicatedGraph replicate(const Graph& src, const ReplicationOptions& o) {
   // Loss-scaled updates read an overflow flag that the source computes from one micro-batch of
   // one replica. A replicated step must skip on every replica when any gradient of any
   // micro-batch was not finite, so the pass drops the source's flag and recomputes it from the
-  // reduced mean gradient, which is Inf/NaN exactly then.
+  // accumulated gradients of every replica (or from the mean gradients, when the updates are
+  // clipped), which are Inf/NaN exactly then.
   int sourceFlag = -1;
   for (const UpdateOperands& u : operands)
     if (u.overflow >= 0) sourceFlag = u.overflow;
@@ -165,11 +166,15 @@ ReplicatedGraph replicate(const Graph& src, const ReplicationOptions& o) {
   }
   out.updateFirstOp = static_cast<int>(g.ops().size());
   std::vector<int> accumulators = reduced;  // what resetAccumulator zeroes
-  for (int i : narrowAccumulators) {
-    const Tensor& w = src.tensor(updates[static_cast<size_t>(i)]->inputs[0]);
-    reduced[static_cast<size_t>(i)] =
-        b.cast(reduced[static_cast<size_t>(i)], DType::F32, w.name + "/grad_accum_f32");
-  }
+  // A 16-bit accumulator is widened where its reduction reads it (not all of them up front:
+  // every widened copy would be live until its reduction).
+  std::vector<bool> narrow(reduced.size(), false);
+  for (int i : narrowAccumulators) narrow[static_cast<size_t>(i)] = true;
+  auto widened = [&](size_t i) {
+    if (!narrow[i]) return reduced[i];
+    return b.cast(reduced[i], DType::F32,
+                  src.tensor(updates[i]->inputs[0]).name + "/grad_accum_f32");
+  };
   const double scale = 1.0 / (static_cast<double>(o.replicas) * o.accumulation);
   const i64 R = o.replicas;
   auto resetAccumulator = [&](size_t i, const Tensor& w) {
@@ -179,19 +184,41 @@ ReplicatedGraph replicate(const Graph& src, const ReplicationOptions& o) {
     g.addOp(OpKind::Assign, {accumulators[i], zero}, {});
   };
   // Every mean gradient first, then the updates, when an update reads more than its own mean:
-  // loss scaled (the overflow flag over all of them: no update may run before it is known) or
   // clipped to the global norm (LAMB's max_grad_norm: one norm over every clipped gradient,
   // computed before the first clipped update). Otherwise each update follows its own reduction,
   // so a mean dies as soon as its update has read it.
   const bool clipped = std::any_of(updates.begin(), updates.end(), [](const Op* u) {
     return u->attrs.getFloat("max_grad_norm", 0.0) > 0.0;
   });
-  if (sourceFlag >= 0 || clipped) {
+  // Loss scaled, not clipped: the overflow flag (which every update reads) comes from each
+  // replica's own accumulated gradients, summed over the replicas: a mean is Inf/NaN exactly
+  // when some replica's part is (the R-way f32 sum of finite 16-bit or f32 parts stays finite).
+  // Taking it from the means held every mean of the step at once (BERT-Large: an IPU's f32
+  // gradients, 622 KB of one tile).
+  int flag = -1;
+  if (sourceFlag >= 0 && !clipped) {
+    int local = -1;
+    for (size_t i = 0; i < updates.size(); ++i) {
+      const Shape& shape = g.tensor(reduced[i]).shape;
+      std::vector<i64> axes(shape.size());
+      std::iota(axes.begin(), axes.end(), 0);
+      int term = b.scale(reduced[i], 0.0);  // 0, or NaN where the part is Inf/NaN
+      if (!axes.empty()) term = b.reduceSum(term, axes);
+      if (g.tensor(term).shape != Shape{}) term = b.reshape(term, {});
+      if (g.tensor(term).dtype != DType::F32) term = b.cast(term, DType::F32);
+      local = local < 0 ? term : b.add(local, term);
+    }
+    const int summed =
+        g.addOp1(OpKind::CrossReplicaSum, {local}, Attrs{{"group", R}, {"replicas", R}},
+                 src.tensor(sourceFlag).name + "/replicas");
+    flag = b.unary("identity", summed, src.tensor(sourceFlag).name);
+    g.markOutput(flag);
+  }
+  if (clipped) {
     std::vector<int> means;
-    int flag = -1;
     for (size_t i = 0; i < updates.size(); ++i) {
       const Tensor& w = src.tensor(updates[i]->inputs[0]);
-      const int chunk = g.addOp1(OpKind::CrossReplicaReduceScatter, {reduced[i]},
+      const int chunk = g.addOp1(OpKind::CrossReplicaReduceScatter, {widened(i)},
                                  Attrs{{"replicas", R}, {"scale", scale}}, w.name + "/grad_chunk");
       const int mean = g.addOp1(OpKind::CrossReplicaAllGather, {chunk},
                                 Attrs{{"replicas", R}, {"shape", w.shape}}, w.name + "/grad_mean");
@@ -222,9 +249,10 @@ ReplicatedGraph replicate(const Graph& src, const ReplicationOptions& o) {
   for (size_t i = 0; i < updates.size(); ++i) {
     const Op& u = *updates[i];
     const Tensor& w = src.tensor(u.inputs[0]);
-    const int chunk = g.addOp1(OpKind::CrossReplicaReduceScatter, {reduced[i]},
+    const int chunk = g.addOp1(OpKind::CrossReplicaReduceScatter, {widened(i)},
                                Attrs{{"replicas", R}, {"scale", scale}}, w.name + "/grad_chunk");
-    std::vector<int> in = map(u.inputs);
+    std::vector<int> in;
+    for (int t : u.inputs) in.push_back(t == sourceFlag ? flag : id.at(t));
     Attrs a = u.attrs;
     if (sharded) {  // the update reads this replica's gradient chunk and writes its state chunks
       a.set("replicas", R);

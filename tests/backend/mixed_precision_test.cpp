@@ -197,6 +197,126 @@ TEST(PrecisionPass, RefusesAGraphWithUpdates) {
   EXPECT_THROW(applyPrecision(net.graph, PrecisionPolicy::parse("fp16")), GraphError);
 }
 
+// Graphcore's "16.16" (enable_half_partials) is f16 partials in the backward matmuls too. A dense
+// layer's weight gradient x^T dy sums over the tokens; too large for a tile, the sum is split
+// into parts whose partial rows are f16: half the bytes of f32 ones (BERT-Large: 441 KB of f32
+// partials on a tile). Tile mode rounds every part's sum to f16, so it is checked against an
+// exact sum within f16's tolerance; fused mode sums in f32 and rounds once.
+TEST(PrecisionPass, GradientMatMulsKeepTheForwardsPartials) {
+  const i64 tokens = 512, in = 32, out = 32;
+  Graph g("dense");
+  Builder b(g);
+  const int x = b.input("x", {tokens, in});
+  const int c = b.input("c", {tokens, out});
+  const int w = b.variable("w", {in, out});
+  const int loss = b.reduceSum(b.mul(b.matmul(x, w, false, false, "y"), c), {0, 1}, false, "loss");
+  g.markOutput(loss);
+  auto r = applyPrecision(g, PrecisionPolicy::parse("16.16"));
+  Graph& h = r.graph;
+  const int dw = appendBackward(h, r.map(loss), {r.map(w)}).grads.at(r.map(w));
+  h.markOutput(dw);
+  const Op& grad = h.op(h.tensor(dw).producer);
+  ASSERT_EQ(grad.kind, OpKind::MatMul) << "dw = x^T dy";
+  ASSERT_TRUE(grad.attrs.has("partials")) << "the gradient matmul lost the forward's partials";
+  EXPECT_EQ(grad.attrs.getString("partials"), "f16");
+
+  CompileOptions opts;
+  opts.checkMemory = false;
+  auto exe = std::make_shared<Executable>(compile(h, Target::small(16, 64 << 10), opts));
+  const Buffer* partials = nullptr;
+  for (const Buffer& buf : exe->buffers)
+    if (buf.name == exe->buffers[dw].name + "/partials") partials = &buf;
+  ASSERT_NE(partials, nullptr) << "the sum over " << tokens << " tokens should be split";
+  EXPECT_EQ(partials->dtype, DType::F16);
+  EXPECT_EQ(partials->bytes(), partials->elements * 2) << partials->elements << " partials";
+
+  const std::vector<float> xv = randomVec(static_cast<size_t>(tokens * in), 5);
+  const std::vector<float> cv = randomVec(static_cast<size_t>(tokens * out), 6);
+  auto half = [](float v) { return precision::toFloat(precision::toF16(v)); };
+  std::vector<float> got[2];
+  for (int m = 0; m < 2; ++m) {
+    Engine e(exe, kModes[m]);
+    e.writeTensor("w", std::vector<float>(static_cast<size_t>(in * out), 0.5f));
+    e.connectInput(r.map(x), xv.data());
+    e.connectInput(r.map(c), cv.data());
+    e.run();
+    got[m] = e.readFloats(dw);
+  }
+  for (i64 i = 0; i < in; ++i)
+    for (i64 j = 0; j < out; ++j) {
+      double exact = 0, magnitude = 0;  // the operands as the f16 casts store them
+      for (i64 t = 0; t < tokens; ++t) {
+        const double term = double(half(xv[static_cast<size_t>(t * in + i)])) *
+                            half(cv[static_cast<size_t>(t * out + j)]);
+        exact += term, magnitude += std::abs(term);
+      }
+      // Each part's sum and the result rounded to f16 (2^-11 relative each): a few ulps of
+      // the sum of magnitudes.
+      const double tol = 4 * 0x1p-11 * magnitude;
+      const size_t o = static_cast<size_t>(i * out + j);
+      ASSERT_NEAR(got[1][o], exact, tol) << "tile dw[" << i << "][" << j << "]";
+      ASSERT_NEAR(got[0][o], exact, tol) << "fused dw[" << i << "][" << j << "]";
+    }
+}
+
+// The embedding gradient (gather's scatter_add) sums each index part's updates into a partial
+// [V, D] table: under "16.16" those are f16 like popops' multiUpdateAdd on a 16-bit table (BERT-
+// Large's word-embedding gradient held 679 KB of f32 partials on one Mk2 tile). Tile mode rounds
+// each part's sums to f16, so it is checked against the exact sums within f16's tolerance.
+TEST(PrecisionPass, EmbeddingGradientPartialsFollowThePolicy) {
+  const i64 rows = 64, width = 32, lookups = 512;
+  Graph g("embedding");
+  Builder b(g);
+  const int table = b.variable("table", {rows, width});
+  const int idx = b.input("idx", {lookups}, DType::I32);
+  const int c = b.input("c", {lookups, width});
+  const int looked = ops::add(g, "gather", {table, idx})[0];
+  const int loss = b.reduceSum(b.mul(looked, c), {0, 1}, false, "loss");
+  g.markOutput(loss);
+  auto r = applyPrecision(g, PrecisionPolicy::parse("16.16"));
+  Graph& h = r.graph;
+  const int dt = appendBackward(h, r.map(loss), {r.map(table)}).grads.at(r.map(table));
+  h.markOutput(dt);
+  const Op& grad = h.op(h.tensor(dt).producer);
+  ASSERT_EQ(grad.kind, ops::kindNamed("scatter_add"));
+  ASSERT_TRUE(grad.attrs.has("partials")) << "scatter_add did not get gather's partials type";
+  EXPECT_EQ(grad.attrs.getString("partials"), "f16");
+
+  CompileOptions opts;
+  opts.checkMemory = false;
+  auto exe = std::make_shared<Executable>(compile(h, Target::small(16, 64 << 10), opts));
+  const Buffer* partials = nullptr;
+  for (const Buffer& buf : exe->buffers)
+    if (buf.name == exe->buffers[dt].name + "/partials") partials = &buf;
+  ASSERT_NE(partials, nullptr) << "the " << lookups << " updates should be split into parts";
+  EXPECT_EQ(partials->dtype, DType::F16);
+  EXPECT_EQ(partials->bytes(), partials->elements * 2) << partials->elements << " partials";
+
+  std::vector<std::int32_t> iv(static_cast<size_t>(lookups));
+  for (i64 k = 0; k < lookups; ++k)
+    iv[static_cast<size_t>(k)] = static_cast<std::int32_t>((k * 37) % rows);
+  const std::vector<float> cv = randomVec(static_cast<size_t>(lookups * width), 8);
+  auto half = [](float v) { return precision::toFloat(precision::toF16(v)); };
+  for (EngineMode m : kModes) {
+    Engine e(exe, m);
+    e.connectInput(r.map(idx), iv.data());
+    e.connectInput(r.map(c), cv.data());
+    e.run();
+    const std::vector<float> got = e.readFloats(dt);
+    for (i64 row = 0; row < rows; ++row)
+      for (i64 j = 0; j < width; ++j) {
+        double exact = 0, magnitude = 0;
+        for (i64 k = 0; k < lookups; ++k)
+          if (iv[static_cast<size_t>(k)] == row) {
+            const double u = half(cv[static_cast<size_t>(k * width + j)]);
+            exact += u, magnitude += std::abs(u);
+          }
+        ASSERT_NEAR(got[static_cast<size_t>(row * width + j)], exact, 4 * 0x1p-11 * magnitude)
+            << engineModeName(m) << " row " << row << " column " << j;
+      }
+  }
+}
+
 // One compiled training step of the net under a policy, with a host-side loss scaler.
 struct Step {
   std::shared_ptr<Executable> exe;

@@ -1,7 +1,7 @@
 // Replication of 16-bit, loss-scaled training graphs ("16.16": f16 weights, static loss scale
 // 128, stochastic rounding): the replicated step widens gradients to f32 for the accumulation and
-// the ring, recomputes the overflow flag from the reduced gradients, and so skips a step on every
-// replica when any replica or any micro-batch overflowed.
+// the ring, recomputes the overflow flag from every replica's accumulated gradients, and so skips
+// a step on every replica when any replica or any micro-batch overflowed.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -179,7 +179,7 @@ TEST(LossScaledReplication, SixteenBitWeightsReplicateWithF32AccumulatorsAndOneF
     EXPECT_EQ(g.tensor(g.get(w)).dtype, DType::F16) << w;
     EXPECT_EQ(g.tensor(g.get(w + "/grad_accum")).dtype, DType::F32) << w;
   }
-  // The flag is computed once, in the update part, from the reduced gradients.
+  // The flag is computed once, in the update part, from every replica's accumulated gradients.
   const int flag = g.get("loss_scaling/overflow");
   int producer = -1;
   for (const Op& op : g.ops())
@@ -203,6 +203,31 @@ TEST(LossScaledReplication, SixteenBitWeightsReplicateWithF32AccumulatorsAndOneF
   for (const Op& op : g.ops())
     microReductions += op.kind == OpKind::Reduce && op.id < rg.updateFirstOp;
   EXPECT_EQ(microReductions, srcReductions - 4);
+}
+
+// Each weight's mean gradient is gathered right before its update, after the previous update:
+// the flag no longer needs every mean first, so one mean is live at a time (all of them at once
+// held an IPU's f32 gradients of BERT-Large, 622 KB of one tile, in the update part).
+TEST(LossScaledReplication, EachMeanGradientIsGatheredAfterThePreviousUpdate) {
+  for (bool narrow : {false, true}) {
+    const Graph src = mlpTraining16(4, "16.16");
+    auto rg = replication::replicate(src, ReplicationOptions{2, 3, false, narrow});
+    const Graph& g = rg.graph;
+    // In op order: gather k (and narrow: the widening of accumulator k) after update k - 1.
+    int updates = 0, gathers = 0, widenings = 0;
+    for (const Op& op : g.ops()) {
+      const std::string name = op.outputs.empty() ? "" : g.tensor(op.outputs[0]).name;
+      if (op.kind == OpKind::CrossReplicaAllGather) {
+        EXPECT_EQ(gathers++, updates) << name << " is gathered before the previous update ran";
+      }
+      if (op.kind == OpKind::Cast && name.ends_with("/grad_accum_f32")) {
+        EXPECT_EQ(widenings++, updates) << name << " is widened before the previous update ran";
+      }
+      updates += op.kind == OpKind::OptimizerUpdate;
+    }
+    EXPECT_EQ(gathers, 4);
+    EXPECT_EQ(widenings, narrow ? 4 : 0);
+  }
 }
 
 TEST(LossScaledReplication, ReplicasOf16BitWeightsStayIdenticalAndMatchOneReplica) {
