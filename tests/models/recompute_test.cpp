@@ -254,10 +254,10 @@ TEST(TileMemoryPlan, ResNet50VerdictOnSmallImagesIsPinned) {
       worst.peakComputeSet >= 0 ? exe.computeSets[worst.peakComputeSet].name : "-", totalBytes,
       gathers, sharedGathers, memoryHash, offsetHash, occupantHash);
   EXPECT_EQ(figures,
-            "worst tile 379 of 349768 B (189592 always live, 49560 code and vertex state), peak "
-            "at 'conv2d_backward_data_16/conv2d_backward_data/weight_k_blocks', total 415762040 "
-            "B, 3314723 gathers (623607 shared), memory hash 0x5c84ebfd6760e87a, offset hash "
-            "0x9b466038ade2f4cc, occupant hash 0x4f5e0355e3d5e6f9")
+            "worst tile 448 of 286152 B (189032 always live, 49256 code and vertex state), peak "
+            "at 'conv2d_backward_data_0/conv2d_backward_data/weight_k_blocks', total 387766200 "
+            "B, 3313251 gathers (623607 shared), memory hash 0x61232adfed8197bc, offset hash "
+            "0xbfb1ab42fc731b33, occupant hash 0xad3a6a201b628bbb")
       << "the fullest tile's occupants:\n"
       << occupants;
 }
