@@ -35,6 +35,27 @@ SoftmaxRow softmaxRow(i64 cols, const W& x, i64 row) {
   return r;
 }
 
+// The data gradient's taps of input element i = ((n * H + ih) * W + iw) * C + c: every (r, t)
+// whose output pixel (p, q) reads input pixel (ih, iw), found by solving
+// p * stride - pad + r * dil == ih (and the same for q); calls tap(c, r, t, pixel) with
+// pixel = (n * OH + p) * OW + q, in r-then-t order (the order every data-gradient kernel sums in).
+template <class Tap>
+void forEachDataGradTap(const Conv2dShape& s, i64 i, Tap&& tap) {
+  const i64 oh = s.outH(), ow = s.outW();
+  const i64 c = i % s.c, iw = (i / s.c) % s.w, ih = (i / (s.c * s.w)) % s.h,
+            n = i / (s.c * s.w * s.h);
+  for (i64 r = 0; r < s.r; ++r) {
+    const i64 ph = ih + s.padTop - r * s.dilH;
+    if (ph < 0 || ph % s.strideH != 0 || ph / s.strideH >= oh) continue;
+    const i64 p = ph / s.strideH;
+    for (i64 t = 0; t < s.s; ++t) {
+      const i64 qw = iw + s.padLeft - t * s.dilW;
+      if (qw < 0 || qw % s.strideW != 0 || qw / s.strideW >= ow) continue;
+      tap(c, r, t, (n * oh + p) * ow + qw / s.strideW);
+    }
+  }
+}
+
 }  // namespace
 
 // ---- convolution --------------------------------------------------------------------------
@@ -88,51 +109,26 @@ void conv2dForwardGroupBlocks(const Conv2dShape& s, i64 gb, W xBlocks, W w, floa
 }
 
 void conv2dBackwardData(const Conv2dShape& s, W dy, W w, float* dx, Range out, Range red) {
-  const i64 oh = s.outH(), ow = s.outW(), cpg = s.cPerGroup(), kpg = s.kPerGroup();
+  const i64 cpg = s.cPerGroup(), kpg = s.kPerGroup();
   for (i64 i = out.begin; i < out.end; ++i) {
-    // i = ((n * H + ih) * W + iw) * C + c
-    const i64 c = i % s.c, iw = (i / s.c) % s.w, ih = (i / (s.c * s.w)) % s.h,
-              n = i / (s.c * s.w * s.h);
-    const i64 g = c / cpg, cl = c % cpg;
     double acc = 0;
-    for (i64 r = 0; r < s.r; ++r) {
-      // Output row p reads input row p * strideH - padTop + r * dilH; solve for p == ih.
-      const i64 ph = ih + s.padTop - r * s.dilH;
-      if (ph < 0 || ph % s.strideH != 0 || ph / s.strideH >= oh) continue;
-      const i64 p = ph / s.strideH;
-      for (i64 t = 0; t < s.s; ++t) {
-        const i64 qw = iw + s.padLeft - t * s.dilW;
-        if (qw < 0 || qw % s.strideW != 0 || qw / s.strideW >= ow) continue;
-        const i64 q = qw / s.strideW;
-        const i64 k0 = std::max(g * kpg, red.begin), k1 = std::min((g + 1) * kpg, red.end);
-        for (i64 k = k0; k < k1; ++k) {
-          acc += double(dy[((n * oh + p) * ow + q) * s.k + k]) *
-                 w[((k * s.r + r) * s.s + t) * cpg + cl];
-        }
-      }
-    }
+    forEachDataGradTap(s, i, [&](i64 c, i64 r, i64 t, i64 pixel) {
+      const i64 g = c / cpg, cl = c % cpg;
+      const i64 k0 = std::max(g * kpg, red.begin), k1 = std::min((g + 1) * kpg, red.end);
+      for (i64 k = k0; k < k1; ++k)
+        acc += double(dy[pixel * s.k + k]) * w[((k * s.r + r) * s.s + t) * cpg + cl];
+    });
     dx[i - out.begin] = float(acc);
   }
 }
 
 void conv2dBackwardDataTransposed(const Conv2dShape& s, W dy, W wt, float* dx, Range out) {
-  const i64 oh = s.outH(), ow = s.outW();
   for (i64 i = out.begin; i < out.end; ++i) {
-    const i64 c = i % s.c, iw = (i / s.c) % s.w, ih = (i / (s.c * s.w)) % s.h,
-              n = i / (s.c * s.w * s.h);
     double acc = 0;
-    for (i64 r = 0; r < s.r; ++r) {
-      const i64 ph = ih + s.padTop - r * s.dilH;
-      if (ph < 0 || ph % s.strideH != 0 || ph / s.strideH >= oh) continue;
-      const i64 p = ph / s.strideH;
-      for (i64 t = 0; t < s.s; ++t) {
-        const i64 qw = iw + s.padLeft - t * s.dilW;
-        if (qw < 0 || qw % s.strideW != 0 || qw / s.strideW >= ow) continue;
-        const i64 q = qw / s.strideW;
-        const i64 dyRow = ((n * oh + p) * ow + q) * s.k, wRow = ((c * s.r + r) * s.s + t) * s.k;
-        for (i64 k = 0; k < s.k; ++k) acc += double(dy[dyRow + k]) * wt[wRow + k];
-      }
-    }
+    forEachDataGradTap(s, i, [&](i64 c, i64 r, i64 t, i64 pixel) {
+      const i64 dyRow = pixel * s.k, wRow = ((c * s.r + r) * s.s + t) * s.k;
+      for (i64 k = 0; k < s.k; ++k) acc += double(dy[dyRow + k]) * wt[wRow + k];
+    });
     dx[i - out.begin] = float(acc);
   }
 }
@@ -166,56 +162,36 @@ void toChannelBlocks(i64 pixels, i64 c, i64 cb, W x, float* blocks, Range out) {
 
 void conv2dBackwardDataGroupBlocks(const Conv2dShape& s, i64 gb, W dyBlocks, W w, float* dx,
                                    Range out) {
-  const i64 oh = s.outH(), ow = s.outW(), cpg = s.cPerGroup(), kpg = s.kPerGroup();
-  const i64 kb = gb * kpg, blockElems = s.n * oh * ow * kb;
+  const i64 cpg = s.cPerGroup(), kpg = s.kPerGroup();
+  const i64 kb = gb * kpg, blockElems = s.n * s.outH() * s.outW() * kb;
   for (i64 i = out.begin; i < out.end; ++i) {
-    const i64 c = i % s.c, iw = (i / s.c) % s.w, ih = (i / (s.c * s.w)) % s.h,
-              n = i / (s.c * s.w * s.h);
-    const i64 g = c / cpg, cl = c % cpg, b = g / gb;
-    const i64 k0 = b * kb, kbb = std::min(kb, s.k - k0), base = b * blockElems;
     double acc = 0;
-    for (i64 r = 0; r < s.r; ++r) {
-      const i64 ph = ih + s.padTop - r * s.dilH;
-      if (ph < 0 || ph % s.strideH != 0 || ph / s.strideH >= oh) continue;
-      const i64 p = ph / s.strideH;
-      for (i64 t = 0; t < s.s; ++t) {
-        const i64 qw = iw + s.padLeft - t * s.dilW;
-        if (qw < 0 || qw % s.strideW != 0 || qw / s.strideW >= ow) continue;
-        const i64 q = qw / s.strideW;
-        const i64 dyRow = base + ((n * oh + p) * ow + q) * kbb - k0;
-        for (i64 k = g * kpg; k < (g + 1) * kpg; ++k)
-          acc += double(dyBlocks[dyRow + k]) * w[((k * s.r + r) * s.s + t) * cpg + cl];
-      }
-    }
+    forEachDataGradTap(s, i, [&](i64 c, i64 r, i64 t, i64 pixel) {
+      const i64 g = c / cpg, cl = c % cpg, b = g / gb;
+      const i64 k0 = b * kb, kbb = std::min(kb, s.k - k0);
+      const i64 dyRow = b * blockElems + pixel * kbb - k0;
+      for (i64 k = g * kpg; k < (g + 1) * kpg; ++k)
+        acc += double(dyBlocks[dyRow + k]) * w[((k * s.r + r) * s.s + t) * cpg + cl];
+    });
     dx[i - out.begin] = float(acc);
   }
 }
 
 void conv2dBackwardDataKBlocks(const Conv2dShape& s, i64 kb, const std::vector<W>& dyBlocks, W w,
                                float* dx, Range out, Range red) {
-  const i64 oh = s.outH(), ow = s.outW(), blockElems = s.n * oh * ow * kb;
+  const i64 blockElems = s.n * s.outH() * s.outW() * kb;
   const i64 k0 = std::max<i64>(0, red.begin), k1 = std::min(s.k, red.end), b0 = k0 / kb;
   for (i64 i = out.begin; i < out.end; ++i) {
-    const i64 c = i % s.c, iw = (i / s.c) % s.w, ih = (i / (s.c * s.w)) % s.h,
-              n = i / (s.c * s.w * s.h);
     double acc = 0;
-    for (i64 r = 0; r < s.r; ++r) {
-      const i64 ph = ih + s.padTop - r * s.dilH;
-      if (ph < 0 || ph % s.strideH != 0 || ph / s.strideH >= oh) continue;
-      const i64 p = ph / s.strideH;
-      for (i64 t = 0; t < s.s; ++t) {
-        const i64 qw = iw + s.padLeft - t * s.dilW;
-        if (qw < 0 || qw % s.strideW != 0 || qw / s.strideW >= ow) continue;
-        const i64 pixel = (n * oh + p) * ow + qw / s.strideW;
-        for (i64 b = b0; b * kb < k1; ++b) {
-          const W& block = dyBlocks[static_cast<size_t>(b - b0)];
-          const i64 first = b * kb, kbb = std::min(kb, s.k - first);
-          const i64 row = b * blockElems + pixel * kbb - first;
-          for (i64 k = std::max(k0, first); k < std::min(k1, first + kbb); ++k)
-            acc += double(block[row + k]) * w[((k * s.r + r) * s.s + t) * s.c + c];
-        }
+    forEachDataGradTap(s, i, [&](i64 c, i64 r, i64 t, i64 pixel) {
+      for (i64 b = b0; b * kb < k1; ++b) {
+        const W& block = dyBlocks[static_cast<size_t>(b - b0)];
+        const i64 first = b * kb, kbb = std::min(kb, s.k - first);
+        const i64 row = b * blockElems + pixel * kbb - first;
+        for (i64 k = std::max(k0, first); k < std::min(k1, first + kbb); ++k)
+          acc += double(block[row + k]) * w[((k * s.r + r) * s.s + t) * s.c + c];
       }
-    }
+    });
     dx[i - out.begin] = float(acc);
   }
 }
