@@ -44,6 +44,22 @@ const ComputeSetCost& setOf(const StepCost& sc, OpKind kind) {
   throw std::runtime_error("no compute set of that kind");
 }
 
+// The multiply-accumulates of every convolution op of a kind in the graph.
+double convMacsOf(const Executable& exe, OpKind kind) {
+  double macs = 0;
+  for (const Op& op : exe.graph.ops())
+    if (op.kind == kind) macs += static_cast<double>(convShapeOf(exe.graph, op).macs());
+  return macs;
+}
+
+// The priced multiply-accumulates of a kind's compute sets, by plan phase.
+std::map<int, double> macsByPhaseOf(const Executable& exe, OpKind kind) {
+  std::map<int, double> macsByPhase;
+  for (const ComputeSetCost& cs : estimateStep(exe).computeSets)
+    if (cs.kind == kind) macsByPhase[cs.phase] += cs.macs;
+  return macsByPhase;
+}
+
 TEST(CostModel, BigMatMulRunsAtTheTileMacRate) {
   const Target t = Target::small(kTiles, kBigTile);
   Executable exe = compileMatMul(256, 512, 256, t);
@@ -340,13 +356,8 @@ TEST(CostModel, TransposedDataGradientIsPricedAsMacsInItsDxPhase) {
   g.markOutput(loss);
   g.markOutput(appendBackward(g, loss, {x}).grads.at(x));
   const Executable exe = compile(g, Target::small(256, 64 << 10), CompileOptions{});
-  double opMacs = 0;
-  for (const Op& op : exe.graph.ops())
-    if (op.kind == OpKind::Conv2dBackwardData)
-      opMacs += static_cast<double>(convShapeOf(exe.graph, op).macs());
-  std::map<int, double> macsByPhase;
-  for (const ComputeSetCost& cs : estimateStep(exe).computeSets)
-    if (cs.kind == OpKind::Conv2dBackwardData) macsByPhase[cs.phase] += cs.macs;
+  const double opMacs = convMacsOf(exe, OpKind::Conv2dBackwardData);
+  std::map<int, double> macsByPhase = macsByPhaseOf(exe, OpKind::Conv2dBackwardData);
   ASSERT_EQ(macsByPhase.size(), 3u) << "expected the transposed plan's phases 2, 3 and 4";
   EXPECT_EQ(macsByPhase[2], 0.0);
   EXPECT_EQ(macsByPhase[3], 0.0);
@@ -367,13 +378,8 @@ TEST(CostModel, BlockedWeightGradientIsPricedAsMacsInItsBlockPhase) {
   g.markOutput(loss);
   g.markOutput(appendBackward(g, loss, {w}).grads.at(w));
   const Executable exe = compile(g, Target::small(256, 64 << 10), CompileOptions{});
-  double opMacs = 0;
-  for (const Op& op : exe.graph.ops())
-    if (op.kind == OpKind::Conv2dBackwardFilter)
-      opMacs += static_cast<double>(convShapeOf(exe.graph, op).macs());
-  std::map<int, double> macsByPhase;
-  for (const ComputeSetCost& cs : estimateStep(exe).computeSets)
-    if (cs.kind == OpKind::Conv2dBackwardFilter) macsByPhase[cs.phase] += cs.macs;
+  const double opMacs = convMacsOf(exe, OpKind::Conv2dBackwardFilter);
+  std::map<int, double> macsByPhase = macsByPhaseOf(exe, OpKind::Conv2dBackwardFilter);
   ASSERT_EQ(macsByPhase.size(), 4u) << "expected the blocked plan's phases 1, 2, 3 and 4";
   EXPECT_EQ(macsByPhase[1], 0.0);
   EXPECT_EQ(macsByPhase[2], 0.0);
@@ -391,12 +397,8 @@ TEST(CostModel, BlockedForwardConvolutionIsPricedAsMacsInItsBlockPhase) {
       b.reduceMean(b.conv2d(x, w, Conv2dOptions::make(1, 1), "conv"), {0, 1, 2, 3}, false, "loss");
   g.markOutput(loss);
   const Executable exe = compile(g, Target::small(256, 32 << 10), CompileOptions{});
-  double opMacs = 0;
-  for (const Op& op : exe.graph.ops())
-    if (op.kind == OpKind::Conv2d) opMacs += static_cast<double>(convShapeOf(exe.graph, op).macs());
-  std::map<int, double> macsByPhase;
-  for (const ComputeSetCost& cs : estimateStep(exe).computeSets)
-    if (cs.kind == OpKind::Conv2d) macsByPhase[cs.phase] += cs.macs;
+  const double opMacs = convMacsOf(exe, OpKind::Conv2d);
+  std::map<int, double> macsByPhase = macsByPhaseOf(exe, OpKind::Conv2d);
   ASSERT_EQ(macsByPhase.size(), 4u) << "expected the blocked plan's phases 1, 2, 3 and 4";
   EXPECT_EQ(macsByPhase[1], 0.0);
   EXPECT_EQ(macsByPhase[2], 0.0);
@@ -418,13 +420,8 @@ TEST(CostModel, KBlockedDataGradientIsPricedAsMacsInItsPartsPhase) {
   g.markOutput(loss);
   g.markOutput(appendBackward(g, loss, {x}).grads.at(x));
   const Executable exe = compile(g, Target::small(128, 32 << 10), CompileOptions{});
-  double opMacs = 0;
-  for (const Op& op : exe.graph.ops())
-    if (op.kind == OpKind::Conv2dBackwardData)
-      opMacs += static_cast<double>(convShapeOf(exe.graph, op).macs());
-  std::map<int, double> macsByPhase;
-  for (const ComputeSetCost& cs : estimateStep(exe).computeSets)
-    if (cs.kind == OpKind::Conv2dBackwardData) macsByPhase[cs.phase] += cs.macs;
+  const double opMacs = convMacsOf(exe, OpKind::Conv2dBackwardData);
+  std::map<int, double> macsByPhase = macsByPhaseOf(exe, OpKind::Conv2dBackwardData);
   ASSERT_EQ(macsByPhase.size(), 3u) << "expected the k-blocked split's phases 5, 12 and 13";
   EXPECT_EQ(macsByPhase[5], 0.0);
   EXPECT_EQ(macsByPhase[13], 0.0);
