@@ -171,8 +171,7 @@ class Planner : public ops::PlanApi {
     const int dy = op.inputs[0], w = op.inputs[1], dx = op.outputs[0];
     const DType wType = g_.tensor(w).dtype;
     const i64 wBytes = sizeOf(wType), dyBytes = sizeOf(g_.tensor(dy).dtype);
-    const DType partials =
-        op.attrs.has("partials") ? parseDType(op.attrs.getString("partials")).value() : DType::F32;
+    const DType partials = ops::partialsOf(op);
     if (!cp::transposedPlanIsSmaller(s, dyBytes, wBytes, sizeOf(partials), t_)) return false;
     const i64 kb = cp::kBlockSize(s, wBytes, t_);
     const std::string name = exe_.buffers[dx].name;  // a copy: buffers grow below
@@ -265,8 +264,7 @@ class Planner : public ops::PlanApi {
     const auto s = convShapeOf(g_, op);
     const int x = op.inputs[0], dy = op.inputs[1], dw = op.outputs[0];
     const DType xType = g_.tensor(x).dtype, dyType = g_.tensor(dy).dtype;
-    const DType partials =
-        op.attrs.has("partials") ? parseDType(op.attrs.getString("partials")).value() : DType::F32;
+    const DType partials = ops::partialsOf(op);
     const cp::FilterBlocks fb =
         cp::filterBlocks(s, sizeOf(xType), sizeOf(dyType), sizeOf(partials), t_);
     if (!fb.use) return false;
@@ -356,8 +354,7 @@ class Planner : public ops::PlanApi {
     const auto s = convShapeOf(g_, op);
     const int x = op.inputs[0], w = op.inputs[1], y = op.outputs[0];
     const DType xType = g_.tensor(x).dtype, wType = g_.tensor(w).dtype;
-    const DType partials =
-        op.attrs.has("partials") ? parseDType(op.attrs.getString("partials")).value() : DType::F32;
+    const DType partials = ops::partialsOf(op);
     const cp::ForwardBlocks fb =
         cp::forwardBlocks(s, sizeOf(xType), sizeOf(wType), sizeOf(partials), t_);
     if (!fb.use) return false;
@@ -633,8 +630,7 @@ class Planner : public ops::PlanApi {
       return;
     }
     // The precision pass may ask for f16 partials (the IPU's "16.16" setting).
-    const DType pt =
-        op.attrs.has("partials") ? parseDType(op.attrs.getString("partials")).value() : DType::F32;
+    const DType pt = ops::partialsOf(op);
     int partials = addPartials(exe_.buffers[out].name + "/partials", parts, e, pt);
     {
       ComputeSet& cs = newComputeSet(op, 0, "partials");

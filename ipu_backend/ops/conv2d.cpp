@@ -477,8 +477,7 @@ std::function<void()> vertexBackwardData(const VertexArgs& a) {
 template <class Plan, class Choose>
 Plan blockedPlanOf(const VertexArgs& a, const kernels::Conv2dShape& s, Choose plan) {
   const Graph& g = a.g;
-  const DType pt = a.op.attrs.has("partials") ? parseDType(a.op.attrs.getString("partials")).value()
-                                              : DType::F32;
+  const DType pt = partialsOf(a.op);
   const std::array<i64, 24> key{s.n,
                                 s.h,
                                 s.w,

@@ -198,10 +198,6 @@ BlockPlan bestBlockPlan(const kernels::MatMulShape& s, i64 aBytes, i64 bBytes, i
   return best;
 }
 
-DType partialsOf(const Op& op) {
-  return op.attrs.has("partials") ? parseDType(op.attrs.getString("partials")).value() : DType::F32;
-}
-
 // The plan of an op (the planner and every vertex of the op derive it from the same arguments;
 // the last one is kept, as consecutive vertices belong to one op).
 BlockPlan blockPlanOf(const Graph& g, const Op& op, const kernels::MatMulShape& s, i64 tiles) {

@@ -373,6 +373,8 @@ inline i64 ceilDiv(i64 a, i64 b) {
 i64 axisOf(i64 axis, size_t rank, const std::string& label);
 // The optional `partials` attribute of convolutions and matmuls: "f32" or "f16".
 void expectPartials(const Attrs& attrs, const std::string& label);
+// The type an op's partial sums are kept in: its `partials` attribute, f32 without one.
+DType partialsOf(const Op& op);
 // Every input and output of `op` is stored as `t` (native kernels).
 bool allOperandsAre(const Graph& g, const Op& op, DType t);
 

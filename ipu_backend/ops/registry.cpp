@@ -211,6 +211,10 @@ void expectPartials(const Attrs& attrs, const std::string& label) {
     fail(label, fmt::format("partials type '{}' is not f32 or f16", attrs.getString("partials")));
 }
 
+DType partialsOf(const Op& op) {
+  return op.attrs.has("partials") ? parseDType(op.attrs.getString("partials")).value() : DType::F32;
+}
+
 bool allOperandsAre(const Graph& g, const Op& op, DType t) {
   auto is = [&](int x) { return g.tensor(x).dtype == t; };
   return std::all_of(op.inputs.begin(), op.inputs.end(), is) &&
