@@ -23,6 +23,13 @@ using testing::testTarget;
 
 const EngineMode kModes[] = {EngineMode::Fused, EngineMode::Tile};
 
+// The buffer "<tensor>/partials" in which a split sum producing `tensor` keeps its parts, or null.
+const Buffer* partialsBufferOf(const Executable& exe, int tensor) {
+  for (const Buffer& buf : exe.buffers)
+    if (buf.name == exe.buffers[static_cast<size_t>(tensor)].name + "/partials") return &buf;
+  return nullptr;
+}
+
 TEST(Cast, RoundsToNearestEvenAndStoresSixteenBitsInBothModes) {
   for (DType dt : {DType::F16, DType::BF16}) {
     Graph g("cast");
@@ -223,9 +230,7 @@ TEST(PrecisionPass, GradientMatMulsKeepTheForwardsPartials) {
   CompileOptions opts;
   opts.checkMemory = false;
   auto exe = std::make_shared<Executable>(compile(h, Target::small(16, 64 << 10), opts));
-  const Buffer* partials = nullptr;
-  for (const Buffer& buf : exe->buffers)
-    if (buf.name == exe->buffers[dw].name + "/partials") partials = &buf;
+  const Buffer* partials = partialsBufferOf(*exe, dw);
   ASSERT_NE(partials, nullptr) << "the sum over " << tokens << " tokens should be split";
   EXPECT_EQ(partials->dtype, DType::F16);
   EXPECT_EQ(partials->bytes(), partials->elements * 2) << partials->elements << " partials";
@@ -285,9 +290,7 @@ TEST(PrecisionPass, EmbeddingGradientPartialsFollowThePolicy) {
   CompileOptions opts;
   opts.checkMemory = false;
   auto exe = std::make_shared<Executable>(compile(h, Target::small(16, 64 << 10), opts));
-  const Buffer* partials = nullptr;
-  for (const Buffer& buf : exe->buffers)
-    if (buf.name == exe->buffers[dt].name + "/partials") partials = &buf;
+  const Buffer* partials = partialsBufferOf(*exe, dt);
   ASSERT_NE(partials, nullptr) << "the " << lookups << " updates should be split into parts";
   EXPECT_EQ(partials->dtype, DType::F16);
   EXPECT_EQ(partials->bytes(), partials->elements * 2) << partials->elements << " partials";
