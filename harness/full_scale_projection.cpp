@@ -286,7 +286,7 @@ FullScaleProjection project(const PodPreset& p, const Priced& priced, FitVerdict
   host.trainImagesPerCoreSecond = kTrainImagesPerCoreSecond;
   host.evalImagesPerCoreSecond = kEvalImagesPerCoreSecond;
   host.gatewayBytesPerSec = kGatewayBytesPerSec;
-  host.ipusPerGateway = 4;  // IPU-M2000
+  host.ipusPerGateway = std::min(4, p.ipus);  // an IPU-M2000's (POD1 uses one of them)
   host.imageBytes = kImageBytes;
   // Graphcore saves a checkpoint every 4 epochs and evaluates each after training: the weights
   // and the LARS momentum (the weights' type) out of one IPU, the weights back onto every IPU,
@@ -773,6 +773,16 @@ Json FullScaleProjection::json() const {
        "cost model; the update as LARS, batch norm over model_bn_span images"},
       {"host_seconds", model_seconds},
       {"fit_check_seconds", fit.seconds}};
+  if (!pipeline)
+    j["host_side"] = {{"cores_per_ipu", kHostCoresPerIpu},
+                      {"train_images_per_core_second", kTrainImagesPerCoreSecond},
+                      {"eval_images_per_core_second", kEvalImagesPerCoreSecond},
+                      {"gateway_bytes_per_second", kGatewayBytesPerSec},
+                      {"image_bytes", kImageBytes},
+                      {"source",
+                       "cores: Graphcore's v1.1 system descriptions; images per core-second: "
+                       "this project's loader measured on one core of the development host; "
+                       "gateway: 5.5 GB/s shared by an M2000's IPUs"}};
   if (pipeline) {
     Json ipus = Json::array();
     for (const IpuFit& f : pipeline->ipus)
