@@ -37,7 +37,10 @@ cost::Precision costPrecision(const std::string& preset) {
 ProgramMemory memoryOf(const Executable& exe) {
   ProgramMemory m;
   m.capacity = exe.target.bytesPerTile;
-  for (const TileMemory& t : exe.tileMemory) m.tiles_over += t.total() > m.capacity;
+  for (const TileMemory& t : exe.tileMemory) {
+    m.tiles_over += t.total() > m.capacity;
+    m.always_live_all_tiles += t.alwaysLive;
+  }
   const MemoryDetail& d = exe.memoryDetail;
   if (!d.liveBytes.empty())
     m.peak_live_bytes = *std::max_element(d.liveBytes.begin(), d.liveBytes.end());
@@ -69,6 +72,7 @@ Json ProgramMemory::json() const {
           {"code_and_vertex_state_bytes", code_and_vertex_state},
           {"peak_not_always_live_bytes", peak_not_always_live},
           {"peak_live_bytes_all_tiles", peak_live_bytes},
+          {"always_live_bytes_all_tiles", always_live_all_tiles},
           {"tiles_over_capacity", tiles_over},
           {"peak_compute_set", peak_compute_set},
           {"largest_occupant", largest_occupant}};
@@ -177,6 +181,25 @@ FitVerdict checkFit(const PodPreset& p, const FitOptions& options,
 
 namespace {
 
+// The host side of Graphcore's v1.1 ResNet-50 runs, from hardware figures, the system
+// descriptions and a microbenchmark (never from the published times):
+//  * 8 host cores per IPU at every size: host_processors_per_node x host_processor_core_count /
+//    accelerators_per_node in systems/ipu-pod<N>-TF1.json, 2 x 64 / 16 (POD16) and 8 x 64 / 64
+//    (per POD64), AMD EPYC 7742.
+//  * Images one core decodes and augments per second: this project's loader (datasets/:
+//    libjpeg-turbo region decode, DCT-scaled, resize to 224, flip; evaluation: decode, resize,
+//    centre crop), CPU time per image on one core of the development host (AMD EPYC Zen 4) over
+//    200 photo-like 500 x 375 JPEGs (benchmarks/datasets/datasets_bench, docs/PERFORMANCE.md
+//    2026-12-08). Graphcore's hosts ran TensorFlow's pipeline on Zen 2 cores: not measured here.
+//  * 5.5 GB/s between the host and the IPUs through an M2000's gateway (PIPELINING_FACTS.md
+//    section 0), taken as shared by the gateway's 4 IPUs (the tighter reading).
+//  * Images stream as 224 x 224 x 3 uint8 (the runs' eight_bit_io).
+constexpr double kHostCoresPerIpu = 8;
+constexpr double kTrainImagesPerCoreSecond = 850;
+constexpr double kEvalImagesPerCoreSecond = 815;
+constexpr double kGatewayBytesPerSec = 5.5e9;
+constexpr double kImageBytes = 224.0 * 224.0 * 3.0;
+
 // The cost model's price of one micro-batch (training) and one evaluation batch.
 struct Priced {
   cost::StepCost step, eval;
@@ -256,7 +279,21 @@ FullScaleProjection project(const PodPreset& p, const Priced& priced, FitVerdict
   run.accumulation = p.gradient_accumulation;
   run.epochs = p.epochs;
   const bool half = costPrecision(p.precision) != cost::Precision::F32;
-  run.gradientBytes = r.parameters * (half ? 2 : 4);
+  const std::int64_t weightBytes = half ? 2 : 4;
+  run.gradientBytes = r.parameters * weightBytes;
+  cost::HostSide& host = run.host;
+  host.coresPerIpu = kHostCoresPerIpu;
+  host.trainImagesPerCoreSecond = kTrainImagesPerCoreSecond;
+  host.evalImagesPerCoreSecond = kEvalImagesPerCoreSecond;
+  host.gatewayBytesPerSec = kGatewayBytesPerSec;
+  host.ipusPerGateway = std::min(4, p.ipus);  // an IPU-M2000's (POD1 uses one of them)
+  host.imageBytes = kImageBytes;
+  // Graphcore saves a checkpoint every 4 epochs and evaluates each after training: the weights
+  // and the LARS momentum (the weights' type) out of one IPU, the weights back onto every IPU,
+  // and the evaluation program loaded once (its always-live bytes: an upper bound on its image).
+  host.checkpointBytes = 2 * r.parameters * weightBytes;
+  host.restoreBytes = r.parameters * weightBytes;
+  host.evalProgramBytes = r.fit.evaluation.always_live_all_tiles;
   r.time = cost::projectTimeToTrain(run, st, target);
 
   // The micro-batch part of the step (time.computeSeconds: accumulation x one micro-batch, or
@@ -269,14 +306,16 @@ FullScaleProjection project(const PodPreset& p, const Priced& priced, FitVerdict
     x += cs.exchangeCycles;
     s += cs.syncCycles;
   }
+  // Micro-batches per step; a wait for the host lengthens each and is host I/O.
   const double mb = st.microBatchSeconds;
-  const double share = mb > 0 ? r.time.computeSeconds / mb : 0;  // micro-batches per step
+  const double share = mb > 0 ? (r.time.computeSeconds - r.time.hostWaitSeconds) / mb : 0;
   StepBreakdown& b = r.breakdown;
   b.compute = c / target.clockHz * share;
   b.exchange = x / target.clockHz * share;
   b.sync = s / target.clockHz * share;
   b.bn_statistics = bnStatistics * share;
-  b.host_io = std::max(0.0, mb - bnStatistics - (c + x + s) / target.clockHz) * share;
+  b.host_io = std::max(0.0, mb - bnStatistics - (c + x + s) / target.clockHz) * share +
+              r.time.hostWaitSeconds;
   b.host_io_total = step.hostSeconds * share;
   b.weight_update = r.time.updateSeconds;
   b.collectives = r.time.allReduceSeconds;
@@ -633,11 +672,23 @@ std::string FullScaleProjection::describe() const {
       p.ipus_per_replica > 1 ? fmt::format(" + pipeline ramp {:.2f}", b.pipeline_ramp * 1e3)
                              : std::string());
   s += fmt::format(
+      "  host side: {:.0f} cores per IPU decode a micro-batch in {:.2f} ms and its images "
+      "stream through the M2000 gateway in {:.2f} ms ({}); evaluation waits {:.2f} s for the "
+      "hosts' decode; through the gateways per run: checkpoint saves {:.2f} s, weight restores "
+      "{:.2f} s, evaluation program load {:.2f} s\n",
+      kHostCoresPerIpu, time.hostDecodeSeconds * 1e3, time.gatewayStreamSeconds * 1e3,
+      time.hostWaitSeconds > 0
+          ? fmt::format("the device waits {:.2f} ms a step", time.hostWaitSeconds * 1e3)
+          : std::string("hidden behind the device"),
+      time.evalHostWaitSeconds, time.checkpointSaveSeconds, time.restoreSeconds,
+      time.evalProgramLoadSeconds);
+  s += fmt::format(
       "  modeled time-to-train {:.2f} min = {} steps x {:.1f} ms (compute {:.1f} ms, "
-      "all-reduce {:.1f} ms, update {:.2f} ms) + evaluation {:.1f} s; {:.0f} images/s\n",
+      "all-reduce {:.1f} ms, update {:.2f} ms) + evaluation {:.1f} s + host transfers {:.1f} s; "
+      "{:.0f} images/s\n",
       time.totalSeconds / 60, time.steps, time.stepSeconds * 1e3, time.computeSeconds * 1e3,
       time.allReduceSeconds * 1e3, time.updateSeconds * 1e3, time.evalSeconds,
-      time.imagesPerSecond);
+      time.hostTransferSeconds(), time.imagesPerSecond);
   if (published_minutes)
     s += fmt::format(
         "  published MLPerf Training v1.1 result (Graphcore, closed): {:.2f} min (ratio {:.2f})\n",
@@ -722,6 +773,16 @@ Json FullScaleProjection::json() const {
        "cost model; the update as LARS, batch norm over model_bn_span images"},
       {"host_seconds", model_seconds},
       {"fit_check_seconds", fit.seconds}};
+  if (!pipeline)
+    j["host_side"] = {{"cores_per_ipu", kHostCoresPerIpu},
+                      {"train_images_per_core_second", kTrainImagesPerCoreSecond},
+                      {"eval_images_per_core_second", kEvalImagesPerCoreSecond},
+                      {"gateway_bytes_per_second", kGatewayBytesPerSec},
+                      {"image_bytes", kImageBytes},
+                      {"source",
+                       "cores: Graphcore's v1.1 system descriptions; images per core-second: "
+                       "this project's loader measured on one core of the development host; "
+                       "gateway: 5.5 GB/s shared by an M2000's IPUs"}};
   if (pipeline) {
     Json ipus = Json::array();
     for (const IpuFit& f : pipeline->ipus)

@@ -30,6 +30,8 @@ struct ProgramMemory {
   std::int64_t code_and_vertex_state = 0;  // part of always_live
   std::int64_t peak_not_always_live = 0;   // on the worst tile
   std::int64_t peak_live_bytes = 0;        // not always live, all tiles, at the fullest set
+  // Always live, all tiles: code, vertex state and variables, what loading the program writes.
+  std::int64_t always_live_all_tiles = 0;
   int tiles_over = 0;
   std::string peak_compute_set;  // of the worst tile
   std::string largest_occupant;  // of the worst tile at its peak

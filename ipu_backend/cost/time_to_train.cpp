@@ -37,13 +37,28 @@ TimeToTrain projectTimeToTrain(const TrainingRun& run, const StepTimes& t, const
   r.steps = static_cast<i64>(std::ceil(run.epochs * static_cast<double>(run.trainSamples) / gb));
   const int p = std::max(1, run.pod.ipusPerReplica);
   const double a = static_cast<double>(run.accumulation);
+  const HostSide& h = run.host;
+  // A replica's images are decoded by the cores of all its IPUs, and stream through the gateway
+  // of its first IPU, which the gateway's other IPUs share.
+  const double replicaCores = h.coresPerIpu * p;
+  if (replicaCores > 0 && h.trainImagesPerCoreSecond > 0)
+    r.hostDecodeSeconds =
+        static_cast<double>(run.microBatch) / (replicaCores * h.trainImagesPerCoreSecond);
+  if (h.gatewayBytesPerSec > 0)
+    r.gatewayStreamSeconds = static_cast<double>(run.microBatch) * h.imageBytes *
+                             std::max(1, h.ipusPerGateway) / h.gatewayBytesPerSec;
+  const double microBatch =
+      std::max({t.microBatchSeconds, r.hostDecodeSeconds, r.gatewayStreamSeconds});
+  // Micro-batches per step: A, or A + 2P - 1 stage slots of 1/P micro-batch each.
+  const double slots = p == 1 ? a : (a + 2.0 * p - 1.0) / p;
   if (p == 1) {
-    r.computeSeconds = a * t.microBatchSeconds;
+    r.computeSeconds = a * microBatch;
   } else {
-    const double slot = t.microBatchSeconds / p;  // one micro-batch through one balanced stage
+    const double slot = microBatch / p;  // one micro-batch through one balanced stage
     r.computeSeconds = a * slot;
     r.pipelineSeconds = (2.0 * p - 1.0) * slot;
   }
+  r.hostWaitSeconds = slots * (microBatch - t.microBatchSeconds);
   r.allReduceSeconds = allReduceSeconds(run.gradientBytes, run.pod, target, copts);
   r.updateSeconds = t.weightUpdateSeconds;
   r.stepSeconds = r.computeSeconds + r.pipelineSeconds + r.allReduceSeconds + r.updateSeconds;
@@ -52,8 +67,21 @@ TimeToTrain projectTimeToTrain(const TrainingRun& run, const StepTimes& t, const
   const i64 evalBatch = run.evalBatch > 0 ? run.evalBatch : run.microBatch;
   const double evalSteps = std::ceil(static_cast<double>(run.evalSamples) /
                                      static_cast<double>(run.pod.replicas * evalBatch));
-  r.evalSeconds = evals * evalSteps * t.evalStepSeconds;
-  r.totalSeconds = r.trainSeconds + r.evalSeconds + run.fixedSeconds;
+  double evalStep = t.evalStepSeconds;
+  if (replicaCores > 0 && h.evalImagesPerCoreSecond > 0)
+    evalStep = std::max(
+        evalStep, static_cast<double>(evalBatch) / (replicaCores * h.evalImagesPerCoreSecond));
+  r.evalSeconds = evals * evalSteps * evalStep;
+  r.evalHostWaitSeconds = evals * evalSteps * (evalStep - t.evalStepSeconds);
+  // One checkpoint per evaluation (saved from one IPU, restored onto every IPU of every
+  // gateway before its evaluation); the evaluation program loaded once.
+  if (h.gatewayBytesPerSec > 0) {
+    const double perGateway = std::max(1, h.ipusPerGateway) / h.gatewayBytesPerSec;
+    r.checkpointSaveSeconds = evals * static_cast<double>(h.checkpointBytes) / h.gatewayBytesPerSec;
+    r.restoreSeconds = evals * static_cast<double>(h.restoreBytes) * perGateway;
+    r.evalProgramLoadSeconds = static_cast<double>(h.evalProgramBytes) * perGateway;
+  }
+  r.totalSeconds = r.trainSeconds + r.evalSeconds + r.hostTransferSeconds() + run.fixedSeconds;
   r.imagesPerSecond = r.stepSeconds > 0 ? gb / r.stepSeconds : 0.0;
   return r;
 }
@@ -85,10 +113,18 @@ nlohmann::json TimeToTrain::report() const {
           {"step_breakdown",
            {{"compute", computeSeconds},
             {"pipeline_fill_drain", pipelineSeconds},
+            {"host_wait_within_compute", hostWaitSeconds},
             {"all_reduce", allReduceSeconds},
             {"weight_update", updateSeconds}}},
           {"train_seconds", trainSeconds},
           {"eval_seconds", evalSeconds},
+          {"eval_host_wait_seconds", evalHostWaitSeconds},
+          {"host_micro_batch_seconds",
+           {{"decode", hostDecodeSeconds}, {"gateway_stream", gatewayStreamSeconds}}},
+          {"host_transfer_seconds",
+           {{"checkpoint_saves", checkpointSaveSeconds},
+            {"weight_restores", restoreSeconds},
+            {"evaluation_program_load", evalProgramLoadSeconds}}},
           {"total_seconds", totalSeconds},
           {"total_minutes", totalSeconds / 60.0},
           {"images_per_second", imagesPerSecond}};

@@ -537,6 +537,101 @@ TEST(TimeToTrain, HandCheckedArithmetic) {
   EXPECT_NEAR(g.stepSeconds - 0.102, allReduceSeconds(50 << 20, run.pod), 1e-12);
 }
 
+// The hosts feed a micro-batch by decoding its images on the replica's cores; the device waits
+// when they are slower. 8 cores at 850 images/s: 20 images in 2.94 ms, hidden behind a 10 ms
+// micro-batch; 1 core: 23.5 ms, so each of the 10 micro-batches waits 13.5 ms.
+TEST(TimeToTrain, HostDecodeBoundsTheMicroBatchWhenSlowerThanTheDevice) {
+  TrainingRun run;
+  run.pod = PodShape::pod(16);
+  run.microBatch = 20;
+  run.accumulation = 10;
+  StepTimes st{.microBatchSeconds = 0.01, .weightUpdateSeconds = 0.002, .evalStepSeconds = 0.004};
+  run.host.coresPerIpu = 8;
+  run.host.trainImagesPerCoreSecond = 850;
+  TimeToTrain fast = projectTimeToTrain(run, st);
+  EXPECT_NEAR(fast.hostDecodeSeconds, 20.0 / (8 * 850), 1e-15);
+  EXPECT_DOUBLE_EQ(fast.stepSeconds, 0.102);
+  EXPECT_EQ(fast.hostWaitSeconds, 0);
+
+  run.host.coresPerIpu = 1;
+  TimeToTrain slow = projectTimeToTrain(run, st);
+  const double decode = 20.0 / 850;
+  EXPECT_NEAR(slow.stepSeconds, 10 * decode + 0.002, 1e-12);
+  EXPECT_NEAR(slow.hostWaitSeconds, 10 * (decode - 0.01), 1e-12);
+  EXPECT_NEAR(slow.imagesPerSecond, 3200 / slow.stepSeconds, 1e-6);
+  // A 4-IPU pipeline decodes on the cores of its 4 IPUs and waits in all A + 2P - 1 slots.
+  run.pod = PodShape::pod(16, 4);
+  st.microBatchSeconds = 0.001;
+  TimeToTrain piped = projectTimeToTrain(run, st);
+  EXPECT_NEAR(piped.hostDecodeSeconds, 20.0 / (4 * 850), 1e-15);
+  EXPECT_NEAR(piped.computeSeconds + piped.pipelineSeconds, 17 * (20.0 / (4 * 850)) / 4, 1e-12);
+  EXPECT_NEAR(piped.hostWaitSeconds, 17.0 / 4 * (20.0 / (4 * 850) - 0.001), 1e-12);
+}
+
+// The images of a micro-batch stream through the M2000 gateway, whose 5.5 GB/s its 4 IPUs share:
+// 20 x 150,528 B x 4 / 5.5e9 = 2.19 ms, which bounds a micro-batch shorter than that.
+TEST(TimeToTrain, GatewayStreamBoundsAShortMicroBatch) {
+  TrainingRun run;
+  run.pod = PodShape::pod(64);
+  run.microBatch = 20;
+  run.accumulation = 2;
+  StepTimes st{.microBatchSeconds = 0.001, .weightUpdateSeconds = 0, .evalStepSeconds = 0};
+  run.host.gatewayBytesPerSec = 5.5e9;
+  run.host.ipusPerGateway = 4;
+  run.host.imageBytes = 224 * 224 * 3;
+  TimeToTrain r = projectTimeToTrain(run, st);
+  const double stream = 20.0 * 150528 * 4 / 5.5e9;
+  EXPECT_NEAR(r.gatewayStreamSeconds, stream, 1e-15);
+  EXPECT_NEAR(r.computeSeconds, 2 * stream, 1e-15);
+  EXPECT_NEAR(r.hostWaitSeconds, 2 * (stream - 0.001), 1e-15);
+  st.microBatchSeconds = 0.01;  // a 10 ms micro-batch hides it
+  EXPECT_EQ(projectTimeToTrain(run, st).hostWaitSeconds, 0);
+}
+
+// An evaluation batch lasts as long as the slower of the device and the hosts' eval decode:
+// POD16, 3,125 images per IPU in 157 batches of 20 at 8 x 815 images/s: 157 x 3.07 ms a pass
+// against the device's 157 x 2 ms.
+TEST(TimeToTrain, EvaluationWaitsForTheHostsDecode) {
+  TrainingRun run;
+  run.pod = PodShape::pod(16);
+  run.microBatch = 20;
+  run.accumulation = 10;
+  run.epochs = 38;
+  StepTimes st{.microBatchSeconds = 0.01, .weightUpdateSeconds = 0, .evalStepSeconds = 0.002};
+  const double device = projectTimeToTrain(run, st).evalSeconds;
+  EXPECT_NEAR(device, 10 * 157 * 0.002, 1e-12);
+  run.host.coresPerIpu = 8;
+  run.host.evalImagesPerCoreSecond = 815;
+  TimeToTrain r = projectTimeToTrain(run, st);
+  EXPECT_NEAR(r.evalSeconds, 10 * 157 * (20.0 / (8 * 815)), 1e-12);
+  EXPECT_NEAR(r.evalHostWaitSeconds, r.evalSeconds - device, 1e-12);
+  EXPECT_NEAR(r.totalSeconds, r.trainSeconds + r.evalSeconds, 1e-9);
+}
+
+// Outside the steps, through the gateways: one checkpoint saved from one IPU per evaluation, its
+// weights restored onto the 4 IPUs of every gateway before the evaluation, the evaluation
+// program loaded once onto them. POD256, 45 epochs: 12 evaluations.
+TEST(TimeToTrain, CheckpointsRestoresAndTheEvaluationProgramCrossTheGateways) {
+  TrainingRun run;
+  run.pod = PodShape::pod(256);
+  run.microBatch = 20;
+  run.accumulation = 2;
+  run.epochs = 45;
+  StepTimes st{.microBatchSeconds = 0.01, .weightUpdateSeconds = 0, .evalStepSeconds = 0.002};
+  const double without = projectTimeToTrain(run, st).totalSeconds;
+  run.host.gatewayBytesPerSec = 5.5e9;
+  run.host.ipusPerGateway = 4;
+  run.host.checkpointBytes = 102'228'128;  // 25,557,032 parameters x (fp16 weight + momentum)
+  run.host.restoreBytes = 51'114'064;
+  run.host.evalProgramBytes = 300'000'000;
+  TimeToTrain r = projectTimeToTrain(run, st);
+  EXPECT_NEAR(r.checkpointSaveSeconds, 12 * 102'228'128 / 5.5e9, 1e-12);
+  EXPECT_NEAR(r.restoreSeconds, 12 * 51114064.0 * 4 / 5.5e9, 1e-12);
+  EXPECT_NEAR(r.evalProgramLoadSeconds, 300'000'000.0 * 4 / 5.5e9, 1e-12);
+  EXPECT_NEAR(r.totalSeconds - without, r.hostTransferSeconds(), 1e-9);
+  EXPECT_GT(r.hostTransferSeconds(), 0.6);
+}
+
 TEST(TimeToTrain, ResNetReferenceConvergencePoints) {
   EXPECT_DOUBLE_EQ(resnetRcpEpochs(1000), 35.0);
   EXPECT_DOUBLE_EQ(resnetRcpEpochs(3264), 35.15);
