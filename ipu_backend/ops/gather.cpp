@@ -8,12 +8,15 @@
 // of its output slice and writes the rows it holds (zero elsewhere) into a partial row, and a
 // second phase sums the parts. No vertex copies the whole table unless it fits its budget.
 // scatter_add splits the indices instead: each part adds its updates into a partial [V, D] slice.
+// A wide table whose updates do not fit one vertex is planned in column blocks instead, as
+// popops' multiUpdateAdd splits the table over columns as well as rows (ScatterColumns below).
 // Both take the policy's partials type (attribute `partials`, set on gather by the precision pass
 // and passed on to its gradient): under "16.16" the parts are f16, as popops' multiUpdateAdd
 // accumulates a 16-bit embedding gradient in its own type (gather's parts are exact: one part
 // holds each output row).
 // An index outside [0, V) is an error: the fused kernel throws naming the op, the position and
 // the value; a tile vertex, which cannot throw, writes NaN to the rows it computes.
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -25,6 +28,8 @@
 
 #include <fmt/format.h>
 
+#include "ipu_backend/compiler/conv_plan.h"
+#include "ipu_backend/compiler/executable.h"
 #include "ipu_backend/ir/builder.h"
 #include "ipu_backend/ops/op_info.h"
 #include "ipu_backend/precision/half.h"
@@ -146,16 +151,217 @@ std::vector<TensorType> inferScatterAdd(const std::vector<const Tensor*>& in, co
   return {{{rows, upd.shape.back()}, upd.dtype}};
 }
 
+// ---- the column-blocked plan ---------------------------------------------------------------
+// With the output [V, D] mapped linearly a tile holds whole rows, and since the rows an update
+// lands in depend on the index values, every tile needs every update row: the split over the
+// indices then holds P partial [V, D] slices per tile and gathers N/P whole update rows (BERT-
+// Large's word-embedding gradient on one Mk2 tile: 339,724 B of f16 partials and 262,144 B of
+// update rows). Split over G groups of dc columns, a tile of group g needs only the updates'
+// columns of g (N x dc), for all the indices at once, so there are no partials:
+//   kColumnUpdatesPhase  the updates copied column-block-major, [G][N][dc_g] (block g is one
+//                        window), block g on the tiles of group g;
+//   kColumnScatterPhase  the table column-block-major, [G][V][dc_g], block g on the tiles of
+//                        group g, each tile its rows: every index compared, its row added;
+//   kColumnRowsPhase     the output's slices (whole rows) read back from the G blocks.
+// The sum of an element is taken in f32 in index order and rounded once to the output's type
+// (the fused kernels' order), so tile and fused mode agree to the bit.
+constexpr int kColumnUpdatesPhase = 2, kColumnScatterPhase = 3, kColumnRowsPhase = 4;
+
+struct ScatterColumns {
+  i64 groups = 0, dc = 0;  // G column groups of dc columns (the last may be narrower)
+  i64 v = 0, d = 0, n = 0;
+  i64 width(i64 g) const { return std::min(dc, d - g * dc); }
+  i64 updatesBegin(i64 g) const { return g * n * dc; }  // block g of the updates' copy
+  i64 tableBegin(i64 g) const { return g * v * dc; }    // block g of the table's copy
+};
+
+// The column groups: the fewest that keep a tile's gathered update columns (N x dc, stored
+// type) within the table slice it holds; at most one group per tile, and groups of at least
+// kMinGroupColumns columns (the updates' copy reads a window per update row and group: narrower
+// groups cost more windows than they save bytes).
+constexpr i64 kMinGroupColumns = 8;
+
+ScatterColumns scatterColumnsOf(i64 v, i64 d, i64 n, i64 updBytes, i64 outBytes, i64 tiles) {
+  ScatterColumns c;
+  c.v = v, c.d = d, c.n = n;
+  const i64 slice = ceilDiv(v * d, tiles) * outBytes;
+  const i64 most = std::max<i64>(1, std::min(d / kMinGroupColumns, tiles));
+  for (c.groups = 1; c.groups < most; ++c.groups)
+    if (ceilDiv(d, c.groups) * n * updBytes <= slice) break;
+  c.dc = ceilDiv(d, c.groups);
+  c.groups = ceilDiv(d, c.dc);
+  return c;
+}
+
+// Which plan: the column blocks where the split over the indices needs more than one part (its
+// updates exceed a vertex's window budget) and the table splits into at least two groups.
+// What a tile holds under each: the split's partials and a budget of update rows, against the
+// column plan's three table slices (its block copy, the gathered copy of it and the output, in
+// kColumnRowsPhase) or its block copy, update columns and indices (kColumnScatterPhase).
+bool columnPlanIsSmaller(const ScatterColumns& c, i64 parts, i64 partialBytes, i64 updBytes,
+                         i64 outBytes, i64 budget, i64 tiles) {
+  if (parts <= 1 || c.groups < 2) return false;
+  const double e = static_cast<double>(c.v * c.d), T = static_cast<double>(tiles);
+  const double split = static_cast<double>(parts * partialBytes) * e / T +
+                       static_cast<double>(std::min(budget, ceilDiv(c.n, parts) * c.d * updBytes));
+  const double slice = e * static_cast<double>(outBytes) / T;
+  const double columns =
+      std::max(3 * slice, slice + static_cast<double>(c.n * c.dc * updBytes + c.n * 4));
+  return columns < split;
+}
+
+// Block b of a group-blocked copy ([G][rows][dc_g]) over the tiles [first, first + count) of
+// its group, in whole rows: each tile a run of rows.
+void mapGroupBlock(std::vector<TileSlice>& m, i64 begin, i64 rows, i64 width, i64 first, i64 count,
+                   i64 numTiles) {
+  count = std::clamp<i64>(count, 1, rows);
+  for (i64 j = 0; j < count; ++j) {
+    const i64 r0 = rows * j / count, r1 = rows * (j + 1) / count;
+    if (r1 > r0)
+      m.push_back(
+          {static_cast<int>((first + j) % numTiles), begin + r0 * width, begin + r1 * width, 0});
+  }
+}
+
+void planScatterColumns(PlanApi& p, const Op& op, const ScatterColumns& c) {
+  const Graph& g = p.graph();
+  const int upd = op.inputs[0], idx = op.inputs[1], out = op.outputs[0];
+  const i64 T = p.numTiles(), start = p.tileOf(out, 0);
+  auto groupTiles = [&](i64 gr) { return Range{gr * T / c.groups, (gr + 1) * T / c.groups}; };
+  std::vector<TileSlice> um, tm;
+  for (i64 gr = 0; gr < c.groups; ++gr) {
+    const Range tiles = groupTiles(gr);
+    mapGroupBlock(um, c.updatesBegin(gr), c.n, c.width(gr), start + tiles.begin, tiles.size(), T);
+    mapGroupBlock(tm, c.tableBegin(gr), c.v, c.width(gr), start + tiles.begin, tiles.size(), T);
+  }
+  const int updCols =
+      p.temporary(op, "update_columns", c.n * c.d, g.tensor(upd).dtype, std::move(um));
+  const int tableCols =
+      p.temporary(op, "table_columns", c.v * c.d, g.tensor(out).dtype, std::move(tm));
+  // The group of a copy's element e (blocks of every group but the last are full width).
+  auto groupOf = [c](i64 e, i64 rows) { return std::min(c.groups - 1, e / (rows * c.dc)); };
+  // A slice of the updates' copy: rows of one group, a window of dc columns per update row
+  // (neighbours merged while the merged window stays at most twice what it holds).
+  p.perSlice(
+      op, kColumnUpdatesPhase, {updCols},
+      [c, upd, groupOf](Range r) {
+        const i64 gr = groupOf(r.begin, c.n), w = c.width(gr), base = c.updatesBegin(gr);
+        const i64 k0 = (r.begin - base) / w, k1 = (r.end - 1 - base) / w + 1;
+        Windows ws;
+        i64 held = 0;
+        for (i64 k = k0; k < k1; ++k) {
+          const i64 b = k * c.d + gr * c.dc, e = b + w;
+          if (!ws.empty() && e - ws.back().begin <= 2 * (held + w)) {
+            ws.back().end = e;
+            held += w;
+          } else {
+            ws.push_back({upd, b, e});
+            held = w;
+          }
+        }
+        return ws;
+      },
+      0, "update_columns");
+  // A slice of the table's copy: rows of one group, reading the group's update columns whole
+  // and every index.
+  p.perSlice(
+      op, kColumnScatterPhase, {tableCols},
+      [c, updCols, idx, groupOf](Range r) {
+        const i64 gr = groupOf(r.begin, c.v), b = c.updatesBegin(gr);
+        return Windows{{updCols, b, b + c.n * c.width(gr)}, {idx, 0, c.n}};
+      },
+      0, "scatter_columns");
+  // The output's slices: rows [i0, i1) of every group's block, one window each.
+  p.perSlice(
+      op, kColumnRowsPhase, {out},
+      [c, tableCols](Range r) {
+        const i64 i0 = r.begin / c.d, i1 = (r.end - 1) / c.d + 1;
+        Windows ws;
+        for (i64 gr = 0; gr < c.groups; ++gr) {
+          const i64 b = c.tableBegin(gr), w = c.width(gr);
+          ws.push_back({tableCols, b + i0 * w, b + i1 * w});
+        }
+        return ws;
+      },
+      0, "rows_from_columns");
+}
+
+ScatterColumns scatterColumnsOf(const Graph& g, const Op& op, i64 tiles) {
+  const Tensor& upd = g.tensor(op.inputs[0]);
+  return scatterColumnsOf(op.attrs.getInt("rows"), upd.shape.back(),
+                          g.tensor(op.inputs[1]).elements(), sizeOf(upd.dtype),
+                          sizeOf(g.tensor(op.outputs[0]).dtype), tiles);
+}
+
 void planScatterAdd(PlanApi& p, const Op& op) {
-  const int upd = op.inputs[0], idx = op.inputs[1];
-  const i64 d = p.graph().tensor(upd).shape.back(), n = p.graph().tensor(idx).elements();
-  p.splitReduction(op, 0, op.outputs[0], n, d * 4 + 4, [=](Range, Range red) {
+  const int upd = op.inputs[0], idx = op.inputs[1], out = op.outputs[0];
+  const Graph& g = p.graph();
+  const i64 d = g.tensor(upd).shape.back(), n = g.tensor(idx).elements();
+  const i64 parts = conv_plan::reductionParts(g.tensor(out).elements(), n, d * 4 + 4,
+                                              static_cast<i64>(p.mapping(out).size()), p.target());
+  const ScatterColumns c = scatterColumnsOf(g, op, p.numTiles());
+  if (columnPlanIsSmaller(c, parts, sizeOf(partialsOf(op)), sizeOf(g.tensor(upd).dtype),
+                          sizeOf(g.tensor(out).dtype), p.windowBudgetBytes(), p.numTiles()))
+    return planScatterColumns(p, op, c);
+  p.splitReduction(op, 0, out, n, d * 4 + 4, [=](Range, Range red) {
     return Windows{{upd, red.begin * d, red.end * d}, {idx, red.begin, red.end}};
   });
 }
 
+// kColumnUpdatesPhase: element e of the updates' copy from the windows of its rows (ascending).
+std::function<void()> columnUpdatesVertex(const VertexArgs& a, const ScatterColumns& c) {
+  return [c, W = a.in, y = a.out[0], work = a.work] {
+    const i64 gr = std::min(c.groups - 1, work.begin / (c.n * c.dc)), w = c.width(gr);
+    const i64 base = c.updatesBegin(gr);
+    size_t win = 0;
+    for (i64 e = work.begin; e < work.end; ++e) {
+      const i64 k = (e - base) / w, src = k * c.d + gr * c.dc + (e - base) % w;
+      while (src >= W[win].base + W[win].size) ++win;
+      y[e - work.begin] = W[win][src];
+    }
+  };
+}
+
+// kColumnScatterPhase: rows [r0, r1) of group g's block, every update of those rows added in
+// index order; an index outside the table makes the slice NaN (a vertex cannot throw).
+std::function<void()> columnScatterVertex(const VertexArgs& a, const ScatterColumns& c) {
+  return [c, U = a.in[0], idx = a.ints[1], y = a.out[0], work = a.work] {
+    const i64 gr = std::min(c.groups - 1, work.begin / (c.v * c.dc)), w = c.width(gr);
+    const i64 base = c.tableBegin(gr), r0 = (work.begin - base) / w, r1 = (work.end - base) / w;
+    std::fill(y, y + work.size(), 0.0f);
+    for (i64 k = 0; k < c.n; ++k) {
+      const i64 row = idx[k];
+      if (row < 0 || row >= c.v) {
+        std::fill(y, y + work.size(), kNaN);
+        return;
+      }
+      if (row < r0 || row >= r1) continue;
+      const float* u = U.data + k * w;
+      float* yr = y + (row - r0) * w;
+      for (i64 j = 0; j < w; ++j) yr[j] += u[j];
+    }
+  };
+}
+
+// kColumnRowsPhase: output element i (row i / D, column i % D) from its group's window.
+std::function<void()> columnRowsVertex(const VertexArgs& a, const ScatterColumns& c) {
+  return [c, W = a.in, y = a.out[0], work = a.work] {
+    for (i64 i = work.begin; i < work.end; ++i) {
+      const i64 row = i / c.d, col = i % c.d, gr = col / c.dc;
+      y[i - work.begin] =
+          W[static_cast<size_t>(gr)][c.tableBegin(gr) + row * c.width(gr) + (col - gr * c.dc)];
+    }
+  };
+}
+
 std::function<void()> vertexScatterAdd(const VertexArgs& a) {
   if (a.phase == 1) return sumPartials(a);
+  if (a.phase >= kColumnUpdatesPhase) {
+    const ScatterColumns c = scatterColumnsOf(a.g, a.op, a.target.numTiles);
+    if (a.phase == kColumnUpdatesPhase) return columnUpdatesVertex(a, c);
+    if (a.phase == kColumnScatterPhase) return columnScatterVertex(a, c);
+    return columnRowsVertex(a, c);
+  }
   const i64 d = a.g.tensor(a.op.inputs[0]).shape.back();
   const i64 v = a.op.attrs.getInt("rows");
   return [upd = a.in[0], idx = a.ints[1], y = a.out[0], work = a.work, red = a.red, v, d] {
