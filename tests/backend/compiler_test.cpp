@@ -1060,6 +1060,60 @@ TEST(Compiler, WideEmbeddingGradientsAreScatteredInColumnBlocks) {
   }
 }
 
+// The lookup itself (gather) of a wide table: split over the table's rows, every part wrote a
+// partial of the whole output (BERT-Large: 211 parts, 299,596 B of partials and 299,008 B of
+// table rows on one Mk2 tile). In column groups a tile copies its own rows column-block-major,
+// reads one run of its group's block and writes the lookups' columns of its group (exact
+// copies: tile mode equals fused mode to the bit).
+TEST(Compiler, WideEmbeddingLookupsAreGatheredInColumnBlocks) {
+  const i64 rows = 1024, width = 128, lookups = 256;
+  const Target t = Target::small(64, 64 << 10);
+  Graph g("embedding_lookup");
+  Builder b(g);
+  const int table = b.variable("table", {rows, width}, DType::F16);
+  const int idx = b.variable("indices", {lookups}, DType::I32);
+  Attrs at;
+  at.set("partials", std::string("f16"));
+  const int y = ops::add(g, "gather", {table, idx}, at, {"looked_up"})[0];
+  g.markOutput(y);
+  CompileOptions opts;
+  opts.checkMemory = false;
+  auto exe = std::make_shared<const Executable>(compile(g, t, opts));
+  bool columns = false;
+  for (const ComputeSet& cs : exe->computeSets)
+    columns |= cs.name.find("lookup_columns") != std::string::npos;
+  ASSERT_TRUE(columns) << "the lookup should be planned in column blocks";
+  // A tile's table slice (4 KB) and the indices (1 KB) at most; the split over rows gathered 64
+  // whole table rows (16 KB) per part and held 16 partial slices of the output.
+  EXPECT_LE(mostGatheredOnATile(*exe), rows * width * 2 / t.numTiles + lookups * 4)
+      << "the most a tile gathers in a compute set";
+  i64 partialBytes = 0;
+  for (const Buffer& buf : exe->buffers)
+    if (buf.name.find("partials") != std::string::npos) partialBytes += buf.bytes();
+  // Partials of a tile: its group's columns of the lookups (4 KB), where the split held 16
+  // partial slices of the output (16 KB).
+  EXPECT_LE(partialBytes / t.numTiles, rows * width * 2 / t.numTiles) << "partials per tile";
+
+  std::vector<float> tv(static_cast<size_t>(rows * width));
+  for (size_t i = 0; i < tv.size(); ++i)
+    tv[i] = static_cast<float>(int(i * 7919 % 997) - 498) / 64.f;
+  std::vector<std::int32_t> iv(static_cast<size_t>(lookups));
+  for (i64 k = 0; k < lookups; ++k)
+    iv[static_cast<size_t>(k)] = static_cast<std::int32_t>((k * 389) % rows);
+  for (EngineMode mode : {EngineMode::Fused, EngineMode::Tile}) {
+    Engine en(exe, mode);
+    en.writeTensor("table", tv);
+    en.writeTensor(idx, iv.data(), iv.size() * 4);
+    en.run();
+    const std::vector<float> got = en.readFloats(y);
+    for (i64 k = 0; k < lookups; ++k)
+      for (i64 j = 0; j < width; ++j)
+        ASSERT_EQ(got[static_cast<size_t>(k * width + j)],
+                  tv[static_cast<size_t>(iv[static_cast<size_t>(k)] * width + j)])
+            << engineModeName(mode) << " lookup " << k << " column " << j;
+  }
+}
+
 // Attention's batched matmuls (scores Q K^T, context P V, 32 heads of [512, 64] in BERT-Large):
 // a vertex reads its batch of B whole, and a tile whose slice of the output crossed a batch
 // boundary gathered two batches (139,776 B of V on an Mk2 tile). The output is mapped a block
