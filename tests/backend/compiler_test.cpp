@@ -1179,6 +1179,45 @@ TEST(Compiler, BatchedMatMulsReadOneBatchOfBPerTile) {
   }
 }
 
+// Layer norm's row statistics ([R] f32) are small: mapped linearly they sat on a few tiles, each
+// vertex reading 64 rows of x (BERT-Large: 131,072 B of f16 rows gathered on one Mk2 tile).
+// Spread a block of ceil(R / T) rows per tile, a statistics vertex reads that many rows.
+TEST(Compiler, LayerNormStatisticsAreSpreadOverTheTiles) {
+  const i64 rows = 256, width = 512;
+  const Target t = Target::small(64, 64 << 10);
+  Graph g("layer_norm");
+  Builder b(g);
+  const int x = b.variable("x", {rows, width});
+  const int gamma = b.variable("gamma", {width});
+  const int beta = b.variable("beta", {width});
+  const int y = ops::add(g, "layer_norm", {x, gamma, beta}, Attrs{{"eps", 1e-5}}, {"y", "mean", "rstd"})[0];
+  g.markOutput(y);
+  CompileOptions opts;
+  opts.checkMemory = false;
+  auto exe = std::make_shared<const Executable>(compile(g, t, opts));
+  i64 most = 0;  // x bytes a statistics vertex reads
+  for (const ComputeSet& cs : exe->computeSets)
+    if (cs.phase == 0)
+      for (const Vertex& v : cs.vertices)
+        for (const Window& win : v.inputs)
+          if (win.buffer == x) most = std::max(most, (win.end - win.begin) * 4);
+  EXPECT_LE(most, (rows / t.numTiles) * width * 4) << "x rows a statistics vertex reads";
+  std::vector<float> xv(static_cast<size_t>(rows * width)), gv(width, 1.5f), bv(width, 0.25f);
+  for (size_t i = 0; i < xv.size(); ++i)
+    xv[i] = static_cast<float>(int(i * 7919 % 101) - 50) / 16.f;
+  std::vector<float> got[2];
+  for (EngineMode mode : {EngineMode::Fused, EngineMode::Tile}) {
+    Engine en(exe, mode);
+    en.writeTensor("x", xv);
+    en.writeTensor("gamma", gv);
+    en.writeTensor("beta", bv);
+    en.run();
+    got[mode == EngineMode::Tile] = en.readFloats(y);
+  }
+  for (size_t i = 0; i < got[0].size(); ++i)
+    ASSERT_NEAR(got[1][i], got[0][i], 1e-5) << "element " << i;
+}
+
 // BERT's max-logit metric: max over the vocabulary of [rows, V] logits, the sum split over V. A
 // part's vertex of many rows reads its part of each row; one bounding window held whole rows
 // (4.7 MB of BERT-Large's logits on one tile).
