@@ -529,11 +529,6 @@ void addRegisteredOpCases(std::vector<Case>& cs) {
   // 8 KiB tiles: the 4 KiB table is looked up in row parts (multi-slice), never whole.
   cs.push_back(
       gatherCase("gather_multi_slice", 64, 16, {5, 63, 17, 40, 5, 0, 33, 22}, DType::F32, 8192));
-  // 8 KiB tiles, 32 columns, 24 lookups: looked up in 4 column blocks (the table copied per tile).
-  cs.push_back(gatherCase(
-      "gather_column_blocked", 64, 32,
-      {5, 63, 17, 40, 5, 0, 33, 22, 9, 61, 2, 2, 48, 31, 7, 12, 56, 3, 27, 44, 63, 0, 19, 38},
-      DType::F32, 8192));
   cs.push_back(scatterAddCase("scatter_add", 10, 6, {3, 0, 9, 3, 7}));
   // Native 16-bit kernel: repeated rows summed in f32 and rounded once; 20 columns: a block of
   // 16 and a partial one.
