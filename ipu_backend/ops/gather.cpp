@@ -8,14 +8,17 @@
 // of its output slice and writes the rows it holds (zero elsewhere) into a partial row, and a
 // second phase sums the parts. No vertex copies the whole table unless it fits its budget.
 // scatter_add splits the indices instead: each part adds its updates into a partial [V, D] slice.
-// A wide table whose updates do not fit one vertex is planned in column blocks instead, as
-// popops' multiUpdateAdd splits the table over columns as well as rows (TableColumns below).
+// A wide table where those splits need several parts (BERT's word embeddings) is planned in
+// column groups instead, as popops' multiSlice / multiUpdateAdd split the table over columns as
+// well as rows (TableColumns below).
 // Both take the policy's partials type (attribute `partials`, set on gather by the precision pass
 // and passed on to its gradient): under "16.16" the parts are f16, as popops' multiUpdateAdd
 // accumulates a 16-bit embedding gradient in its own type (gather's parts are exact: one part
-// holds each output row).
+// holds each output row). The column plans keep their partials in the output's type (gather's
+// are exact) or have none (scatter_add sums in f32 and rounds once).
 // An index outside [0, V) is an error: the fused kernel throws naming the op, the position and
-// the value; a tile vertex, which cannot throw, writes NaN to the rows it computes.
+// the value; a tile vertex, which cannot throw, writes NaN to the rows it computes (a column
+// plan's vertex to its whole block, so the whole output is NaN).
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -137,7 +140,7 @@ std::vector<TensorType> inferGather(const std::vector<const Tensor*>& in, const 
 
 // The column-blocked plan of a wide table. Split over its rows, every part of the table writes
 // a partial of the whole output ([N, D], zero but for its rows' lookups): BERT-Large's word
-// embeddings (30,912 x 1,024 f16, 1,024 lookups) made 211 parts, 299,596 B of partials and
+// embeddings (30,912 x 1,024 f16, 1,024 lookups) made about 210 parts, 299,596 B of partials and
 // 299,008 B of gathered table rows on one Mk2 tile. In column groups, a tile of group g holds a
 // run of the table's rows of g and writes a partial of N x dc only:
 //   kGatherTablePhase    the table copied column-block-major, [G][V][dc_g]: each tile copies

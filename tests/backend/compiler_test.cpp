@@ -1061,7 +1061,7 @@ TEST(Compiler, WideEmbeddingGradientsAreScatteredInColumnBlocks) {
 }
 
 // The lookup itself (gather) of a wide table: split over the table's rows, every part wrote a
-// partial of the whole output (BERT-Large: 211 parts, 299,596 B of partials and 299,008 B of
+// partial of the whole output (BERT-Large: about 210 parts, 299,596 B of partials and 299,008 B of
 // table rows on one Mk2 tile). In column groups a tile copies its own rows column-block-major,
 // reads one run of its group's block and writes the lookups' columns of its group (exact
 // copies: tile mode equals fused mode to the bit).
