@@ -182,12 +182,15 @@ int main(int argc, char** argv) {
         for (size_t k = 0; k < std::min<size_t>(4, d.occupants.size()); ++k)
           occ += fmt::format("{}{} {} B{}", k ? ", " : "", d.occupants[k].name,
                              d.occupants[k].bytes, d.occupants[k].alwaysLive ? " (always)" : "");
+        const std::string at = d.peakComputeSet < 0
+                                   ? std::string("the host stream copies")
+                                   : p.exe->computeSets[static_cast<size_t>(d.peakComputeSet)].name;
         std::printf(
             "    tile %d: always-live %lld B (code+vertex state %lld B), peak live %lld "
-            "B; largest: %s\n",
+            "B at '%s'; largest: %s\n",
             d.tile, static_cast<long long>(d.memory.alwaysLive),
             static_cast<long long>(d.codeAndVertexState),
-            static_cast<long long>(d.memory.peakNotAlwaysLive), occ.c_str());
+            static_cast<long long>(d.memory.peakNotAlwaysLive), at.c_str(), occ.c_str());
         if (alwaysLiveDetail) {
           // The always-live buffers (weights, accumulators, state, stashes) with a slice there.
           std::vector<std::pair<i64, std::string>> held;

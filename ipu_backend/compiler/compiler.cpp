@@ -102,6 +102,24 @@ std::vector<TileSlice> channelBlockedMapping(i64 pixels, i64 k, i64 kg, const Ta
   return m;
 }
 
+// A buffer of `elements` in blocks of blockElems: block b linearly over the tiles [start + b T /
+// blocks, start + (b + 1) T / blocks) (one tile, shared, where there are more blocks than tiles).
+std::vector<TileSlice> blockMapping(i64 elements, i64 blockElems, DType dtype, const Target& t,
+                                    i64 start) {
+  const i64 blocks = ceilDiv(elements, blockElems), T = t.numTiles;
+  std::vector<TileSlice> m;
+  for (i64 b = 0; b < blocks; ++b) {
+    const i64 first = b * blockElems, size = std::min(blockElems, elements - first);
+    const i64 tile0 = b * T / blocks;
+    for (TileSlice sl : rangeMapping(size, dtype, t, start + tile0,
+                                     std::max<i64>(1, (b + 1) * T / blocks - tile0))) {
+      sl.begin += first, sl.end += first;
+      m.push_back(sl);
+    }
+  }
+  return m;
+}
+
 // ---- input windows --------------------------------------------------------------------------
 
 using ops::NeedWindow;
@@ -151,6 +169,11 @@ class Planner : public ops::PlanApi {
   i64 windowBudgetBytes() const override { return conv_plan::windowBudgetBytes(t_); }
   void mapChannelBlocked(int buffer, i64 pixels, i64 k, i64 kg) override {
     exe_.mapping[buffer] = channelBlockedMapping(pixels, k, kg, t_);
+  }
+  void mapInBlocks(int buffer, i64 blockElems) override {
+    const Buffer& b = exe_.buffers[buffer];
+    exe_.mapping[buffer] =
+        blockMapping(b.elements, blockElems, b.dtype, t_, exe_.mapping[buffer].front().tile);
   }
   void operandTiles(const Op& op) override {
     ComputeSet& cs = newComputeSet(op, 0, "");

@@ -16,6 +16,7 @@
 
 #include <fmt/format.h>
 
+#include "ipu_backend/compiler/executable.h"
 #include "ipu_backend/ir/builder.h"
 #include "ipu_backend/kernels/fused.h"
 #include "ipu_backend/ops/op_info.h"
@@ -89,9 +90,24 @@ std::vector<TensorType> inferBackward(const std::vector<const Tensor*>& in, cons
 // Forward plan: phase 0 row statistics (a vertex per slice of `mean`, reading its rows of x),
 // phase 1 normalise (a vertex per slice of y, reading its x elements, their rows' statistics
 // and gamma / beta).
+// The statistics ([R] f32) are small: mapped linearly they sit on a few tiles (256 B each), and
+// each such tile's vertex reads its 64 rows of x (BERT-Large: 64 x 1,024 f16, 131,072 B
+// gathered on one Mk2 tile). Where a vertex would read more than a quarter of a window budget
+// of x, they are spread in blocks of rows that read at most that (PlanApi::mapInBlocks), and no
+// wider: every tile that gets a block gets the statistics codelet and a vertex per layer norm
+// (spread over all 1,472 tiles, that fixed cost made BERT-Large's fullest tiles 9-11 KB fuller).
 void planForward(PlanApi& p, const Op& op) {
   const auto [rows, c] = rowsC(p.graph(), op.inputs[0]);
   const int x = op.inputs[0], mean = op.outputs[1], rstd = op.outputs[2];
+  const i64 rowBytes = c * sizeOf(p.graph().tensor(x).dtype);
+  i64 widest = 1;
+  for (const TileSlice& sl : p.mapping(mean)) widest = std::max(widest, sl.end - sl.begin);
+  if (widest * rowBytes > p.windowBudgetBytes() / 4) {
+    const i64 perTile =
+        std::max({i64{1}, ceilDiv(rows, p.numTiles()), p.windowBudgetBytes() / 4 / rowBytes});
+    p.mapInBlocks(mean, perTile);
+    p.mapInBlocks(rstd, perTile);
+  }
   p.perSlice(op, 0, {mean, rstd}, [=](Range r) { return Windows{{x, r.begin * c, r.end * c}}; });
   p.perSlice(op, 1, {op.outputs[0]}, [&p, op, c = c, x, mean, rstd](Range r) {
     const i64 r0 = r.begin / c, r1 = (r.end - 1) / c + 1;

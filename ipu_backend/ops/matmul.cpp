@@ -373,6 +373,23 @@ std::function<void()> blockVertex(const VertexArgs& a, const BlockPlan& bp, i64 
   };
 }
 
+// Batched B (attention's scores Q K^T and context P V: 32 heads of [512, 64] f16 at BERT-Large's
+// micro-batch 2) read whole by a vertex, one head's rows of the output per tile: mapped linearly,
+// a tile's slice crosses a batch boundary wherever the tiles do not divide the batches evenly,
+// and that tile gathers two batches of B (V: 139,776 B on an Mk2 tile, with the split over k).
+// Mapped in one block of tiles per batch (PlanApi::mapInBlocks), a tile reads its rows of A and
+// its batch of B, whole while that fits a window budget in its stored type (no partials).
+bool perBatchPlan(const PlanApi& p, const Op& op, const kernels::MatMulShape& s) {
+  if (s.batch < 2 || s.broadcastB || s.batch > p.numTiles()) return false;
+  const i64 bBatchBytes = s.k * s.n * sizeOf(p.graph().tensor(op.inputs[1]).dtype);
+  if (bBatchBytes > p.windowBudgetBytes()) return false;
+  if (s.k * s.n * 4 > p.windowBudgetBytes()) return true;  // otherwise split over k or columns
+  const i64 batchElems = s.m * s.n;
+  for (const TileSlice& sl : p.mapping(op.outputs[0]))
+    if (sl.begin / batchElems != (sl.end - 1) / batchElems) return true;  // reads two batches
+  return false;
+}
+
 // Rows of the output are (batch * M + i). Small B: a vertex per output slice reading its A
 // rows and B whole (its batches); B [N, K] too large: slices cut at row ends, output columns
 // [j0, j1) reading B rows j0..j1 (the output column-blocked: columnsPerTile); B [K, N] too
@@ -447,11 +464,15 @@ void plan(PlanApi& p, const Op& op) {
     w.push_back(last);
     return w;
   };
-  if (s.k * s.n * 4 <= p.windowBudgetBytes()) {
-    p.perSlice(op, 0, {out}, [s, b, bBatches, aWindow, with](Range r) {
-      Range rows = rowsOf(r, s.n), bb = bBatches(rows);
-      return with(aWindow(rows, {0, s.k}), {b, bb.begin * s.k * s.n, bb.end * s.k * s.n});
-    });
+  auto wholeB = [s, b, bBatches, aWindow, with](Range r) {
+    Range rows = rowsOf(r, s.n), bb = bBatches(rows);
+    return with(aWindow(rows, {0, s.k}), {b, bb.begin * s.k * s.n, bb.end * s.k * s.n});
+  };
+  if (perBatchPlan(p, op, s)) {
+    p.mapInBlocks(out, s.m * s.n);
+    p.perSlice(op, 0, {out}, wholeB, s.m * s.n, "per_batch");
+  } else if (s.k * s.n * 4 <= p.windowBudgetBytes()) {
+    p.perSlice(op, 0, {out}, wholeB);
   } else if (s.transB) {
     p.perSlice(
         op, 0, {out},

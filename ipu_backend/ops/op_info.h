@@ -109,6 +109,11 @@ class PlanApi {
   // [g*kg, (g+1)*kg) of the pixels of block q, so that a vertex needs only the weights of its
   // kg output channels. Only the op that writes the buffer may remap it, before planning.
   virtual void mapChannelBlocked(int buffer, i64 pixels, i64 k, i64 kg) = 0;
+  // Maps `buffer` in blocks of blockElems elements, each block linearly over tiles of its own
+  // (T / blocks of them), so that no tile's slice spans two blocks (a batched matmul's output:
+  // a tile then reads one batch of its operands). Only the op that writes the buffer may remap
+  // it, before planning.
+  virtual void mapInBlocks(int buffer, i64 blockElems) = 0;
   // Per-channel sums over the rows of [rows, c] operands (batch norm): phase 0 one vertex per
   // part of the rows (work: all c channels, red: the part's rows) writing its pair of partial
   // rows (sums, second sums; `windows(channels, rows)`, `bytesPerRow` of them per row sets the

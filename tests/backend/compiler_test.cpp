@@ -991,6 +991,236 @@ TEST(Compiler, WideMatMulsAreBlockedOverRowsColumnsAndTheSum) {
   }
 }
 
+// The most one tile gathers in one compute set of `exe` (bytes in the buffers' stored types),
+// over the compute sets whose name contains `what`.
+i64 mostGatheredOnATile(const Executable& exe, const std::string& what = "") {
+  i64 most = 0;
+  for (const ComputeSet& cs : exe.computeSets) {
+    if (cs.name.find(what) == std::string::npos) continue;
+    std::map<int, i64> gathered;  // per tile
+    for (const Vertex& v : cs.vertices)
+      for (const Window& win : v.inputs)
+        if (win.gather && !win.shared)
+          gathered[v.tile] += (win.end - win.begin) * sizeOf(exe.buffers[win.buffer].dtype);
+    for (const auto& [tile, bytes] : gathered) most = std::max(most, bytes);
+  }
+  return most;
+}
+
+// A wide embedding gradient (BERT-Large's word embeddings: 1,024 updates of 1,024 columns into
+// 30,912 rows) is scattered in column blocks, as popops' multiUpdateAdd splits the table over
+// columns: a tile reads the updates' columns of its group, not whole update rows, and holds no
+// partial tables. The sums are f32 in index order rounded once, as the fused kernel takes them:
+// tile mode equals fused mode and the exact sums (the values are multiples of 1/8) to the bit.
+TEST(Compiler, WideEmbeddingGradientsAreScatteredInColumnBlocks) {
+  const i64 rows = 512, width = 128, lookups = 256;
+  const Target t = Target::small(64, 64 << 10);
+  Graph g("embedding_gradient");
+  Builder b(g);
+  const int upd = b.variable("updates", {lookups, width}, DType::F16);
+  const int idx = b.variable("indices", {lookups}, DType::I32);
+  Attrs at;
+  at.set("rows", rows);
+  at.set("partials", std::string("f16"));
+  const int y = ops::add(g, "scatter_add", {upd, idx}, at, {"table_grad"})[0];
+  g.markOutput(y);
+  CompileOptions opts;
+  opts.checkMemory = false;
+  auto exe = std::make_shared<const Executable>(compile(g, t, opts));
+  bool columns = false;
+  for (const ComputeSet& cs : exe->computeSets)
+    columns |= cs.name.find("scatter_columns") != std::string::npos;
+  ASSERT_TRUE(columns) << "the scatter should be planned in column blocks";
+  for (const Buffer& buf : exe->buffers)
+    EXPECT_EQ(buf.name.find("partials"), std::string::npos) << buf.name;
+  // A tile's updates: 16 groups of 8 columns (4 KB of f16) and the indices (1 KB); its rows read
+  // back (8 rows, 2 KB). The split over the indices gathered 43 whole update rows (11 KB) and held
+  // 6 partial slices (12 KB).
+  EXPECT_LE(mostGatheredOnATile(*exe), lookups * width * 2 / 16 + lookups * 4)
+      << "the most a tile gathers in a compute set";
+
+  std::vector<float> uv(static_cast<size_t>(lookups * width));
+  for (size_t i = 0; i < uv.size(); ++i) uv[i] = static_cast<float>(int(i * 7919 % 17) - 8) / 8.f;
+  std::vector<std::int32_t> iv(static_cast<size_t>(lookups));
+  for (i64 k = 0; k < lookups; ++k)
+    iv[static_cast<size_t>(k)] = static_cast<std::int32_t>((k * 37) % 61);
+  std::vector<float> exact(static_cast<size_t>(rows * width), 0.f);
+  for (i64 k = 0; k < lookups; ++k)
+    for (i64 j = 0; j < width; ++j)
+      exact[static_cast<size_t>(iv[static_cast<size_t>(k)] * width + j)] +=
+          uv[static_cast<size_t>(k * width + j)];
+  for (EngineMode mode : {EngineMode::Fused, EngineMode::Tile}) {
+    Engine en(exe, mode);
+    en.writeTensor("updates", uv);
+    en.writeTensor(idx, iv.data(), iv.size() * 4);
+    en.run();
+    const std::vector<float> got = en.readFloats(y);
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_EQ(got[i], exact[i]) << engineModeName(mode) << " element " << i;
+  }
+}
+
+// The lookup itself (gather) of a wide table: split over the table's rows, every part wrote a
+// partial of the whole output (BERT-Large: about 210 parts, 299,596 B of partials and 299,008 B of
+// table rows on one Mk2 tile). In column groups a tile copies its own rows column-block-major,
+// reads one run of its group's block and writes the lookups' columns of its group (exact
+// copies: tile mode equals fused mode to the bit).
+TEST(Compiler, WideEmbeddingLookupsAreGatheredInColumnBlocks) {
+  const i64 rows = 1024, width = 128, lookups = 256;
+  const Target t = Target::small(64, 64 << 10);
+  Graph g("embedding_lookup");
+  Builder b(g);
+  const int table = b.variable("table", {rows, width}, DType::F16);
+  const int idx = b.variable("indices", {lookups}, DType::I32);
+  Attrs at;
+  at.set("partials", std::string("f16"));
+  const int y = ops::add(g, "gather", {table, idx}, at, {"looked_up"})[0];
+  g.markOutput(y);
+  CompileOptions opts;
+  opts.checkMemory = false;
+  auto exe = std::make_shared<const Executable>(compile(g, t, opts));
+  bool columns = false;
+  for (const ComputeSet& cs : exe->computeSets)
+    columns |= cs.name.find("lookup_columns") != std::string::npos;
+  ASSERT_TRUE(columns) << "the lookup should be planned in column blocks";
+  // A tile's table slice (4 KB) and the indices (1 KB) at most; the split over rows gathered 64
+  // whole table rows (16 KB) per part and held 16 partial slices of the output.
+  EXPECT_LE(mostGatheredOnATile(*exe), rows * width * 2 / t.numTiles + lookups * 4)
+      << "the most a tile gathers in a compute set";
+  i64 partialBytes = 0;
+  for (const Buffer& buf : exe->buffers)
+    if (buf.name.find("partials") != std::string::npos) partialBytes += buf.bytes();
+  // Partials of a tile: its group's columns of the lookups (4 KB), where the split held 16
+  // partial slices of the output (16 KB).
+  EXPECT_LE(partialBytes / t.numTiles, rows * width * 2 / t.numTiles) << "partials per tile";
+
+  std::vector<float> tv(static_cast<size_t>(rows * width));
+  for (size_t i = 0; i < tv.size(); ++i)
+    tv[i] = static_cast<float>(int(i * 7919 % 997) - 498) / 64.f;
+  std::vector<std::int32_t> iv(static_cast<size_t>(lookups));
+  for (i64 k = 0; k < lookups; ++k)
+    iv[static_cast<size_t>(k)] = static_cast<std::int32_t>((k * 389) % rows);
+  for (EngineMode mode : {EngineMode::Fused, EngineMode::Tile}) {
+    Engine en(exe, mode);
+    en.writeTensor("table", tv);
+    en.writeTensor(idx, iv.data(), iv.size() * 4);
+    en.run();
+    const std::vector<float> got = en.readFloats(y);
+    for (i64 k = 0; k < lookups; ++k)
+      for (i64 j = 0; j < width; ++j)
+        ASSERT_EQ(got[static_cast<size_t>(k * width + j)],
+                  tv[static_cast<size_t>(iv[static_cast<size_t>(k)] * width + j)])
+            << engineModeName(mode) << " lookup " << k << " column " << j;
+  }
+}
+
+// Attention's batched matmuls (scores Q K^T, context P V, 32 heads of [512, 64] in BERT-Large):
+// a vertex reads its batch of B whole, and a tile whose slice of the output crossed a batch
+// boundary gathered two batches (139,776 B of V on an Mk2 tile). The output is mapped a block
+// of tiles per batch, so every tile reads B of one batch only.
+TEST(Compiler, BatchedMatMulsReadOneBatchOfBPerTile) {
+  struct Case {
+    const char* name;
+    Shape a, b;
+    bool transB;
+  };
+  // f16 B batches of 8 KB: within an 8 KB window budget stored, not as f32 (the scores were
+  // split by rows of B's batches, the context over k).
+  const Case cases[] = {{"scores = Q K^T", {6, 64, 64}, {6, 64, 64}, true},
+                        {"context = P V", {6, 64, 64}, {6, 64, 64}, false}};
+  const Target t = Target::small(64, 64 << 10);
+  for (const Case& c : cases) {
+    Graph g("attention");
+    Builder b(g);
+    const int a = b.variable("a", c.a, DType::F16);
+    const int w = b.variable("b", c.b, DType::F16);
+    const int y = b.matmul(a, w, false, c.transB, "y");
+    g.markOutput(y);
+    CompileOptions opts;
+    opts.checkMemory = false;
+    auto exe = std::make_shared<const Executable>(compile(g, t, opts));
+    const i64 batchElems = c.b[1] * c.b[2];
+    for (const ComputeSet& cs : exe->computeSets) {
+      std::map<int, std::set<i64>> batches;  // per tile, the batches of B it reads
+      for (const Vertex& v : cs.vertices)
+        for (const Window& win : v.inputs)
+          if (win.buffer == w)
+            for (i64 bt = win.begin / batchElems; bt <= (win.end - 1) / batchElems; ++bt)
+              batches[v.tile].insert(bt);
+      for (const auto& [tile, read] : batches)
+        EXPECT_EQ(read.size(), 1u) << c.name << ": " << cs.name << " on tile " << tile;
+    }
+    std::vector<float> av(static_cast<size_t>(numElements(c.a))),
+        wv(static_cast<size_t>(numElements(c.b)));
+    for (size_t i = 0; i < av.size(); ++i) av[i] = static_cast<float>(int(i * 7 % 9) - 4) / 8.f;
+    for (size_t i = 0; i < wv.size(); ++i) wv[i] = static_cast<float>(int(i * 5 % 9) - 4) / 8.f;
+    std::vector<float> got[2];
+    for (EngineMode mode : {EngineMode::Fused, EngineMode::Tile}) {
+      Engine en(exe, mode);
+      en.writeTensor("a", av);
+      en.writeTensor("b", wv);
+      en.run();
+      got[mode == EngineMode::Tile] = en.readFloats(y);
+    }
+    // Sums of 64 multiples of 1/64 below 16 in magnitude: exact in f16, so both modes agree.
+    const i64 m = c.a[1], k = c.a[2], n = c.transB ? c.b[1] : c.b[2];
+    for (i64 bt = 0; bt < c.a[0]; ++bt)
+      for (i64 i = 0; i < m; ++i)
+        for (i64 j = 0; j < n; ++j) {
+          double exact = 0;
+          for (i64 kk = 0; kk < k; ++kk)
+            exact +=
+                av[static_cast<size_t>((bt * m + i) * k + kk)] *
+                wv[static_cast<size_t>(c.transB ? (bt * n + j) * k + kk : (bt * k + kk) * n + j)];
+          const size_t o = static_cast<size_t>((bt * m + i) * n + j);
+          ASSERT_EQ(got[0][o], exact) << c.name << " fused element " << o;
+          ASSERT_EQ(got[1][o], exact) << c.name << " tile element " << o;
+        }
+  }
+}
+
+// Layer norm's row statistics ([R] f32) are small: mapped linearly they sat on a few tiles, each
+// vertex reading 64 rows of x (BERT-Large: 131,072 B of f16 rows gathered on one Mk2 tile).
+// Spread in blocks of rows that fit a quarter of a window budget (here one 2 KB row: 64 KB tiles),
+// a statistics vertex reads that many rows.
+TEST(Compiler, LayerNormStatisticsAreSpreadOverTheTiles) {
+  const i64 rows = 256, width = 512;
+  const Target t = Target::small(64, 64 << 10);
+  Graph g("layer_norm");
+  Builder b(g);
+  const int x = b.variable("x", {rows, width});
+  const int gamma = b.variable("gamma", {width});
+  const int beta = b.variable("beta", {width});
+  const int y =
+      ops::add(g, "layer_norm", {x, gamma, beta}, Attrs{{"eps", 1e-5}}, {"y", "mean", "rstd"})[0];
+  g.markOutput(y);
+  CompileOptions opts;
+  opts.checkMemory = false;
+  auto exe = std::make_shared<const Executable>(compile(g, t, opts));
+  i64 most = 0;  // x bytes a statistics vertex reads
+  for (const ComputeSet& cs : exe->computeSets)
+    if (cs.phase == 0)
+      for (const Vertex& v : cs.vertices)
+        for (const Window& win : v.inputs)
+          if (win.buffer == x) most = std::max(most, (win.end - win.begin) * 4);
+  EXPECT_LE(most, std::max<i64>(rows / t.numTiles, (64 << 10) / 8 / 4 / (width * 4)) * width * 4)
+      << "x rows a statistics vertex reads";
+  std::vector<float> xv(static_cast<size_t>(rows * width)), gv(width, 1.5f), bv(width, 0.25f);
+  for (size_t i = 0; i < xv.size(); ++i)
+    xv[i] = static_cast<float>(int(i * 7919 % 101) - 50) / 16.f;
+  std::vector<float> got[2];
+  for (EngineMode mode : {EngineMode::Fused, EngineMode::Tile}) {
+    Engine en(exe, mode);
+    en.writeTensor("x", xv);
+    en.writeTensor("gamma", gv);
+    en.writeTensor("beta", bv);
+    en.run();
+    got[mode == EngineMode::Tile] = en.readFloats(y);
+  }
+  for (size_t i = 0; i < got[0].size(); ++i)
+    ASSERT_NEAR(got[1][i], got[0][i], 1e-5) << "element " << i;
+}
+
 // BERT's max-logit metric: max over the vocabulary of [rows, V] logits, the sum split over V. A
 // part's vertex of many rows reads its part of each row; one bounding window held whole rows
 // (4.7 MB of BERT-Large's logits on one tile).

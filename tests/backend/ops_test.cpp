@@ -536,6 +536,10 @@ void addRegisteredOpCases(std::vector<Case>& cs) {
   cs.push_back(scatterAddCase("scatter_add_split", 12, 16,
                               {5, 11, 7, 3, 5, 0, 2, 2, 9, 1, 4, 6, 8, 10, 3, 5, 7, 1, 0, 11},
                               8192));
+  // 8 KiB tiles, 32 columns: scattered in 4 column blocks (no partial tables), rows read back.
+  cs.push_back(scatterAddCase("scatter_add_column_blocked", 24, 32,
+                              {5, 23, 7, 3, 5, 0, 2, 2, 9, 1, 4, 6, 8, 10, 3, 5, 7, 1, 0, 11},
+                              8192));
   cs.push_back(layerNormCase("layer_norm", 6, 8));
   cs.push_back(layerNormCase("layer_norm_bf16", 6, 8, DType::BF16));
   // 8 KiB tiles: dgamma / dbeta split over row parts with partials, rows cut across tiles.
