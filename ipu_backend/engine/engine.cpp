@@ -351,6 +351,7 @@ struct Engine::Impl {
   }
 
   std::function<void()> makeFusedWithConversions(const Op& op) {
+    if (op.kind == OpKind::Reshape && isView(op.outputs[0])) return [] {};
     if (fusion.role[op.id] == HostFusionPlan::Role::kWidenedOutput) {
       if (auto chunked = makeFusedElementwise(op)) return chunked;
       throw std::logic_error(fmt::format(
@@ -454,6 +455,7 @@ struct Engine::Impl {
       persistent[t.id] =
           !fusion.elided[t.id] && (t.kind != TensorKind::Activation || last[t.id] < 0);
     for (int t : g.outputs()) persistent[t] = true;
+    planReshapeViews(persistent, first, last);
 
     auto aligned = [](i64 b) { return (std::max<i64>(b, 1) + 63) / 64 * 64; };
     std::vector<i64> offset(n, 0);
@@ -463,10 +465,11 @@ struct Engine::Impl {
         offset[t.id] = persistentBytes;
         persistentBytes += aligned(t.bytes());
       }
-    // First fit over lifetimes (larger tensors first among those born at the same step).
+    // First fit over lifetimes (larger tensors first among those born at the same step); a
+    // reshape's view takes its source's bytes (below).
     std::vector<int> order;
     for (const Tensor& t : g.tensors())
-      if (!persistent[t.id] && !fusion.elided[t.id]) order.push_back(t.id);
+      if (!persistent[t.id] && !fusion.elided[t.id] && viewOf[t.id] < 0) order.push_back(t.id);
     std::stable_sort(order.begin(), order.end(),
                      [&](int a, int b) { return g.tensor(a).bytes() > g.tensor(b).bytes(); });
     std::vector<LiveRange> ranges;
@@ -475,7 +478,35 @@ struct Engine::Impl {
     for (size_t i = 0; i < order.size(); ++i) offset[order[i]] = persistentBytes + ranges[i].offset;
     fusedArena = std::make_unique<AlignedBytes>(static_cast<size_t>(persistentBytes + peak));
     for (size_t t = 0; t < n; ++t)
-      tensorMem.push_back(fusion.elided[t] ? nullptr : fusedArena->p + offset[t]);
+      tensorMem.push_back(fusion.elided[t] ? nullptr
+                                           : fusedArena->p + offset[viewOf[t] < 0 ? t : viewOf[t]]);
+  }
+
+  // A reshape moves no bytes: its output is a view of its input's memory when both are
+  // activations the engine places by lifetime (never written in place: only variables are),
+  // so the reshape runs nothing and the source lives as long as its last view is read. The
+  // [2, 16, 512, 512] attention scores' reshapes copied 4 MB each (BERT at sequence 512).
+  // viewOf[t]: the tensor whose memory t is (never itself a view), or -1.
+  std::vector<int> viewOf;
+  void planReshapeViews(const std::vector<bool>& persistent, std::vector<i64>& first,
+                        std::vector<i64>& last) {
+    viewOf.assign(g.tensors().size(), -1);
+    auto placed = [&](int t) {
+      return !persistent[t] && !fusion.elided[t] && last[t] >= 0 &&
+             g.tensor(t).kind == TensorKind::Activation;
+    };
+    for (const Op& op : g.ops()) {  // program order: a view's source is planned first
+      if (op.kind != OpKind::Reshape || fusion.role[op.id] != HostFusionPlan::Role::kNone) continue;
+      const int x = op.inputs[0], y = op.outputs[0];
+      if (!placed(x) || !placed(y)) continue;
+      const int root = viewOf[x] < 0 ? x : viewOf[x];
+      viewOf[y] = root;
+      first[root] = std::min(first[root], first[y]);
+      last[root] = std::max(last[root], last[y]);
+    }
+  }
+  bool isView(int t) const {
+    return !viewOf.empty() && viewOf[t] >= 0;
   }
 
   float* F(int t) {

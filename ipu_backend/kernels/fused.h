@@ -127,6 +127,9 @@ class MatMul {
   explicit MatMul(const MatMulShape& s, ElementType t = ElementType::F32);
   ~MatMul();
   void run(const void* a, const void* b, void* c);
+  // Whether run() copies A or B into oneDNN's blocked layout first (f32 with many rows sharing
+  // the packed operand: the same products, faster).
+  bool packsOperands() const;
 
  private:
   struct Impl;

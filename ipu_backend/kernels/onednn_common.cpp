@@ -158,10 +158,8 @@ void waitStream() {
 }  // namespace detail
 namespace detail {
 
-MatMulPrimitive::MatMulPrimitive(const MatMulShape& s, dnnl::memory::data_type dt,
-                                 bool accumulate) {
+MatMulDescs matMulDescs(const MatMulShape& s, dnnl::memory::data_type dt) {
   using memory = dnnl::memory;
-  syncThreads();
   i64 batch = s.batch, m = s.m;
   if (s.broadcastB && !s.transA) {
     // A shared B over row-major A batches is one tall GEMM: [batch*M, K] x [K, N].
@@ -169,19 +167,29 @@ MatMulPrimitive::MatMulPrimitive(const MatMulShape& s, dnnl::memory::data_type d
     batch = 1;
   }
   const i64 k = s.k, n = s.n;
-  memory::desc ad, bd, cd;
+  MatMulDescs d;
+  d.rows = m;
   if (batch == 1) {
-    ad = memory::desc({m, k}, dt, s.transA ? memory::dims{1, m} : memory::dims{k, 1});
-    bd = memory::desc({k, n}, dt, s.transB ? memory::dims{1, k} : memory::dims{n, 1});
-    cd = memory::desc({m, n}, dt, memory::dims{n, 1});
+    d.a = memory::desc({m, k}, dt, s.transA ? memory::dims{1, m} : memory::dims{k, 1});
+    d.b = memory::desc({k, n}, dt, s.transB ? memory::dims{1, k} : memory::dims{n, 1});
+    d.c = memory::desc({m, n}, dt, memory::dims{n, 1});
   } else {
     const i64 bBatch = s.broadcastB ? 1 : batch;
-    ad = memory::desc({batch, m, k}, dt,
-                      s.transA ? memory::dims{m * k, 1, m} : memory::dims{m * k, k, 1});
-    bd = memory::desc({bBatch, k, n}, dt,
-                      s.transB ? memory::dims{k * n, 1, k} : memory::dims{k * n, n, 1});
-    cd = memory::desc({batch, m, n}, dt, memory::dims{m * n, n, 1});
+    d.a = memory::desc({batch, m, k}, dt,
+                       s.transA ? memory::dims{m * k, 1, m} : memory::dims{m * k, k, 1});
+    d.b = memory::desc({bBatch, k, n}, dt,
+                       s.transB ? memory::dims{k * n, 1, k} : memory::dims{k * n, n, 1});
+    d.c = memory::desc({batch, m, n}, dt, memory::dims{m * n, n, 1});
   }
+  d.batch = batch;
+  return d;
+}
+
+MatMulPrimitive::MatMulPrimitive(const MatMulShape& s, dnnl::memory::data_type dt,
+                                 bool accumulate) {
+  syncThreads();
+  const MatMulDescs d = matMulDescs(s, dt);
+  const dnnl::memory::desc &ad = d.a, &bd = d.b, &cd = d.c;
   dnnl::matmul::desc desc(ad, bd, cd);
   dnnl::primitive_attr attr = userScratchpadAttr();
   if (accumulate) {

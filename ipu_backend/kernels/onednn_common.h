@@ -79,6 +79,15 @@ LayoutBinding bindLayout(const dnnl::memory::desc& userMd, const dnnl::memory::d
 
 void waitStream();
 
+// The memory descriptors of C = op(A) x op(B) as stored (row-major, transposes as strides); a
+// shared B over row-major A batches folds into one [batch * M, K] x [K, N] GEMM (batch 1, rows
+// batch * M).
+struct MatMulDescs {
+  dnnl::memory::desc a, b, c;
+  i64 batch = 1, rows = 1;
+};
+MatMulDescs matMulDescs(const MatMulShape& s, dnnl::memory::data_type dt);
+
 // C = op(A) x op(B) of a MatMulShape with every operand of one data type: oneDNN takes the type
 // as a field of the memory descriptors, so the f32 and the bf16 matmul are this one kernel.
 // Created once; run() rebinds the pointers. With `accumulate`, C += op(A) x op(B) (oneDNN's sum

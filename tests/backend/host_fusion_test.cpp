@@ -423,6 +423,65 @@ TEST(HostFusion, Bf16AddThenCastWritesTheWidenedSum) {
   }
 }
 
+// A reshape of an activation is a view of its bytes in the fused engine: no memory of its own
+// and no copy (copies would need more buffers where `r` and `other_r` are read beside `flat`
+// and `other`). A viewed tensor lives until its last view is read: `a` is read only through
+// its views, after `nx` and `other` were made (which must not take its bytes). Softmaxes, not
+// elementwise ops, make the tensors: no elementwise chain elides them.
+TEST(HostFusion, ReshapeOfAnActivationIsAViewOfItsBytes) {
+  kernels::fused::setNumThreads(2);
+  const i64 rows = 96, cols = 130;
+  auto build = [&](bool reshapes) {
+    auto g = std::make_shared<Graph>("reshape_views");
+    Builder B(*g);
+    const int x = B.input("x", {rows, cols});
+    const int a = B.softmax(x, "a");
+    const int flat = reshapes ? B.reshape(a, {rows * cols}, "flat") : a;
+    const int other = B.softmax(B.unary("neg", x, "nx"), "other");
+    const int r = reshapes ? B.reshape(flat, {cols, rows}, "r") : a;
+    const int otherR = reshapes ? B.reshape(other, {cols, rows}, "other_r") : other;
+    g->markOutput(B.add(r, otherR, "y"));
+    // a read again only through a view, other directly: both after their views
+    g->markOutput(B.add(reshapes ? B.reshape(flat, {rows, cols}, "again") : a, other, "z"));
+    return g;
+  };
+  std::vector<float> x(static_cast<size_t>(rows * cols)), want(x.size());
+  for (size_t k = 0; k < x.size(); ++k) x[k] = std::sin(0.01f * static_cast<float>(k));
+  for (i64 i = 0; i < rows; ++i) {
+    double sum = 0, sumNeg = 0;
+    for (i64 j = 0; j < cols; ++j) {
+      sum += std::exp(x[static_cast<size_t>(i * cols + j)]);
+      sumNeg += std::exp(-x[static_cast<size_t>(i * cols + j)]);
+    }
+    for (i64 j = 0; j < cols; ++j) {
+      const double v = x[static_cast<size_t>(i * cols + j)];
+      want[static_cast<size_t>(i * cols + j)] =
+          static_cast<float>(std::exp(v) / sum + std::exp(-v) / sumNeg);
+    }
+  }
+  i64 bytes[2] = {0, 0};
+  for (bool reshapes : {false, true}) {
+    auto exe =
+        std::make_shared<const Executable>(compile(*build(reshapes), Target::small(16, 1 << 22)));
+    for (EngineMode mode : {EngineMode::Fused, EngineMode::Tile}) {
+      Engine e(exe, mode);
+      std::vector<float> y(x.size()), z(x.size());
+      e.connectInput(exe->graph.get("x"), x.data());
+      e.connectOutput(exe->graph.get("y"), y.data());
+      e.connectOutput(exe->graph.get("z"), z.data());
+      e.run();
+      for (size_t k = 0; k < x.size(); ++k) {
+        ASSERT_NEAR(y[k], want[k], 1e-5f * (1 + std::abs(want[k])))
+            << engineModeName(mode) << " reshapes " << reshapes << " element " << k;
+        ASSERT_EQ(y[k], z[k]) << engineModeName(mode) << " reshapes " << reshapes << " element "
+                              << k;
+      }
+      if (mode == EngineMode::Fused) bytes[reshapes] = e.tensorMemoryBytes();
+    }
+  }
+  EXPECT_EQ(bytes[1], bytes[0]) << "the reshapes took tensor memory of their own";
+}
+
 // LAMB's update arithmetic u = (m / c1) / (sqrt(v / c2) + eps) + wd w as the optimizer lowers
 // it runs as two chains (their links never written); every value equals tile mode's.
 TEST(HostFusion, ElementwiseChainRunsAsOneLoopWithTileModesValues) {

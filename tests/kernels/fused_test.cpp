@@ -516,6 +516,46 @@ TEST_F(Fused, MatMul) {
   }
 }
 
+// Dense layers over many tokens pack their shared operand into oneDNN's blocked layout first
+// (x W, the weight gradient x^T dy, a shared W over sequences): the products of the reference;
+// few rows, a transposed B and bf16 keep the plain GEMM.
+TEST_F(Fused, MatMulWithPackedOperandsEqualsTheReference) {
+  struct Case {
+    MatMulShape s;
+    bool packs;
+  };
+  std::vector<Case> cases;
+  MatMulShape s;
+  s.m = 512, s.k = 40, s.n = 72;
+  cases.push_back({s, true});  // x W
+  s.transA = true;
+  cases.push_back({s, true});  // x^T dy
+  s.transA = false, s.batch = 2, s.m = 256, s.broadcastB = true;
+  cases.push_back({s, true});  // a shared W over 2 x 256 rows
+  s.batch = 1, s.m = 512, s.broadcastB = false, s.transB = true;
+  cases.push_back({s, false});  // x W^T
+  s.transB = false, s.m = 152;
+  cases.push_back({s, false});  // few rows
+  unsigned seed = 70;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "batch " << c.s.batch << " m " << c.s.m << " tA "
+                                      << c.s.transA << " tB " << c.s.transB);
+    const Vec a = randomVec(c.s.aElems(), seed++), b = randomVec(c.s.bElems(), seed++);
+    fused::MatMul mm(c.s);
+    EXPECT_EQ(mm.packsOperands(), c.packs);
+    for (int run = 0; run < 2; ++run) {  // the packed copies are redone per run
+      Vec out(c.s.cElems(), 7.0f);
+      mm.run(a.data(), b.data(), out.data());
+      EXPECT_TRUE(closeRel(out, testing::refMatMul(c.s, a, b), kTol));
+    }
+  }
+  MatMulShape bf16;
+  bf16.m = 512, bf16.k = 40, bf16.n = 72;
+  if (fused::bf16PrimitivesAvailable()) {
+    EXPECT_FALSE(fused::MatMul(bf16, ElementType::BF16).packsOperands());
+  }
+}
+
 TEST_F(Fused, BatchNorm) {
   const std::pair<i64, i64> shapes[] = {{2 * 7 * 7, 32}, {1000, 3}, {2 * 14 * 14, 64}, {5, 17}};
   unsigned seed = 100;
