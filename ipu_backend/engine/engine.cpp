@@ -35,6 +35,39 @@ using kernels::Range;
 using FW = kernels::Window<float>;
 using IW = kernels::Window<std::int32_t>;
 
+// Elements [begin, begin + len) of x broadcast to shape.outDims (x's element strides per
+// result dimension in shape.aStrides, 0 where it repeats) into out: runs of the innermost
+// dimension copied or filled.
+void gatherBroadcast(const kernels::BroadcastShape& shape, const float* x, i64 begin, i64 len,
+                     float* out) {
+  const int inner = shape.rank - 1;
+  i64 coord[kernels::BroadcastShape::kMaxRank] = {};
+  for (i64 d = inner, rest = begin; d >= 0; --d) {
+    coord[d] = rest % shape.outDims[d];
+    rest /= shape.outDims[d];
+  }
+  i64 offset = 0;
+  for (int d = 0; d <= inner; ++d) offset += coord[d] * shape.aStrides[d];
+  const i64 stride = shape.aStrides[inner];
+  for (i64 done = 0; done < len;) {
+    const i64 run = std::min(len - done, shape.outDims[inner] - coord[inner]);
+    if (stride == 0)
+      std::fill(out + done, out + done + run, x[offset]);
+    else
+      for (i64 j = 0; j < run; ++j) out[done + j] = x[offset + j * stride];
+    done += run;
+    offset += run * stride;
+    coord[inner] += run;
+    // Carry into the outer dimensions (an odometer), moving the offset with them.
+    for (int d = inner; d > 0 && coord[d] == shape.outDims[d]; --d) {
+      offset -= coord[d] * shape.aStrides[d];
+      coord[d] = 0;
+      ++coord[d - 1];
+      offset += shape.aStrides[d - 1];
+    }
+  }
+}
+
 // 64-byte aligned, allocated once.
 struct AlignedBytes {
   std::byte* p = nullptr;
@@ -488,7 +521,8 @@ struct Engine::Impl {
 
   // An elementwise chain (host_fusion.h): all its ops over one cache-sized chunk at a time, the
   // links in a chunk buffer, never in memory; the same element loops as the ops run one by one
-  // (a single-value operand is spread over a chunk), so the results are the same bits.
+  // (a single-value operand is spread over a chunk, a broadcast one gathered into it; an
+  // absorbed broadcast op's values get its + 0), so the results are the same bits.
   std::function<void()> makeElementwiseChain(const Op& last) {
     struct Step {
       bool binary = false;
@@ -498,6 +532,10 @@ struct Engine::Impl {
       int arity = 1;
       std::array<const float*, 2> in{};  // nullptr: the previous op's output (the link)
       std::array<bool, 2> single{};      // a one-element operand
+      // An operand broadcast to the result: its strides per result dimension (rank > 0), and
+      // whether it stands for an absorbed broadcast op (x + 0).
+      std::array<kernels::BroadcastShape, 2> broadcast{};
+      std::array<bool, 2> plusZero{};
     };
     const std::vector<int>& ids = fusion.chain[last.id];
     std::vector<Step> steps;
@@ -513,11 +551,28 @@ struct Engine::Impl {
         s.alpha = static_cast<float>(op.attrs.getFloat("alpha", 1.0));
       }
       s.arity = static_cast<int>(op.inputs.size());
+      const Tensor& y = g.tensor(op.outputs[0]);
       for (int k = 0; k < s.arity; ++k) {
-        const int t = op.inputs[static_cast<size_t>(k)];
+        const auto ks = static_cast<size_t>(k);
+        int t = op.inputs[ks];
         const bool link = i > 0 && t == g.op(ids[i - 1]).outputs[0];
-        s.in[static_cast<size_t>(k)] = link ? nullptr : F(t);
-        s.single[static_cast<size_t>(k)] = !link && g.tensor(t).elements() == 1;
+        if (link) continue;
+        if (fusion.elided[static_cast<size_t>(t)]) {  // an absorbed broadcast op's result
+          t = g.op(g.tensor(t).producer).inputs[0];
+          s.plusZero[ks] = true;
+        }
+        s.in[ks] = F(t);
+        const i64 e = g.tensor(t).elements();
+        s.single[ks] = e == 1 && !s.plusZero[ks];
+        if (e != y.elements() && !s.single[ks]) {
+          const kernels::BroadcastShape b =
+              kernels::BroadcastShape::make(y.shape, g.tensor(t).shape);
+          s.broadcast[ks].rank = b.rank;
+          for (int d = 0; d < b.rank; ++d) {
+            s.broadcast[ks].outDims[d] = b.outDims[d];
+            s.broadcast[ks].aStrides[d] = b.bStrides[d];  // the operand's strides
+          }
+        }
       }
       steps.push_back(s);
     }
@@ -555,6 +610,11 @@ struct Engine::Impl {
               x[static_cast<size_t>(k)] = link;
             } else if (s.single[static_cast<size_t>(k)]) {
               std::fill(spread[k], spread[k] + len, *p);
+              x[static_cast<size_t>(k)] = spread[k];
+            } else if (s.broadcast[static_cast<size_t>(k)].rank > 0) {
+              gatherBroadcast(s.broadcast[static_cast<size_t>(k)], p, b, len, spread[k]);
+              if (s.plusZero[static_cast<size_t>(k)])
+                for (i64 j = 0; j < len; ++j) spread[k][j] += 0.0f;
               x[static_cast<size_t>(k)] = spread[k];
             } else {
               x[static_cast<size_t>(k)] = p + b;
@@ -869,6 +929,13 @@ struct Engine::Impl {
         float* sum = F(fusion.sumOut[op.id]);
         const i64 n = g.tensor(op.outputs[0]).elements();
         return [=] { *sum = fz::sumOfSquares(x, n); };
+      }
+      case Role::kMulReduceSum: {  // mul -> reduce sum as one pass
+        const float *a = F(op.inputs[0]), *b = F(op.inputs[1]);
+        float* sum = F(fusion.sumOut[op.id]);
+        const kernels::ReduceShape s =
+            reduceShapeOf(g, g.op(g.tensor(fusion.sumOut[op.id]).producer));
+        return [=] { fz::mulReduceSum(s, a, b, sum); };
       }
       case Role::kAddRelu: {  // the add writes relu(a + b) as the ReLU's output
         float *a = F(op.inputs[0]), *b = F(op.inputs[1]), *y = F(fusion.reluOut[op.id]);

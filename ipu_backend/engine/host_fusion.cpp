@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <optional>
 
+#include "ipu_backend/compiler/op_shapes.h"
 #include "ipu_backend/ir/op_defs.h"
+#include "ipu_backend/kernels/fused.h"
 
 namespace ipu {
 namespace {
@@ -51,6 +53,7 @@ std::vector<int> HostFusionPlan::outputsOf(const Op& op) const {
     case Role::kAddBatchNormRelu:
       return {reluOut[op.id]};
     case Role::kSquareSum:
+    case Role::kMulReduceSum:
       return {sumOut[op.id]};
     case Role::kWidenedOutput:
       return {widenOut[op.id]};
@@ -65,10 +68,13 @@ std::vector<int> HostFusionPlan::outputsOf(const Op& op) const {
 
 namespace {
 
-// Chains of f32 unary / binary ops over n elements (operands: n elements or one value), each
-// op the sole reader of the previous one's output, none already fused; an apply_update that
-// adds the last link into its target may end one. The chain runs at its
-// last op, so no op between its first and last may update in place a tensor the chain reads.
+// Chains of f32 unary / binary ops over n elements (operands: n elements, one value, or a
+// binary op's operand that broadcasts to its result), each op the sole reader of the previous
+// one's output, none already fused; an apply_update that adds the last link into its target
+// may end one. A broadcast op whose result only a member reads is absorbed: the member reads
+// its input broadcast (a chain of one op then fuses too). The chain runs at its last op, so no
+// op between its first and last (or an absorbed broadcast and the last) may update in place a
+// tensor the chain reads.
 template <typename SoleReader>
 void planElementwiseChains(const Graph& g, HostFusionPlan& p, SoleReader soleReader) {
   using Role = HostFusionPlan::Role;
@@ -80,10 +86,22 @@ void planElementwiseChains(const Graph& g, HostFusionPlan& p, SoleReader soleRea
     if (y.dtype != DType::F32 || (n >= 0 && y.elements() != n)) return false;
     for (int t : op.inputs) {
       const Tensor& x = g.tensor(t);
-      if (x.dtype != DType::F32 || (x.elements() != y.elements() && x.elements() != 1))
+      // A binary op's operand of fewer elements broadcasts to its result (inferred so).
+      if (x.dtype != DType::F32 ||
+          (x.elements() != y.elements() && x.elements() != 1 && op.kind != OpKind::Binary))
         return false;
     }
     return true;
+  };
+  // The f32 broadcast op whose result `t` only `reader` reads, or nullptr.
+  auto absorbableBroadcast = [&](int t, const Op& reader) -> const Op* {
+    const int producer = g.tensor(t).producer;
+    if (producer < 0 || soleReader(t) != &reader) return nullptr;
+    const Op& b = g.op(producer);
+    if (b.kind != OpKind::Broadcast || p.role[b.id] != Role::kNone ||
+        g.tensor(b.inputs[0]).dtype != DType::F32 || g.tensor(t).dtype != DType::F32)
+      return nullptr;
+    return &b;
   };
   // apply_update (in place on its target) ends a chain whose link is one of its addends.
   auto endsChain = [&](const Op& op, int link, i64 n) {
@@ -121,7 +139,29 @@ void planElementwiseChains(const Graph& g, HostFusionPlan& p, SoleReader soleRea
         if (t != last.outputs[0]) read.push_back(t);
       if (next->kind == OpKind::ApplyUpdate) break;
     }
-    if (chain.size() < 2) continue;
+    // Broadcast ops feeding the members, unless an op between one and the chain's last op
+    // updates in place what it reads.
+    std::vector<const Op*> broadcasts;
+    for (int id : chain) {
+      const Op& op = g.op(id);
+      if (op.kind != OpKind::Binary) continue;
+      for (int t : op.inputs) {
+        const Op* b = absorbableBroadcast(t, op);
+        bool clobbered = false;
+        for (int k = b ? b->id + 1 : chain.back(); k < chain.back() && !clobbered; ++k)
+          for (int w : writes(g.op(k))) clobbered = clobbered || w == b->inputs[0];
+        if (b && !clobbered &&
+            std::find(broadcasts.begin(), broadcasts.end(), b) == broadcasts.end())
+          broadcasts.push_back(b);
+      }
+    }
+    if (chain.size() < 2 && broadcasts.empty()) continue;
+    for (const Op* b : broadcasts) {
+      p.role[static_cast<size_t>(b->id)] = Role::kAbsorbed;
+      p.elided[static_cast<size_t>(b->outputs[0])] = true;
+      ++p.absorbedOps;
+      std::replace(read.begin(), read.end(), b->outputs[0], b->inputs[0]);
+    }
     for (size_t i = 0; i + 1 < chain.size(); ++i) {
       p.role[static_cast<size_t>(chain[i])] = Role::kAbsorbed;
       p.elided[static_cast<size_t>(g.op(chain[i]).outputs[0])] = true;
@@ -434,6 +474,23 @@ HostFusionPlan planHostFusions(const Graph& g, const HostFusionOptions& options)
     p.absorbedOps += 2;
   };
 
+  // mul (f32, same shapes) -> reduce sum over one run of axes with kept ones inside it: one
+  // pass, the products elided.
+  auto fuseMulReduceSum = [&](const Op& mul) {
+    const Shape& y = g.tensor(mul.outputs[0]).shape;
+    if (g.tensor(mul.inputs[0]).shape != y || g.tensor(mul.inputs[1]).shape != y) return;
+    const Op* sum = soleReader(mul.outputs[0]);
+    if (!sum || opName(sum->kind) != "reduce" || sum->attrs.getString("fn") != "sum" ||
+        !all(*sum, DType::F32) || p.role[sum->id] != Role::kNone ||
+        !kernels::fused::mulReduceSumRuns(reduceShapeOf(g, *sum)))
+      return;
+    p.role[mul.id] = Role::kMulReduceSum;
+    p.sumOut[mul.id] = sum->outputs[0];
+    p.role[sum->id] = Role::kAbsorbed;
+    p.elided[static_cast<size_t>(mul.outputs[0])] = true;
+    ++p.absorbedOps;
+  };
+
   for (const Op& op : g.ops()) {  // producers come before consumers
     if (op.kind == OpKind::BatchNormTrain) {
       if (auto d = batchNormDtype(op)) fuseRelu(op, Role::kBatchNormRelu, *d);
@@ -482,6 +539,8 @@ HostFusionPlan planHostFusions(const Graph& g, const HostFusionOptions& options)
       p.role[sum->id] = Role::kAbsorbed;
       p.elided[static_cast<size_t>(op.outputs[0])] = true;
       ++p.absorbedOps;
+    } else if (isFn(op, OpKind::Binary, "mul") && all(op, DType::F32)) {
+      fuseMulReduceSum(op);
     } else if (op.kind == OpKind::BatchNormBackward) {
       const auto d = batchNormDtype(op);
       if (!d || !options.stateFromForwardToBackward) continue;

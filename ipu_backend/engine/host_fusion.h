@@ -46,6 +46,10 @@
 //   square -> reduce sum              sum(x^2) over the whole tensor in one read of x (the
 //                                     squares are never written): the optimizers' norms
 //                                     (LAMB's trust ratio and global gradient clip, LARS); f32
+//   mul -> reduce sum                 sum(a * b) over one run of axes with kept ones inside
+//                                     it, in one read of a and b (the products are never
+//                                     written): the squeeze-excitation scale's gradient,
+//                                     sum over H, W of dy * x; f32
 // The tensor between the two ops is never materialised (elided). A tensor that is a graph
 // output, or that any other op reads, keeps its pair unfused. Operands: f32; the batch-norm
 // pairs also in bf16 where the CPU has oneDNN's bf16 batch norm (`bf16BatchNorm`); add + relu
@@ -72,6 +76,8 @@ struct HostFusionPlan {
                              // `otherBn`: + addOther * a' + b', that op's map)
     kSquareSum,              // unary square writing the sum of its squares to `sumOut`
                              // (the reduce over all axes that alone reads them)
+    kMulReduceSum,           // binary mul writing the sums of its products to `sumOut`
+                             // (the reduce sum that alone reads them)
     kElementwiseChain,       // the last op of a chain: runs every op of `chain` chunk by chunk
     kUpdateGroup,            // the last op of an update group: runs every op of `group` chunk
                              // by chunk
@@ -96,7 +102,8 @@ struct HostFusionPlan {
   // x (1/32 of the bytes). reluBitsFrom: per op id, the writer (or -1); writesReluBits: per op.
   std::vector<int> reluBitsFrom;
   std::vector<bool> writesReluBits;
-  std::vector<int> sumOut;    // per op id: kSquareSum: the reduce's output (one element)
+  std::vector<int> sumOut;    // per op id: kSquareSum: the reduce's output (one element);
+                              // kMulReduceSum: the reduce's output
   std::vector<int> widenOut;  // per op id: kWidenedOutput: the cast's f32 output
   // per op id: kBatchNormRelu / kBatchNormReluBackward whose activation is a swish, not a ReLU
   // (reluOut: the swish's output; reluGradIn: the swish gradient's dy)

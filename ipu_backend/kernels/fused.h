@@ -283,6 +283,12 @@ void reduce(ReduceKind kind, const ReduceShape& s, const float* x, float* y);
 // Only where reduceBf16Runs(s): one run of reduced dimensions with kept ones inside it.
 bool reduceBf16Runs(const ReduceShape& s);
 void reduceBf16(ReduceKind kind, const ReduceShape& s, const std::uint16_t* x, float* y);
+// y = the sum of a * b (same shape) over s's reduced dimensions, the products never written:
+// reduce(Sum, s, a * b)'s bits (each product rounded, the sums in reduce()'s order). Only where
+// mulReduceSumRuns(s): one run of reduced dimensions with kept ones inside it (the
+// squeeze-excitation gradient's sum over H, W of [N, H, W, C]).
+bool mulReduceSumRuns(const ReduceShape& s);
+void mulReduceSum(const ReduceShape& s, const float* a, const float* b, float* y);
 void transpose(const std::vector<i64>& inDims, const std::vector<int>& perm, const float* x,
                float* y);
 void softmaxCrossEntropy(i64 n, i64 classes, float smoothing, const float* logits,

@@ -367,6 +367,91 @@ TEST(HostFusion, SquareThenSumIsOnePass) {
   }
 }
 
+// The squeeze-excitation scale's gradient (EfficientNet): for y = x * s, s [N,1,1,C],
+// ds = sum over H, W of dy * x runs as one pass (the products never written), and
+// dx = dy * s + broadcast(dp) (the pooling's gradient) as one chain that reads s and dp
+// broadcast (the broadcast op absorbed, never written); an add of a broadcast op's result
+// alone fuses as a chain of one op. Fused mode gives the op-by-op values to the bit, tile mode
+// the same within rounding (its sums split over tiles).
+TEST(HostFusion, SqueezeExcitationGradientSumsAndBroadcastChain) {
+  kernels::fused::setNumThreads(2);
+  Graph g("se_gradient");
+  Builder B(g);
+  const i64 n = 3, h = 5, w = 7, c = 24;
+  const Shape full = {n, h, w, c}, perChannel = {n, 1, 1, c};
+  const int dy = B.input("dy", full), x = B.input("x", full);
+  const int s = B.input("s", perChannel), dp = B.input("dp", perChannel);
+  const int products = B.mul(dy, x, "products");
+  const int ds = B.reduceSum(products, {1, 2}, true, "ds");
+  const int scaled = B.mul(dy, s, "scaled");
+  const int spread = B.broadcast(dp, full, "spread");
+  const int dx = B.add(scaled, spread, "dx");
+  const int shifted = B.add(x, B.broadcast(s, full, "s_spread"), "shifted");
+  for (int t : {ds, dx, shifted}) g.markOutput(t);
+  const HostFusionPlan plan = planHostFusions(g);
+  using Role = HostFusionPlan::Role;
+  const auto role = [&](int t) { return plan.role[static_cast<size_t>(g.tensor(t).producer)]; };
+  EXPECT_EQ(role(products), Role::kMulReduceSum);
+  EXPECT_EQ(plan.sumOut[static_cast<size_t>(g.tensor(products).producer)], ds);
+  EXPECT_EQ(role(ds), Role::kAbsorbed);
+  EXPECT_EQ(role(scaled), Role::kAbsorbed);
+  EXPECT_EQ(role(spread), Role::kAbsorbed);
+  EXPECT_EQ(role(dx), Role::kElementwiseChain);
+  EXPECT_EQ(role(shifted), Role::kElementwiseChain);
+  EXPECT_EQ(role(g.get("s_spread")), Role::kAbsorbed);
+  for (int t : {products, scaled, spread, g.get("s_spread")})
+    EXPECT_TRUE(plan.elided[static_cast<size_t>(t)]) << g.tensor(t).name;
+  EXPECT_EQ(plan.absorbedOps, 4);
+
+  const size_t nFull = static_cast<size_t>(n * h * w * c), nC = static_cast<size_t>(n * c);
+  std::vector<float> dyv(nFull), xv(nFull), sv(nC), dpv(nC);
+  for (size_t i = 0; i < nFull; ++i) {
+    dyv[i] = std::sin(0.37f * static_cast<float>(i)) * 1.7f;
+    xv[i] = std::cos(0.11f * static_cast<float>(i)) + 0.25f;
+  }
+  for (size_t i = 0; i < nC; ++i) {
+    sv[i] = 0.5f + 0.4f * std::sin(0.9f * static_cast<float>(i));
+    dpv[i] = i % 5 == 0 ? -0.0f : 0.03f * static_cast<float>(i) - 0.6f;
+  }
+  // Op by op on the host: products rounded (stored before they are added, so that no
+  // multiply-add contracts), then summed over H, W in order.
+  const auto channel = [&](size_t i) {
+    return i / static_cast<size_t>(h * w * c) * static_cast<size_t>(c) + i % c;
+  };
+  std::vector<float> prod(nFull), scale(nFull);
+  for (size_t i = 0; i < nFull; ++i) {
+    prod[i] = dyv[i] * xv[i];
+    scale[i] = dyv[i] * sv[channel(i)];
+  }
+  std::vector<float> wantDs(nC, 0.0f), wantDx(nFull), wantShifted(nFull);
+  for (size_t i = 0; i < nFull; ++i) {
+    wantDs[channel(i)] += prod[i];
+    wantDx[i] = scale[i] + (dpv[channel(i)] + 0.0f);
+    wantShifted[i] = xv[i] + (sv[channel(i)] + 0.0f);
+  }
+  auto exe = std::make_shared<const Executable>(compile(g, Target::small(16, 1 << 22)));
+  for (EngineMode mode : {EngineMode::Fused, EngineMode::Tile}) {
+    Engine e(exe, mode);
+    std::vector<float> gotDs(nC), gotDx(nFull), gotShifted(nFull);
+    e.connectInput(exe->graph.get("dy"), dyv.data());
+    e.connectInput(exe->graph.get("x"), xv.data());
+    e.connectInput(exe->graph.get("s"), sv.data());
+    e.connectInput(exe->graph.get("dp"), dpv.data());
+    e.connectOutput(exe->graph.get("ds"), gotDs.data());
+    e.connectOutput(exe->graph.get("dx"), gotDx.data());
+    e.connectOutput(exe->graph.get("shifted"), gotShifted.data());
+    e.run();
+    EXPECT_EQ(gotDx, wantDx) << engineModeName(mode);
+    EXPECT_EQ(gotShifted, wantShifted) << engineModeName(mode);
+    if (mode == EngineMode::Fused) {
+      EXPECT_EQ(gotDs, wantDs);
+      EXPECT_EQ(e.hostFusedOps(), 4);
+    } else {
+      for (size_t i = 0; i < nC; ++i) EXPECT_NEAR(gotDs[i], wantDs[i], 1e-5f) << i;
+    }
+  }
+}
+
 // A bf16 add whose sum only a cast to f32 reads writes the widened sum itself (the sum never
 // written in bf16); one whose sum is also a graph output keeps its cast. Both engine modes give
 // float(bf16(a + b)) to the bit.
