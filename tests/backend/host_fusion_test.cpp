@@ -134,7 +134,7 @@ TEST(HostFusion, ResidualBlockFusesEveryBatchNormReluAndTheResidualAdd) {
   // bn1 + relu1; bn2's normalisation, the add and its relu in one pass (bn2 computes only its
   // statistics); relu1's backward into bn1's backward; the loss's two gradients of `out`
   // (out * out) summed into out's ReLU backward.
-  EXPECT_EQ(plan.absorbedOps, 4);
+  EXPECT_EQ(plan.absorbedOps, 6);
   EXPECT_TRUE(plan.elided[static_cast<size_t>(b.bn1)]);
   EXPECT_TRUE(plan.elided[static_cast<size_t>(b.bn2)]);
   EXPECT_TRUE(plan.elided[static_cast<size_t>(b.sum)]);
@@ -176,7 +176,7 @@ TEST(HostFusion, AKeptBatchNormOutputLeavesTheAddAndReluFused) {
   }
   EXPECT_EQ(addRelu, 1);
   EXPECT_EQ(statistics, 0);
-  EXPECT_EQ(plan.absorbedOps, 4);
+  EXPECT_EQ(plan.absorbedOps, 6);
 }
 
 // Two chained blocks: the gradient at the second block's input (its skip's plus its first
@@ -387,7 +387,11 @@ TEST(HostFusion, SqueezeExcitationGradientSumsAndBroadcastChain) {
   const int spread = B.broadcast(dp, full, "spread");
   const int dx = B.add(scaled, spread, "dx");
   const int shifted = B.add(x, B.broadcast(s, full, "s_spread"), "shifted");
-  for (int t : {ds, dx, shifted}) g.markOutput(t);
+  // Operands that repeat along the innermost dimension, and a link of two broadcast operands.
+  const int perPixel = B.input("t", {n, h, w, 1});
+  const int rowScaled = B.add(B.mul(x, perPixel, "pixel_scaled"), s, "row_scaled");
+  const int both = B.unary("neg", B.add(perPixel, s, "pixel_plus_channel"), "both");
+  for (int t : {ds, dx, shifted, rowScaled, both}) g.markOutput(t);
   const HostFusionPlan plan = planHostFusions(g);
   using Role = HostFusionPlan::Role;
   const auto role = [&](int t) { return plan.role[static_cast<size_t>(g.tensor(t).producer)]; };
@@ -399,12 +403,16 @@ TEST(HostFusion, SqueezeExcitationGradientSumsAndBroadcastChain) {
   EXPECT_EQ(role(dx), Role::kElementwiseChain);
   EXPECT_EQ(role(shifted), Role::kElementwiseChain);
   EXPECT_EQ(role(g.get("s_spread")), Role::kAbsorbed);
+  EXPECT_EQ(role(rowScaled), Role::kElementwiseChain);
+  EXPECT_EQ(role(both), Role::kElementwiseChain);
   for (int t : {products, scaled, spread, g.get("s_spread")})
     EXPECT_TRUE(plan.elided[static_cast<size_t>(t)]) << g.tensor(t).name;
-  EXPECT_EQ(plan.absorbedOps, 4);
+  EXPECT_EQ(plan.absorbedOps, 6);
 
   const size_t nFull = static_cast<size_t>(n * h * w * c), nC = static_cast<size_t>(n * c);
-  std::vector<float> dyv(nFull), xv(nFull), sv(nC), dpv(nC);
+  const size_t nPixels = static_cast<size_t>(n * h * w);
+  std::vector<float> dyv(nFull), xv(nFull), sv(nC), dpv(nC), tv(nPixels);
+  for (size_t i = 0; i < nPixels; ++i) tv[i] = 1.0f + 0.01f * static_cast<float>(i);
   for (size_t i = 0; i < nFull; ++i) {
     dyv[i] = std::sin(0.37f * static_cast<float>(i)) * 1.7f;
     xv[i] = std::cos(0.11f * static_cast<float>(i)) + 0.25f;
@@ -418,21 +426,28 @@ TEST(HostFusion, SqueezeExcitationGradientSumsAndBroadcastChain) {
   const auto channel = [&](size_t i) {
     return i / static_cast<size_t>(h * w * c) * static_cast<size_t>(c) + i % c;
   };
-  std::vector<float> prod(nFull), scale(nFull);
+  std::vector<float> prod(nFull), scale(nFull), pixelScaled(nFull);
   for (size_t i = 0; i < nFull; ++i) {
     prod[i] = dyv[i] * xv[i];
     scale[i] = dyv[i] * sv[channel(i)];
+    pixelScaled[i] = xv[i] * tv[i / static_cast<size_t>(c)];
   }
-  std::vector<float> wantDs(nC, 0.0f), wantDx(nFull), wantShifted(nFull);
+  std::vector<float> wantDs(nC, 0.0f), wantDx(nFull), wantShifted(nFull), wantRow(nFull),
+      wantBoth(nFull);
   for (size_t i = 0; i < nFull; ++i) {
     wantDs[channel(i)] += prod[i];
     wantDx[i] = scale[i] + (dpv[channel(i)] + 0.0f);
     wantShifted[i] = xv[i] + (sv[channel(i)] + 0.0f);
+    wantRow[i] = pixelScaled[i] + sv[channel(i)];
+    wantBoth[i] = -(tv[i / static_cast<size_t>(c)] + sv[channel(i)]);
   }
   auto exe = std::make_shared<const Executable>(compile(g, Target::small(16, 1 << 22)));
   for (EngineMode mode : {EngineMode::Fused, EngineMode::Tile}) {
     Engine e(exe, mode);
-    std::vector<float> gotDs(nC), gotDx(nFull), gotShifted(nFull);
+    std::vector<float> gotDs(nC), gotDx(nFull), gotShifted(nFull), gotRow(nFull), gotBoth(nFull);
+    e.connectInput(exe->graph.get("t"), tv.data());
+    e.connectOutput(exe->graph.get("row_scaled"), gotRow.data());
+    e.connectOutput(exe->graph.get("both"), gotBoth.data());
     e.connectInput(exe->graph.get("dy"), dyv.data());
     e.connectInput(exe->graph.get("x"), xv.data());
     e.connectInput(exe->graph.get("s"), sv.data());
@@ -443,9 +458,11 @@ TEST(HostFusion, SqueezeExcitationGradientSumsAndBroadcastChain) {
     e.run();
     EXPECT_EQ(gotDx, wantDx) << engineModeName(mode);
     EXPECT_EQ(gotShifted, wantShifted) << engineModeName(mode);
+    EXPECT_EQ(gotRow, wantRow) << engineModeName(mode);
+    EXPECT_EQ(gotBoth, wantBoth) << engineModeName(mode);
     if (mode == EngineMode::Fused) {
       EXPECT_EQ(gotDs, wantDs);
-      EXPECT_EQ(e.hostFusedOps(), 4);
+      EXPECT_EQ(e.hostFusedOps(), 6);
     } else {
       for (size_t i = 0; i < nC; ++i) EXPECT_NEAR(gotDs[i], wantDs[i], 1e-5f) << i;
     }
@@ -546,7 +563,7 @@ TEST(HostFusion, ElementwiseChainRunsAsOneLoopWithTileModesValues) {
   EXPECT_EQ(plan.role[static_cast<size_t>(g.tensor(keptRoot).producer)],
             HostFusionPlan::Role::kNone);
   EXPECT_FALSE(plan.elided[static_cast<size_t>(kept)]);
-  EXPECT_EQ(plan.absorbedOps, 4);
+  EXPECT_EQ(plan.absorbedOps, 6);
 
   std::vector<float> ms(n), vs(n), ws(n);
   for (i64 i = 0; i < n; ++i) {
