@@ -27,6 +27,11 @@ std::vector<int> HostFusionPlan::inputsOf(const Op& op) const {
     case Role::kBatchNormReluBackward: {
       std::vector<int> in = op.inputs;
       in[1] = reluGradIn[op.id];  // the relu's gradient replaces the batch norm's dy
+      if (perSampleDy[op.id] >= 0) {
+        in[1] = perSampleDy[op.id];
+        in.push_back(perSampleScale[op.id]);
+        in.push_back(perSampleShift[op.id]);
+      }
       return in;
     }
     case Role::kAddReluBackward:
@@ -170,6 +175,59 @@ void planElementwiseChains(const Graph& g, HostFusionPlan& p, SoleReader soleRea
     p.role[static_cast<size_t>(chain.back())] = Role::kElementwiseChain;
     p.chain[static_cast<size_t>(chain.back())] = chain;
     p.chainInputs[static_cast<size_t>(chain.back())] = read;
+  }
+}
+
+// A batch norm + swish backward whose dy (the swish gradient's dy) only that gradient reads and
+// a chain writes as mul(dy', scale) -> add(link, broadcast op(shift)), scale and shift
+// [N, 1, ..., 1, C] against dy [N, ..., C] (host_fusion.h): the chain moves into the batch
+// norm's first pass, unless an op between them updates in place what the chain reads.
+template <typename SoleReader>
+void planPerSampleDy(const Graph& g, HostFusionPlan& p, SoleReader soleReader) {
+  using Role = HostFusionPlan::Role;
+  auto perSample = [&](int t, const Shape& full) {
+    const Shape& s = g.tensor(t).shape;
+    if (s.size() != full.size() || s.size() < 2 || s.front() != full.front() ||
+        s.back() != full.back())
+      return false;
+    return std::all_of(s.begin() + 1, s.end() - 1, [](i64 d) { return d == 1; });
+  };
+  for (const Op& bwd : g.ops()) {
+    if (p.role[bwd.id] != Role::kBatchNormReluBackward || !p.swish[bwd.id]) continue;
+    const int dy = p.reluGradIn[bwd.id];
+    const int last = g.tensor(dy).producer;
+    const Shape& full = g.tensor(dy).shape;
+    if (last < 0 || p.role[static_cast<size_t>(last)] != Role::kElementwiseChain ||
+        !soleReader(dy) || p.chain[static_cast<size_t>(last)].size() != 2)
+      continue;
+    const Op& mul = g.op(p.chain[static_cast<size_t>(last)][0]);
+    const Op& add = g.op(last);
+    if (!isFn(mul, OpKind::Binary, "mul") || !isFn(add, OpKind::Binary, "add") ||
+        g.tensor(mul.outputs[0]).shape != full)
+      continue;
+    const int link = mul.outputs[0];
+    int scaled = mul.inputs[0], scale = mul.inputs[1];
+    if (g.tensor(scale).shape == full) std::swap(scaled, scale);
+    const int spread = add.inputs[0] == link ? add.inputs[1] : add.inputs[0];
+    if (g.tensor(scaled).shape != full || !perSample(scale, full) ||
+        !p.elided[static_cast<size_t>(spread)] || g.tensor(spread).producer < 0)
+      continue;
+    const Op& broadcast = g.op(g.tensor(spread).producer);
+    if (broadcast.kind != OpKind::Broadcast || !perSample(broadcast.inputs[0], full)) continue;
+    const int shift = broadcast.inputs[0];
+    bool clobbered = false;
+    for (int id = last + 1; id < bwd.id && !clobbered; ++id)
+      for (int i : opDef(g.op(id).kind).writesInputs) {
+        const int w = g.op(id).inputs[static_cast<size_t>(i)];
+        clobbered = clobbered || w == scaled || w == scale || w == shift;
+      }
+    if (clobbered) continue;
+    p.role[static_cast<size_t>(last)] = Role::kAbsorbed;
+    p.elided[static_cast<size_t>(dy)] = true;
+    ++p.absorbedOps;
+    p.perSampleDy[bwd.id] = scaled;
+    p.perSampleScale[bwd.id] = scale;
+    p.perSampleShift[bwd.id] = shift;
   }
 }
 
@@ -348,6 +406,9 @@ HostFusionPlan planHostFusions(const Graph& g, const HostFusionOptions& options)
   p.sumOut.assign(nOps, -1);
   p.widenOut.assign(nOps, -1);
   p.swish.assign(nOps, false);
+  p.perSampleDy.assign(nOps, -1);
+  p.perSampleScale.assign(nOps, -1);
+  p.perSampleShift.assign(nOps, -1);
   p.chain.assign(nOps, {});
   p.chainInputs.assign(nOps, {});
   p.group.assign(nOps, {});
@@ -570,6 +631,7 @@ HostFusionPlan planHostFusions(const Graph& g, const HostFusionOptions& options)
   }
   planUpdateGroups(g, p, output, options);
   planElementwiseChains(g, p, soleReader);
+  planPerSampleDy(g, p, soleReader);
   planWidenedOutputs(g, p, soleReader);
   return p;
 }

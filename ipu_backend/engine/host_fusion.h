@@ -43,6 +43,12 @@
 //                                     tensor is never written nor read (BERT's tied word
 //                                     embeddings: their two bf16 gradients' sum, cast for
 //                                     LAMB)
+//   chain -> swish_grad -> batch_norm_backward
+//                                     a batch norm + swish backward whose dy is an elementwise
+//                                     chain dy' * scale + broadcast(shift), scale and shift
+//                                     [N, 1, ..., 1, C] (the squeeze-excitation gradient): the
+//                                     backward's first pass forms dy itself, which is never
+//                                     written; f32
 //   square -> reduce sum              sum(x^2) over the whole tensor in one read of x (the
 //                                     squares are never written): the optimizers' norms
 //                                     (LAMB's trust ratio and global gradient clip, LARS); f32
@@ -108,6 +114,10 @@ struct HostFusionPlan {
   // per op id: kBatchNormRelu / kBatchNormReluBackward whose activation is a swish, not a ReLU
   // (reluOut: the swish's output; reluGradIn: the swish gradient's dy)
   std::vector<bool> swish;
+  // per op id: kBatchNormReluBackward (swish) whose dy was a chain (absorbed) computing
+  // perSampleDy * perSampleScale + broadcast(perSampleShift) (+ 0, as the broadcast op): the
+  // three tensors, or -1.
+  std::vector<int> perSampleDy, perSampleScale, perSampleShift;
   // per op id: kElementwiseChain: the chain's ops in program order (this op last); each op's
   // output is the next one's input, and only that.
   std::vector<std::vector<int>> chain;

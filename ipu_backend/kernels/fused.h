@@ -179,12 +179,23 @@ class BatchNormForwardInference {
 // Backward of training-mode batch norm: dx, dgamma (= sumDyXhat), dbeta (= sumDy). With
 // `BatchNormRelu::kFused`, dy is the gradient of relu(batch norm(x)) and `workspace` what the
 // fused forward wrote: the ReLU backward happens inside the same pass.
+// With kSwish, dy may be given per sample as dy' * scale + shift, scale and shift [N, C] for
+// samples of rowsPerSample rows (EfficientNet's squeeze-excitation gradient: dy' the scaled
+// tensor's gradient, shift the pooling's): each product and sum rounded as the separate ops
+// round them, the same bits as a dy computed first.
+struct PerSampleDy {
+  const float* scale = nullptr;
+  const float* shift = nullptr;
+  i64 rowsPerSample = 0;
+};
+
 class BatchNormBackward {
  public:
   BatchNormBackward(i64 rows, i64 c, float eps, BatchNormRelu relu = BatchNormRelu::kNone);
   ~BatchNormBackward();
   void run(const float* x, const float* dy, const float* gamma, const float* mean, const float* var,
-           float* dx, float* dgamma, float* dbeta, const void* workspace = nullptr);
+           float* dx, float* dgamma, float* dbeta, const void* workspace = nullptr,
+           const PerSampleDy& perSample = {});
 
  private:
   struct Impl;

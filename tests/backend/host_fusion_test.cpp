@@ -134,7 +134,7 @@ TEST(HostFusion, ResidualBlockFusesEveryBatchNormReluAndTheResidualAdd) {
   // bn1 + relu1; bn2's normalisation, the add and its relu in one pass (bn2 computes only its
   // statistics); relu1's backward into bn1's backward; the loss's two gradients of `out`
   // (out * out) summed into out's ReLU backward.
-  EXPECT_EQ(plan.absorbedOps, 6);
+  EXPECT_EQ(plan.absorbedOps, 4);
   EXPECT_TRUE(plan.elided[static_cast<size_t>(b.bn1)]);
   EXPECT_TRUE(plan.elided[static_cast<size_t>(b.bn2)]);
   EXPECT_TRUE(plan.elided[static_cast<size_t>(b.sum)]);
@@ -176,7 +176,7 @@ TEST(HostFusion, AKeptBatchNormOutputLeavesTheAddAndReluFused) {
   }
   EXPECT_EQ(addRelu, 1);
   EXPECT_EQ(statistics, 0);
-  EXPECT_EQ(plan.absorbedOps, 6);
+  EXPECT_EQ(plan.absorbedOps, 4);
 }
 
 // Two chained blocks: the gradient at the second block's input (its skip's plus its first
@@ -240,7 +240,9 @@ TEST(HostFusion, AGraphOutputBetweenTheOpsKeepsThePairUnfused) {
 // EfficientNet's conv -> batch norm -> swish, twice (the second swish feeds the loss): each
 // batch norm writes swish(y) and its backward applies swish'(y) itself (y and the swish's
 // gradient never written); a step equals tile mode's. With y a graph output, nothing fuses.
-Block swishBlock(bool keepBnOutput) {
+// squeezeExcite: the first swish's output scaled by sigmoid(its spatial mean) per sample and
+// channel, as EfficientNet's squeeze-excitation (without its two 1x1 convolutions).
+Block swishBlock(bool keepBnOutput, bool squeezeExcite = false) {
   Block b;
   Builder B(b.g);
   const i64 n = 4, h = 6, w = 6, c = 8;
@@ -255,6 +257,10 @@ Block swishBlock(bool keepBnOutput) {
                                                  1e-5, std::string("bn") + k);
     if (b.bn1 < 0) b.bn1 = bn.y;
     in = B.unary("swish", bn.y, std::string("swish") + k);
+    if (squeezeExcite && b.sum < 0) {
+      const int pooled = B.reduceMean(in, {1, 2}, true, "se_pool");
+      b.sum = in = B.mul(in, B.unary("sigmoid", pooled, "se_gate"), "se_scaled");
+    }
   }
   b.loss = B.reduceMean(B.mul(in, in), {0, 1, 2, 3}, false, "loss");
   b.g.markOutput(b.loss);
@@ -297,6 +303,32 @@ TEST(HostFusion, BatchNormSwishAndItsBackwardFuseAndEqualTileMode) {
   EXPECT_EQ(keptPlan.role[static_cast<size_t>(keptBn)], Role::kNone);
   EXPECT_FALSE(keptPlan.swish[static_cast<size_t>(keptBn)]);
   expectFusedStepsEqualTileMode(kept, keptPlan.absorbedOps);
+}
+
+// The squeeze-excitation gradient's sums run as one pass over dy' and x, and its
+// dy = dy' * gate + broadcast(pool gradient) is formed inside the first batch norm + swish
+// backward (the chain absorbed, dy never written); three steps equal tile mode's.
+TEST(HostFusion, SqueezeExcitationGradientFormsTheSwishBackwardsDy) {
+  using Role = HostFusionPlan::Role;
+  kernels::fused::setNumThreads(2);
+  const Block b = swishBlock(false, true);
+  const HostFusionPlan plan = planHostFusions(b.g);
+  int perSample = 0, mulSums = 0;
+  for (const Op& op : b.g.ops()) {
+    const auto id = static_cast<size_t>(op.id);
+    if (op.kind == OpKind::BatchNormBackward && plan.perSampleDy[id] >= 0) {
+      EXPECT_EQ(plan.role[id], Role::kBatchNormReluBackward);
+      EXPECT_EQ(b.g.tensor(plan.perSampleScale[id]).name, "se_gate");
+      EXPECT_TRUE(plan.elided[static_cast<size_t>(plan.reluGradIn[id])]);
+      EXPECT_EQ(plan.role[static_cast<size_t>(b.g.tensor(plan.reluGradIn[id]).producer)],
+                Role::kAbsorbed);
+      ++perSample;
+    }
+    if (plan.role[id] == Role::kMulReduceSum) ++mulSums;
+  }
+  EXPECT_EQ(perSample, 1);
+  EXPECT_EQ(mulSums, 1);
+  expectFusedStepsEqualTileMode(b, plan.absorbedOps);
 }
 
 TEST(HostFusion, FusedTrainingStepsEqualTileMode) {
@@ -563,7 +595,7 @@ TEST(HostFusion, ElementwiseChainRunsAsOneLoopWithTileModesValues) {
   EXPECT_EQ(plan.role[static_cast<size_t>(g.tensor(keptRoot).producer)],
             HostFusionPlan::Role::kNone);
   EXPECT_FALSE(plan.elided[static_cast<size_t>(kept)]);
-  EXPECT_EQ(plan.absorbedOps, 6);
+  EXPECT_EQ(plan.absorbedOps, 4);
 
   std::vector<float> ms(n), vs(n), ws(n);
   for (i64 i = 0; i < n; ++i) {
