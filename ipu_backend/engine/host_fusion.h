@@ -24,10 +24,14 @@
 //                                     shortcut's batch norm folds in the same way
 //   elementwise chains                unary / binary ops, each the sole reader of the one
 //                                     before, over the same elements (other operands: tensors
-//                                     of those elements or single values): one loop over
+//                                     of those elements, single values, or a binary op's
+//                                     operand that broadcasts to its result): one loop over
 //                                     cache-sized chunks at the last op, the links never
 //                                     written (the optimizers' update arithmetic: LAMB's
-//                                     v / c2 -> sqrt -> + eps, g^2 -> the v update); an
+//                                     v / c2 -> sqrt -> + eps, g^2 -> the v update; the
+//                                     squeeze-excitation gradient dy * gate + pool gradient);
+//                                     a broadcast op whose result only a member reads is
+//                                     absorbed (read broadcast, never written); an
 //                                     apply_update adding the last link may end one; f32
 //   update groups                     an optimizer's per-weight arithmetic: the elementwise
 //                                     ops over one weight's elements, its in-place state
