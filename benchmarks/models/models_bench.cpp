@@ -103,8 +103,9 @@ void maybePrintProfile(Engine& engine, const std::string& what) {
   std::fprintf(stderr, "  slowest ops:\n");
   for (size_t i = 0; i < std::min(shown, ops.size()); ++i) {
     const Op& op = g.op(ops[i]);
-    std::fprintf(stderr, "  %8.2f ms  %s -> %s %s\n", sec[op.id] / kSteps * 1e3,
-                 std::string(opName(op.kind)).c_str(),
+    std::string kind(opName(op.kind));
+    if (op.attrs.has("fn")) kind += ":" + op.attrs.getString("fn");
+    std::fprintf(stderr, "  %8.2f ms  %s -> %s %s\n", sec[op.id] / kSteps * 1e3, kind.c_str(),
                  op.outputs.empty() ? "" : g.tensor(op.outputs[0]).name.c_str(),
                  op.outputs.empty() ? "" : shapeStr(g.tensor(op.outputs[0]).shape).c_str());
   }

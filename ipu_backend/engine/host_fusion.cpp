@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <optional>
 
+#include "ipu_backend/compiler/op_shapes.h"
 #include "ipu_backend/ir/op_defs.h"
+#include "ipu_backend/kernels/fused.h"
 
 namespace ipu {
 namespace {
@@ -25,6 +27,11 @@ std::vector<int> HostFusionPlan::inputsOf(const Op& op) const {
     case Role::kBatchNormReluBackward: {
       std::vector<int> in = op.inputs;
       in[1] = reluGradIn[op.id];  // the relu's gradient replaces the batch norm's dy
+      if (perSampleDy[op.id] >= 0) {
+        in[1] = perSampleDy[op.id];
+        in.push_back(perSampleScale[op.id]);
+        in.push_back(perSampleShift[op.id]);
+      }
       return in;
     }
     case Role::kAddReluBackward:
@@ -51,6 +58,7 @@ std::vector<int> HostFusionPlan::outputsOf(const Op& op) const {
     case Role::kAddBatchNormRelu:
       return {reluOut[op.id]};
     case Role::kSquareSum:
+    case Role::kMulReduceSum:
       return {sumOut[op.id]};
     case Role::kWidenedOutput:
       return {widenOut[op.id]};
@@ -65,10 +73,13 @@ std::vector<int> HostFusionPlan::outputsOf(const Op& op) const {
 
 namespace {
 
-// Chains of f32 unary / binary ops over n elements (operands: n elements or one value), each
-// op the sole reader of the previous one's output, none already fused; an apply_update that
-// adds the last link into its target may end one. The chain runs at its
-// last op, so no op between its first and last may update in place a tensor the chain reads.
+// Chains of f32 unary / binary ops over n elements (operands: n elements, one value, or a
+// binary op's operand that broadcasts to its result), each op the sole reader of the previous
+// one's output, none already fused; an apply_update that adds the last link into its target
+// may end one. A broadcast op whose result only a member reads is absorbed: the member reads
+// its input broadcast (a chain of one op then fuses too). The chain runs at its last op, so no
+// op between its first and last (or an absorbed broadcast and the last) may update in place a
+// tensor the chain reads.
 template <typename SoleReader>
 void planElementwiseChains(const Graph& g, HostFusionPlan& p, SoleReader soleReader) {
   using Role = HostFusionPlan::Role;
@@ -80,10 +91,22 @@ void planElementwiseChains(const Graph& g, HostFusionPlan& p, SoleReader soleRea
     if (y.dtype != DType::F32 || (n >= 0 && y.elements() != n)) return false;
     for (int t : op.inputs) {
       const Tensor& x = g.tensor(t);
-      if (x.dtype != DType::F32 || (x.elements() != y.elements() && x.elements() != 1))
+      // A binary op's operand of fewer elements broadcasts to its result (inferred so).
+      if (x.dtype != DType::F32 ||
+          (x.elements() != y.elements() && x.elements() != 1 && op.kind != OpKind::Binary))
         return false;
     }
     return true;
+  };
+  // The f32 broadcast op whose result `t` only `reader` reads, or nullptr.
+  auto absorbableBroadcast = [&](int t, const Op& reader) -> const Op* {
+    const int producer = g.tensor(t).producer;
+    if (producer < 0 || soleReader(t) != &reader) return nullptr;
+    const Op& b = g.op(producer);
+    if (b.kind != OpKind::Broadcast || p.role[b.id] != Role::kNone ||
+        g.tensor(b.inputs[0]).dtype != DType::F32 || g.tensor(t).dtype != DType::F32)
+      return nullptr;
+    return &b;
   };
   // apply_update (in place on its target) ends a chain whose link is one of its addends.
   auto endsChain = [&](const Op& op, int link, i64 n) {
@@ -121,7 +144,29 @@ void planElementwiseChains(const Graph& g, HostFusionPlan& p, SoleReader soleRea
         if (t != last.outputs[0]) read.push_back(t);
       if (next->kind == OpKind::ApplyUpdate) break;
     }
-    if (chain.size() < 2) continue;
+    // Broadcast ops feeding the members, unless an op between one and the chain's last op
+    // updates in place what it reads.
+    std::vector<const Op*> broadcasts;
+    for (int id : chain) {
+      const Op& op = g.op(id);
+      if (op.kind != OpKind::Binary) continue;
+      for (int t : op.inputs) {
+        const Op* b = absorbableBroadcast(t, op);
+        bool clobbered = false;
+        for (int k = b ? b->id + 1 : chain.back(); k < chain.back() && !clobbered; ++k)
+          for (int w : writes(g.op(k))) clobbered = clobbered || w == b->inputs[0];
+        if (b && !clobbered &&
+            std::find(broadcasts.begin(), broadcasts.end(), b) == broadcasts.end())
+          broadcasts.push_back(b);
+      }
+    }
+    if (chain.size() < 2 && broadcasts.empty()) continue;
+    for (const Op* b : broadcasts) {
+      p.role[static_cast<size_t>(b->id)] = Role::kAbsorbed;
+      p.elided[static_cast<size_t>(b->outputs[0])] = true;
+      ++p.absorbedOps;
+      std::replace(read.begin(), read.end(), b->outputs[0], b->inputs[0]);
+    }
     for (size_t i = 0; i + 1 < chain.size(); ++i) {
       p.role[static_cast<size_t>(chain[i])] = Role::kAbsorbed;
       p.elided[static_cast<size_t>(g.op(chain[i]).outputs[0])] = true;
@@ -130,6 +175,59 @@ void planElementwiseChains(const Graph& g, HostFusionPlan& p, SoleReader soleRea
     p.role[static_cast<size_t>(chain.back())] = Role::kElementwiseChain;
     p.chain[static_cast<size_t>(chain.back())] = chain;
     p.chainInputs[static_cast<size_t>(chain.back())] = read;
+  }
+}
+
+// A batch norm + swish backward whose dy (the swish gradient's dy) only that gradient reads and
+// a chain writes as mul(dy', scale) -> add(link, broadcast op(shift)), scale and shift
+// [N, 1, ..., 1, C] against dy [N, ..., C] (host_fusion.h): the chain moves into the batch
+// norm's first pass, unless an op between them updates in place what the chain reads.
+template <typename SoleReader>
+void planPerSampleDy(const Graph& g, HostFusionPlan& p, SoleReader soleReader) {
+  using Role = HostFusionPlan::Role;
+  auto perSample = [&](int t, const Shape& full) {
+    const Shape& s = g.tensor(t).shape;
+    if (s.size() != full.size() || s.size() < 2 || s.front() != full.front() ||
+        s.back() != full.back())
+      return false;
+    return std::all_of(s.begin() + 1, s.end() - 1, [](i64 d) { return d == 1; });
+  };
+  for (const Op& bwd : g.ops()) {
+    if (p.role[bwd.id] != Role::kBatchNormReluBackward || !p.swish[bwd.id]) continue;
+    const int dy = p.reluGradIn[bwd.id];
+    const int last = g.tensor(dy).producer;
+    const Shape& full = g.tensor(dy).shape;
+    if (last < 0 || p.role[static_cast<size_t>(last)] != Role::kElementwiseChain ||
+        !soleReader(dy) || p.chain[static_cast<size_t>(last)].size() != 2)
+      continue;
+    const Op& mul = g.op(p.chain[static_cast<size_t>(last)][0]);
+    const Op& add = g.op(last);
+    if (!isFn(mul, OpKind::Binary, "mul") || !isFn(add, OpKind::Binary, "add") ||
+        g.tensor(mul.outputs[0]).shape != full)
+      continue;
+    const int link = mul.outputs[0];
+    int scaled = mul.inputs[0], scale = mul.inputs[1];
+    if (g.tensor(scale).shape == full) std::swap(scaled, scale);
+    const int spread = add.inputs[0] == link ? add.inputs[1] : add.inputs[0];
+    if (g.tensor(scaled).shape != full || !perSample(scale, full) ||
+        !p.elided[static_cast<size_t>(spread)] || g.tensor(spread).producer < 0)
+      continue;
+    const Op& broadcast = g.op(g.tensor(spread).producer);
+    if (broadcast.kind != OpKind::Broadcast || !perSample(broadcast.inputs[0], full)) continue;
+    const int shift = broadcast.inputs[0];
+    bool clobbered = false;
+    for (int id = last + 1; id < bwd.id && !clobbered; ++id)
+      for (int i : opDef(g.op(id).kind).writesInputs) {
+        const int w = g.op(id).inputs[static_cast<size_t>(i)];
+        clobbered = clobbered || w == scaled || w == scale || w == shift;
+      }
+    if (clobbered) continue;
+    p.role[static_cast<size_t>(last)] = Role::kAbsorbed;
+    p.elided[static_cast<size_t>(dy)] = true;
+    ++p.absorbedOps;
+    p.perSampleDy[bwd.id] = scaled;
+    p.perSampleScale[bwd.id] = scale;
+    p.perSampleShift[bwd.id] = shift;
   }
 }
 
@@ -308,6 +406,9 @@ HostFusionPlan planHostFusions(const Graph& g, const HostFusionOptions& options)
   p.sumOut.assign(nOps, -1);
   p.widenOut.assign(nOps, -1);
   p.swish.assign(nOps, false);
+  p.perSampleDy.assign(nOps, -1);
+  p.perSampleScale.assign(nOps, -1);
+  p.perSampleShift.assign(nOps, -1);
   p.chain.assign(nOps, {});
   p.chainInputs.assign(nOps, {});
   p.group.assign(nOps, {});
@@ -434,6 +535,23 @@ HostFusionPlan planHostFusions(const Graph& g, const HostFusionOptions& options)
     p.absorbedOps += 2;
   };
 
+  // mul (f32, same shapes) -> reduce sum over one run of axes with kept ones inside it: one
+  // pass, the products elided.
+  auto fuseMulReduceSum = [&](const Op& mul) {
+    const Shape& y = g.tensor(mul.outputs[0]).shape;
+    if (g.tensor(mul.inputs[0]).shape != y || g.tensor(mul.inputs[1]).shape != y) return;
+    const Op* sum = soleReader(mul.outputs[0]);
+    if (!sum || opName(sum->kind) != "reduce" || sum->attrs.getString("fn") != "sum" ||
+        !all(*sum, DType::F32) || p.role[sum->id] != Role::kNone ||
+        !kernels::fused::mulReduceSumRuns(reduceShapeOf(g, *sum)))
+      return;
+    p.role[mul.id] = Role::kMulReduceSum;
+    p.sumOut[mul.id] = sum->outputs[0];
+    p.role[sum->id] = Role::kAbsorbed;
+    p.elided[static_cast<size_t>(mul.outputs[0])] = true;
+    ++p.absorbedOps;
+  };
+
   for (const Op& op : g.ops()) {  // producers come before consumers
     if (op.kind == OpKind::BatchNormTrain) {
       if (auto d = batchNormDtype(op)) fuseRelu(op, Role::kBatchNormRelu, *d);
@@ -482,6 +600,8 @@ HostFusionPlan planHostFusions(const Graph& g, const HostFusionOptions& options)
       p.role[sum->id] = Role::kAbsorbed;
       p.elided[static_cast<size_t>(op.outputs[0])] = true;
       ++p.absorbedOps;
+    } else if (isFn(op, OpKind::Binary, "mul") && all(op, DType::F32)) {
+      fuseMulReduceSum(op);
     } else if (op.kind == OpKind::BatchNormBackward) {
       const auto d = batchNormDtype(op);
       if (!d || !options.stateFromForwardToBackward) continue;
@@ -511,6 +631,7 @@ HostFusionPlan planHostFusions(const Graph& g, const HostFusionOptions& options)
   }
   planUpdateGroups(g, p, output, options);
   planElementwiseChains(g, p, soleReader);
+  planPerSampleDy(g, p, soleReader);
   planWidenedOutputs(g, p, soleReader);
   return p;
 }

@@ -24,10 +24,14 @@
 //                                     shortcut's batch norm folds in the same way
 //   elementwise chains                unary / binary ops, each the sole reader of the one
 //                                     before, over the same elements (other operands: tensors
-//                                     of those elements or single values): one loop over
+//                                     of those elements, single values, or a binary op's
+//                                     operand that broadcasts to its result): one loop over
 //                                     cache-sized chunks at the last op, the links never
 //                                     written (the optimizers' update arithmetic: LAMB's
-//                                     v / c2 -> sqrt -> + eps, g^2 -> the v update); an
+//                                     v / c2 -> sqrt -> + eps, g^2 -> the v update; the
+//                                     squeeze-excitation gradient dy * gate + pool gradient);
+//                                     a broadcast op whose result only a member reads is
+//                                     absorbed (read broadcast, never written); an
 //                                     apply_update adding the last link may end one; f32
 //   update groups                     an optimizer's per-weight arithmetic: the elementwise
 //                                     ops over one weight's elements, its in-place state
@@ -43,9 +47,19 @@
 //                                     tensor is never written nor read (BERT's tied word
 //                                     embeddings: their two bf16 gradients' sum, cast for
 //                                     LAMB)
+//   chain -> swish_grad -> batch_norm_backward
+//                                     a batch norm + swish backward whose dy is an elementwise
+//                                     chain dy' * scale + broadcast(shift), scale and shift
+//                                     [N, 1, ..., 1, C] (the squeeze-excitation gradient): the
+//                                     backward's first pass forms dy itself, which is never
+//                                     written; f32
 //   square -> reduce sum              sum(x^2) over the whole tensor in one read of x (the
 //                                     squares are never written): the optimizers' norms
 //                                     (LAMB's trust ratio and global gradient clip, LARS); f32
+//   mul -> reduce sum                 sum(a * b) over one run of axes with kept ones inside
+//                                     it, in one read of a and b (the products are never
+//                                     written): the squeeze-excitation scale's gradient,
+//                                     sum over H, W of dy * x; f32
 // The tensor between the two ops is never materialised (elided). A tensor that is a graph
 // output, or that any other op reads, keeps its pair unfused. Operands: f32; the batch-norm
 // pairs also in bf16 where the CPU has oneDNN's bf16 batch norm (`bf16BatchNorm`); add + relu
@@ -72,6 +86,8 @@ struct HostFusionPlan {
                              // `otherBn`: + addOther * a' + b', that op's map)
     kSquareSum,              // unary square writing the sum of its squares to `sumOut`
                              // (the reduce over all axes that alone reads them)
+    kMulReduceSum,           // binary mul writing the sums of its products to `sumOut`
+                             // (the reduce sum that alone reads them)
     kElementwiseChain,       // the last op of a chain: runs every op of `chain` chunk by chunk
     kUpdateGroup,            // the last op of an update group: runs every op of `group` chunk
                              // by chunk
@@ -96,11 +112,16 @@ struct HostFusionPlan {
   // x (1/32 of the bytes). reluBitsFrom: per op id, the writer (or -1); writesReluBits: per op.
   std::vector<int> reluBitsFrom;
   std::vector<bool> writesReluBits;
-  std::vector<int> sumOut;    // per op id: kSquareSum: the reduce's output (one element)
+  std::vector<int> sumOut;    // per op id: kSquareSum: the reduce's output (one element);
+                              // kMulReduceSum: the reduce's output
   std::vector<int> widenOut;  // per op id: kWidenedOutput: the cast's f32 output
   // per op id: kBatchNormRelu / kBatchNormReluBackward whose activation is a swish, not a ReLU
   // (reluOut: the swish's output; reluGradIn: the swish gradient's dy)
   std::vector<bool> swish;
+  // per op id: kBatchNormReluBackward (swish) whose dy was a chain (absorbed) computing
+  // perSampleDy * perSampleScale + broadcast(perSampleShift) (+ 0, as the broadcast op): the
+  // three tensors, or -1.
+  std::vector<int> perSampleDy, perSampleScale, perSampleShift;
   // per op id: kElementwiseChain: the chain's ops in program order (this op last); each op's
   // output is the next one's input, and only that.
   std::vector<std::vector<int>> chain;

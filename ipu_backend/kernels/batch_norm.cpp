@@ -221,7 +221,7 @@ namespace {
 template <BatchNormRelu kAct>
 void batchNormBackward(BackwardState& p, const float* x, const float* dy, const float* gamma,
                        const float* mean, const float* var, float* dx, float* dgamma, float* dbeta,
-                       const float* a, const float* b) {
+                       const float* a, const float* b, const PerSampleDy& perSample = {}) {
   const i64 rows = p.rows, c = p.c;
   auto gradAt = [=](i64 i, i64 ch) {
     if constexpr (kAct == BatchNormRelu::kFused)
@@ -233,10 +233,23 @@ void batchNormBackward(BackwardState& p, const float* x, const float* dy, const 
     if constexpr (kAct == BatchNormRelu::kSwish) {
       for (i64 r = r0; r < r1; ++r) {
         const i64 o = r * c;
+        const float* dyr = dy + o;
+        if (perSample.scale) {
+          // dy = dy' * scale + shift into dx first, each loop storing its rounded result (no
+          // multiply-add contracted), then dx = dy * swish' below in place.
+          const i64 n = r / perSample.rowsPerSample;
+          const float *sc = perSample.scale + n * c, *sh = perSample.shift + n * c;
+          float* g = dx + o;
+#pragma omp simd
+          for (i64 j = 0; j < c; ++j) g[j] = dyr[j] * sc[j];
+#pragma omp simd
+          for (i64 j = 0; j < c; ++j) g[j] = g[j] + sh[j];
+          dyr = g;
+        }
 #pragma omp simd
         for (i64 j = 0; j < c; ++j)
-          dx[o + j] = dy[o + j] * kernels::detail::unaryDerivative(UnaryKind::Swish, 1.0f,
-                                                                   std::fma(x[o + j], a[j], b[j]));
+          dx[o + j] = dyr[j] * kernels::detail::unaryDerivative(UnaryKind::Swish, 1.0f,
+                                                                std::fma(x[o + j], a[j], b[j]));
       }
     }
   };
@@ -279,8 +292,13 @@ void batchNormBackward(BackwardState& p, const float* x, const float* dy, const 
 
 void BatchNormBackward::run(const float* x, const float* dy, const float* gamma, const float* mean,
                             const float* var, float* dx, float* dgamma, float* dbeta,
-                            const void* workspace) {
+                            const void* workspace, const PerSampleDy& perSample) {
   Impl& p = *impl_;
+  if (perSample.scale && (!p.swish || !perSample.shift || perSample.rowsPerSample <= 0 ||
+                          p.rows % perSample.rowsPerSample != 0))
+    throw std::invalid_argument(
+        "BatchNormBackward: a per-sample dy needs the fused swish, a shift and rows that are "
+        "whole samples of rowsPerSample rows");
   if (!p.relu)
     return batchNormBackward<BatchNormRelu::kNone>(p, x, dy, gamma, mean, var, dx, dgamma, dbeta,
                                                    {}, {});
@@ -290,7 +308,7 @@ void BatchNormBackward::run(const float* x, const float* dy, const float* gamma,
   const float* a = static_cast<const float*>(workspace);
   if (p.swish)
     return batchNormBackward<BatchNormRelu::kSwish>(p, x, dy, gamma, mean, var, dx, dgamma, dbeta,
-                                                    a, a + p.c);
+                                                    a, a + p.c, perSample);
   batchNormBackward<BatchNormRelu::kFused>(p, x, dy, gamma, mean, var, dx, dgamma, dbeta, a,
                                            a + p.c);
 }

@@ -182,12 +182,23 @@ class BatchNormForwardInference {
 // Backward of training-mode batch norm: dx, dgamma (= sumDyXhat), dbeta (= sumDy). With
 // `BatchNormRelu::kFused`, dy is the gradient of relu(batch norm(x)) and `workspace` what the
 // fused forward wrote: the ReLU backward happens inside the same pass.
+// With kSwish, dy may be given per sample as dy' * scale + shift, scale and shift [N, C] for
+// samples of rowsPerSample rows (EfficientNet's squeeze-excitation gradient: dy' the scaled
+// tensor's gradient, shift the pooling's): each product and sum rounded as the separate ops
+// round them, the same bits as a dy computed first.
+struct PerSampleDy {
+  const float* scale = nullptr;
+  const float* shift = nullptr;
+  i64 rowsPerSample = 0;
+};
+
 class BatchNormBackward {
  public:
   BatchNormBackward(i64 rows, i64 c, float eps, BatchNormRelu relu = BatchNormRelu::kNone);
   ~BatchNormBackward();
   void run(const float* x, const float* dy, const float* gamma, const float* mean, const float* var,
-           float* dx, float* dgamma, float* dbeta, const void* workspace = nullptr);
+           float* dx, float* dgamma, float* dbeta, const void* workspace = nullptr,
+           const PerSampleDy& perSample = {});
 
  private:
   struct Impl;
@@ -286,6 +297,12 @@ void reduce(ReduceKind kind, const ReduceShape& s, const float* x, float* y);
 // Only where reduceBf16Runs(s): one run of reduced dimensions with kept ones inside it.
 bool reduceBf16Runs(const ReduceShape& s);
 void reduceBf16(ReduceKind kind, const ReduceShape& s, const std::uint16_t* x, float* y);
+// y = the sum of a * b (same shape) over s's reduced dimensions, the products never written:
+// reduce(Sum, s, a * b)'s bits (each product rounded, the sums in reduce()'s order). Only where
+// mulReduceSumRuns(s): one run of reduced dimensions with kept ones inside it (the
+// squeeze-excitation gradient's sum over H, W of [N, H, W, C]).
+bool mulReduceSumRuns(const ReduceShape& s);
+void mulReduceSum(const ReduceShape& s, const float* a, const float* b, float* y);
 void transpose(const std::vector<i64>& inDims, const std::vector<int>& perm, const float* x,
                float* y);
 void softmaxCrossEntropy(i64 n, i64 classes, float smoothing, const float* logits,

@@ -523,6 +523,61 @@ void reduceBf16(ReduceKind kind, const ReduceShape& s, const std::uint16_t* x, f
   reduceORI(kind, c.o, c.r, c.in, x, y, reduceScale(kind, s));
 }
 
+bool mulReduceSumRuns(const ReduceShape& s) {
+  return reduceBf16Runs(s);  // the same [O, R, I] view with I > 1
+}
+
+void mulReduceSum(const ReduceShape& s, const float* a, const float* b, float* y) {
+  const CollapsedReduce c(s);
+  if (c.reducedRuns != 1 || c.in == 1)
+    throw std::invalid_argument("mulReduceSum: only one run of reduced dimensions, not innermost");
+  const i64 o = c.o, r = c.r, in = c.in;
+  // reduceORI's sum over rows [r0, r1) of block ob, of x = a * b. Each row's products are
+  // stored before they are added, so that no multiply-add is contracted: the unfused ops round
+  // the product first.
+  auto accumulate = [&](i64 ob, i64 r0, i64 r1, float* acc, float* products) {
+    for (i64 j = r0; j < r1; ++j) {
+      const float* ra = a + (ob * r + j) * in;
+      const float* rb = b + (ob * r + j) * in;
+#pragma omp simd
+      for (i64 i = 0; i < in; ++i) products[i] = ra[i] * rb[i];
+#pragma omp simd
+      for (i64 i = 0; i < in; ++i) acc[i] += products[i];
+    }
+  };
+  const int nt = numThreads();
+  if (o >= nt || o * r * in < detail::kParallelMin || nt == 1) {
+    parallelRows(o, r * in, [&](i64 begin, i64 end) {
+      std::vector<float> products(static_cast<size_t>(in));
+      for (i64 ob = begin; ob < end; ++ob) {
+        float* acc = y + ob * in;
+        std::fill(acc, acc + in, 0.0f);
+        accumulate(ob, 0, r, acc, products.data());
+      }
+    });
+    return;
+  }
+  // Few outputs, long rows: per-thread partials combined in thread order, as reduceORI.
+  const i64 outElems = o * in;
+  float* part = scratch(static_cast<i64>(nt) * outElems);
+#pragma omp parallel num_threads(nt)
+  {
+    const i64 t = omp_get_thread_num(), tn = omp_get_num_threads();
+    float* mine = part + t * outElems;
+    std::fill(mine, mine + outElems, 0.0f);
+    std::vector<float> products(static_cast<size_t>(in));
+    const i64 r0 = r * t / tn, r1 = r * (t + 1) / tn;
+    for (i64 ob = 0; ob < o; ++ob) accumulate(ob, r0, r1, mine + ob * in, products.data());
+#pragma omp barrier
+    const i64 e0 = outElems * t / tn, e1 = outElems * (t + 1) / tn;
+    for (i64 i = e0; i < e1; ++i) {
+      float v = part[i];
+      for (i64 q = 1; q < tn; ++q) v += part[q * outElems + i];
+      y[i] = v;
+    }
+  }
+}
+
 void reduce(ReduceKind kind, const ReduceShape& s, const float* x, float* y) {
   const CollapsedReduce c(s);
   const std::vector<i64>& dims = c.dims;

@@ -315,6 +315,23 @@ std::function<void()> nativeBackward(const NativeFusedArgs& a) {
   const BatchNormRelu act = !relu                ? BatchNormRelu::kNone
                             : a.fusion.swish[id] ? BatchNormRelu::kSwish
                                                  : BatchNormRelu::kFused;
+  if (const int scaled = a.fusion.perSampleDy[id]; relu && scaled >= 0) {
+    // dy = scaled * scale + (shift + 0) per sample: the absorbed chain's ops (host_fusion.h),
+    // shift + 0 being its broadcast op's values.
+    const auto [rows, c] = rowsChannelsOf(a.g, op.inputs[0]);
+    const i64 samples = a.g.tensor(op.inputs[0]).shape.front();
+    auto k = std::make_shared<fz::BatchNormBackward>(rows, c, epsOf(op), act);
+    auto shifted = std::make_shared<std::vector<float>>(static_cast<size_t>(samples * c));
+    return [k, shifted, x = f32(a.in[0]), dy = f32(a.memory(scaled)),
+            scale = f32(a.memory(a.fusion.perSampleScale[id])),
+            shift = f32(a.memory(a.fusion.perSampleShift[id])), ga = f32(a.in[2]),
+            mean = f32(a.in[3]), var = f32(a.in[4]), dx = f32(a.out[0]), dga = f32(a.out[1]),
+            dbe = f32(a.out[2]), mask, rowsPerSample = rows / samples] {
+      float* z = shifted->data();
+      for (size_t j = 0; j < shifted->size(); ++j) z[j] = shift[j] + 0.0f;
+      k->run(x, dy, ga, mean, var, dx, dga, dbe, mask, {scale, z, rowsPerSample});
+    };
+  }
   return backwardF32(a.g, op, act, f32(a.in[0]), f32(dy), f32(a.in[2]), f32(a.in[3]), f32(a.in[4]),
                      f32(a.out[0]), f32(a.out[1]), f32(a.out[2]), mask);
 }

@@ -11,6 +11,8 @@
 // The gradient is the same op on dy (same key, same mask, same scale).
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "ipu_backend/ops/op_info.h"
 #include "ipu_backend/precision/stochastic_rounding.h"
 
@@ -39,9 +41,27 @@ void apply(const Params& p, const std::int32_t* key, const float* x, float* y, i
   const std::uint64_t seed =
       precision::deriveSeed(p.seed, static_cast<std::uint64_t>(static_cast<std::uint32_t>(key[0])));
   const i64 first = static_cast<i64>(key[1]) * p.perSample;  // this replica's first element
+  if (p.bySample) {
+    // One draw per sample, then a plain (vectorised) loop over the sample's elements in
+    // [b, e): the values of the per-element loop below, without a draw per element.
+    for (i64 i = b; i < e;) {
+      const i64 end = std::min(e, (i / p.perSample + 1) * p.perSample);
+      const i64 k = (first + i) / p.perSample;
+      float* out = y + (i - b);
+      const float* in = x + (i - b);
+      if (static_cast<std::uint32_t>(precision::srRandomBits(seed, k) >> 40) < p.threshold) {
+        std::fill(out, out + (end - i), 0.0f);
+      } else {
+        const float scale = p.scale;
+#pragma omp simd
+        for (i64 j = 0; j < end - i; ++j) out[j] = in[j] * scale;
+      }
+      i = end;
+    }
+    return;
+  }
   for (i64 i = b; i < e; ++i) {
-    const i64 k = p.bySample ? (first + i) / p.perSample : first + i;
-    const auto bits = static_cast<std::uint32_t>(precision::srRandomBits(seed, k) >> 40);
+    const auto bits = static_cast<std::uint32_t>(precision::srRandomBits(seed, first + i) >> 40);
     y[i - b] = bits < p.threshold ? 0.0f : x[i - b] * p.scale;
   }
 }

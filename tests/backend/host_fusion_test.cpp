@@ -240,7 +240,9 @@ TEST(HostFusion, AGraphOutputBetweenTheOpsKeepsThePairUnfused) {
 // EfficientNet's conv -> batch norm -> swish, twice (the second swish feeds the loss): each
 // batch norm writes swish(y) and its backward applies swish'(y) itself (y and the swish's
 // gradient never written); a step equals tile mode's. With y a graph output, nothing fuses.
-Block swishBlock(bool keepBnOutput) {
+// squeezeExcite: the first swish's output scaled by sigmoid(its spatial mean) per sample and
+// channel, as EfficientNet's squeeze-excitation (without its two 1x1 convolutions).
+Block swishBlock(bool keepBnOutput, bool squeezeExcite = false) {
   Block b;
   Builder B(b.g);
   const i64 n = 4, h = 6, w = 6, c = 8;
@@ -255,6 +257,10 @@ Block swishBlock(bool keepBnOutput) {
                                                  1e-5, std::string("bn") + k);
     if (b.bn1 < 0) b.bn1 = bn.y;
     in = B.unary("swish", bn.y, std::string("swish") + k);
+    if (squeezeExcite && b.sum < 0) {
+      const int pooled = B.reduceMean(in, {1, 2}, true, "se_pool");
+      b.sum = in = B.mul(in, B.unary("sigmoid", pooled, "se_gate"), "se_scaled");
+    }
   }
   b.loss = B.reduceMean(B.mul(in, in), {0, 1, 2, 3}, false, "loss");
   b.g.markOutput(b.loss);
@@ -297,6 +303,32 @@ TEST(HostFusion, BatchNormSwishAndItsBackwardFuseAndEqualTileMode) {
   EXPECT_EQ(keptPlan.role[static_cast<size_t>(keptBn)], Role::kNone);
   EXPECT_FALSE(keptPlan.swish[static_cast<size_t>(keptBn)]);
   expectFusedStepsEqualTileMode(kept, keptPlan.absorbedOps);
+}
+
+// The squeeze-excitation gradient's sums run as one pass over dy' and x, and its
+// dy = dy' * gate + broadcast(pool gradient) is formed inside the first batch norm + swish
+// backward (the chain absorbed, dy never written); three steps equal tile mode's.
+TEST(HostFusion, SqueezeExcitationGradientFormsTheSwishBackwardsDy) {
+  using Role = HostFusionPlan::Role;
+  kernels::fused::setNumThreads(2);
+  const Block b = swishBlock(false, true);
+  const HostFusionPlan plan = planHostFusions(b.g);
+  int perSample = 0, mulSums = 0;
+  for (const Op& op : b.g.ops()) {
+    const auto id = static_cast<size_t>(op.id);
+    if (op.kind == OpKind::BatchNormBackward && plan.perSampleDy[id] >= 0) {
+      EXPECT_EQ(plan.role[id], Role::kBatchNormReluBackward);
+      EXPECT_EQ(b.g.tensor(plan.perSampleScale[id]).name, "se_gate");
+      EXPECT_TRUE(plan.elided[static_cast<size_t>(plan.reluGradIn[id])]);
+      EXPECT_EQ(plan.role[static_cast<size_t>(b.g.tensor(plan.reluGradIn[id]).producer)],
+                Role::kAbsorbed);
+      ++perSample;
+    }
+    if (plan.role[id] == Role::kMulReduceSum) ++mulSums;
+  }
+  EXPECT_EQ(perSample, 1);
+  EXPECT_EQ(mulSums, 1);
+  expectFusedStepsEqualTileMode(b, plan.absorbedOps);
 }
 
 TEST(HostFusion, FusedTrainingStepsEqualTileMode) {
@@ -364,6 +396,108 @@ TEST(HostFusion, SquareThenSumIsOnePass) {
     EXPECT_NEAR(gotKept, want, 1e-5 * want) << engineModeName(mode);
     EXPECT_FLOAT_EQ(keptValues[7], xs[7] * xs[7]);
     EXPECT_EQ(e.hostFusedOps(), mode == EngineMode::Fused ? 1 : 0);
+  }
+}
+
+// The squeeze-excitation scale's gradient (EfficientNet): for y = x * s, s [N,1,1,C],
+// ds = sum over H, W of dy * x runs as one pass (the products never written), and
+// dx = dy * s + broadcast(dp) (the pooling's gradient) as one chain that reads s and dp
+// broadcast (the broadcast op absorbed, never written); an add of a broadcast op's result
+// alone fuses as a chain of one op. Fused mode gives the op-by-op values to the bit, tile mode
+// the same within rounding (its sums split over tiles).
+TEST(HostFusion, SqueezeExcitationGradientSumsAndBroadcastChain) {
+  kernels::fused::setNumThreads(2);
+  Graph g("se_gradient");
+  Builder B(g);
+  const i64 n = 3, h = 5, w = 7, c = 24;
+  const Shape full = {n, h, w, c}, perChannel = {n, 1, 1, c};
+  const int dy = B.input("dy", full), x = B.input("x", full);
+  const int s = B.input("s", perChannel), dp = B.input("dp", perChannel);
+  const int products = B.mul(dy, x, "products");
+  const int ds = B.reduceSum(products, {1, 2}, true, "ds");
+  const int scaled = B.mul(dy, s, "scaled");
+  const int spread = B.broadcast(dp, full, "spread");
+  const int dx = B.add(scaled, spread, "dx");
+  const int shifted = B.add(x, B.broadcast(s, full, "s_spread"), "shifted");
+  // Operands that repeat along the innermost dimension, and a link of two broadcast operands.
+  const int perPixel = B.input("t", {n, h, w, 1});
+  const int rowScaled = B.add(B.mul(x, perPixel, "pixel_scaled"), s, "row_scaled");
+  const int both = B.unary("neg", B.add(perPixel, s, "pixel_plus_channel"), "both");
+  for (int t : {ds, dx, shifted, rowScaled, both}) g.markOutput(t);
+  const HostFusionPlan plan = planHostFusions(g);
+  using Role = HostFusionPlan::Role;
+  const auto role = [&](int t) { return plan.role[static_cast<size_t>(g.tensor(t).producer)]; };
+  EXPECT_EQ(role(products), Role::kMulReduceSum);
+  EXPECT_EQ(plan.sumOut[static_cast<size_t>(g.tensor(products).producer)], ds);
+  EXPECT_EQ(role(ds), Role::kAbsorbed);
+  EXPECT_EQ(role(scaled), Role::kAbsorbed);
+  EXPECT_EQ(role(spread), Role::kAbsorbed);
+  EXPECT_EQ(role(dx), Role::kElementwiseChain);
+  EXPECT_EQ(role(shifted), Role::kElementwiseChain);
+  EXPECT_EQ(role(g.get("s_spread")), Role::kAbsorbed);
+  EXPECT_EQ(role(rowScaled), Role::kElementwiseChain);
+  EXPECT_EQ(role(both), Role::kElementwiseChain);
+  for (int t : {products, scaled, spread, g.get("s_spread")})
+    EXPECT_TRUE(plan.elided[static_cast<size_t>(t)]) << g.tensor(t).name;
+  EXPECT_EQ(plan.absorbedOps, 6);
+
+  const size_t nFull = static_cast<size_t>(n * h * w * c), nC = static_cast<size_t>(n * c);
+  const size_t nPixels = static_cast<size_t>(n * h * w);
+  std::vector<float> dyv(nFull), xv(nFull), sv(nC), dpv(nC), tv(nPixels);
+  for (size_t i = 0; i < nPixels; ++i) tv[i] = 1.0f + 0.01f * static_cast<float>(i);
+  for (size_t i = 0; i < nFull; ++i) {
+    dyv[i] = std::sin(0.37f * static_cast<float>(i)) * 1.7f;
+    xv[i] = std::cos(0.11f * static_cast<float>(i)) + 0.25f;
+  }
+  for (size_t i = 0; i < nC; ++i) {
+    sv[i] = 0.5f + 0.4f * std::sin(0.9f * static_cast<float>(i));
+    dpv[i] = i % 5 == 0 ? -0.0f : 0.03f * static_cast<float>(i) - 0.6f;
+  }
+  // Op by op on the host: products rounded (stored before they are added, so that no
+  // multiply-add contracts), then summed over H, W in order.
+  const auto channel = [&](size_t i) {
+    return i / static_cast<size_t>(h * w * c) * static_cast<size_t>(c) + i % c;
+  };
+  std::vector<float> prod(nFull), scale(nFull), pixelScaled(nFull);
+  for (size_t i = 0; i < nFull; ++i) {
+    prod[i] = dyv[i] * xv[i];
+    scale[i] = dyv[i] * sv[channel(i)];
+    pixelScaled[i] = xv[i] * tv[i / static_cast<size_t>(c)];
+  }
+  std::vector<float> wantDs(nC, 0.0f), wantDx(nFull), wantShifted(nFull), wantRow(nFull),
+      wantBoth(nFull);
+  for (size_t i = 0; i < nFull; ++i) {
+    wantDs[channel(i)] += prod[i];
+    wantDx[i] = scale[i] + (dpv[channel(i)] + 0.0f);
+    wantShifted[i] = xv[i] + (sv[channel(i)] + 0.0f);
+    wantRow[i] = pixelScaled[i] + sv[channel(i)];
+    wantBoth[i] = -(tv[i / static_cast<size_t>(c)] + sv[channel(i)]);
+  }
+  auto exe = std::make_shared<const Executable>(compile(g, Target::small(16, 1 << 22)));
+  for (EngineMode mode : {EngineMode::Fused, EngineMode::Tile}) {
+    Engine e(exe, mode);
+    std::vector<float> gotDs(nC), gotDx(nFull), gotShifted(nFull), gotRow(nFull), gotBoth(nFull);
+    e.connectInput(exe->graph.get("t"), tv.data());
+    e.connectOutput(exe->graph.get("row_scaled"), gotRow.data());
+    e.connectOutput(exe->graph.get("both"), gotBoth.data());
+    e.connectInput(exe->graph.get("dy"), dyv.data());
+    e.connectInput(exe->graph.get("x"), xv.data());
+    e.connectInput(exe->graph.get("s"), sv.data());
+    e.connectInput(exe->graph.get("dp"), dpv.data());
+    e.connectOutput(exe->graph.get("ds"), gotDs.data());
+    e.connectOutput(exe->graph.get("dx"), gotDx.data());
+    e.connectOutput(exe->graph.get("shifted"), gotShifted.data());
+    e.run();
+    EXPECT_EQ(gotDx, wantDx) << engineModeName(mode);
+    EXPECT_EQ(gotShifted, wantShifted) << engineModeName(mode);
+    EXPECT_EQ(gotRow, wantRow) << engineModeName(mode);
+    EXPECT_EQ(gotBoth, wantBoth) << engineModeName(mode);
+    if (mode == EngineMode::Fused) {
+      EXPECT_EQ(gotDs, wantDs);
+      EXPECT_EQ(e.hostFusedOps(), 6);
+    } else {
+      for (size_t i = 0; i < nC; ++i) EXPECT_NEAR(gotDs[i], wantDs[i], 1e-5f) << i;
+    }
   }
 }
 

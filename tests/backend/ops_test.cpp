@@ -509,6 +509,8 @@ void addRegisteredOpCases(std::vector<Case>& cs) {
   cs.push_back(selectCase());
   cs.push_back(dropoutCase("dropout", {6, 10}, 0.3, "element", {7, 0}));
   cs.push_back(dropoutCase("stochastic_depth", {8, 2, 2, 3}, 0.5, "sample", {3, 16}));
+  // Samples of 2,500 elements: the fused kernel's 4,096-element chunks end inside samples.
+  cs.push_back(dropoutCase("stochastic_depth_chunks", {4, 2500}, 0.5, "sample", {5, 2}));
   cs.push_back(maskedLmLossCase("masked_lm_loss", 7, {3, 0, 6, 2, 2, 5}));
   cs.push_back(maskedLmLossCase("masked_lm_loss_rows_across_tiles", 50, {3, 49, 0, 17}, 8192));
   cs.push_back(maskedSoftmaxCase("masked_softmax_bert_mask", {2, 3, 5, 5}, {2, 1, 1, 5}));

@@ -192,6 +192,34 @@ TEST_F(Fused, Bf16BinaryAndReduceEqualTheF32LoopsOnWidenedValues) {
   EXPECT_FALSE(fused::reduceBf16Runs(ReduceShape{xDims, {false, false, false, true}}));
 }
 
+// The sum of products over one run of reduced axes equals mul then reduce to the bit: each
+// product rounded before it is added, the sums in reduce()'s order, on one and two threads,
+// with several outputs per thread and with one output split into per-thread partials.
+TEST_F(Fused, MulReduceSumEqualsMulThenReduce) {
+  const std::vector<i64> seDims = {4, 7, 9, 24}, longDims = {1, 300, 64};
+  for (const auto& [dims, reduced] :
+       {std::pair{seDims, std::vector<bool>{false, true, true, false}},
+        std::pair{longDims, std::vector<bool>{false, true, false}}}) {
+    const ReduceShape s{dims, reduced};
+    ASSERT_TRUE(fused::mulReduceSumRuns(s));
+    const Vec a = randomVec(s.inElems(), 910), b = randomVec(s.inElems(), 911);
+    Vec products(a.size());
+    fused::binaryChunk(BinaryKind::Mul, a.data(), b.data(), products.data(),
+                       static_cast<i64>(a.size()));
+    for (int threads : {1, 2}) {
+      fused::setNumThreads(threads);
+      Vec want(static_cast<size_t>(s.outElems())), got(want.size(), -1.0f);
+      fused::reduce(ReduceKind::Sum, s, products.data(), want.data());
+      fused::mulReduceSum(s, a.data(), b.data(), got.data());
+      EXPECT_EQ(got, want) << dims.size() << "-d, " << threads << " threads";
+    }
+  }
+  EXPECT_FALSE(fused::mulReduceSumRuns(ReduceShape{seDims, {false, false, false, true}}));
+  EXPECT_THROW(fused::mulReduceSum(ReduceShape{seDims, {true, false, false, true}}, nullptr,
+                                   nullptr, nullptr),
+               std::invalid_argument);
+}
+
 // Our depthwise tap-table loop (detail::DepthwiseConv), both passes, against the reference:
 // four-register channel groups (72 = 4 x 16 + 8), one-register, 8- and 1-lane tails, strides 1
 // and 2 (the data gradient's taps skip the odd rows and columns), dilation, padding on one side
