@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -24,6 +26,28 @@
 
 namespace ipu {
 namespace {
+
+// Wall seconds of the compiler's phases on stderr when IPU_COMPILE_TIMES is set (profiling the
+// fit verdicts, which take seconds per IPU program).
+class PhaseTimer {
+ public:
+  explicit PhaseTimer(std::string program)
+      : program_(std::move(program)), on_(std::getenv("IPU_COMPILE_TIMES") != nullptr) {}
+  bool on() const { return on_; }
+  void lap(std::string_view phase) {
+    if (!on_) return;
+    const auto now = std::chrono::steady_clock::now();
+    std::fprintf(stderr, "compile %s: %.*s %.3f s\n", program_.c_str(),
+                 static_cast<int>(phase.size()), phase.data(),
+                 std::chrono::duration<double>(now - last_).count());
+    last_ = now;
+  }
+
+ private:
+  std::string program_;
+  bool on_;
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+};
 
 i64 ceilDiv(i64 a, i64 b) {
   return (a + b - 1) / b;
@@ -434,14 +458,24 @@ class Planner : public ops::PlanApi {
   }
 
   void run() {
+    PhaseTimer timer(g_.name());
     createTensorBuffers();
     for (const Op& op : g_.ops()) {
       exe_.opFirstComputeSet.push_back(static_cast<int>(exe_.computeSets.size()));
       planOp(op);
     }
+    if (timer.on()) {
+      size_t vertices = 0, windows = 0, slices = 0;
+      for (const ComputeSet& cs : exe_.computeSets)
+        for (const Vertex& v : cs.vertices) ++vertices, windows += v.inputs.size();
+      for (const auto& m : exe_.mapping) slices += m.size();
+      timer.lap(fmt::format("plan ops ({} compute sets, {} vertices, {} windows, {} slices)",
+                            exe_.computeSets.size(), vertices, windows, slices));
+    }
     buildProgram();
-    allocateArenas();
+    allocateArenas(timer);
     if (exe_.options.planExchanges) planExchanges();
+    timer.lap("exchanges");
   }
 
  private:
@@ -811,7 +845,7 @@ class Planner : public ops::PlanApi {
     return s;
   }
 
-  void allocateArenas() {
+  void allocateArenas(PhaseTimer& timer) {
     const int T = static_cast<int>(t_.numTiles);
     const int nCs = static_cast<int>(exe_.computeSets.size());
     const size_t nBuffers = exe_.buffers.size();
@@ -902,6 +936,7 @@ class Planner : public ops::PlanApi {
     for (const Tensor& t : g_.tensors())
       if (t.kind == TensorKind::Input) first[t.id] = -1;  // streamed in before the first set
     for (int o : g_.outputs()) last[o] = nCs;             // streamed out after the last set
+    timer.lap("windows: liveness and gathers");
 
     // Arena items: every buffer's slices, then one per owned gather window in compute-set and
     // vertex order (the placement's order of ties). Threads fill them side by side: each part of
@@ -1006,13 +1041,16 @@ class Planner : public ops::PlanApi {
                   std::count(codelets.begin() + static_cast<std::ptrdiff_t>(t * keys),
                              codelets.begin() + static_cast<std::ptrdiff_t>((t + 1) * keys), 1);
 
+    timer.lap("arena items, code and vertex state");
     exe_.arenaBytes.assign(T, 0);
     // Tiles are placed independently (each writes only its own items and memory record).
 #pragma omp parallel for schedule(dynamic, 8)
     for (int tile = 0; tile < T; ++tile) placeTile(tile, items[tile], fixed[tile]);
     for (const auto& list : sharedWindows)
       for (auto& [dup, owner] : list) dup->gatherOffset = owner->gatherOffset;
+    timer.lap("first fit");
     describeMemory(items, fixed);
+    timer.lap("describe memory");
     checkMemory();
   }
 
