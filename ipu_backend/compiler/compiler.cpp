@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -27,8 +28,8 @@
 namespace ipu {
 namespace {
 
-// Wall seconds of the compiler's phases on stderr when IPU_COMPILE_TIMES is set (profiling the
-// fit verdicts, which take seconds per IPU program).
+// The compiler's phases on stderr when IPU_COMPILE_TIMES is set: wall seconds and the process's
+// CPU seconds (all its threads: one compile at a time, OMP_NUM_THREADS=1, gives each phase's own).
 class PhaseTimer {
  public:
   explicit PhaseTimer(std::string program)
@@ -37,16 +38,24 @@ class PhaseTimer {
   void lap(std::string_view phase) {
     if (!on_) return;
     const auto now = std::chrono::steady_clock::now();
-    std::fprintf(stderr, "compile %s: %.*s %.3f s\n", program_.c_str(),
+    const double cpu = processCpuSeconds();
+    std::fprintf(stderr, "compile %s: %.*s %.3f s wall, %.3f s CPU\n", program_.c_str(),
                  static_cast<int>(phase.size()), phase.data(),
-                 std::chrono::duration<double>(now - last_).count());
+                 std::chrono::duration<double>(now - last_).count(), cpu - lastCpu_);
     last_ = now;
+    lastCpu_ = cpu;
   }
 
  private:
+  static double processCpuSeconds() {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  }
   std::string program_;
   bool on_;
   std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+  double lastCpu_ = processCpuSeconds();
 };
 
 i64 ceilDiv(i64 a, i64 b) {
