@@ -822,18 +822,35 @@ class Planner : public ops::PlanApi {
   }
 
   // -- arenas: liveness-based first-fit placement per tile --
+  // A buffer's slice in a tile arena.
   struct Item {
     int start, end;  // compute-set indices, inclusive
     i64 bytes;
     i64* offset;
-    int buffer;    // the buffer placed, or gathered into (gatherCs >= 0)
-    int gatherCs;  // -1: the buffer's own slice; else the compute set of a gather buffer
+    int buffer;
   };
+  // The gather buffers the tiles own (a window's first gatherer on its tile), apart from the
+  // items: most of a tile's arena, each live in its compute set only (OneStepRanges).
+  struct OwnedGathers {
+    std::vector<std::vector<Window*>> ofSet;  // per compute set: tile by tile, in vertex order
+    struct Run {
+      int cs;
+      std::size_t at, count;  // ofSet[cs][at, at + count)
+    };
+    std::vector<std::size_t> tileBegin;  // per tile: its runs, in compute-set order
+    std::vector<Run> runs;
+    std::vector<i64> setBytes;  // per compute set: its gather buffers' bytes on all tiles
+  };
+  i64 gatherBytes(const Window& w) const {
+    return (w.end - w.begin) * sizeOf(exe_.buffers[w.buffer].dtype);
+  }
   // Names an arena item in the overflow report (built only then: there are millions of items).
   std::string label(const Item& it) const {
-    if (it.gatherCs < 0) return fmt::format("'{}'", exe_.buffers[it.buffer].name);
-    return fmt::format("'{}' exchange buffer for {}", exe_.buffers[it.buffer].name,
-                       exe_.computeSets[it.gatherCs].name);
+    return fmt::format("'{}'", exe_.buffers[it.buffer].name);
+  }
+  std::string gatherLabel(const Window& w, int cs) const {
+    return fmt::format("'{}' exchange buffer for {}", exe_.buffers[w.buffer].name,
+                       exe_.computeSets[cs].name);
   }
 
   // The slice of `buffer` that holds element `e`, as Executable::sliceOf, trying first the slice
@@ -866,7 +883,7 @@ class Planner : public ops::PlanApi {
     // Per compute set: the tiles that own gathers in it, how many each (in tile order).
     struct TileGathers {
       int tile;
-      std::size_t count, at;  // `at`: where they go in the tile's arena items (set below)
+      std::size_t count, at;  // `at`: where they go in the compute set's owned gathers
     };
     std::vector<std::vector<TileGathers>> ownedGathers(nCs);
     std::vector<std::vector<std::pair<Window*, Window*>>> sharedWindows(nCs);  // (dup, owner)
@@ -947,11 +964,30 @@ class Planner : public ops::PlanApi {
     for (int o : g_.outputs()) last[o] = nCs;             // streamed out after the last set
     timer.lap("windows: liveness and gathers");
 
-    // Arena items: every buffer's slices, then one per owned gather window in compute-set and
-    // vertex order (the placement's order of ties). Threads fill them side by side: each part of
-    // a tile's list (its slices of a block of buffers, its gathers of a compute set) has its
-    // place in the list worked out first.
+    // Arena items: every buffer's slices in buffer order (the placement's order of ties).
+    // Threads fill them side by side: each part of a tile's list (its slices of a block of
+    // buffers) has its place in the list worked out first. The owned gathers: per compute set,
+    // tile by tile in vertex order (placed after the items that start in their set).
     exe_.tileMemory.assign(T, {});
+    OwnedGathers owned;
+    owned.ofSet.resize(nCs);
+    owned.setBytes.assign(nCs, 0);
+    owned.tileBegin.assign(static_cast<size_t>(T) + 1, 0);
+    for (std::vector<TileGathers>& list : ownedGathers) {
+      std::size_t at = 0;
+      for (TileGathers& g : list) {
+        g.at = std::exchange(at, at + g.count);
+        ++owned.tileBegin[static_cast<size_t>(g.tile) + 1];
+      }
+    }
+    for (int t = 0; t < T; ++t) owned.tileBegin[t + 1] += owned.tileBegin[t];
+    owned.runs.resize(owned.tileBegin[T]);
+    {
+      std::vector<std::size_t> nextRun(owned.tileBegin.begin(), owned.tileBegin.end() - 1);
+      for (int c = 0; c < nCs; ++c)
+        for (const TileGathers& g : ownedGathers[c])
+          owned.runs[nextRun[g.tile]++] = {c, g.at, g.count};
+    }
     std::vector<std::vector<Item>> items(T);
     constexpr size_t kBufferBlocks = 16;
     std::vector<size_t> blockBegin(kBufferBlocks + 1, nBuffers);  // blocks of about equal slices
@@ -975,8 +1011,6 @@ class Planner : public ops::PlanApi {
       std::vector<size_t> listed(T, 0);
       for (auto& at : blockAt)
         for (int t = 0; t < T; ++t) listed[t] += std::exchange(at[t], listed[t]);
-      for (auto& owned : ownedGathers)
-        for (TileGathers& g : owned) g.at = std::exchange(listed[g.tile], listed[g.tile] + g.count);
 #pragma omp parallel for schedule(static)
       for (int t = 0; t < T; ++t) items[t].resize(listed[t]);
     }
@@ -1003,8 +1037,8 @@ class Planner : public ops::PlanApi {
               en = buf.alwaysLive ? nCs + 1 : std::max(last[b], first[b]);
           if (!buf.alwaysLive && st > nCs) st = en = 0;  // never touched: still give it a home
           for (TileSlice& s : exe_.mapping[b])
-            items[s.tile][next[s.tile]++] = {
-                st, en, (s.end - s.begin) * sizeOf(buf.dtype), &s.offset, static_cast<int>(b), -1};
+            items[s.tile][next[s.tile]++] = {st, en, (s.end - s.begin) * sizeOf(buf.dtype),
+                                             &s.offset, static_cast<int>(b)};
         }
       }
       std::vector<size_t> next(T, 0);
@@ -1014,17 +1048,16 @@ class Planner : public ops::PlanApi {
 #pragma omp for schedule(dynamic, 4) nowait
       for (int c = 0; c < nCs; ++c) {
         ComputeSet& cs = exe_.computeSets[c];
+        std::vector<Window*>& list = owned.ofSet[c];
         for (const TileGathers& g : ownedGathers[c]) next[g.tile] = g.at;
+        list.resize(
+            ownedGathers[c].empty() ? 0 : ownedGathers[c].back().at + ownedGathers[c].back().count);
         for (Vertex& v : cs.vertices)
           for (Window& w : v.inputs)
-            if (w.gather && !w.shared)
-              items[v.tile][next[v.tile]++] = {
-                  c,
-                  c,
-                  (w.end - w.begin) * sizeOf(exe_.buffers[w.buffer].dtype),
-                  &w.gatherOffset,
-                  w.buffer,
-                  c};
+            if (w.gather && !w.shared) {
+              list[next[v.tile]++] = &w;
+              owned.setBytes[c] += gatherBytes(w);
+            }
         if (isReplicaOp(g_.op(cs.op).kind)) continue;  // no tile code: IPU-Links / host side
         const size_t key = static_cast<size_t>(g_.op(cs.op).kind) * phases + cs.phase;
         for (const Vertex& v : cs.vertices) {
@@ -1054,16 +1087,16 @@ class Planner : public ops::PlanApi {
     exe_.arenaBytes.assign(T, 0);
     // Tiles are placed independently (each writes only its own items and memory record).
 #pragma omp parallel for schedule(dynamic, 8)
-    for (int tile = 0; tile < T; ++tile) placeTile(tile, items[tile], fixed[tile]);
+    for (int tile = 0; tile < T; ++tile) placeTile(tile, items[tile], owned, fixed[tile]);
     for (const auto& list : sharedWindows)
       for (auto& [dup, owner] : list) dup->gatherOffset = owner->gatherOffset;
     timer.lap("first fit");
-    describeMemory(items, fixed);
+    describeMemory(items, owned, fixed);
     timer.lap("describe memory");
     checkMemory();
   }
 
-  void placeTile(int tile, std::vector<Item>& items, i64 fixedBytes) {
+  void placeTile(int tile, std::vector<Item>& items, const OwnedGathers& owned, i64 fixedBytes) {
     TileMemory& mem = exe_.tileMemory[tile];
     i64 alwaysLiveBytes = 0;
     // Always-live first, packed from offset 0.
@@ -1081,10 +1114,25 @@ class Planner : public ops::PlanApi {
         order.push_back(&it);
         ranges.push_back({it.start, it.end, it.bytes});
       }
-    const i64 extent = placeFirstFit(ranges, 8);
+    // The tile's gather buffers, each live in its compute set only.
+    OneStepRanges gathers;
+    gathers.begin.push_back(0);
+    for (size_t r = owned.tileBegin[tile]; r < owned.tileBegin[tile + 1]; ++r) {
+      const OwnedGathers::Run& run = owned.runs[r];
+      for (size_t k = run.at; k < run.at + run.count; ++k)
+        gathers.bytes.push_back(gatherBytes(*owned.ofSet[run.cs][k]));
+      gathers.steps.push_back(run.cs);
+      gathers.begin.push_back(gathers.bytes.size());
+    }
+    const i64 extent = placeFirstFit(ranges, 8, &gathers);
     // Not-always-live blocks sit above the always-live region.
     for (size_t i = 0; i < order.size(); ++i)
       *order[i]->offset = alwaysLiveBytes + ranges[i].offset;
+    for (size_t r = owned.tileBegin[tile], i = 0; r < owned.tileBegin[tile + 1]; ++r) {
+      const OwnedGathers::Run& run = owned.runs[r];
+      for (size_t k = run.at; k < run.at + run.count; ++k)
+        owned.ofSet[run.cs][k]->gatherOffset = alwaysLiveBytes + gathers.offsets[i++];
+    }
     mem.peakNotAlwaysLive = extent;
     exe_.arenaBytes[tile] = alwaysLiveBytes + extent;
   }
@@ -1092,7 +1140,8 @@ class Planner : public ops::PlanApi {
   // The fullest tiles' occupants at their peaks and the live bytes at every compute set: what
   // the overflow error names and what reports draw. Linear in the items (difference arrays);
   // labels are formatted only for the few tiles listed.
-  void describeMemory(const std::vector<std::vector<Item>>& items, const std::vector<i64>& fixed) {
+  void describeMemory(const std::vector<std::vector<Item>>& items, const OwnedGathers& owned,
+                      const std::vector<i64>& fixed) {
     constexpr size_t kTiles = 8, kOccupants = 8, kPeakTensors = 10;
     const int T = static_cast<int>(t_.numTiles);
     const int nCs = static_cast<int>(exe_.computeSets.size());
@@ -1119,11 +1168,28 @@ class Planner : public ops::PlanApi {
       for (size_t i = 1; i < v.size(); ++i) v[i] += v[i - 1];
       if (!v.empty()) v.pop_back();
     };
+    // A tile's gather buffers of compute set c, as fn(window).
+    auto forTileGathers = [&](int tile, auto&& fn) {
+      for (size_t r = owned.tileBegin[tile]; r < owned.tileBegin[tile + 1]; ++r) {
+        const OwnedGathers::Run& run = owned.runs[r];
+        for (size_t k = run.at; k < run.at + run.count; ++k) fn(run.cs, *owned.ofSet[run.cs][k]);
+      }
+    };
     d.liveBytes.assign(nCs + 1, 0);
     for (const auto& its : items) curve(its, d.liveBytes);
+    for (int c = 0; c < nCs; ++c) {
+      d.liveBytes[c] += owned.setBytes[c];
+      d.liveBytes[c + 1] -= owned.setBytes[c];
+    }
     integrate(d.liveBytes);
     d.worstTileLiveBytes.assign(nCs + 1, 0);
-    if (T > 0) curve(items[order[0]], d.worstTileLiveBytes);
+    if (T > 0) {
+      curve(items[order[0]], d.worstTileLiveBytes);
+      forTileGathers(order[0], [&](int c, const Window& w) {
+        d.worstTileLiveBytes[c] += gatherBytes(w);
+        d.worstTileLiveBytes[c + 1] -= gatherBytes(w);
+      });
+    }
     integrate(d.worstTileLiveBytes);
     d.peakComputeSet =
         d.liveBytes.empty()
@@ -1139,6 +1205,7 @@ class Planner : public ops::PlanApi {
           if (it.start != -2 && std::clamp(it.start, 0, nCs - 1) <= c &&
               c <= std::clamp(it.end, 0, nCs - 1))
             byBuffer[it.buffer] += it.bytes;
+      for (const Window* w : owned.ofSet[c]) byBuffer[w->buffer] += gatherBytes(*w);
       std::vector<std::pair<i64, int>> top;
       for (size_t b = 0; b < byBuffer.size(); ++b)
         if (byBuffer[b] > 0) top.emplace_back(byBuffer[b], static_cast<int>(b));
@@ -1160,6 +1227,10 @@ class Planner : public ops::PlanApi {
           live[static_cast<size_t>(it.start + 1)] += it.bytes;
           live[static_cast<size_t>(it.end + 2)] -= it.bytes;
         }
+      forTileGathers(tile, [&](int c, const Window& w) {
+        live[static_cast<size_t>(c + 1)] += gatherBytes(w);
+        live[static_cast<size_t>(c + 2)] -= gatherBytes(w);
+      });
       i64 peakBytes = -1, running = 0;
       for (size_t k = 0; k + 1 < live.size(); ++k) {
         running += live[k];
@@ -1169,6 +1240,9 @@ class Planner : public ops::PlanApi {
       for (const Item& it : its)
         if (it.start == -2 || (it.start <= td.peakComputeSet && td.peakComputeSet <= it.end))
           byLabel[{label(it), it.start == -2}] += it.bytes;
+      forTileGathers(tile, [&](int c, const Window& w) {
+        if (c == td.peakComputeSet) byLabel[{gatherLabel(w, c), false}] += gatherBytes(w);
+      });
       td.codeAndVertexState = fixed[tile];
       for (const auto& [key, b] : byLabel) td.occupants.push_back({key.first, b, key.second});
       std::sort(td.occupants.begin(), td.occupants.end(),
