@@ -832,7 +832,11 @@ class Planner : public ops::PlanApi {
   // The gather buffers the tiles own (a window's first gatherer on its tile), apart from the
   // items: most of a tile's arena, each live in its compute set only (OneStepRanges).
   struct OwnedGathers {
-    std::vector<std::vector<Window*>> ofSet;  // per compute set: tile by tile, in vertex order
+    struct Gather {
+      Window* window;
+      i64 bytes;  // beside the window: placing a tile reads its gathers' sizes in a row
+    };
+    std::vector<std::vector<Gather>> ofSet;  // per compute set: tile by tile, in vertex order
     struct Run {
       int cs;
       std::size_t at, count;  // ofSet[cs][at, at + count)
@@ -1048,14 +1052,14 @@ class Planner : public ops::PlanApi {
 #pragma omp for schedule(dynamic, 4) nowait
       for (int c = 0; c < nCs; ++c) {
         ComputeSet& cs = exe_.computeSets[c];
-        std::vector<Window*>& list = owned.ofSet[c];
+        std::vector<OwnedGathers::Gather>& list = owned.ofSet[c];
         for (const TileGathers& g : ownedGathers[c]) next[g.tile] = g.at;
         list.resize(
             ownedGathers[c].empty() ? 0 : ownedGathers[c].back().at + ownedGathers[c].back().count);
         for (Vertex& v : cs.vertices)
           for (Window& w : v.inputs)
             if (w.gather && !w.shared) {
-              list[next[v.tile]++] = &w;
+              list[next[v.tile]++] = {&w, gatherBytes(w)};
               owned.setBytes[c] += gatherBytes(w);
             }
         if (isReplicaOp(g_.op(cs.op).kind)) continue;  // no tile code: IPU-Links / host side
@@ -1120,7 +1124,7 @@ class Planner : public ops::PlanApi {
     for (size_t r = owned.tileBegin[tile]; r < owned.tileBegin[tile + 1]; ++r) {
       const OwnedGathers::Run& run = owned.runs[r];
       for (size_t k = run.at; k < run.at + run.count; ++k)
-        gathers.bytes.push_back(gatherBytes(*owned.ofSet[run.cs][k]));
+        gathers.bytes.push_back(owned.ofSet[run.cs][k].bytes);
       gathers.steps.push_back(run.cs);
       gathers.begin.push_back(gathers.bytes.size());
     }
@@ -1131,7 +1135,7 @@ class Planner : public ops::PlanApi {
     for (size_t r = owned.tileBegin[tile], i = 0; r < owned.tileBegin[tile + 1]; ++r) {
       const OwnedGathers::Run& run = owned.runs[r];
       for (size_t k = run.at; k < run.at + run.count; ++k)
-        owned.ofSet[run.cs][k]->gatherOffset = alwaysLiveBytes + gathers.offsets[i++];
+        owned.ofSet[run.cs][k].window->gatherOffset = alwaysLiveBytes + gathers.offsets[i++];
     }
     mem.peakNotAlwaysLive = extent;
     exe_.arenaBytes[tile] = alwaysLiveBytes + extent;
@@ -1172,7 +1176,8 @@ class Planner : public ops::PlanApi {
     auto forTileGathers = [&](int tile, auto&& fn) {
       for (size_t r = owned.tileBegin[tile]; r < owned.tileBegin[tile + 1]; ++r) {
         const OwnedGathers::Run& run = owned.runs[r];
-        for (size_t k = run.at; k < run.at + run.count; ++k) fn(run.cs, *owned.ofSet[run.cs][k]);
+        for (size_t k = run.at; k < run.at + run.count; ++k)
+          fn(run.cs, *owned.ofSet[run.cs][k].window);
       }
     };
     d.liveBytes.assign(nCs + 1, 0);
@@ -1205,7 +1210,7 @@ class Planner : public ops::PlanApi {
           if (it.start != -2 && std::clamp(it.start, 0, nCs - 1) <= c &&
               c <= std::clamp(it.end, 0, nCs - 1))
             byBuffer[it.buffer] += it.bytes;
-      for (const Window* w : owned.ofSet[c]) byBuffer[w->buffer] += gatherBytes(*w);
+      for (const OwnedGathers::Gather& g : owned.ofSet[c]) byBuffer[g.window->buffer] += g.bytes;
       std::vector<std::pair<i64, int>> top;
       for (size_t b = 0; b < byBuffer.size(); ++b)
         if (byBuffer[b] > 0) top.emplace_back(byBuffer[b], static_cast<int>(b));
