@@ -4,6 +4,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -24,6 +27,36 @@
 
 namespace ipu {
 namespace {
+
+// The compiler's phases on stderr when IPU_COMPILE_TIMES is set: wall seconds and the process's
+// CPU seconds (all its threads: one compile at a time, OMP_NUM_THREADS=1, gives each phase's own).
+class PhaseTimer {
+ public:
+  explicit PhaseTimer(std::string program)
+      : program_(std::move(program)), on_(std::getenv("IPU_COMPILE_TIMES") != nullptr) {}
+  bool on() const { return on_; }
+  void lap(std::string_view phase) {
+    if (!on_) return;
+    const auto now = std::chrono::steady_clock::now();
+    const double cpu = processCpuSeconds();
+    std::fprintf(stderr, "compile %s: %.*s %.3f s wall, %.3f s CPU\n", program_.c_str(),
+                 static_cast<int>(phase.size()), phase.data(),
+                 std::chrono::duration<double>(now - last_).count(), cpu - lastCpu_);
+    last_ = now;
+    lastCpu_ = cpu;
+  }
+
+ private:
+  static double processCpuSeconds() {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  }
+  std::string program_;
+  bool on_;
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+  double lastCpu_ = processCpuSeconds();
+};
 
 i64 ceilDiv(i64 a, i64 b) {
   return (a + b - 1) / b;
@@ -457,14 +490,24 @@ class Planner : public ops::PlanApi {
   }
 
   void run() {
+    PhaseTimer timer(g_.name());
     createTensorBuffers();
     for (const Op& op : g_.ops()) {
       exe_.opFirstComputeSet.push_back(static_cast<int>(exe_.computeSets.size()));
       planOp(op);
     }
+    if (timer.on()) {
+      size_t vertices = 0, windows = 0, slices = 0;
+      for (const ComputeSet& cs : exe_.computeSets)
+        for (const Vertex& v : cs.vertices) ++vertices, windows += v.inputs.size();
+      for (const auto& m : exe_.mapping) slices += m.size();
+      timer.lap(fmt::format("plan ops ({} compute sets, {} vertices, {} windows, {} slices)",
+                            exe_.computeSets.size(), vertices, windows, slices));
+    }
     buildProgram();
-    allocateArenas();
+    allocateArenas(timer);
     if (exe_.options.planExchanges) planExchanges();
+    timer.lap("exchanges");
   }
 
  private:
@@ -802,18 +845,39 @@ class Planner : public ops::PlanApi {
   }
 
   // -- arenas: liveness-based first-fit placement per tile --
+  // A buffer's slice in a tile arena.
   struct Item {
     int start, end;  // compute-set indices, inclusive
     i64 bytes;
     i64* offset;
-    int buffer;    // the buffer placed, or gathered into (gatherCs >= 0)
-    int gatherCs;  // -1: the buffer's own slice; else the compute set of a gather buffer
+    int buffer;
   };
+  // The gather buffers the tiles own (a window's first gatherer on its tile), apart from the
+  // items: most of a tile's arena, each live in its compute set only (OneStepRanges).
+  struct OwnedGathers {
+    struct Gather {
+      Window* window;
+      i64 bytes;  // beside the window: placing a tile reads its gathers' sizes in a row
+    };
+    std::vector<std::vector<Gather>> ofSet;  // per compute set: tile by tile, in vertex order
+    struct Run {
+      int cs;
+      std::size_t at, count;  // ofSet[cs][at, at + count)
+    };
+    std::vector<std::size_t> tileBegin;  // per tile: its runs, in compute-set order
+    std::vector<Run> runs;
+    std::vector<i64> setBytes;  // per compute set: its gather buffers' bytes on all tiles
+  };
+  i64 gatherBytes(const Window& w) const {
+    return (w.end - w.begin) * sizeOf(exe_.buffers[w.buffer].dtype);
+  }
   // Names an arena item in the overflow report (built only then: there are millions of items).
   std::string label(const Item& it) const {
-    if (it.gatherCs < 0) return fmt::format("'{}'", exe_.buffers[it.buffer].name);
-    return fmt::format("'{}' exchange buffer for {}", exe_.buffers[it.buffer].name,
-                       exe_.computeSets[it.gatherCs].name);
+    return fmt::format("'{}'", exe_.buffers[it.buffer].name);
+  }
+  std::string gatherLabel(const Window& w, int cs) const {
+    return fmt::format("'{}' exchange buffer for {}", exe_.buffers[w.buffer].name,
+                       exe_.computeSets[cs].name);
   }
 
   // The slice of `buffer` that holds element `e`, as Executable::sliceOf, trying first the slice
@@ -834,7 +898,7 @@ class Planner : public ops::PlanApi {
     return s;
   }
 
-  void allocateArenas() {
+  void allocateArenas(PhaseTimer& timer) {
     const int T = static_cast<int>(t_.numTiles);
     const int nCs = static_cast<int>(exe_.computeSets.size());
     const size_t nBuffers = exe_.buffers.size();
@@ -846,7 +910,7 @@ class Planner : public ops::PlanApi {
     // Per compute set: the tiles that own gathers in it, how many each (in tile order).
     struct TileGathers {
       int tile;
-      std::size_t count, at;  // `at`: where they go in the tile's arena items (set below)
+      std::size_t count, at;  // `at`: where they go in the compute set's owned gathers
     };
     std::vector<std::vector<TileGathers>> ownedGathers(nCs);
     std::vector<std::vector<std::pair<Window*, Window*>>> sharedWindows(nCs);  // (dup, owner)
@@ -925,12 +989,32 @@ class Planner : public ops::PlanApi {
     for (const Tensor& t : g_.tensors())
       if (t.kind == TensorKind::Input) first[t.id] = -1;  // streamed in before the first set
     for (int o : g_.outputs()) last[o] = nCs;             // streamed out after the last set
+    timer.lap("windows: liveness and gathers");
 
-    // Arena items: every buffer's slices, then one per owned gather window in compute-set and
-    // vertex order (the placement's order of ties). Threads fill them side by side: each part of
-    // a tile's list (its slices of a block of buffers, its gathers of a compute set) has its
-    // place in the list worked out first.
+    // Arena items: every buffer's slices in buffer order (the placement's order of ties).
+    // Threads fill them side by side: each part of a tile's list (its slices of a block of
+    // buffers) has its place in the list worked out first. The owned gathers: per compute set,
+    // tile by tile in vertex order (placed after the items that start in their set).
     exe_.tileMemory.assign(T, {});
+    OwnedGathers owned;
+    owned.ofSet.resize(nCs);
+    owned.setBytes.assign(nCs, 0);
+    owned.tileBegin.assign(static_cast<size_t>(T) + 1, 0);
+    for (std::vector<TileGathers>& list : ownedGathers) {
+      std::size_t at = 0;
+      for (TileGathers& g : list) {
+        g.at = std::exchange(at, at + g.count);
+        ++owned.tileBegin[static_cast<size_t>(g.tile) + 1];
+      }
+    }
+    for (int t = 0; t < T; ++t) owned.tileBegin[t + 1] += owned.tileBegin[t];
+    owned.runs.resize(owned.tileBegin[T]);
+    {
+      std::vector<std::size_t> nextRun(owned.tileBegin.begin(), owned.tileBegin.end() - 1);
+      for (int c = 0; c < nCs; ++c)
+        for (const TileGathers& g : ownedGathers[c])
+          owned.runs[nextRun[g.tile]++] = {c, g.at, g.count};
+    }
     std::vector<std::vector<Item>> items(T);
     constexpr size_t kBufferBlocks = 16;
     std::vector<size_t> blockBegin(kBufferBlocks + 1, nBuffers);  // blocks of about equal slices
@@ -954,8 +1038,6 @@ class Planner : public ops::PlanApi {
       std::vector<size_t> listed(T, 0);
       for (auto& at : blockAt)
         for (int t = 0; t < T; ++t) listed[t] += std::exchange(at[t], listed[t]);
-      for (auto& owned : ownedGathers)
-        for (TileGathers& g : owned) g.at = std::exchange(listed[g.tile], listed[g.tile] + g.count);
 #pragma omp parallel for schedule(static)
       for (int t = 0; t < T; ++t) items[t].resize(listed[t]);
     }
@@ -982,8 +1064,8 @@ class Planner : public ops::PlanApi {
               en = buf.alwaysLive ? nCs + 1 : std::max(last[b], first[b]);
           if (!buf.alwaysLive && st > nCs) st = en = 0;  // never touched: still give it a home
           for (TileSlice& s : exe_.mapping[b])
-            items[s.tile][next[s.tile]++] = {
-                st, en, (s.end - s.begin) * sizeOf(buf.dtype), &s.offset, static_cast<int>(b), -1};
+            items[s.tile][next[s.tile]++] = {st, en, (s.end - s.begin) * sizeOf(buf.dtype),
+                                             &s.offset, static_cast<int>(b)};
         }
       }
       std::vector<size_t> next(T, 0);
@@ -993,17 +1075,16 @@ class Planner : public ops::PlanApi {
 #pragma omp for schedule(dynamic, 4) nowait
       for (int c = 0; c < nCs; ++c) {
         ComputeSet& cs = exe_.computeSets[c];
+        std::vector<OwnedGathers::Gather>& list = owned.ofSet[c];
         for (const TileGathers& g : ownedGathers[c]) next[g.tile] = g.at;
+        list.resize(
+            ownedGathers[c].empty() ? 0 : ownedGathers[c].back().at + ownedGathers[c].back().count);
         for (Vertex& v : cs.vertices)
           for (Window& w : v.inputs)
-            if (w.gather && !w.shared)
-              items[v.tile][next[v.tile]++] = {
-                  c,
-                  c,
-                  (w.end - w.begin) * sizeOf(exe_.buffers[w.buffer].dtype),
-                  &w.gatherOffset,
-                  w.buffer,
-                  c};
+            if (w.gather && !w.shared) {
+              list[next[v.tile]++] = {&w, gatherBytes(w)};
+              owned.setBytes[c] += gatherBytes(w);
+            }
         if (isReplicaOp(g_.op(cs.op).kind)) continue;  // no tile code: IPU-Links / host side
         const size_t key = static_cast<size_t>(g_.op(cs.op).kind) * phases + cs.phase;
         for (const Vertex& v : cs.vertices) {
@@ -1029,17 +1110,20 @@ class Planner : public ops::PlanApi {
                   std::count(codelets.begin() + static_cast<std::ptrdiff_t>(t * keys),
                              codelets.begin() + static_cast<std::ptrdiff_t>((t + 1) * keys), 1);
 
+    timer.lap("arena items, code and vertex state");
     exe_.arenaBytes.assign(T, 0);
     // Tiles are placed independently (each writes only its own items and memory record).
 #pragma omp parallel for schedule(dynamic, 8)
-    for (int tile = 0; tile < T; ++tile) placeTile(tile, items[tile], fixed[tile]);
+    for (int tile = 0; tile < T; ++tile) placeTile(tile, items[tile], owned, fixed[tile]);
     for (const auto& list : sharedWindows)
       for (auto& [dup, owner] : list) dup->gatherOffset = owner->gatherOffset;
-    describeMemory(items, fixed);
+    timer.lap("first fit");
+    describeMemory(items, owned, fixed);
+    timer.lap("describe memory");
     checkMemory();
   }
 
-  void placeTile(int tile, std::vector<Item>& items, i64 fixedBytes) {
+  void placeTile(int tile, std::vector<Item>& items, const OwnedGathers& owned, i64 fixedBytes) {
     TileMemory& mem = exe_.tileMemory[tile];
     i64 alwaysLiveBytes = 0;
     // Always-live first, packed from offset 0.
@@ -1057,10 +1141,25 @@ class Planner : public ops::PlanApi {
         order.push_back(&it);
         ranges.push_back({it.start, it.end, it.bytes});
       }
-    const i64 extent = placeFirstFit(ranges, 8);
+    // The tile's gather buffers, each live in its compute set only.
+    OneStepRanges gathers;
+    gathers.begin.push_back(0);
+    for (size_t r = owned.tileBegin[tile]; r < owned.tileBegin[tile + 1]; ++r) {
+      const OwnedGathers::Run& run = owned.runs[r];
+      for (size_t k = run.at; k < run.at + run.count; ++k)
+        gathers.bytes.push_back(owned.ofSet[run.cs][k].bytes);
+      gathers.steps.push_back(run.cs);
+      gathers.begin.push_back(gathers.bytes.size());
+    }
+    const i64 extent = placeFirstFit(ranges, 8, &gathers);
     // Not-always-live blocks sit above the always-live region.
     for (size_t i = 0; i < order.size(); ++i)
       *order[i]->offset = alwaysLiveBytes + ranges[i].offset;
+    for (size_t r = owned.tileBegin[tile], i = 0; r < owned.tileBegin[tile + 1]; ++r) {
+      const OwnedGathers::Run& run = owned.runs[r];
+      for (size_t k = run.at; k < run.at + run.count; ++k)
+        owned.ofSet[run.cs][k].window->gatherOffset = alwaysLiveBytes + gathers.offsets[i++];
+    }
     mem.peakNotAlwaysLive = extent;
     exe_.arenaBytes[tile] = alwaysLiveBytes + extent;
   }
@@ -1068,7 +1167,8 @@ class Planner : public ops::PlanApi {
   // The fullest tiles' occupants at their peaks and the live bytes at every compute set: what
   // the overflow error names and what reports draw. Linear in the items (difference arrays);
   // labels are formatted only for the few tiles listed.
-  void describeMemory(const std::vector<std::vector<Item>>& items, const std::vector<i64>& fixed) {
+  void describeMemory(const std::vector<std::vector<Item>>& items, const OwnedGathers& owned,
+                      const std::vector<i64>& fixed) {
     constexpr size_t kTiles = 8, kOccupants = 8, kPeakTensors = 10;
     const int T = static_cast<int>(t_.numTiles);
     const int nCs = static_cast<int>(exe_.computeSets.size());
@@ -1095,11 +1195,29 @@ class Planner : public ops::PlanApi {
       for (size_t i = 1; i < v.size(); ++i) v[i] += v[i - 1];
       if (!v.empty()) v.pop_back();
     };
+    // A tile's gather buffers of compute set c, as fn(window).
+    auto forTileGathers = [&](int tile, auto&& fn) {
+      for (size_t r = owned.tileBegin[tile]; r < owned.tileBegin[tile + 1]; ++r) {
+        const OwnedGathers::Run& run = owned.runs[r];
+        for (size_t k = run.at; k < run.at + run.count; ++k)
+          fn(run.cs, *owned.ofSet[run.cs][k].window);
+      }
+    };
     d.liveBytes.assign(nCs + 1, 0);
     for (const auto& its : items) curve(its, d.liveBytes);
+    for (int c = 0; c < nCs; ++c) {
+      d.liveBytes[c] += owned.setBytes[c];
+      d.liveBytes[c + 1] -= owned.setBytes[c];
+    }
     integrate(d.liveBytes);
     d.worstTileLiveBytes.assign(nCs + 1, 0);
-    if (T > 0) curve(items[order[0]], d.worstTileLiveBytes);
+    if (T > 0) {
+      curve(items[order[0]], d.worstTileLiveBytes);
+      forTileGathers(order[0], [&](int c, const Window& w) {
+        d.worstTileLiveBytes[c] += gatherBytes(w);
+        d.worstTileLiveBytes[c + 1] -= gatherBytes(w);
+      });
+    }
     integrate(d.worstTileLiveBytes);
     d.peakComputeSet =
         d.liveBytes.empty()
@@ -1115,6 +1233,7 @@ class Planner : public ops::PlanApi {
           if (it.start != -2 && std::clamp(it.start, 0, nCs - 1) <= c &&
               c <= std::clamp(it.end, 0, nCs - 1))
             byBuffer[it.buffer] += it.bytes;
+      for (const OwnedGathers::Gather& g : owned.ofSet[c]) byBuffer[g.window->buffer] += g.bytes;
       std::vector<std::pair<i64, int>> top;
       for (size_t b = 0; b < byBuffer.size(); ++b)
         if (byBuffer[b] > 0) top.emplace_back(byBuffer[b], static_cast<int>(b));
@@ -1136,6 +1255,10 @@ class Planner : public ops::PlanApi {
           live[static_cast<size_t>(it.start + 1)] += it.bytes;
           live[static_cast<size_t>(it.end + 2)] -= it.bytes;
         }
+      forTileGathers(tile, [&](int c, const Window& w) {
+        live[static_cast<size_t>(c + 1)] += gatherBytes(w);
+        live[static_cast<size_t>(c + 2)] -= gatherBytes(w);
+      });
       i64 peakBytes = -1, running = 0;
       for (size_t k = 0; k + 1 < live.size(); ++k) {
         running += live[k];
@@ -1145,6 +1268,9 @@ class Planner : public ops::PlanApi {
       for (const Item& it : its)
         if (it.start == -2 || (it.start <= td.peakComputeSet && td.peakComputeSet <= it.end))
           byLabel[{label(it), it.start == -2}] += it.bytes;
+      forTileGathers(tile, [&](int c, const Window& w) {
+        if (c == td.peakComputeSet) byLabel[{gatherLabel(w, c), false}] += gatherBytes(w);
+      });
       td.codeAndVertexState = fixed[tile];
       for (const auto& [key, b] : byLabel) td.occupants.push_back({key.first, b, key.second});
       std::sort(td.occupants.begin(), td.occupants.end(),

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <queue>
 
 namespace ipu {
@@ -43,14 +44,15 @@ class ActiveSet {
   // each gap the walk reaches takes as many as fit, packed from its start (an earlier gap held
   // none before and holds none after), and they occupy it as one entry (they end together when
   // the caller's run shares an end). Calls placed(offset, bytes) per entry.
-  template <typename F>
-  void placeRun(LiveRange* const* rs, size_t n, i64 size, F&& placed) {
+  // at(q, offset) sets the offset of the run's q-th range.
+  template <typename At, typename F>
+  void placeRun(size_t n, i64 size, At&& at, F&& placed) {
     for (size_t done = 0; done < n;) {
       const Gap g = lowestGap(size);
       const size_t fit = g.limit < 0
                              ? n - done
                              : std::min(n - done, static_cast<size_t>((g.limit - g.begin) / size));
-      for (size_t q = 0; q < fit; ++q) rs[done + q]->offset = g.begin + static_cast<i64>(q) * size;
+      for (size_t q = 0; q < fit; ++q) at(done + q, g.begin + static_cast<i64>(q) * size);
       if (chunks_.empty()) chunks_.emplace_back();
       insert(g.c, g.k, g.begin, static_cast<i64>(fit) * size);
       placed(g.begin, static_cast<i64>(fit) * size);
@@ -126,7 +128,7 @@ class ActiveSet {
 
 }  // namespace
 
-i64 placeFirstFit(std::vector<LiveRange>& ranges, i64 alignment) {
+i64 placeFirstFit(std::vector<LiveRange>& ranges, i64 alignment, OneStepRanges* oneStep) {
   // Start order, stable: a counting sort when the starts span few values (compute-set indices in
   // the tile arenas), else a merge sort.
   std::vector<LiveRange*> order(ranges.size());
@@ -153,15 +155,50 @@ i64 placeFirstFit(std::vector<LiveRange>& ranges, i64 alignment) {
   using Live = std::pair<i64, i64>;
   std::priority_queue<Live, std::vector<Live>, std::greater<>> ends;
   i64 extent = 0;
-  for (size_t i = 0; i < order.size();) {
-    LiveRange* r = order[i];
-    while (!ends.empty() && ends.top().first < r->start) {
+  auto endBefore = [&](i64 step) {
+    while (!ends.empty() && ends.top().first < step) {
       active.erase(ends.top().second);
       ends.pop();
     }
+  };
+  // The one-step ranges of steps before `step`, each step's after the ranges that start there
+  // (the sweep has placed those): they end before anything else is placed, so they are taken
+  // out at once and move no other range.
+  size_t nextStep = 0;
+  std::vector<i64> placedHere;
+  auto oneStepBefore = [&](i64 step) {
+    for (; oneStep && nextStep < oneStep->steps.size() && oneStep->steps[nextStep] < step;
+         ++nextStep) {
+      endBefore(oneStep->steps[nextStep]);
+      const size_t first = oneStep->begin[nextStep], last = oneStep->begin[nextStep + 1];
+      placedHere.clear();
+      for (size_t i = first; i < last;) {
+        const i64 size = active.rounded(oneStep->bytes[i]);
+        size_t j = i + 1;
+        while (j < last && active.rounded(oneStep->bytes[j]) == size) ++j;
+        if (size == 0) {
+          for (size_t k = i; k < j; ++k) oneStep->offsets[k] = 0;
+        } else {
+          active.placeRun(
+              j - i, size, [&](size_t q, i64 offset) { oneStep->offsets[i + q] = offset; },
+              [&](i64 offset, i64 bytes) {
+                extent = std::max(extent, offset + bytes);
+                placedHere.push_back(offset);
+              });
+        }
+        i = j;
+      }
+      for (i64 offset : placedHere) active.erase(offset);
+    }
+  };
+  if (oneStep) oneStep->offsets.assign(oneStep->bytes.size(), 0);
+  for (size_t i = 0; i < order.size();) {
+    LiveRange* r = order[i];
+    oneStepBefore(r->start);
+    endBefore(r->start);
     const i64 size = active.rounded(r->bytes);
-    // The run of ranges after r with its lifetime and size (a tile's slices of one buffer, its
-    // equal gathers of one compute set: thousands in a full step) is placed in one walk.
+    // The run of ranges after r with its lifetime and size (a tile's slices of one buffer:
+    // thousands in a full step) is placed in one walk.
     size_t j = i + 1;
     while (j < order.size() && order[j]->start == r->start && order[j]->end == r->end &&
            active.rounded(order[j]->bytes) == size)
@@ -169,13 +206,16 @@ i64 placeFirstFit(std::vector<LiveRange>& ranges, i64 alignment) {
     if (size == 0) {  // occupies nothing: offset 0, as the lowest offset that fits
       for (size_t k = i; k < j; ++k) order[k]->offset = 0;
     } else {
-      active.placeRun(order.data() + i, j - i, size, [&](i64 offset, i64 bytes) {
-        extent = std::max(extent, offset + bytes);
-        ends.push({r->end, offset});
-      });
+      active.placeRun(
+          j - i, size, [&](size_t q, i64 offset) { order[i + q]->offset = offset; },
+          [&](i64 offset, i64 bytes) {
+            extent = std::max(extent, offset + bytes);
+            ends.push({r->end, offset});
+          });
     }
     i = j;
   }
+  oneStepBefore(std::numeric_limits<i64>::max());
   return extent;
 }
 

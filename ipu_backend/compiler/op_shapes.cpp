@@ -114,25 +114,6 @@ kernels::BroadcastShape binaryShapeOf(const Graph& g, const Op& op) {
   return kernels::BroadcastShape::make(g.tensor(op.inputs[0]).shape, g.tensor(op.inputs[1]).shape);
 }
 
-// Bounding range of input flat indices read by a broadcast (stride-0) map over an output range.
-kernels::Range broadcastBounds(const kernels::BroadcastShape& s, const i64* strides,
-                               kernels::Range out, i64 inElems) {
-  if (inElems == s.outElems()) return out;  // same shape: the operand maps element for element
-  if (inElems == 1) return {0, 1};
-  if (out.size() > 8192) return {0, inElems};
-  i64 lo = inElems, hi = 0;
-  for (i64 o = out.begin; o < out.end; ++o) {
-    i64 rem = o, idx = 0;
-    for (int d = s.rank - 1; d >= 0; --d) {
-      idx += (rem % s.outDims[d]) * strides[d];
-      rem /= s.outDims[d];
-    }
-    lo = std::min(lo, idx);
-    hi = std::max(hi, idx + 1);
-  }
-  return {lo, hi};
-}
-
 // The least (largest) sum of digit x weight over the mixed-radix numbers in [first, last]
 // (digits most significant first, weights >= 0): below the first position where a digit may
 // leave its bound, every digit takes its smallest (largest) value, so only the digits still
@@ -162,6 +143,21 @@ i64 extremeOver(const std::vector<i64>& radix, const std::vector<i64>& weight, i
   return walk(0, true, true);
 }
 }  // namespace
+
+// Bounding range of input flat indices read by a broadcast (stride-0) map over an output range:
+// the least and largest index over the range from a walk over its digits (extremeOver), not a
+// scan of every element (the scan was 7% of a BERT-Large pipeline verdict). Ranges of more than
+// 8,192 elements keep the whole input, as they always have.
+kernels::Range broadcastBounds(const kernels::BroadcastShape& s, const i64* strides,
+                               kernels::Range out, i64 inElems) {
+  if (inElems == s.outElems()) return out;  // same shape: the operand maps element for element
+  if (inElems == 1) return {0, 1};
+  if (out.size() > 8192) return {0, inElems};
+  if (out.size() <= 0) return {inElems, 0};  // nothing read
+  const std::vector<i64> radix(s.outDims, s.outDims + s.rank), weight(strides, strides + s.rank);
+  return {extremeOver(radix, weight, out.begin, out.end - 1, false),
+          extremeOver(radix, weight, out.begin, out.end - 1, true) + 1};
+}
 
 // Input flat-index bounds of a reduction restricted to an output range and a reduced range.
 kernels::Range reduceBounds(const kernels::ReduceShape& s, kernels::Range out, kernels::Range red) {

@@ -1336,6 +1336,44 @@ TEST(Compiler, ReduceBoundsEqualTheScanOfEveryIndex) {
   }
 }
 
+// broadcastBounds (the span of a broadcast operand that a vertex reads) walks the digits of its
+// output range instead of scanning every element: the same bounds as the scan for every pair of
+// broadcast-compatible shapes and every range.
+TEST(Compiler, BroadcastBoundsEqualTheScanOfEveryElement) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int rank = 1 + static_cast<int>(rng() % 5);
+    std::vector<i64> aDims, bDims;
+    for (int d = 0; d < rank; ++d) {
+      const i64 n = 1 + static_cast<i64>(rng() % 5);
+      aDims.push_back(rng() % 3 == 0 ? 1 : n);
+      bDims.push_back(rng() % 3 == 0 ? 1 : n);
+    }
+    const kernels::BroadcastShape s = kernels::BroadcastShape::make(aDims, bDims);
+    const i64 n = s.outElems();
+    const i64 x = static_cast<i64>(rng() % n), y = static_cast<i64>(rng() % n);
+    const Range out{std::min(x, y), std::max(x, y) + 1};
+    for (const auto& [strides, dims] :
+         {std::pair{s.aStrides, aDims}, std::pair{s.bStrides, bDims}}) {
+      const i64 inElems = numElements(dims);
+      i64 lo = inElems, hi = 0;
+      for (i64 o = out.begin; o < out.end; ++o) {
+        i64 rem = o, idx = 0;
+        for (int d = s.rank - 1; d >= 0; --d) {
+          idx += (rem % s.outDims[d]) * strides[d];
+          rem /= s.outDims[d];
+        }
+        lo = std::min(lo, idx);
+        hi = std::max(hi, idx + 1);
+      }
+      if (inElems == n) lo = out.begin, hi = out.end;  // same shape: element for element
+      const Range b = broadcastBounds(s, strides, out, inElems);
+      EXPECT_EQ(b.begin, lo) << trial;
+      EXPECT_EQ(b.end, hi) << trial;
+    }
+  }
+}
+
 // A channel-blocked convolution: each tile computes a block of pixels for a few output
 // channels. Its vertices read one window of input rows per tile (the rows of all its output
 // rows), not one per output row (a 3x3 window's rows overlap those of the next output row).

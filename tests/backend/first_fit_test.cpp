@@ -93,5 +93,45 @@ TEST(FirstFit, RunsOfEqualRangesGetTheOffsetsOfOneAtATime) {
   }
 }
 
+// One-step ranges (a tile's gather buffers of a compute set) held apart from the others get the
+// offsets they get listed among them: after the ranges that start at their step, before later
+// starts.
+TEST(FirstFit, OneStepRangesGetTheOffsetsOfTheListedRanges) {
+  for (unsigned seed = 0; seed < 20; ++seed) {
+    std::mt19937 rng(seed + 200);
+    const int n = 200 + static_cast<int>(seed) * 100, steps = n / 6;
+    std::vector<LiveRange> ranges;
+    for (int i = 0; i < n; ++i) {
+      const i64 start = std::uniform_int_distribution<i64>(-1, steps)(rng);
+      const i64 len = rng() % 3 == 0 ? std::uniform_int_distribution<i64>(2, steps / 2)(rng)
+                                     : std::uniform_int_distribution<i64>(0, 2)(rng);
+      const i64 bytes = rng() % 20 == 0 ? 0 : std::uniform_int_distribution<i64>(1, 3000)(rng);
+      ranges.push_back({start, start + len, bytes, -1});
+    }
+    OneStepRanges oneStep;
+    std::vector<LiveRange> listed = ranges;  // the same ranges, the one-step ones listed last
+    oneStep.begin.push_back(0);
+    for (i64 step = -2; step <= steps + 2; ++step) {
+      if (rng() % 3 == 0) continue;  // steps without one-step ranges, some without any
+      const int count = 1 + static_cast<int>(rng() % 8);
+      for (int k = 0; k < count; ++k) {  // runs of a size, and sizes that round alike
+        const i64 bytes = rng() % 3 == 0 ? 64 + static_cast<i64>(k % 2)
+                                         : std::uniform_int_distribution<i64>(1, 2000)(rng);
+        oneStep.bytes.push_back(bytes);
+        listed.push_back({step, step, bytes, -1});
+      }
+      oneStep.steps.push_back(step);
+      oneStep.begin.push_back(oneStep.bytes.size());
+    }
+    const i64 extent = placeFirstFit(ranges, 8, &oneStep);
+    EXPECT_EQ(extent, plainFirstFit(listed, 8)) << seed;
+    for (size_t i = 0; i < ranges.size(); ++i)
+      ASSERT_EQ(ranges[i].offset, listed[i].offset) << "seed " << seed << " range " << i;
+    for (size_t k = 0; k < oneStep.bytes.size(); ++k)
+      ASSERT_EQ(oneStep.offsets[k], listed[ranges.size() + k].offset)
+          << "seed " << seed << " one-step range " << k;
+  }
+}
+
 }  // namespace
 }  // namespace ipu

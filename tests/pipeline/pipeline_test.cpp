@@ -509,6 +509,28 @@ TEST(PipelinePlacement, AStageThatDoesNotFitNamesItsIpuAndTile) {
   }
 }
 
+// The IPU programs compile side by side; when several do not fit, the error is the first IPU's
+// (the one compiling them one after another reports), whichever finishes first.
+TEST(PipelinePlacement, WhenEveryIpuOverflowsTheFirstIpuIsNamed) {
+  const Model m = smallCnn(8);
+  PipelineOptions report = options({"pool1"}, Schedule::Grouped, 4);
+  report.checkMemory = false;
+  const PipelinedExecutable pe = compilePipeline(m.graph, Target::small(8, 16 << 10), report);
+  for (const pipeline::IpuProgram& p : pe.programs)
+    ASSERT_GT(p.peakTileBytes, 16 << 10) << "IPU " << p.ipu << " fits";
+  for (int repeat = 0; repeat < 3; ++repeat) {
+    try {
+      compilePipeline(m.graph, Target::small(8, 16 << 10),
+                      options({"pool1"}, Schedule::Grouped, 4));
+      FAIL() << "fits";
+    } catch (const pipeline::IpuDoesNotFit& e) {
+      EXPECT_EQ(e.ipu(), 0) << e.what();
+      EXPECT_NE(std::string(e.what()).find("IPU 0 of 2 of the pipeline"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST(PipelinePlacement, LayerCountsBecomeSplits) {
   EXPECT_EQ(splitsFromLayerCounts({"a", "b", "c", "d"}, {1, 3}), (std::vector<std::string>{"a"}));
   EXPECT_EQ(splitsFromLayerCounts({"a", "b", "c", "d"}, {2, 1, 1}),

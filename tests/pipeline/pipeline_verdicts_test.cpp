@@ -2,10 +2,13 @@
 // bert_pipeline.h, models/efficientnet_b4/efficientnet_pipeline.h) and the fit verdicts they give
 // on Mk2 IPUs. Small configs of the same code run in CI; the full-size verdicts (BERT-Large at
 // sequence 512, EfficientNet-B4 at 380) are the nightly's (*Nightly.*).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <stdexcept>
+#include <string>
 
 #include "ipu_backend/compiler/pipeline.h"
 #include "ipu_backend/precision/precision_policy.h"
@@ -115,6 +118,103 @@ TEST(BertPipeline, SmallBertOverFourIpusWithTheHeadsBackOnIpu0) {
   ASSERT_GE(word, 0);
   EXPECT_GE(re.programs[0].localOf.count(word), 1u);
   for (size_t i = 1; i < re.programs.size(); ++i) EXPECT_EQ(re.programs[i].localOf.count(word), 0u);
+}
+
+// The tile plan of a BERT pipeline verdict, pinned: 4 narrow layers (hidden 256, FFN 1,024,
+// 16.16) at sequence 256 over Graphcore's kind of POD16 placement (5 stages on 4 IPUs) with its
+// checkpoints and the optimizer state off-chip; the matmuls over 256 tokens take the blocked plan
+// of the full-size verdict.
+// Every change to how the compiler works out a verdict (its passes, its records, in which order
+// or on how many threads it compiles the IPU programs) must leave every IPU's plan bit-identical:
+// the hashes cover every tile's bytes, every arena offset and the fullest tile's occupants. A
+// change that moves a plan on purpose re-pins the figures this prints.
+TEST(BertPipeline, LargeWidthVerdictTilePlanIsPinned) {
+  models::BertConfig c = models::BertConfig::large();
+  c.layers = 4;
+  c.hidden = 256;
+  c.heads = 4;
+  c.ffn = 1024;
+  c.vocab = 1024;
+  models::BertShape s;
+  s.batch = 1;
+  s.seqLength = 256;
+  s.maskedSlots = 40;
+  s.maxPerPack = 3;
+  const Graph training = models::buildBertTraining(c, s, models::bertLambOptions(),
+                                                   precision::PrecisionPolicy::parse("16.16"))
+                             .graph;
+  const models::BertPlacement p = models::bertAttentionFfnPlacement(c, {1, 1, 1, 1}, {1, 1, 1, 1});
+  PipelineOptions o;
+  o.splits = p.splits;
+  o.stageIpu = p.stageIpu;
+  o.ipus = p.ipus;
+  o.accumulation = pipeline::smallestAccumulation(o.schedule, static_cast<int>(p.stageIpu.size()));
+  o.replicas = 4;
+  o.optimizerStateOffChip = true;
+  o.recompute = true;
+  o.checkpoints = p.checkpoints;
+  o.accumulateInWeightDType = true;
+  o.checkMemory = false;
+  o.planExchanges = false;
+  const PipelinedExecutable pe = compilePipeline(training, Target::mk2(), o);
+  ASSERT_EQ(pe.programs.size(), 4u);
+  auto mix = [](std::uint64_t& h, i64 v) {  // FNV-1a over the figures, in a fixed order
+    for (int b = 0; b < 8; ++b) {
+      h ^= static_cast<std::uint64_t>(v >> (8 * b)) & 0xff;
+      h *= 1099511628211ULL;
+    }
+  };
+  std::string figures;
+  int blockedSets = 0;
+  for (const pipeline::IpuProgram& prog : pe.programs) {
+    const Executable& exe = *prog.exe;
+    for (const ComputeSet& cs : exe.computeSets)
+      blockedSets += cs.name.ends_with("/block_products");
+    std::uint64_t memoryHash = 1469598103934665603ULL, offsetHash = memoryHash,
+                  occupantHash = memoryHash;
+    for (size_t t = 0; t < exe.tileMemory.size(); ++t) {
+      mix(memoryHash, exe.tileMemory[t].alwaysLive);
+      mix(memoryHash, exe.tileMemory[t].peakNotAlwaysLive);
+      mix(memoryHash, exe.arenaBytes[t]);
+    }
+    i64 windows = 0, gathers = 0, sharedGathers = 0;
+    for (const auto& slices : exe.mapping)
+      for (const TileSlice& sl : slices) mix(offsetHash, sl.offset);
+    for (const ComputeSet& cs : exe.computeSets)
+      for (const Vertex& v : cs.vertices)
+        for (const Window& w : v.inputs) {
+          ++windows;
+          gathers += w.gather;
+          sharedGathers += w.shared;
+          mix(offsetHash, w.gather ? w.gatherOffset : -1);
+        }
+    const TileDetail& worst = exe.memoryDetail.worstTiles.at(0);
+    for (const TileOccupant& occ : worst.occupants)
+      for (char ch : fmt::format("{} {} {}\n", occ.name, occ.bytes, occ.alwaysLive))
+        mix(occupantHash, ch);
+    figures += fmt::format(
+        "IPU {}: peak tile {} of {} B, worst tile {} ({} always live, {} code and vertex state, "
+        "peak at set {}), {} windows, {} gathers ({} shared), memory {:#x}, offsets {:#x}, "
+        "occupants {:#x}\n",
+        prog.ipu, prog.worstTile, prog.peakTileBytes, worst.tile, worst.memory.alwaysLive,
+        worst.codeAndVertexState, worst.peakComputeSet, windows, gathers, sharedGathers, memoryHash,
+        offsetHash, occupantHash);
+  }
+  EXPECT_GT(blockedSets, 0) << "no matmul took the blocked plan";
+  EXPECT_EQ(figures,
+            "IPU 0: peak tile 1344 of 236736 B, worst tile 1344 (64408 always live, 57632 code and "
+            "vertex state, peak at set 221), 1283772 windows, 1068025 gathers (0 shared), memory "
+            "0x400cd24315482d35, offsets 0xcd61258baea64bbb, occupants 0x4643e6d6279363b0\n"
+            "IPU 1: peak tile 1344 of 221952 B, worst tile 1344 (54840 always live, 47584 code and "
+            "vertex state, peak at set 170), 1354638 windows, 1201898 gathers (0 shared), memory "
+            "0x8c27c2aa484c0d35, offsets 0xf394cc40a521c899, occupants 0x7fc7d9e255091e01\n"
+            "IPU 2: peak tile 1344 of 220296 B, worst tile 1344 (53080 always live, 46864 code and "
+            "vertex state, peak at set 156), 1347459 windows, 1198843 gathers (0 shared), memory "
+            "0xa3953a0558bdea6b, offsets 0xd6d91d5bd2db73d4, occupants 0x509d6191c190933\n"
+            "IPU 3: peak tile 1344 of 221184 B, worst tile 1344 (54736 always live, 47296 code and "
+            "vertex state, peak at set 156), 1347459 windows, 1198835 gathers (0 shared), memory "
+            "0x55c0895aaf7a5d14, offsets 0x7e245fe6ff41b5f1, occupants 0x77845e0fa76d3089\n")
+      << figures;
 }
 
 // ---- full size (nightly) ----------------------------------------------------------------------
