@@ -272,21 +272,10 @@ class Planner : public ops::PlanApi {
     const i64 kb = fb.kb, cb = fb.cb, parts = fb.parts, rs = s.r * s.s;
     const i64 ow = s.outW(), rows = s.n * s.outH(), pixels = rows * ow;
     const i64 xPixels = cp::filterInputPixels(s, fb.subsampled);
-    // A channel-blocked copy [channels/block][pix][bb] of `src` (`srcPixel` maps a pixel of the
-    // copy to one of src, increasing).
     auto blocked = [&](int phase, int src, i64 pix, i64 channels, i64 block, DType dtype,
-                       const std::string& what, auto srcPixel) {
-      return copyInBlocks(
-          op, phase, src, name + "/" + what, pix * channels, dtype, what,
-          [pix, channels, block](i64 i) {
-            const i64 g = i / (block * pix), at = g * block * pix;
-            return Range{at, at + std::min(block, channels - g * block) * pix};
-          },
-          [pix, channels, block, srcPixel](i64 i) {
-            const i64 g = i / (block * pix), bb = std::min(block, channels - g * block);
-            const i64 at = g * block * pix;
-            return srcPixel((i - at) / bb) * channels + g * block + (i - at) % bb;
-          });
+                       const std::string& what, const std::function<i64(i64)>& srcPixel) {
+      return copyInChannelBlocks(op, phase, src, name + "/" + what, pix, channels, block, dtype,
+                                 what, srcPixel);
     };
     int dyB = dy, xB = x;
     if (kb < s.k)
@@ -367,19 +356,12 @@ class Planner : public ops::PlanApi {
         op, cp::kForwardWeightBlocksPhase, w, name + "/weight_blocks", s.weightElems(), wType,
         "weight_blocks", [&s, kb, cb](i64 i) { return cp::filterBlockOf(s, kb, cb, i); },
         [&s, kb, cb](i64 i) { return cp::filterBlockSource(s, kb, cb, i); });
-    const int xB = copyInBlocks(
-        op, cp::kForwardXBlocksPhase, x, name + "/x_blocks", xPixels * s.c, xType, "x_blocks",
-        [xPixels, &s, cb](i64 i) {
-          const i64 g = i / (cb * xPixels), at = g * cb * xPixels;
-          return Range{at, at + std::min(cb, s.c - g * cb) * xPixels};
-        },
-        [xPixels, &s, cb, oh, ow, sub = fb.subsampled](i64 i) {
-          const i64 g = i / (cb * xPixels), bb = std::min(cb, s.c - g * cb);
-          const i64 p = (i - g * cb * xPixels) / bb;
-          const i64 src =
-              sub ? ((p / (oh * ow)) * s.h + (p / ow) % oh * s.strideH) * s.w + (p % ow) * s.strideW
-                  : p;
-          return src * s.c + g * cb + (i - g * cb * xPixels) % bb;
+    const int xB = copyInChannelBlocks(
+        op, cp::kForwardXBlocksPhase, x, name + "/x_blocks", xPixels, s.c, cb, xType, "x_blocks",
+        [&s, oh, ow, sub = fb.subsampled](i64 p) {
+          return sub ? ((p / (oh * ow)) * s.h + (p / ow) % oh * s.strideH) * s.w +
+                           (p % ow) * s.strideW
+                     : p;
         });
     // The partial blocks: one slice per (c-block, k-block, part of the pixels), spread over the
     // tiles.
@@ -529,6 +511,24 @@ class Planner : public ops::PlanApi {
         i = e;
       }
     return buf;
+  }
+  // A channel-blocked copy [channels/block][pix][bb] of `src` ([.., channels], channels
+  // innermost) through copyInBlocks: `srcPixel` maps a pixel of the copy to one of src,
+  // increasing.
+  int copyInChannelBlocks(const Op& op, int phase, int src, const std::string& name, i64 pix,
+                          i64 channels, i64 block, DType dtype, const std::string& what,
+                          const std::function<i64(i64)>& srcPixel) {
+    return copyInBlocks(
+        op, phase, src, name, pix * channels, dtype, what,
+        [pix, channels, block](i64 i) {
+          const i64 g = i / (block * pix), at = g * block * pix;
+          return Range{at, at + std::min(block, channels - g * block) * pix};
+        },
+        [pix, channels, block, &srcPixel](i64 i) {
+          const i64 g = i / (block * pix), bb = std::min(block, channels - g * block);
+          const i64 at = g * block * pix;
+          return srcPixel((i - at) / bb) * channels + g * block + (i - at) % bb;
+        });
   }
   // Phase 1 of a blocked plan: `out` (its own mapping) as the sum of `parts` partials, part p of
   // out's element i at partials' p * partStride + blockedIndex(i). One vertex per run of a tile
