@@ -302,7 +302,7 @@ constexpr int kDataWeightBlocksPhase = 14;
 constexpr int kDataBlocksPhase = 15;
 // The transposed plan's tile (its gathered dy and wt rows) must exceed this many window budgets
 // for the blocked plan to be considered.
-constexpr double kDataBlocksThreshold = 2;
+constexpr double kDataBlocksThreshold = 1.5;
 
 struct DataBlocks {
   bool use = false;  // false: the transposed plan (or the split over k)
