@@ -328,21 +328,10 @@ class Planner : public ops::PlanApi {
     const i64 kb = fb.kb, cb = fb.cb, parts = fb.parts, rs = s.r * s.s;
     const i64 ow = s.outW(), rows = s.n * s.outH(), pixels = rows * ow;
     const i64 xPixels = cp::filterInputPixels(s, fb.subsampled);
-    // A channel-blocked copy [channels/block][pix][bb] of `src` (`srcPixel` maps a pixel of the
-    // copy to one of src, increasing).
     auto blocked = [&](int phase, int src, i64 pix, i64 channels, i64 block, DType dtype,
-                       const std::string& what, auto srcPixel) {
-      return copyInBlocks(
-          op, phase, src, name + "/" + what, pix * channels, dtype, what,
-          [pix, channels, block](i64 i) {
-            const i64 g = i / (block * pix), at = g * block * pix;
-            return Range{at, at + std::min(block, channels - g * block) * pix};
-          },
-          [pix, channels, block, srcPixel](i64 i) {
-            const i64 g = i / (block * pix), bb = std::min(block, channels - g * block);
-            const i64 at = g * block * pix;
-            return srcPixel((i - at) / bb) * channels + g * block + (i - at) % bb;
-          });
+                       const std::string& what, const std::function<i64(i64)>& srcPixel) {
+      return copyInChannelBlocks(op, phase, src, name + "/" + what, pix, channels, block, dtype,
+                                 what, srcPixel);
     };
     int dyB = dy, xB = x;
     if (kb < s.k)
@@ -423,19 +412,12 @@ class Planner : public ops::PlanApi {
         op, cp::kForwardWeightBlocksPhase, w, name + "/weight_blocks", s.weightElems(), wType,
         "weight_blocks", [&s, kb, cb](i64 i) { return cp::filterBlockOf(s, kb, cb, i); },
         [&s, kb, cb](i64 i) { return cp::filterBlockSource(s, kb, cb, i); });
-    const int xB = copyInBlocks(
-        op, cp::kForwardXBlocksPhase, x, name + "/x_blocks", xPixels * s.c, xType, "x_blocks",
-        [xPixels, &s, cb](i64 i) {
-          const i64 g = i / (cb * xPixels), at = g * cb * xPixels;
-          return Range{at, at + std::min(cb, s.c - g * cb) * xPixels};
-        },
-        [xPixels, &s, cb, oh, ow, sub = fb.subsampled](i64 i) {
-          const i64 g = i / (cb * xPixels), bb = std::min(cb, s.c - g * cb);
-          const i64 p = (i - g * cb * xPixels) / bb;
-          const i64 src =
-              sub ? ((p / (oh * ow)) * s.h + (p / ow) % oh * s.strideH) * s.w + (p % ow) * s.strideW
-                  : p;
-          return src * s.c + g * cb + (i - g * cb * xPixels) % bb;
+    const int xB = copyInChannelBlocks(
+        op, cp::kForwardXBlocksPhase, x, name + "/x_blocks", xPixels, s.c, cb, xType, "x_blocks",
+        [&s, oh, ow, sub = fb.subsampled](i64 p) {
+          return sub ? ((p / (oh * ow)) * s.h + (p / ow) % oh * s.strideH) * s.w +
+                           (p % ow) * s.strideW
+                     : p;
         });
     // The partial blocks: one slice per (c-block, k-block, part of the pixels), spread over the
     // tiles.
@@ -486,6 +468,83 @@ class Planner : public ops::PlanApi {
           return std::min(i - k + s.k, i + (std::min(kb, s.k - k / kb * kb) - k % kb));
         },
         [&s, kb](i64 i) { return cp::forwardBlockedIndex(s, kb, i); });
+    return true;
+  }
+
+  bool convBackwardDataBlocked(const Op& op) override {
+    namespace cp = conv_plan;
+    const auto s = convShapeOf(g_, op);
+    const int dy = op.inputs[0], w = op.inputs[1], dx = op.outputs[0];
+    const DType dyType = g_.tensor(dy).dtype, wType = g_.tensor(w).dtype;
+    const DType partials = ops::partialsOf(op);
+    const cp::DataBlocks db =
+        cp::dataBlocks(s, sizeOf(dyType), sizeOf(wType), sizeOf(partials), t_);
+    if (!db.use) return false;
+    const std::string name = exe_.buffers[dx].name;  // a copy: buffers grow below
+    const i64 kb = db.kb, cb = db.cb, rs = s.r * s.s, oh = s.outH(), ow = s.outW();
+    const i64 P = s.n * oh * ow, pixels = s.n * s.h * s.w;
+    const i64 xp = cp::dataPartialPixels(s, db.subsampled);
+    // wB in the blocked weight gradient's layout; dy in k-blocks.
+    const int wB = copyInBlocks(
+        op, cp::kDataWeightBlocksPhase, w, name + "/weight_blocks", s.weightElems(), wType,
+        "weight_blocks", [&s, kb, cb](i64 i) { return cp::filterBlockOf(s, kb, cb, i); },
+        [&s, kb, cb](i64 i) { return cp::filterBlockSource(s, kb, cb, i); });
+    const int dyB = copyInChannelBlocks(op, cp::kDyKBlocksPhase, dy, name + "/dy_k_blocks", P, s.k,
+                                        kb, dyType, "dy_k_blocks", [](i64 p) { return p; });
+    // The partial blocks: one slice per (k-block, c-block, part of the pixels), spread over the
+    // tiles; each vertex reads its part's dy rows of its k-block and its (k-block, c-block) of
+    // wB.
+    const i64 kBlocks = ceilDiv(s.k, kb), cBlocks = ceilDiv(s.c, cb), parts = db.parts;
+    const i64 nBlocks = kBlocks * cBlocks * parts, partStride = xp * s.c;
+    const int dxP = static_cast<int>(exe_.buffers.size());
+    exe_.buffers.push_back({name + "/partial_blocks", kBlocks * partStride, partials, -1, false});
+    exe_.mapping.emplace_back();  // its slices, below, in (k-block, c-block, part) order
+    ComputeSet& cs = newComputeSet(op, cp::kDataBlocksPhase, "partial_blocks");
+    const i64 span = s.dilH * (s.r - 1) + 1;
+    for (i64 q = 0; q < nBlocks; ++q) {
+      const i64 b = q / (cBlocks * parts), g = (q / parts) % cBlocks, j = q % parts;
+      const i64 kbb = std::min(kb, s.k - b * kb), cbb = std::min(cb, s.c - g * cb);
+      const Range px = cp::dataPartialPixelsOfPart(s, db.subsampled, parts, j);
+      if (px.size() == 0) continue;
+      const Range full = cp::dataPixelsOfPart(s, db.subsampled, parts, j);
+      // The dy pixels its dx pixels read: the same pixels when subsampled (1x1), else the
+      // output rows of its input rows.
+      const Range dyPix = db.subsampled ? px : [&] {
+        const Range rows = outputRowsForInputRows({full.begin / s.w, (full.end - 1) / s.w + 1}, oh,
+                                                  s.h, s.strideH, s.padTop, span);
+        return Range{rows.begin * ow, rows.end * ow};
+      }();
+      const int tile = static_cast<int>(q * t_.numTiles / nBlocks);
+      const i64 at = b * partStride + g * cb * xp, dyAt = b * kb * P;
+      const i64 wAt = cp::filterBlockOffset(s, kb, cb, b, g);
+      const i64 workAt = b * pixels * s.c + g * cb * pixels;
+      exe_.mapping[dxP].push_back({tile, at + px.begin * cbb, at + px.end * cbb, 0});
+      cs.vertices.push_back(vertexOn(tile,
+                                     {{dyB, dyAt + dyPix.begin * kbb, dyAt + dyPix.end * kbb},
+                                      {wB, wAt, wAt + kbb * rs * cbb}},
+                                     {{dxP, at + px.begin * cbb, at + px.end * cbb}},
+                                     {workAt + full.begin * cbb, workAt + full.end * cbb},
+                                     {b * kb, b * kb + kbb}));
+    }
+    // dx: each run of one c-block of a pixel a tap reaches sums the k-blocks; the others are
+    // zero.
+    sumBlockedPartials(
+        op, dx, dxP, kBlocks, partStride,
+        [&s, cb, sub = db.subsampled, pixels](i64 i) {
+          const i64 c = i % s.c, pixel = i / s.c;
+          if (cp::dataPartialPixel(s, sub, pixel) < 0) {  // up to the next pixel a tap reaches
+            i64 next = pixel + 1;
+            while (next < pixels && cp::dataPartialPixel(s, sub, next) < 0) ++next;
+            return next * s.c;
+          }
+          return std::min(i - c + s.c, i + (std::min(cb, s.c - c / cb * cb) - c % cb));
+        },
+        [&s, cb, xp, sub = db.subsampled](i64 i) -> i64 {
+          const i64 c = i % s.c, p = cp::dataPartialPixel(s, sub, i / s.c);
+          if (p < 0) return -1;
+          const i64 g = c / cb, cbb = std::min(cb, s.c - g * cb);
+          return g * cb * xp + p * cbb + (c - g * cb);
+        });
     return true;
   }
 
@@ -596,10 +655,29 @@ class Planner : public ops::PlanApi {
       }
     return buf;
   }
+  // A channel-blocked copy [channels/block][pix][bb] of `src` ([.., channels], channels
+  // innermost) through copyInBlocks: `srcPixel` maps a pixel of the copy to one of src,
+  // increasing.
+  int copyInChannelBlocks(const Op& op, int phase, int src, const std::string& name, i64 pix,
+                          i64 channels, i64 block, DType dtype, const std::string& what,
+                          const std::function<i64(i64)>& srcPixel) {
+    return copyInBlocks(
+        op, phase, src, name, pix * channels, dtype, what,
+        [pix, channels, block](i64 i) {
+          const i64 g = i / (block * pix), at = g * block * pix;
+          return Range{at, at + std::min(block, channels - g * block) * pix};
+        },
+        [pix, channels, block, &srcPixel](i64 i) {
+          const i64 g = i / (block * pix), bb = std::min(block, channels - g * block);
+          const i64 at = g * block * pix;
+          return srcPixel((i - at) / bb) * channels + g * block + (i - at) % bb;
+        });
+  }
   // Phase 1 of a blocked plan: `out` (its own mapping) as the sum of `parts` partials, part p of
   // out's element i at partials' p * partStride + blockedIndex(i). One vertex per run of a tile
   // slice that ends at runEnd(i) (contiguous in out and in every part), its windows in part
-  // order.
+  // order; a run whose blockedIndex is negative has no partials and is zero-filled (a vertex
+  // with no inputs).
   void sumBlockedPartials(const Op& op, int out, int partials, i64 parts, i64 partStride,
                           const std::function<i64(i64)>& runEnd,
                           const std::function<i64(i64)>& blockedIndex) {
@@ -607,6 +685,11 @@ class Planner : public ops::PlanApi {
     for (const TileSlice& sl : exe_.mapping[out])
       for (i64 i = sl.begin; i < sl.end;) {
         const i64 e = std::min(sl.end, runEnd(i)), at = blockedIndex(i);
+        if (at < 0) {  // no partials: zeros
+          cs.vertices.push_back(vertexOn(sl.tile, {}, {{out, i, e}}, {i, e}));
+          i = e;
+          continue;
+        }
         std::vector<NeedWindow> ins;
         for (i64 p = 0; p < parts; ++p)
           ins.push_back({partials, p * partStride + at, p * partStride + at + (e - i)});

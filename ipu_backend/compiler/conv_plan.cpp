@@ -513,4 +513,101 @@ i64 filterBlockSource(const Conv2dShape& s, i64 kb, i64 cb, i64 i) {
   return ((b * kb + kk) * rs + rsi) * s.c + g * cb + cc;
 }
 
+// ---- conv2d_backward_data's blocked plan ------------------------------------------------------
+
+i64 dataPartialPixel(const Conv2dShape& s, bool subsampled, i64 pixel) {
+  if (!subsampled) return pixel;
+  const i64 iw = pixel % s.w, ih = (pixel / s.w) % s.h, n = pixel / (s.w * s.h);
+  if (ih % s.strideH != 0 || iw % s.strideW != 0) return -1;
+  const i64 p = ih / s.strideH, q = iw / s.strideW;
+  if (p >= s.outH() || q >= s.outW()) return -1;
+  return (n * s.outH() + p) * s.outW() + q;
+}
+
+i64 dataPixelOfPartial(const Conv2dShape& s, bool subsampled, i64 p) {
+  if (!subsampled) return p;
+  const i64 oh = s.outH(), ow = s.outW();
+  return ((p / (oh * ow)) * s.h + (p / ow) % oh * s.strideH) * s.w + (p % ow) * s.strideW;
+}
+
+Range dataPixelsOfPart(const Conv2dShape& s, bool subsampled, i64 parts, i64 j) {
+  const Range px = dataPartialPixelsOfPart(s, subsampled, parts, j);
+  return {j == 0 ? 0 : dataPixelOfPartial(s, subsampled, px.begin),
+          j + 1 == parts ? s.n * s.h * s.w : dataPixelOfPartial(s, subsampled, px.end)};
+}
+
+DataBlocks dataBlocks(const Conv2dShape& s, i64 dyBytes, i64 weightBytes, i64 partialBytes,
+                      const Target& t) {
+  DataBlocks best;
+  // Only where the transposed plan would be taken (weights over the window budget, counted as
+  // f32 as the planner counts them, and a tile holding less than under the split over k).
+  if (s.groups != 1 || s.weightElems() * 4 <= windowBudgetBytes(t) ||
+      !transposedPlanIsSmaller(s, dyBytes, weightBytes, partialBytes, t))
+    return best;
+  best.transposedBytes = bestTransposedTile(s, dyBytes, weightBytes, t).bytes;
+  best.tileBytes = best.transposedBytes;
+  // Where the transposed plan's tile gathers no more than kDataBlocksThreshold window budgets,
+  // the four compute sets of this plan would add always-live state (vertex state, work lists,
+  // codelets) on every tile for the whole program for little.
+  if (best.transposedBytes <= kDataBlocksThreshold * static_cast<double>(windowBudgetBytes(t)))
+    return best;
+  const i64 T = t.numTiles, rs = s.r * s.s, oh = s.outH(), ow = s.outW();
+  const i64 P = s.n * oh * ow, pixels = s.n * s.h * s.w, span = s.dilH * (s.r - 1) + 1;
+  const bool subsampled = s.r == 1 && s.s == 1 && s.padTop == 0 && s.padLeft == 0 &&
+                          s.padBottom == 0 && s.padRight == 0 && (s.strideH > 1 || s.strideW > 1);
+  const i64 xp = dataPartialPixels(s, subsampled);
+  // dx keeps its linear mapping; its slices sum every k-block's partials of the pixels a tap
+  // reaches (xp of every N*H*W) and zero-fill the others.
+  const i64 dxElems = s.inputElems();
+  const i64 dxSlices = std::clamp<i64>(dxElems * dyBytes / t.minBytesPerTile, 1, T);
+  const i64 dxPerTile = ceilDiv(dxElems, dxSlices);
+  const i64 readPerTile = ceilDiv(dxPerTile * xp, pixels);
+  // A copy's tile: its slice and the src elements from its first to its last (`rowElems` of src
+  // per `perRow` elements of the copy).
+  auto copyPhase = [T](i64 elems, i64 perRow, i64 rowElems, i64 bytes) {
+    const i64 slice = ceilDiv(elems, T);
+    return static_cast<double>(slice * bytes + (ceilDiv(slice, perRow) + 1) * rowElems * bytes);
+  };
+  // Each of its four compute sets: a vertex state on every tile.
+  const double setState = static_cast<double>(4 * t.vertexStateBytes);
+  const double copies = static_cast<double>(ceilDiv(P * s.k, T) * dyBytes +
+                                            ceilDiv(s.weightElems(), T) * weightBytes);
+  for (const i64 kb : blockSizes(s.k))
+    for (const i64 cb : blockSizes(s.c)) {
+      const i64 kBlocks = ceilDiv(s.k, kb), cBlocks = ceilDiv(s.c, cb);
+      if (kBlocks == 1 || kBlocks * cBlocks > T) continue;  // one k-block: the transposed plan
+      const double copyPeak = std::max(copyPhase(P * s.k, kb, s.k, dyBytes),
+                                       copyPhase(s.weightElems(), rs * cb, rs * s.c, weightBytes));
+      // Runs of a c-block of a pixel, and of pixels no tap reaches.
+      const i64 combineRuns =
+          ceilDiv(dxPerTile, cb) + 1 + (subsampled ? ceilDiv(dxPerTile, s.c) + 1 : 0);
+      const double state =
+          setState + static_cast<double>(std::max<i64>(0, combineRuns - t.workersPerTile) *
+                                         (kBlocks + 1) * t.workListBytesPerOperand);
+      const double combine =
+          static_cast<double>(readPerTile * kBlocks * partialBytes + dxPerTile * dyBytes);
+      for (i64 parts = 1; parts <= xp && parts * kBlocks * cBlocks <= T; ++parts) {
+        const i64 partPixels = ceilDiv(xp, parts);
+        const i64 dyPixels =
+            subsampled
+                ? partPixels
+                : outputRowsForInputRows({0, std::min(s.n * s.h, ceilDiv(partPixels, s.w) + 1)}, oh,
+                                         s.h, s.strideH, s.padTop, span)
+                          .size() *
+                      ow;
+        const double block = static_cast<double>(partPixels * cb * partialBytes);
+        const double blockPhase = static_cast<double>(dyPixels * kb * dyBytes) +
+                                  static_cast<double>(kb * rs * cb * weightBytes) + block + copies;
+        const double bytes =
+            std::max({blockPhase, combine + block, copyPeak}) + kStateWeight * state;
+        if (bytes < best.tileBytes) {
+          best.use = true;
+          best.kb = kb, best.cb = cb, best.parts = parts, best.subsampled = subsampled;
+          best.tileBytes = bytes;
+        }
+      }
+    }
+  return best;
+}
+
 }  // namespace ipu::conv_plan

@@ -278,4 +278,65 @@ i64 filterBlockSource(const Conv2dShape& s, i64 kb, i64 cb, i64 i);
 // The range of wB's block that holds its element i.
 Range filterBlockOf(const Conv2dShape& s, i64 kb, i64 cb, i64 i);
 
+// ---- conv2d_backward_data's blocked plan (the transposed plan split over its contraction K) --
+// The transposed-weights plan gives a tile a block of input channels of a block of pixels, but
+// its contraction runs over every output channel: its tiles gather the dy rows of all K channels
+// and K weights per input channel. For ResNet-50's stage4_unit1_conv1sc at micro-batch 20 that
+// was 114,688 B of dy rows and 118,784 B of wt rows on one tile, the worst tile of the training
+// program. Here, as the forward convolution's blocked plan (ForwardBlocks) with the roles of
+// the channels swapped (groups == 1):
+//   phase kDataWeightBlocksPhase: w -> wB, the blocked weight gradient's layout
+//     [K/kb][C/cb][kbb][R][S][cbb] (filterBlockOffset);
+//   phase kDyKBlocksPhase: dy -> dyB [K/kb][P][kbb] (P = N*OH*OW; the k-blocked split's copy,
+//     the same kernel);
+//   phase kDataBlocksPhase: partials dxP [K/kb][C/cb][XP][cbb], one (k-block, c-block, part of
+//     the pixels) block per tile, reading its k-block of its pixels' dy rows and its block of wB
+//     (two contiguous windows). XP = N*H*W, or for a strided 1x1 convolution without padding
+//     only the P pixels a tap reaches (`subsampled`). A vertex's work range is in dx's pixels,
+//     [K/kb][C/cb][N*H*W][cbb], every pixel of its part (so the cost model prices its share of
+//     the op's multiply-accumulates), its output the partials of those a tap reaches;
+//   phase 1: dx (its own mapping) sums the k-blocks' partials, one vertex per run of a c-block
+//     of a pixel; the pixels no tap reaches are zero-filled (vertices with no inputs).
+// Each k-block's partial is the sum, in conv2dBackwardData's order, over its channels.
+constexpr int kDataWeightBlocksPhase = 14;
+constexpr int kDataBlocksPhase = 15;
+// The transposed plan's tile (its gathered dy and wt rows) must exceed this many window budgets
+// for the blocked plan to be considered. Measured on ResNet-50 at micro-batch 20 (Mk2): at 1.6
+// the three stride-2 1x1 shortcuts of stages 2-4 take it (1.65-2.9 budgets) and the largest
+// not-always-live peak falls from 418,968 to 384,688 B; at 1.5 and below the stride-2 3x3s and
+// stage 3's first 1x1 reduction take it too, and their partials raise it again (391,152 B at
+// 1.5), while their always-live state grows.
+constexpr double kDataBlocksThreshold = 1.6;
+
+struct DataBlocks {
+  bool use = false;  // false: the transposed plan (or the split over k)
+  i64 kb = 1, cb = 1, parts = 1;
+  bool subsampled = false;
+  double tileBytes = 0;        // the estimate per tile of this plan
+  double transposedBytes = 0;  // the same of the transposed plan
+};
+// The blocked plan's geometry for operands of these stored sizes: the (kb, cb, parts) whose
+// per-tile estimate is smallest (the largest of its block phase, its copies and its combining
+// phase, plus the always-live state it adds), used where the transposed plan applies
+// (transposedPlanIsSmaller), its tile gathers more than kDataBlocksThreshold window budgets and
+// this estimate is smaller. The tile engine calls it again with the same arguments.
+DataBlocks dataBlocks(const Conv2dShape& s, i64 dyBytes, i64 weightBytes, i64 partialBytes,
+                      const Target& t);
+// Pixels of dx that the partials hold: P when subsampled, else N*H*W.
+inline i64 dataPartialPixels(const Conv2dShape& s, bool subsampled) {
+  return subsampled ? s.n * s.outH() * s.outW() : s.n * s.h * s.w;
+}
+// The partials' pixel of dx's pixel (n*H + h)*W + w: itself, or when subsampled its index among
+// the pixels a tap reaches, -1 when none does.
+i64 dataPartialPixel(const Conv2dShape& s, bool subsampled, i64 pixel);
+// dx's pixel of the partials' pixel p (the inverse of dataPartialPixel).
+i64 dataPixelOfPartial(const Conv2dShape& s, bool subsampled, i64 p);
+// Part j of the partials' pixels, and the dx pixels [begin, end) its vertices' work ranges span
+// (the parts tile dx's pixels: the first begins at 0, the last ends at N*H*W).
+inline Range dataPartialPixelsOfPart(const Conv2dShape& s, bool subsampled, i64 parts, i64 j) {
+  const i64 xp = dataPartialPixels(s, subsampled);
+  return {xp * j / parts, xp * (j + 1) / parts};
+}
+Range dataPixelsOfPart(const Conv2dShape& s, bool subsampled, i64 parts, i64 j);
+
 }  // namespace ipu::conv_plan

@@ -339,6 +339,29 @@ void conv2dForwardBlock(const Conv2dShape& s, i64 kb, i64 cb, bool subsampled, W
   }
 }
 
+void conv2dBackwardDataBlock(const Conv2dShape& s, i64 kb, i64 cb, bool subsampled, W dyB, W wB,
+                             float* dxP, Range out) {
+  const i64 rs = s.r * s.s, pixels = s.n * s.h * s.w, P = s.n * s.outH() * s.outW();
+  // The (k-block b, c-block g) that holds `out`.
+  const i64 b = out.begin / (pixels * s.c), inB = out.begin - b * pixels * s.c;
+  const i64 g = inB / (cb * pixels), kbb = std::min(kb, s.k - b * kb);
+  const i64 cbb = std::min(cb, s.c - g * cb), base = b * pixels * s.c + g * cb * pixels;
+  const i64 dyBase = b * kb * P, wBase = b * kb * rs * s.c + g * kbb * rs * cb;
+  float* y = dxP;
+  for (i64 i = out.begin; i < out.end; ++i) {
+    const i64 e = i - base, cc = e % cbb, px = e / cbb;
+    double acc = 0;
+    bool reached = false;
+    forEachDataGradTap(s, px * s.c + g * cb + cc, [&](i64, i64 r, i64 t, i64 pixel) {
+      reached = true;
+      const i64 dyRow = dyBase + pixel * kbb, wAt = wBase + (r * s.s + t) * cbb + cc;
+      for (i64 kk = 0; kk < kbb; ++kk) acc += double(dyB[dyRow + kk]) * wB[wAt + kk * rs * cbb];
+    });
+    if (subsampled && !reached) continue;  // not in the partials
+    *y++ = float(acc);
+  }
+}
+
 // ---- matmul -------------------------------------------------------------------------------
 
 void matMul(const MatMulShape& s, W a, W b, float* c, Range out, Range red) {

@@ -86,6 +86,14 @@ void conv2dWeightsToFilterBlocks(const Conv2dShape& s, i64 kb, i64 cb, W w, floa
 // conv2dForward; `out` lies in one (c-block, k-block).
 void conv2dForwardBlock(const Conv2dShape& s, i64 kb, i64 cb, bool subsampled, W xB, W wB,
                         float* yP, Range out);
+// The blocked data gradient (groups == 1; compiler/conv_plan.h, DataBlocks): partials
+// dxP[K/kb][C/cb][XP][cbb] of dx, k-block b's sum over its output channels only (dy in k-blocks
+// as conv2dGradToChannelBlocks, w as conv2dWeightsToFilterBlocks), in the order of
+// conv2dBackwardData. `out` is a range of [K/kb][C/cb][N*H*W][cbb] inside one (k-block,
+// c-block); dxP receives the elements of its pixels that a tap reaches, in order (XP = N*H*W;
+// when `subsampled`, a strided 1x1 convolution without padding, the other pixels are skipped).
+void conv2dBackwardDataBlock(const Conv2dShape& s, i64 kb, i64 cb, bool subsampled, W dyB, W wB,
+                             float* dxP, Range out);
 
 // ---- matmul -------------------------------------------------------------------------------
 // c[batch,M,N] = op(a) x op(b), summed over k in red = [k0, k1) only (partials).

@@ -350,7 +350,9 @@ void planBackwardData(PlanApi& p, const Op& op) {
   // and a tile holds less (compiler/conv_plan.h). Otherwise (grouped, or a tile holds less this
   // way) split the sum over output channels k, each part reading only its weight rows w[k0:k1]
   // (contiguous in the [K,R,S,C/G] layout) and, ungrouped with many dy rows per tile, only its
-  // channels of dy (copied into k-blocks first).
+  // channels of dy (copied into k-blocks first). The transposed plan's tiles read every output
+  // channel; where that is many bytes it is split over them as well (conv_plan.h, DataBlocks).
+  if (p.convBackwardDataBlocked(op)) return;
   if (p.convBackwardDataTransposed(op)) return;
   if (planKBlockedBackwardData(p, op)) return;
   p.splitReduction(op, 0, out, s.k, weightBytesPerOutputChannel(s),
@@ -425,9 +427,31 @@ std::function<void()> vertexForward(const VertexArgs& a) {
   };
 }
 
+// The blocked data gradient's geometry (defined with the weight gradient's, below).
+conv_plan::DataBlocks dataBlocksOf(const VertexArgs& a, const kernels::Conv2dShape& s);
+
 std::function<void()> vertexBackwardData(const VertexArgs& a) {
+  if (a.phase == 1 && a.in.empty())  // the blocked plan's pixels that no tap reaches
+    return [y = a.out[0], n = a.work.size()] { std::fill(y, y + n, 0.0f); };
   if (a.phase == 1 || a.phase == conv_plan::kKBlockedDataPhase + 1) return sumPartials(a);
   const auto s = convShapeOf(a.g, a.op);
+  // The blocked plan (compiler/conv_plan.h, DataBlocks): w and dy in blocks, then the k-blocks'
+  // partials (windows dyB, wB). Its dy copy shares the k-blocked split's phase and kernel.
+  if (s.groups == 1 &&
+      (a.phase == conv_plan::kDataWeightBlocksPhase || a.phase == conv_plan::kDataBlocksPhase ||
+       a.phase == conv_plan::kDyKBlocksPhase)) {
+    if (const conv_plan::DataBlocks db = dataBlocksOf(a, s); db.use) {
+      if (a.phase == conv_plan::kDataWeightBlocksPhase)
+        return [s, kb = db.kb, cb = db.cb, W = a.in, y = a.out[0], work = a.work] {
+          ref::conv2dWeightsToFilterBlocks(s, kb, cb, W[0], y, work);
+        };
+      if (a.phase == conv_plan::kDyKBlocksPhase)
+        return channelBlocksVertex(a, conv_plan::dyKBlocks(s, db.kb));
+      return [s, db, W = a.in, y = a.out[0], work = a.work] {
+        ref::conv2dBackwardDataBlock(s, db.kb, db.cb, db.subsampled, W[0], W[1], y, work);
+      };
+    }
+  }
   // The split over k with dy in k-blocks (compiler/conv_plan.h; ungrouped, so its copy shares
   // the grouped plan's phase): windows the blocks, then w.
   if (s.groups == 1 &&
@@ -517,6 +541,10 @@ conv_plan::FilterBlocks filterBlocksOf(const VertexArgs& a, const kernels::Conv2
 
 conv_plan::ForwardBlocks forwardBlocksOf(const VertexArgs& a, const kernels::Conv2dShape& s) {
   return blockedPlanOf<conv_plan::ForwardBlocks>(a, s, conv_plan::forwardBlocks);
+}
+
+conv_plan::DataBlocks dataBlocksOf(const VertexArgs& a, const kernels::Conv2dShape& s) {
+  return blockedPlanOf<conv_plan::DataBlocks>(a, s, conv_plan::dataBlocks);
 }
 
 std::function<void()> vertexBackwardFilter(const VertexArgs& a) {
@@ -647,8 +675,9 @@ IPU_REGISTER_OPS(conv2d) {
   d.fused = fusedPass<fz::Conv2dBackwardData>();
   d.nativeFused = nativeBf16Pass<fz::Conv2dBackwardData>();
   // The transposed plan's dx phase multiplies; its k-block and transpose phases move weights.
+  // So do the blocked plan's block phase and the grouped and k-blocked plans' block phases.
   d.costTraits.macPhases = {0, conv_plan::kTransposedDataPhase, conv_plan::kGroupedDataPhase,
-                            conv_plan::kKBlockedDataPhase};
+                            conv_plan::kKBlockedDataPhase, conv_plan::kDataBlocksPhase};
   registerOp(std::move(d));
 
   OpInfo w = convInfo(OpKind::Conv2dBackwardFilter, "conv2d_backward_filter",

@@ -136,6 +136,12 @@ class PlanApi {
   // kWeightTransposePhase, kTransposedDataPhase) where a tile holds less than under the split
   // over k; false (nothing planned) where that plan does not apply.
   virtual bool convBackwardDataTransposed(const Op& op) = 0;
+  // The same split over its contraction K as well (compiler/conv_plan.h, DataBlocks): dy and w
+  // copied into blocks (phases conv_plan::kDyKBlocksPhase, kDataWeightBlocksPhase), a partial per
+  // (k-block, c-block, part of the pixels) (kDataBlocksPhase), then 1 sums the k-blocks, where
+  // the transposed plan applies, its tile gathers more than conv_plan::kDataBlocksThreshold
+  // window budgets and a tile holds less this way; false (nothing planned) otherwise.
+  virtual bool convBackwardDataBlocked(const Op& op) = 0;
 
   // A temporary of `elements` in `dtype` that later phases of the op read, placed by `mapping`
   // (slices in element order covering [0, elements), e.g. following where an operand lives, so

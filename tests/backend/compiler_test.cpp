@@ -528,6 +528,84 @@ TEST(Compiler, ConvForwardOfManyChannelsIsBlockedOverInputChannels) {
   }
 }
 
+// The transposed-weights data gradient (ResNet-50's projection shortcuts and stride-2 3x3s)
+// contracts over every output channel: its tiles read the dy rows of all K channels and K
+// weights per input channel. Where that is over two window budgets it is blocked over its
+// contraction K as well (compiler/conv_plan.h, DataBlocks): w and dy copied into blocks, each
+// tile one (k-block, c-block, part of the pixels) block of partials reading its k-block of dy
+// and its block of w, then dx sums the k-blocks (a strided 1x1's pixels that no tap reaches are
+// zero-filled). dx matches a plain double reference in both modes.
+TEST(Compiler, TransposedDataGradientIsBlockedOverItsContraction) {
+  struct Case {
+    i64 h, kernel, stride, pad, c, k;
+  };
+  // The last two leave short blocks at the ends (the chooser takes 13 of 200 output channels
+  // per block, and 12 of 90) and odd images.
+  for (const Case cc :
+       {Case{8, 1, 2, 0, 128, 128}, Case{9, 1, 2, 0, 120, 200}, Case{9, 3, 2, 1, 60, 90}}) {
+    SCOPED_TRACE(testing::Message() << cc.kernel << "x" << cc.kernel << " stride " << cc.stride
+                                    << ", " << cc.c << " -> " << cc.k << " channels");
+    Graph g("blocked_data_gradient");
+    Builder b(g);
+    const i64 n = 2, h = cc.h, c = cc.c, k = cc.k;
+    const i64 oh = (h + 2 * cc.pad - cc.kernel) / cc.stride + 1;
+    int x = b.variable("features", {n, h, h, c});
+    int w = b.variable("weight", {k, cc.kernel, cc.kernel, c});
+    int m = b.variable("dy_pattern", {n, oh, oh, k});  // loss = sum(y * m): dy = m
+    int y = b.conv2d(x, w, Conv2dOptions::make(cc.stride, cc.pad), "conv");
+    int loss = b.reduceSum(b.binary("mul", y, m, "weighted"), {0, 1, 2, 3}, false, "loss");
+    g.markOutput(loss);
+    const int dx = appendBackward(g, loss, {x}).grads.at(x);
+    g.markOutput(dx);
+    const Target t = Target::small(256, 16 << 10);  // window budget 2 KiB
+    CompileOptions opts;
+    opts.checkMemory = false;  // the plan and its numbers are under test, not the tiny tiles
+    auto exe = std::make_shared<const Executable>(compile(g, t, opts));
+    std::set<int> phases;
+    for (const ComputeSet& cs : exe->computeSets) {
+      if (exe->graph.op(cs.op).kind != OpKind::Conv2dBackwardData) continue;
+      phases.insert(cs.phase);
+      if (cs.phase != 15) continue;
+      // The block phase reads a k-block of dy and a block of w, never every output channel.
+      for (const Vertex& v : cs.vertices) {
+        ASSERT_EQ(v.inputs.size(), 2u);
+        EXPECT_TRUE(exe->buffers[v.inputs[0].buffer].name.ends_with("/dy_k_blocks"));
+        EXPECT_TRUE(exe->buffers[v.inputs[1].buffer].name.ends_with("/weight_blocks"));
+        EXPECT_LE(v.red.size(), k / 4);
+        EXPECT_LT(v.inputs[1].end - v.inputs[1].begin, k * cc.kernel * cc.kernel * c / 8);
+      }
+    }
+    // Sums (and zeros), dy k-blocks, w blocks, blocks; the transposed plan's are 2, 3 and 4.
+    EXPECT_EQ(phases, (std::set<int>{1, 5, 14, 15}));
+
+    std::vector<float> xv(n * h * h * c), wv(k * cc.kernel * cc.kernel * c), mv(n * oh * oh * k);
+    for (size_t i = 0; i < xv.size(); ++i) xv[i] = static_cast<float>((i * 7) % 13) / 13.f;
+    for (size_t i = 0; i < wv.size(); ++i) wv[i] = static_cast<float>((i * 5) % 11) / 11.f - 0.5f;
+    for (size_t i = 0; i < mv.size(); ++i) mv[i] = static_cast<float>((i * 3) % 17) / 17.f - 0.4f;
+    std::vector<double> want(xv.size(), 0.0);
+    for (i64 im = 0; im < n; ++im)
+      for (i64 p = 0; p < oh; ++p)
+        for (i64 o = 0; o < oh; ++o)
+          for (i64 r = 0; r < cc.kernel; ++r)
+            for (i64 q = 0; q < cc.kernel; ++q) {
+              const i64 ih = p * cc.stride - cc.pad + r, iw = o * cc.stride - cc.pad + q;
+              if (ih < 0 || ih >= h || iw < 0 || iw >= h) continue;
+              for (i64 kk = 0; kk < k; ++kk)
+                for (i64 ch = 0; ch < c; ++ch)
+                  want[static_cast<size_t>(((im * h + ih) * h + iw) * c + ch)] +=
+                      static_cast<double>(
+                          mv[static_cast<size_t>(((im * oh + p) * oh + o) * k + kk)]) *
+                      wv[static_cast<size_t>(((kk * cc.kernel + r) * cc.kernel + q) * c + ch)];
+            }
+    const auto got =
+        runBothModes(exe, {{x, &xv}, {w, &wv}, {m, &mv}}, loss, std::map<int, int>{{x, dx}});
+    for (int mode = 0; mode < 2; ++mode)
+      for (size_t i = 0; i < want.size(); ++i)
+        ASSERT_NEAR(got[mode].at(x)[i], want[i], 1e-5 * std::max(1.0, std::abs(want[i])))
+            << (mode ? "tile " : "fused ") << i;
+  }
+}
+
 // Batch norm over many rows splits its channel sums into many parts. The combining set must not
 // gather every part's partial sums on the statistics' tile (P x 2C floats: 0.8 MB for
 // ResNet-50's first batch norm backward at micro-batch 20): the statistics are mapped in

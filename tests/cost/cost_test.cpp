@@ -429,6 +429,36 @@ TEST(CostModel, KBlockedDataGradientIsPricedAsMacsInItsPartsPhase) {
   EXPECT_NEAR(macsByPhase[12], opMacs, 1e-9 * opMacs);
 }
 
+// conv2d_backward_data's blocked plan (compiler/conv_plan.h, DataBlocks) multiplies in its
+// block phase (15): the copies of w and dy into blocks (14, 5) and the sum of the k-blocks (1)
+// are moves and adds, and the blocks' MACs add up to the op's. For a strided 1x1 shortcut the
+// partials hold only the pixels a tap reaches; the block vertices' work spans all of their
+// part's pixels, so their shares still add up.
+TEST(CostModel, BlockedDataGradientIsPricedAsMacsInItsBlockPhase) {
+  for (const i64 kernel : {i64{1}, i64{3}}) {
+    SCOPED_TRACE(kernel);
+    Graph g;
+    Builder b(g);
+    const i64 c = kernel == 1 ? 128 : 64;
+    int x = b.variable("features", {2, 8, 8, c});
+    int w = b.variable("weight", {128, kernel, kernel, c});
+    int loss = b.reduceMean(b.conv2d(x, w, Conv2dOptions::make(2, kernel / 2), "conv"),
+                            {0, 1, 2, 3}, false, "loss");
+    g.markOutput(loss);
+    g.markOutput(appendBackward(g, loss, {x}).grads.at(x));
+    const Executable exe = compile(g, Target::small(256, 16 << 10),
+                                   CompileOptions{.deviceIterations = 1, .checkMemory = false});
+    const double opMacs = convMacsOf(exe, OpKind::Conv2dBackwardData);
+    std::map<int, double> macsByPhase = macsByPhaseOf(exe, OpKind::Conv2dBackwardData);
+    ASSERT_EQ(macsByPhase.size(), 4u) << "expected the blocked plan's phases 1, 5, 14 and 15";
+    EXPECT_EQ(macsByPhase[1], 0.0);
+    EXPECT_EQ(macsByPhase[5], 0.0);
+    EXPECT_EQ(macsByPhase[14], 0.0);
+    EXPECT_GT(opMacs, 0.0);
+    EXPECT_NEAR(macsByPhase[15], opMacs, 1e-9 * opMacs);
+  }
+}
+
 TEST(CostModel, MacsOfSplitConvolutionsAndMatMulsAddUpToTheGraphsMacs) {
   Graph g;
   Builder b(g);
