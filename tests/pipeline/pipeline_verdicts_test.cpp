@@ -202,18 +202,18 @@ TEST(BertPipeline, LargeWidthVerdictTilePlanIsPinned) {
   }
   EXPECT_GT(blockedSets, 0) << "no matmul took the blocked plan";
   EXPECT_EQ(figures,
-            "IPU 0: peak tile 1344 of 236736 B, worst tile 1344 (64408 always live, 57632 code and "
-            "vertex state, peak at set 221), 1283772 windows, 1068025 gathers (0 shared), memory "
-            "0x400cd24315482d35, offsets 0xcd61258baea64bbb, occupants 0x4643e6d6279363b0\n"
-            "IPU 1: peak tile 1344 of 221952 B, worst tile 1344 (54840 always live, 47584 code and "
-            "vertex state, peak at set 170), 1354638 windows, 1201898 gathers (0 shared), memory "
-            "0x8c27c2aa484c0d35, offsets 0xf394cc40a521c899, occupants 0x7fc7d9e255091e01\n"
-            "IPU 2: peak tile 1344 of 220296 B, worst tile 1344 (53080 always live, 46864 code and "
-            "vertex state, peak at set 156), 1347459 windows, 1198843 gathers (0 shared), memory "
-            "0xa3953a0558bdea6b, offsets 0xd6d91d5bd2db73d4, occupants 0x509d6191c190933\n"
-            "IPU 3: peak tile 1344 of 221184 B, worst tile 1344 (54736 always live, 47296 code and "
-            "vertex state, peak at set 156), 1347459 windows, 1198835 gathers (0 shared), memory "
-            "0x55c0895aaf7a5d14, offsets 0x7e245fe6ff41b5f1, occupants 0x77845e0fa76d3089\n")
+            "IPU 0: peak tile 1344 of 244488 B, worst tile 1344 (72600 always live, 65824 code and "
+            "vertex state, peak at set 231), 2034647 windows, 1703750 gathers (132940 shared), "
+            "memory 0x4bfb34ccd731f3c0, offsets 0x4a816a2be28ee7fb, occupants 0x4643e6d6279363b0\n"
+            "IPU 1: peak tile 1344 of 222384 B, worst tile 1344 (54840 always live, 47584 code and "
+            "vertex state, peak at set 170), 1354668 windows, 1206312 gathers (0 shared), memory "
+            "0x682ac24a4c56b7f7, offsets 0x7e95f30a521f749b, occupants 0x7fc7d9e255091e01\n"
+            "IPU 2: peak tile 1344 of 220272 B, worst tile 1344 (53080 always live, 46864 code and "
+            "vertex state, peak at set 156), 1347489 windows, 1203257 gathers (0 shared), memory "
+            "0xaeb9c5977c9e746e, offsets 0x6bb6ab7a699d07f6, occupants 0x509d6191c190933\n"
+            "IPU 3: peak tile 1344 of 221160 B, worst tile 1344 (54736 always live, 47296 code and "
+            "vertex state, peak at set 156), 1347489 windows, 1203249 gathers (0 shared), memory "
+            "0x1590812b32470794, offsets 0xa518c14870bb20e5, occupants 0x77845e0fa76d3089\n")
       << figures;
 }
 
