@@ -135,6 +135,13 @@ std::vector<TileSlice> channelBlockedMapping(i64 pixels, i64 k, i64 kg, const Ta
   return m;
 }
 
+// Where the run of element i ends in a row of `extent` channels cut into blocks of `block`
+// channels: at its block's end (the last block may be short), never past the row.
+i64 channelBlockRunEnd(i64 i, i64 extent, i64 block) {
+  const i64 c = i % extent;
+  return std::min(i - c + extent, i + (std::min(block, extent - c / block * block) - c % block));
+}
+
 // A buffer of `elements` in blocks of blockElems: block b linearly over the tiles [start + b T /
 // blocks, start + (b + 1) T / blocks) (one tile, shared, where there are more blocks than tiles).
 std::vector<TileSlice> blockMapping(i64 elements, i64 blockElems, DType dtype, const Target& t,
@@ -385,11 +392,7 @@ class Planner : public ops::PlanApi {
     }
     // dw: each run of one c-block (contiguous in dw and in every part's block) sums the parts.
     sumBlockedPartials(
-        op, dw, dwP, parts, dwElems,
-        [&s, cb](i64 i) {
-          const i64 c = i % s.c;
-          return std::min(i - c + s.c, i + (std::min(cb, s.c - c / cb * cb) - c % cb));
-        },
+        op, dw, dwP, parts, dwElems, [&s, cb](i64 i) { return channelBlockRunEnd(i, s.c, cb); },
         [&s, kb, cb](i64 i) { return cp::filterBlockedIndex(s, kb, cb, i); });
     return true;
   }
@@ -462,11 +465,7 @@ class Planner : public ops::PlanApi {
     // y: each run of one k-block (contiguous in y and in every c-block's partials) sums the
     // c-blocks.
     sumBlockedPartials(
-        op, y, yP, cBlocks, yElems,
-        [&s, kb](i64 i) {
-          const i64 k = i % s.k;
-          return std::min(i - k + s.k, i + (std::min(kb, s.k - k / kb * kb) - k % kb));
-        },
+        op, y, yP, cBlocks, yElems, [&s, kb](i64 i) { return channelBlockRunEnd(i, s.k, kb); },
         [&s, kb](i64 i) { return cp::forwardBlockedIndex(s, kb, i); });
     return true;
   }
@@ -531,13 +530,13 @@ class Planner : public ops::PlanApi {
     sumBlockedPartials(
         op, dx, dxP, kBlocks, partStride,
         [&s, cb, sub = db.subsampled, pixels](i64 i) {
-          const i64 c = i % s.c, pixel = i / s.c;
+          const i64 pixel = i / s.c;
           if (cp::dataPartialPixel(s, sub, pixel) < 0) {  // up to the next pixel a tap reaches
             i64 next = pixel + 1;
             while (next < pixels && cp::dataPartialPixel(s, sub, next) < 0) ++next;
             return next * s.c;
           }
-          return std::min(i - c + s.c, i + (std::min(cb, s.c - c / cb * cb) - c % cb));
+          return channelBlockRunEnd(i, s.c, cb);
         },
         [&s, cb, xp, sub = db.subsampled](i64 i) -> i64 {
           const i64 c = i % s.c, p = cp::dataPartialPixel(s, sub, i / s.c);
