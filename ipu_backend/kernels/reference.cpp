@@ -56,6 +56,38 @@ void forEachDataGradTap(const Conv2dShape& s, i64 i, Tap&& tap) {
   }
 }
 
+// The forward taps of output pixel (p, q): every (r, t) whose input pixel (ih, iw) lies inside
+// the image; calls tap(r, t, ih, iw) in r-then-t order (the order every forward kernel sums in).
+template <class Tap>
+void forEachForwardTap(const Conv2dShape& s, i64 p, i64 q, Tap&& tap) {
+  for (i64 r = 0; r < s.r; ++r) {
+    const i64 ih = p * s.strideH - s.padTop + r * s.dilH;
+    if (ih < 0 || ih >= s.h) continue;
+    for (i64 t = 0; t < s.s; ++t) {
+      const i64 iw = q * s.strideW - s.padLeft + t * s.dilW;
+      if (iw < 0 || iw >= s.w) continue;
+      tap(r, t, ih, iw);
+    }
+  }
+}
+
+// The weight gradient's pixels of tap (r, t) over the output rows `rows` (row = n * OH + p):
+// every output pixel (row, q) whose input pixel (ih, iw) lies inside the image; calls
+// pixel(row, q, ih, iw) in row-then-q order (the order every weight-gradient kernel sums in).
+template <class Pixel>
+void forEachFilterTapPixel(const Conv2dShape& s, i64 r, i64 t, Range rows, Pixel&& pixel) {
+  const i64 oh = s.outH(), ow = s.outW();
+  for (i64 row = rows.begin; row < rows.end; ++row) {
+    const i64 ih = row % oh * s.strideH - s.padTop + r * s.dilH;
+    if (ih < 0 || ih >= s.h) continue;
+    for (i64 q = 0; q < ow; ++q) {
+      const i64 iw = q * s.strideW - s.padLeft + t * s.dilW;
+      if (iw < 0 || iw >= s.w) continue;
+      pixel(row, q, ih, iw);
+    }
+  }
+}
+
 }  // namespace
 
 // ---- convolution --------------------------------------------------------------------------
@@ -67,18 +99,11 @@ void conv2dForward(const Conv2dShape& s, W x, W w, float* y, Range out) {
     const i64 k = o % s.k, q = (o / s.k) % ow, p = (o / (s.k * ow)) % oh, n = o / (s.k * ow * oh);
     const i64 c0 = (k / kpg) * cpg;  // first input channel of k's group
     double acc = 0;
-    for (i64 r = 0; r < s.r; ++r) {
-      const i64 ih = p * s.strideH - s.padTop + r * s.dilH;
-      if (ih < 0 || ih >= s.h) continue;
-      for (i64 t = 0; t < s.s; ++t) {
-        const i64 iw = q * s.strideW - s.padLeft + t * s.dilW;
-        if (iw < 0 || iw >= s.w) continue;
-        for (i64 c = 0; c < cpg; ++c) {
-          acc += double(x[((n * s.h + ih) * s.w + iw) * s.c + c0 + c]) *
-                 w[((k * s.r + r) * s.s + t) * cpg + c];
-        }
-      }
-    }
+    forEachForwardTap(s, p, q, [&](i64 r, i64 t, i64 ih, i64 iw) {
+      for (i64 c = 0; c < cpg; ++c)
+        acc += double(x[((n * s.h + ih) * s.w + iw) * s.c + c0 + c]) *
+               w[((k * s.r + r) * s.s + t) * cpg + c];
+    });
     y[o - out.begin] = float(acc);
   }
 }
@@ -92,18 +117,11 @@ void conv2dForwardGroupBlocks(const Conv2dShape& s, i64 gb, W xBlocks, W w, floa
     const i64 xbb = std::min(xb, s.c - b * xb);
     const i64 base = b * blockElems + g * cpg - b * xb;  // k's group's first channel in block b
     double acc = 0;
-    for (i64 r = 0; r < s.r; ++r) {
-      const i64 ih = p * s.strideH - s.padTop + r * s.dilH;
-      if (ih < 0 || ih >= s.h) continue;
-      for (i64 t = 0; t < s.s; ++t) {
-        const i64 iw = q * s.strideW - s.padLeft + t * s.dilW;
-        if (iw < 0 || iw >= s.w) continue;
-        for (i64 c = 0; c < cpg; ++c) {
-          acc += double(xBlocks[base + ((n * s.h + ih) * s.w + iw) * xbb + c]) *
-                 w[((k * s.r + r) * s.s + t) * cpg + c];
-        }
-      }
-    }
+    forEachForwardTap(s, p, q, [&](i64 r, i64 t, i64 ih, i64 iw) {
+      for (i64 c = 0; c < cpg; ++c)
+        acc += double(xBlocks[base + ((n * s.h + ih) * s.w + iw) * xbb + c]) *
+               w[((k * s.r + r) * s.s + t) * cpg + c];
+    });
     y[o - out.begin] = float(acc);
   }
 }
@@ -210,17 +228,10 @@ void conv2dBackwardFilterGroupBlocks(const Conv2dShape& s, i64 gb, W xBlocks, W 
     const i64 xbb = std::min(xb, s.c - b * xb), kbb = std::min(kb, s.k - b * kb);
     const i64 xBase = b * xBlockElems + c - b * xb, dyBase = b * dyBlockElems + k - b * kb;
     double acc = 0;
-    for (i64 row = red.begin; row < red.end; ++row) {
-      const i64 n = row / oh, p = row % oh;
-      const i64 ih = p * s.strideH - s.padTop + r * s.dilH;
-      if (ih < 0 || ih >= s.h) continue;
-      for (i64 q = 0; q < ow; ++q) {
-        const i64 iw = q * s.strideW - s.padLeft + t * s.dilW;
-        if (iw < 0 || iw >= s.w) continue;
-        acc += double(xBlocks[xBase + ((n * s.h + ih) * s.w + iw) * xbb]) *
-               dyBlocks[dyBase + ((n * oh + p) * ow + q) * kbb];
-      }
-    }
+    forEachFilterTapPixel(s, r, t, red, [&](i64 row, i64 q, i64 ih, i64 iw) {
+      acc += double(xBlocks[xBase + ((row / oh * s.h + ih) * s.w + iw) * xbb]) *
+             dyBlocks[dyBase + (row * ow + q) * kbb];
+    });
     dw[i - out.begin] = float(acc);
   }
 }
@@ -233,17 +244,9 @@ void conv2dBackwardFilter(const Conv2dShape& s, W x, W dy, float* dw, Range out,
               k = i / (cpg * s.s * s.r);
     const i64 c = (k / kpg) * cpg + cl;
     double acc = 0;
-    for (i64 row = red.begin; row < red.end; ++row) {
-      const i64 n = row / oh, p = row % oh;
-      const i64 ih = p * s.strideH - s.padTop + r * s.dilH;
-      if (ih < 0 || ih >= s.h) continue;
-      for (i64 q = 0; q < ow; ++q) {
-        const i64 iw = q * s.strideW - s.padLeft + t * s.dilW;
-        if (iw < 0 || iw >= s.w) continue;
-        acc += double(x[((n * s.h + ih) * s.w + iw) * s.c + c]) *
-               dy[((n * oh + p) * ow + q) * s.k + k];
-      }
-    }
+    forEachFilterTapPixel(s, r, t, red, [&](i64 row, i64 q, i64 ih, i64 iw) {
+      acc += double(x[((row / oh * s.h + ih) * s.w + iw) * s.c + c]) * dy[(row * ow + q) * s.k + k];
+    });
     dw[i - out.begin] = float(acc);
   }
 }
@@ -284,17 +287,10 @@ void conv2dBackwardFilterBlock(const Conv2dShape& s, i64 kb, i64 cb, bool subsam
     const i64 e = i - base, cc = e % cbb, rsi = (e / cbb) % rs, kk = e / (cbb * rs);
     const i64 r = rsi / s.s, t = rsi % s.s;
     double acc = 0;
-    for (i64 row = red.begin; row < red.end; ++row) {
-      const i64 n = row / oh, p = row % oh;
-      const i64 ih = p * s.strideH - s.padTop + r * s.dilH;
-      if (ih < 0 || ih >= s.h) continue;
-      for (i64 q = 0; q < ow; ++q) {
-        const i64 iw = q * s.strideW - s.padLeft + t * s.dilW;
-        if (iw < 0 || iw >= s.w) continue;
-        const i64 xPixel = subsampled ? row * ow + q : (n * s.h + ih) * s.w + iw;
-        acc += double(xB[xBase + xPixel * cbb + cc]) * dyB[dyBase + (row * ow + q) * kbb + kk];
-      }
-    }
+    forEachFilterTapPixel(s, r, t, red, [&](i64 row, i64 q, i64 ih, i64 iw) {
+      const i64 xPixel = subsampled ? row * ow + q : (row / oh * s.h + ih) * s.w + iw;
+      acc += double(xB[xBase + xPixel * cbb + cc]) * dyB[dyBase + (row * ow + q) * kbb + kk];
+    });
     dwBlock[i - out.begin] = float(acc);
   }
 }
@@ -323,18 +319,11 @@ void conv2dForwardBlock(const Conv2dShape& s, i64 kb, i64 cb, bool subsampled, W
     const i64 e = i - base, kk = e % kbb, px = e / kbb;
     const i64 q = px % ow, p = (px / ow) % oh, n = px / (ow * oh);
     double acc = 0;
-    for (i64 r = 0; r < s.r; ++r) {
-      const i64 ih = p * s.strideH - s.padTop + r * s.dilH;
-      if (ih < 0 || ih >= s.h) continue;
-      for (i64 t = 0; t < s.s; ++t) {
-        const i64 iw = q * s.strideW - s.padLeft + t * s.dilW;
-        if (iw < 0 || iw >= s.w) continue;
-        const i64 xPixel = subsampled ? px : (n * s.h + ih) * s.w + iw;
-        for (i64 c = 0; c < cbb; ++c)
-          acc +=
-              double(xB[xBase + xPixel * cbb + c]) * wB[wBase + (kk * rs + r * s.s + t) * cbb + c];
-      }
-    }
+    forEachForwardTap(s, p, q, [&](i64 r, i64 t, i64 ih, i64 iw) {
+      const i64 xPixel = subsampled ? px : (n * s.h + ih) * s.w + iw;
+      for (i64 c = 0; c < cbb; ++c)
+        acc += double(xB[xBase + xPixel * cbb + c]) * wB[wBase + (kk * rs + r * s.s + t) * cbb + c];
+    });
     yP[i - out.begin] = float(acc);
   }
 }
